@@ -1,0 +1,453 @@
+/*
+ * voxconv.h — spatially sparse 3D convolution on voxel grids.
+ *
+ * This header is the manual. Everything a program needs is declared and
+ * documented here; nothing else is installed.
+ *
+ * ------------------------------------------------------------------------
+ * Model
+ * ------------------------------------------------------------------------
+ * A sparse tensor is a set of N active voxels with int32 coordinates
+ * (batch, x, y, z) stored row-major as coords[N*4], plus features feats[N*C]
+ * (row-major, contiguous). Coordinates are integer voxel indices in the
+ * tensor's own grid; `tensor_stride` records that grid's pitch in units of
+ * the finest grid (1 for the input of a network, 2 after one stride-2
+ * downsampling, ...). The library propagates and checks tensor strides but
+ * never rescales coordinates by them.
+ *
+ * A kernel map (voxconv_kmap_t) says, for each kernel offset k, which input
+ * rows feed which output rows. It is built once per (coordinates, geometry)
+ * and reused by forward, both backward passes and every layer that shares
+ * the geometry.
+ *
+ * Kernel offsets. For kernel size k, dilation d along an axis, the offsets
+ * along that axis are (j - floor((k-1)/2)) * d for j = 0..k-1: centred for
+ * odd k ({-1,0,1} for k=3), starting at 0 for k=2 ({0,1}), {-1,0,1,2} for
+ * k=4. The flat offset index is kidx = (jx*ky + jy)*kz + jz (x slowest), so
+ * weights are [K][Cin][Cout] with K = kx*ky*kz in that order.
+ *
+ * Modes (o = output voxel, i = input voxel, same batch, s = stride):
+ *  SUBMANIFOLD  outputs = inputs;            pair (i,o,k) iff i = o + off_k
+ *  STRIDED      outputs = unique floor(i/s); pair (i,o,k) iff i = s*o + off_k
+ *  TRANSPOSED   outputs given by the caller (usually the encoder's finer
+ *               coordinates);                pair (i,o,k) iff o = s*i + off_k
+ *  GENERATIVE   outputs = unique {s*i + off_k} over all inputs and offsets;
+ *               pairs as TRANSPOSED.
+ * The forward op is then  y[o] = sum over pairs (i,o,k) of x[i] * W[k]
+ * (a cross-correlation, as torch.nn.functional.conv3d / conv_transpose3d
+ * with padding floor((k-1)/2)*d, evaluated at the output sites).
+ *
+ * Determinism of maps. Output coordinates of STRIDED and GENERATIVE maps are
+ * sorted ascending by (batch, x, y, z). Within offset k, pairs are sorted by
+ * output row. Every backend produces the same map, element for element.
+ *
+ * Coordinate limits. x, y, z must lie in [-131071, 131071]
+ * (VOXCONV_COORD_MIN..VOXCONV_COORD_MAX) and batch in [0, 1023]
+ * (VOXCONV_BATCH_MAX); this is what the 64-bit hash key holds. Neighbours that
+ * fall outside the range simply do not exist; generated output coordinates
+ * outside it are an error.
+ *
+ * ------------------------------------------------------------------------
+ * Memory, backends, errors
+ * ------------------------------------------------------------------------
+ * The handle carries the backend (CPU, or one CUDA device and a stream).
+ * Every data pointer given to an op lives in that backend's memory (host
+ * memory for CPU, device memory for CUDA); voxconv_malloc / voxconv_memcpy
+ * give backend-neutral access. The caller owns its buffers; outputs are
+ * overwritten, never accumulated into. Objects the library creates (kernel
+ * maps) are freed with the handle that created them.
+ *
+ * Every function returns voxconv_status_t. On failure the handle keeps a
+ * message with context (voxconv_get_last_error); functions without a handle
+ * (or given a NULL one) keep it per thread. The library never prints to
+ * stdout, never exits and never aborts. A handle may be used by one thread at
+ * a time; different handles are independent.
+ *
+ * Precision. Features and weights are f32, f16 or bf16 (f64 on the CPU, the
+ * reference path). x, W and y of one op share a dtype. f16/bf16 accumulate in
+ * f32 unless the fp16 accumulator is resolved on for a call (see
+ * voxconv_conv_options_t); weight gradients always accumulate in f32.
+ * NaN and Inf in features propagate as in a dense convolution.
+ */
+#ifndef VOXCONV_H
+#define VOXCONV_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32) && defined(VOXCONV_BUILDING_SHARED)
+#define VOXCONV_API __declspec(dllexport)
+#elif defined(__GNUC__)
+#define VOXCONV_API __attribute__((visibility("default")))
+#else
+#define VOXCONV_API
+#endif
+
+/* ---- version ---------------------------------------------------------- */
+#define VOXCONV_VERSION_MAJOR 0
+#define VOXCONV_VERSION_MINOR 1
+#define VOXCONV_VERSION_PATCH 0
+#define VOXCONV_VERSION_NUMBER                                                 \
+  (VOXCONV_VERSION_MAJOR * 10000 + VOXCONV_VERSION_MINOR * 100 +               \
+   VOXCONV_VERSION_PATCH)
+#define VOXCONV_VERSION_STRING "0.1.0"
+
+/* Runtime version (VOXCONV_VERSION_NUMBER of the library actually linked). */
+VOXCONV_API unsigned voxconv_version_number(void);
+VOXCONV_API const char *voxconv_version_string(void);
+
+/* ---- limits ----------------------------------------------------------- */
+#define VOXCONV_COORD_MIN (-131071)
+#define VOXCONV_COORD_MAX 131071
+#define VOXCONV_BATCH_MAX 1023
+#define VOXCONV_KERNEL_SIZE_MAX 7 /* per axis */
+#define VOXCONV_KERNEL_VOLUME_MAX 343
+#define VOXCONV_STRIDE_MAX 64
+#define VOXCONV_DILATION_MAX 64
+
+/* ---- status ----------------------------------------------------------- */
+typedef enum voxconv_status {
+  VOXCONV_STATUS_SUCCESS = 0,
+  VOXCONV_STATUS_NULL_POINTER = 1,     /* a required pointer was NULL */
+  VOXCONV_STATUS_INVALID_ARGUMENT = 2, /* bad enum, size, option, name */
+  VOXCONV_STATUS_OUT_OF_RANGE = 3,     /* coordinate/batch beyond limits */
+  VOXCONV_STATUS_DUPLICATE_COORDS = 4, /* same (b,x,y,z) twice, no merge */
+  VOXCONV_STATUS_SHAPE_MISMATCH = 5,   /* rows/channels/kernel volume */
+  VOXCONV_STATUS_DTYPE_MISMATCH = 6,   /* x, W, y dtypes differ */
+  VOXCONV_STATUS_KMAP_MISMATCH = 7,    /* map not built for these coords */
+  VOXCONV_STATUS_UNSUPPORTED = 8,      /* valid but not on this backend */
+  VOXCONV_STATUS_ALLOC_FAILED = 9,     /* host or device allocation */
+  VOXCONV_STATUS_BACKEND_UNAVAILABLE = 10, /* e.g. CUDA not built/no GPU */
+  VOXCONV_STATUS_CUDA_ERROR = 11,      /* a CUDA runtime/cuBLAS error */
+  VOXCONV_STATUS_IO_ERROR = 12,        /* file access (tuning cache) */
+  VOXCONV_STATUS_INTERNAL = 13         /* a bug: please report */
+} voxconv_status_t;
+
+/* Static name of a status code, e.g. "VOXCONV_STATUS_OUT_OF_RANGE". */
+VOXCONV_API const char *voxconv_status_string(voxconv_status_t status);
+
+/* ---- dtypes ----------------------------------------------------------- */
+typedef enum voxconv_dtype {
+  VOXCONV_DTYPE_F32 = 0,
+  VOXCONV_DTYPE_F16 = 1,
+  VOXCONV_DTYPE_BF16 = 2,
+  VOXCONV_DTYPE_F64 = 3 /* CPU reference path only */
+} voxconv_dtype_t;
+
+VOXCONV_API size_t voxconv_dtype_size(voxconv_dtype_t dtype); /* 0 if bad */
+VOXCONV_API const char *voxconv_dtype_name(voxconv_dtype_t dtype);
+
+/* ---- handle ----------------------------------------------------------- */
+typedef enum voxconv_backend {
+  VOXCONV_BACKEND_AUTO = 0, /* CUDA if built and a device exists, else CPU */
+  VOXCONV_BACKEND_CPU = 1,
+  VOXCONV_BACKEND_CUDA = 2
+} voxconv_backend_t;
+
+/* Optional allocator for every temporary (and kernel-map) buffer. On CUDA
+ * `stream` is the handle's cudaStream_t; on CPU it is NULL. alloc returns
+ * NULL on failure. */
+typedef struct voxconv_allocator {
+  void *(*alloc)(void *ctx, size_t bytes, void *stream);
+  void (*free)(void *ctx, void *ptr, void *stream);
+  void *ctx;
+} voxconv_allocator_t;
+
+typedef struct voxconv_handle_desc {
+  voxconv_backend_t backend;
+  int device;      /* CUDA device ordinal (CUDA backend) */
+  void *stream;    /* cudaStream_t; NULL = the legacy default stream */
+  const voxconv_allocator_t *allocator; /* NULL = built-in (copied) */
+  int num_threads; /* CPU threads; 0 = VOXCONV_NUM_THREADS env or all cores */
+  int deterministic; /* 1: bitwise-reproducible ops (see Determinism) */
+} voxconv_handle_desc_t;
+
+typedef struct voxconv_handle voxconv_handle_t;
+
+/* desc == NULL means all defaults (AUTO backend). */
+VOXCONV_API voxconv_status_t voxconv_create(voxconv_handle_t **handle,
+                                            const voxconv_handle_desc_t *desc);
+/* destroy(NULL) is a no-op. */
+VOXCONV_API voxconv_status_t voxconv_destroy(voxconv_handle_t *handle);
+VOXCONV_API voxconv_status_t voxconv_get_backend(const voxconv_handle_t *h,
+                                                 voxconv_backend_t *backend);
+VOXCONV_API voxconv_status_t voxconv_set_stream(voxconv_handle_t *h,
+                                                void *stream);
+VOXCONV_API voxconv_status_t voxconv_set_deterministic(voxconv_handle_t *h,
+                                                       int deterministic);
+/* Wait for all work queued on the handle's stream (no-op on CPU). */
+VOXCONV_API voxconv_status_t voxconv_synchronize(voxconv_handle_t *h);
+/* The message of the last failure on h (h == NULL: this thread's last
+ * failure outside a handle). Never NULL; "" when there was none. */
+VOXCONV_API const char *voxconv_get_last_error(const voxconv_handle_t *h);
+
+/* ---- backend memory --------------------------------------------------- */
+typedef enum voxconv_memcpy_kind {
+  VOXCONV_MEMCPY_HOST_TO_BACKEND = 0,
+  VOXCONV_MEMCPY_BACKEND_TO_HOST = 1,
+  VOXCONV_MEMCPY_BACKEND_TO_BACKEND = 2
+} voxconv_memcpy_kind_t;
+
+VOXCONV_API voxconv_status_t voxconv_malloc(voxconv_handle_t *h, size_t bytes,
+                                            void **ptr);
+VOXCONV_API voxconv_status_t voxconv_free(voxconv_handle_t *h, void *ptr);
+/* Ordered on the handle's stream; BACKEND_TO_HOST copies complete before
+ * returning. */
+VOXCONV_API voxconv_status_t voxconv_memcpy(voxconv_handle_t *h, void *dst,
+                                            const void *src, size_t bytes,
+                                            voxconv_memcpy_kind_t kind);
+
+/* ---- devices ---------------------------------------------------------- */
+typedef struct voxconv_device_info {
+  char name[256];
+  int cc_major, cc_minor;
+  int sm_count;
+  size_t total_memory;
+} voxconv_device_info_t;
+
+/* 0 devices (and SUCCESS) when CUDA is not built in or no GPU is present. */
+VOXCONV_API voxconv_status_t voxconv_device_count(int *count);
+VOXCONV_API voxconv_status_t voxconv_device_get_info(int device,
+                                                     voxconv_device_info_t *i);
+/* 1 if this library was compiled with the CUDA backend. */
+VOXCONV_API int voxconv_has_cuda(void);
+
+/* ---- sparse tensors --------------------------------------------------- */
+typedef struct voxconv_coords {
+  const int32_t *data; /* [n][4] = (batch, x, y, z), backend memory */
+  int64_t n;
+  int32_t tensor_stride[3]; /* 0 means 1 */
+} voxconv_coords_t;
+
+/* Dense row-major [rows][channels] features, backend memory. */
+typedef struct voxconv_feats {
+  void *data;
+  int64_t rows;
+  int64_t channels;
+  voxconv_dtype_t dtype;
+} voxconv_feats_t;
+
+/* Regular conv weights [kvol][cin][cout], backend memory. */
+typedef struct voxconv_weights {
+  void *data;
+  int64_t kvol;
+  int64_t cin;
+  int64_t cout;
+  voxconv_dtype_t dtype;
+} voxconv_weights_t;
+
+/* ---- kernel maps ------------------------------------------------------ */
+typedef enum voxconv_kmap_mode {
+  VOXCONV_KMAP_SUBMANIFOLD = 0,
+  VOXCONV_KMAP_STRIDED = 1,
+  VOXCONV_KMAP_TRANSPOSED = 2,
+  VOXCONV_KMAP_GENERATIVE = 3
+} voxconv_kmap_mode_t;
+
+typedef struct voxconv_kmap_desc {
+  voxconv_kmap_mode_t mode;
+  int32_t kernel_size[3]; /* 1..7 per axis */
+  int32_t stride[3];      /* 1..64; 0 means 1. SUBMANIFOLD needs 1. */
+  int32_t dilation[3];    /* 1..64; 0 means 1 */
+} voxconv_kmap_desc_t;
+
+typedef struct voxconv_kmap voxconv_kmap_t;
+
+typedef struct voxconv_kmap_info {
+  voxconv_kmap_desc_t desc; /* with 0s replaced by 1s */
+  int32_t kernel_volume;
+  int64_t n_in, n_out, n_pairs;
+  int32_t in_tensor_stride[3], out_tensor_stride[3];
+} voxconv_kmap_info_t;
+
+/* Duplicate input coordinates are an error (voxconv_merge_duplicates makes a
+ * set). `out` is required for TRANSPOSED (the output coordinates, with
+ * out->tensor_stride * stride == in->tensor_stride) and must be NULL
+ * otherwise. On CUDA the build synchronises once (to learn output and pair
+ * counts); nothing else in the library synchronises with the host. */
+VOXCONV_API voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
+                                                const voxconv_kmap_desc_t *desc,
+                                                const voxconv_coords_t *in,
+                                                const voxconv_coords_t *out,
+                                                voxconv_kmap_t **kmap);
+VOXCONV_API voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
+                                                  voxconv_kmap_t *kmap);
+VOXCONV_API voxconv_status_t voxconv_kmap_get_info(const voxconv_kmap_t *kmap,
+                                                   voxconv_kmap_info_t *info);
+/* Output coordinates [n_out][4] in backend memory, owned by the map. */
+VOXCONV_API voxconv_status_t voxconv_kmap_out_coords(const voxconv_kmap_t *kmap,
+                                                     const int32_t **coords);
+/* Copies the pairs: offsets (HOST memory, kernel_volume+1 entries, CSR
+ * style), in_rows and out_rows (backend memory, n_pairs each). Any pointer
+ * may be NULL to skip it. */
+VOXCONV_API voxconv_status_t voxconv_kmap_get_pairs(voxconv_handle_t *h,
+                                                    const voxconv_kmap_t *kmap,
+                                                    int64_t *offsets,
+                                                    int32_t *in_rows,
+                                                    int32_t *out_rows);
+/* KMAP_MISMATCH unless `in` are exactly the coordinates the map was built
+ * from (count and content). Ops check row counts themselves; this is the
+ * full check for callers that cannot guarantee the pairing. */
+VOXCONV_API voxconv_status_t voxconv_kmap_verify(voxconv_handle_t *h,
+                                                 const voxconv_kmap_t *kmap,
+                                                 const voxconv_coords_t *in);
+
+/* Removes duplicate coordinates: writes the unique set (sorted by
+ * (b,x,y,z)) to out_coords[*n_unique][4] and, if row_map is not NULL,
+ * row_map[i] = unique row of input row i. out_coords has room for in->n. */
+VOXCONV_API voxconv_status_t voxconv_merge_duplicates(voxconv_handle_t *h,
+                                                      const voxconv_coords_t *in,
+                                                      int32_t *out_coords,
+                                                      int64_t *n_unique,
+                                                      int64_t *row_map);
+
+/* ---- options shared by the ops ---------------------------------------- */
+/* Zero-initialise ({0}) for all defaults. Algorithm strings: NULL = the
+ * environment default (VOXCONV_FWD_ALGO_MODE, ...) or "auto"; otherwise an
+ * algorithm name, a list "[a,b]", "auto" or "all" (case-insensitive). */
+typedef enum voxconv_tristate {
+  VOXCONV_UNSET = 0,
+  VOXCONV_FALSE = 1,
+  VOXCONV_TRUE = 2
+} voxconv_tristate_t;
+
+typedef struct voxconv_conv_options {
+  const char *fwd_algo;
+  const char *bwd_algo;   /* default for dgrad and wgrad */
+  const char *dgrad_algo; /* overrides bwd_algo for dgrad */
+  const char *wgrad_algo; /* overrides bwd_algo for wgrad */
+  voxconv_tristate_t fp16_accum;    /* per-call accumulator choice */
+  voxconv_tristate_t deterministic; /* UNSET = the handle's setting */
+  int inference; /* 1: the caller is in inference mode (no autograd) */
+} voxconv_conv_options_t;
+
+/* ---- regular sparse convolution -------------------------------------- */
+/* y[n_out][cout] = sum over pairs (i,o,k) of x[i] * W[k].
+ * x.rows == n_in, y.rows == n_out, w.kvol == kernel volume,
+ * x.channels == w.cin, y.channels == w.cout. opt may be NULL. */
+VOXCONV_API voxconv_status_t voxconv_conv_forward(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_weights_t *w, const voxconv_feats_t *y,
+    const voxconv_conv_options_t *opt);
+/* dx[n_in][cin] = sum over pairs (i,o,k) of dy[o] * W[k]^T. */
+VOXCONV_API voxconv_status_t voxconv_conv_dgrad(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *dy,
+    const voxconv_weights_t *w, const voxconv_feats_t *dx,
+    const voxconv_conv_options_t *opt);
+/* dW[k] = sum over pairs (i,o,k) of x[i]^T * dy[o] (f32 accumulation). */
+VOXCONV_API voxconv_status_t voxconv_conv_wgrad(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_feats_t *dy, const voxconv_weights_t *dw,
+    const voxconv_conv_options_t *opt);
+
+/* ---- depthwise sparse convolution ------------------------------------ */
+/* Weights are [kvol][C] given as voxconv_feats_t {rows = kvol, channels =
+ * C}. y[o][c] = sum over pairs (i,o,k) of x[i][c] * w[k][c]. */
+VOXCONV_API voxconv_status_t voxconv_depthwise_forward(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_feats_t *w, const voxconv_feats_t *y,
+    const voxconv_conv_options_t *opt);
+VOXCONV_API voxconv_status_t voxconv_depthwise_dgrad(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *dy,
+    const voxconv_feats_t *w, const voxconv_feats_t *dx,
+    const voxconv_conv_options_t *opt);
+VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_feats_t *dy, const voxconv_feats_t *dw,
+    const voxconv_conv_options_t *opt);
+
+/* ---- pooling ---------------------------------------------------------- */
+typedef enum voxconv_pool_mode {
+  VOXCONV_POOL_MAX = 0, /* outputs with no pairs are 0; NaN propagates */
+  VOXCONV_POOL_AVG = 1, /* mean over the pairs present (0 if none) */
+  VOXCONV_POOL_SUM = 2
+} voxconv_pool_mode_t;
+
+/* y[o][c] = reduce over pairs (i,o,k) of x[i][c]; x.channels == y.channels.
+ * Usually with a STRIDED map (e.g. kernel 2, stride 2). */
+VOXCONV_API voxconv_status_t voxconv_pool_forward(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, voxconv_pool_mode_t mode,
+    const voxconv_feats_t *x, const voxconv_feats_t *y);
+/* dx from dy. MAX needs the forward's x and y (the winner is the first pair
+ * in map order whose x equals y, the same one the forward chose); AVG and
+ * SUM ignore x and y (may be NULL). */
+VOXCONV_API voxconv_status_t voxconv_pool_backward(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, voxconv_pool_mode_t mode,
+    const voxconv_feats_t *x, const voxconv_feats_t *y,
+    const voxconv_feats_t *dy, const voxconv_feats_t *dx);
+/* Unpooling through a pooling map, coarse -> fine: y_fine[i] = sum over
+ * pairs (i,o,k) of x_coarse[o] (the adjoint of SUM pooling; with kernel ==
+ * stride every fine voxel copies its parent). x.rows == n_out,
+ * y.rows == n_in. */
+VOXCONV_API voxconv_status_t voxconv_unpool_forward(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_feats_t *y);
+VOXCONV_API voxconv_status_t voxconv_unpool_backward(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *dy,
+    const voxconv_feats_t *dx);
+
+/* ---- voxelization ----------------------------------------------------- */
+typedef enum voxconv_reduce {
+  VOXCONV_REDUCE_FIRST = 0, /* features of the first point (input order) */
+  VOXCONV_REDUCE_MEAN = 1   /* mean of the points' features */
+} voxconv_reduce_t;
+
+typedef struct voxconv_voxelize_desc {
+  float voxel_size[3]; /* > 0 */
+  float origin[3];     /* voxel index = floor((p - origin) / voxel_size) */
+  /* > 0: points whose index is outside [0, grid_size) on that axis are
+   * dropped; 0: no bound (the index must fit the coordinate limits). */
+  int32_t grid_size[3];
+  voxconv_reduce_t reduce;
+  int32_t batch; /* batch of every point when points->batch is NULL */
+} voxconv_voxelize_desc_t;
+
+typedef struct voxconv_points {
+  const float *data; /* [n][fields], x y z first, backend memory */
+  int64_t n;
+  int32_t fields;      /* floats per point, >= 3 */
+  const int32_t *batch; /* optional per-point batch index, backend memory */
+} voxconv_points_t;
+
+/* Voxels come out sorted by (b,x,y,z). coords_out has room for points->n
+ * rows of 4, feats_out (optional) for points->n rows of n_feat floats: the
+ * first n_feat fields of each point, reduced per voxel. point_voxel
+ * (optional, [points->n]) gets each point's voxel row, -1 if dropped.
+ * Non-finite xyz is an error naming the point. One host sync on CUDA. */
+VOXCONV_API voxconv_status_t voxconv_voxelize(
+    voxconv_handle_t *h, const voxconv_voxelize_desc_t *desc,
+    const voxconv_points_t *points, int32_t n_feat, int32_t *coords_out,
+    float *feats_out, int64_t *n_voxels, int64_t *point_voxel);
+
+/* ---- algorithms ------------------------------------------------------- */
+typedef enum voxconv_pass {
+  VOXCONV_PASS_CONV_FWD = 0,
+  VOXCONV_PASS_CONV_DGRAD = 1,
+  VOXCONV_PASS_CONV_WGRAD = 2,
+  VOXCONV_PASS_DEPTHWISE_FWD = 3,
+  VOXCONV_PASS_DEPTHWISE_DGRAD = 4,
+  VOXCONV_PASS_DEPTHWISE_WGRAD = 5,
+  VOXCONV_PASS_COUNT = 6
+} voxconv_pass_t;
+
+typedef struct voxconv_algo_info {
+  const char *name;          /* e.g. "cpu_gather_gemm", "implicit_gemm" */
+  voxconv_backend_t backend; /* where it runs */
+  unsigned passes;           /* bit (1u << voxconv_pass_t) per pass */
+  int deterministic;         /* 1: bitwise-reproducible */
+  const char *description;
+} voxconv_algo_info_t;
+
+/* The algorithm registry that dispatch, the tuner and the tools share. */
+VOXCONV_API int voxconv_algo_count(void);
+VOXCONV_API voxconv_status_t voxconv_algo_get_info(int index,
+                                                   voxconv_algo_info_t *info);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* VOXCONV_H */

@@ -1,0 +1,83 @@
+/* Internal layout of a kernel map, shared by the CPU builder (src/coords),
+ * the CUDA builder (src/cuda) and every algorithm. Both builders must fill
+ * every field identically for the same input (see voxconv.h for the order
+ * of output coordinates and pairs). */
+#ifndef VC_KMAP_H
+#define VC_KMAP_H
+
+#include "../core/vc_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Packed 64-bit key of (b, x, y, z): b in bits 54..63, x+131071 in 36..53,
+ * y+131071 in 18..35, z+131071 in 0..17
+ * (each field <= 262142, so no valid key equals VC_KEY_EMPTY). Ascending keys are ascending
+ * (b, x, y, z), which is the library's canonical coordinate order. */
+#define VC_COORD_BIAS 131071
+#define VC_KEY_EMPTY UINT64_MAX /* never a valid key: b <= 1023 */
+
+static inline uint64_t vc_pack_key(int32_t b, int32_t x, int32_t y,
+                                   int32_t z) {
+  return ((uint64_t)(uint32_t)b << 54) |
+         ((uint64_t)(uint32_t)(x + VC_COORD_BIAS) << 36) |
+         ((uint64_t)(uint32_t)(y + VC_COORD_BIAS) << 18) |
+         (uint64_t)(uint32_t)(z + VC_COORD_BIAS);
+}
+static inline int vc_coord_in_range(int32_t v) {
+  return v >= VOXCONV_COORD_MIN && v <= VOXCONV_COORD_MAX;
+}
+static inline void vc_unpack_key(uint64_t k, int32_t *c4) {
+  c4[0] = (int32_t)(k >> 54);
+  c4[1] = (int32_t)((k >> 36) & 0x3FFFF) - VC_COORD_BIAS;
+  c4[2] = (int32_t)((k >> 18) & 0x3FFFF) - VC_COORD_BIAS;
+  c4[3] = (int32_t)(k & 0x3FFFF) - VC_COORD_BIAS;
+}
+
+/* Order-dependent fingerprint of a coordinate array: the wrapping sum over
+ * rows i of vc_fingerprint_mix(i, key(row i)). A sum so that a GPU can
+ * compute it with one integer reduction. */
+static inline uint64_t vc_fingerprint_mix(uint64_t i, uint64_t key) {
+  uint64_t z = key ^ (i * 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+struct voxconv_kmap {
+  voxconv_backend_t backend;
+  int device;
+  voxconv_kmap_desc_t desc; /* zeros replaced by 1 */
+  int32_t kvol;
+  int32_t offsets[VOXCONV_KERNEL_VOLUME_MAX][3]; /* dilated, kidx order */
+  int64_t n_in, n_out, n_pairs;
+  int32_t in_ts[3], out_ts[3];
+  uint64_t in_fingerprint;
+  /* backend memory */
+  int32_t *out_coords; /* [n_out][4] (a copy of the input for SUBMANIFOLD) */
+  int32_t *in_rows;    /* [n_pairs], grouped by offset k, sorted by out row */
+  int32_t *out_rows;   /* [n_pairs] */
+  int32_t *nbr_out;    /* [n_out][kvol]: input row feeding (o,k) or -1 */
+  int32_t *nbr_in;     /* [n_in][kvol]: output row fed by (i,k) or -1 */
+  /* host memory */
+  int64_t *pair_offsets; /* [kvol+1], pairs of offset k in [po[k], po[k+1]) */
+  void *backend_priv;    /* CUDA extras, freed by the CUDA backend */
+};
+
+/* Fills kmap->offsets and kvol from kmap->desc. */
+void vc_kmap_fill_offsets(voxconv_kmap_t *kmap);
+
+/* CPU builders (src/coords/kmap_cpu.c). `kmap` arrives with desc, offsets,
+ * kvol, n_in and tensor strides set and all pointers NULL; validation of
+ * the arguments is done by the caller (kmap.c) except for checks that need
+ * the coordinates themselves (range, duplicates), which builders report. */
+voxconv_status_t vc_cpu_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
+                                   const voxconv_coords_t *in,
+                                   const voxconv_coords_t *out);
+void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,105 @@
+/* Internal core: the handle, error reporting, memory, dtype conversion and
+ * the CPU thread pool. Every room of src/ includes this; tools/ and python/
+ * never do (they use include/voxconv.h only). */
+#ifndef VC_CORE_H
+#define VC_CORE_H
+
+#include "voxconv.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define VC_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define VC_PRINTF(a, b)
+#endif
+
+#define VC_ERROR_MAX 1024
+
+struct voxconv_handle {
+  voxconv_backend_t backend; /* resolved: CPU or CUDA, never AUTO */
+  int device;
+  void *stream;
+  voxconv_allocator_t allocator;
+  int has_allocator;
+  int num_threads;
+  int deterministic;
+  void *cuda; /* CUDA backend private state (cuBLAS handle, ...) */
+  char last_error[VC_ERROR_MAX];
+};
+
+/* Records a failure with context on h (or the calling thread when h is NULL)
+ * and returns `status`, so call sites read `return vc_fail(h, ...)`. */
+voxconv_status_t vc_fail(const voxconv_handle_t *h, voxconv_status_t status,
+                         const char *fmt, ...) VC_PRINTF(3, 4);
+voxconv_status_t vc_failv(const voxconv_handle_t *h, voxconv_status_t status,
+                          const char *fmt, va_list ap);
+/* Clears the last error (called at the start of each public call). */
+void vc_clear_error(const voxconv_handle_t *h);
+
+#define VC_CHECK(expr)                                                         \
+  do {                                                                         \
+    voxconv_status_t vc_st_ = (expr);                                          \
+    if (vc_st_ != VOXCONV_STATUS_SUCCESS)                                      \
+      return vc_st_;                                                           \
+  } while (0)
+
+#define VC_CHECK_NULL(h, ptr, name)                                            \
+  do {                                                                         \
+    if ((ptr) == NULL)                                                         \
+      return vc_fail((h), VOXCONV_STATUS_NULL_POINTER, "%s: %s is NULL",      \
+                     __func__, (name));                                        \
+  } while (0)
+
+/* Backend memory through the handle's allocator (or the built-in one). The
+ * error message names `what` and the size asked. */
+voxconv_status_t vc_alloc(voxconv_handle_t *h, size_t bytes, void **ptr,
+                          const char *what);
+void vc_free(voxconv_handle_t *h, void *ptr);
+/* Host scratch memory (plain malloc with a proper error). */
+voxconv_status_t vc_host_alloc(const voxconv_handle_t *h, size_t bytes,
+                               void **ptr, const char *what);
+
+/* ---- dtype conversion (host) ----------------------------------------- */
+float vc_f16_to_f32(uint16_t h);
+uint16_t vc_f32_to_f16(float f); /* round to nearest even */
+float vc_bf16_to_f32(uint16_t h);
+uint16_t vc_f32_to_bf16(float f); /* round to nearest even, NaN kept */
+/* Converts n elements of src (dtype) to float / double and back. */
+void vc_load_f32(const void *src, voxconv_dtype_t dtype, int64_t n,
+                 float *dst);
+void vc_store_f32(void *dst, voxconv_dtype_t dtype, int64_t n,
+                  const float *src);
+void vc_load_f64(const void *src, voxconv_dtype_t dtype, int64_t n,
+                 double *dst);
+void vc_store_f64(void *dst, voxconv_dtype_t dtype, int64_t n,
+                  const double *src);
+int vc_dtype_valid(voxconv_dtype_t dtype);
+
+/* ---- CPU threads ------------------------------------------------------ */
+/* fn(ctx, begin, end, tid) is called over [0, n) in chunks of `grain`
+ * (dynamically scheduled over h->num_threads threads, tid < num_threads).
+ * Chunks must write disjoint outputs; results then never depend on the
+ * schedule. Runs inline when n <= grain or one thread is configured. */
+typedef void (*vc_task_fn)(void *ctx, int64_t begin, int64_t end, int tid);
+voxconv_status_t vc_parallel_for(const voxconv_handle_t *h, int64_t n,
+                                 int64_t grain, vc_task_fn fn, void *ctx);
+int vc_cpu_count(void);
+
+/* ---- environment ------------------------------------------------------ */
+/* Returns the variable or NULL when unset or empty. */
+const char *vc_getenv(const char *name);
+/* Parses true/false/1/0/yes/no/on/off (case-insensitive, spaces trimmed):
+ * 1, 0, or -1 when malformed. */
+int vc_parse_bool(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,75 @@
+/* The boundary between the C host code and the CUDA backend: every function
+ * here is extern "C", defined in a .cu file of src/cuda, and only called
+ * when VOXCONV_HAVE_CUDA is defined. Each returns a voxconv status; a CUDA
+ * error becomes VOXCONV_STATUS_CUDA_ERROR (or ALLOC_FAILED) with the CUDA
+ * error name in the handle's message. */
+#ifndef VC_CUDA_H
+#define VC_CUDA_H
+
+#include "../coords/vc_kmap.h"
+#include "../core/vc_core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* device / handle (cuda_runtime.cu) */
+voxconv_status_t vc_cuda_device_count(int *count);
+voxconv_status_t vc_cuda_device_info(int device, voxconv_device_info_t *info);
+voxconv_status_t vc_cuda_handle_init(voxconv_handle_t *h);
+void vc_cuda_handle_fini(voxconv_handle_t *h);
+voxconv_status_t vc_cuda_alloc(voxconv_handle_t *h, size_t bytes, void **ptr);
+void vc_cuda_free(voxconv_handle_t *h, void *ptr);
+voxconv_status_t vc_cuda_memcpy(voxconv_handle_t *h, void *dst,
+                                const void *src, size_t bytes,
+                                voxconv_memcpy_kind_t kind);
+voxconv_status_t vc_cuda_synchronize(voxconv_handle_t *h);
+
+/* coordinates (cuda_kmap.cu, cuda_voxelize.cu) */
+voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
+                                    const voxconv_coords_t *in,
+                                    const voxconv_coords_t *out);
+void vc_cuda_kmap_free_priv(voxconv_handle_t *h, voxconv_kmap_t *kmap);
+voxconv_status_t vc_cuda_coords_fingerprint(voxconv_handle_t *h,
+                                            const int32_t *coords, int64_t n,
+                                            uint64_t *fingerprint);
+voxconv_status_t vc_cuda_merge_duplicates(voxconv_handle_t *h,
+                                          const voxconv_coords_t *in,
+                                          int32_t *out_coords,
+                                          int64_t *n_unique, int64_t *row_map);
+voxconv_status_t vc_cuda_voxelize(voxconv_handle_t *h,
+                                  const voxconv_voxelize_desc_t *desc,
+                                  const voxconv_points_t *points,
+                                  int32_t n_feat, int32_t *coords_out,
+                                  float *feats_out, int64_t *n_voxels,
+                                  int64_t *point_voxel);
+
+/* pooling (cuda_pool.cu); validation done by the caller */
+voxconv_status_t vc_cuda_pool_forward(voxconv_handle_t *h,
+                                      const voxconv_kmap_t *kmap,
+                                      voxconv_pool_mode_t mode,
+                                      const voxconv_feats_t *x,
+                                      const voxconv_feats_t *y);
+voxconv_status_t vc_cuda_pool_backward(voxconv_handle_t *h,
+                                       const voxconv_kmap_t *kmap,
+                                       voxconv_pool_mode_t mode,
+                                       const voxconv_feats_t *x,
+                                       const voxconv_feats_t *y,
+                                       const voxconv_feats_t *dy,
+                                       const voxconv_feats_t *dx);
+voxconv_status_t vc_cuda_unpool_forward(voxconv_handle_t *h,
+                                        const voxconv_kmap_t *kmap,
+                                        const voxconv_feats_t *x,
+                                        const voxconv_feats_t *y);
+voxconv_status_t vc_cuda_unpool_backward(voxconv_handle_t *h,
+                                         const voxconv_kmap_t *kmap,
+                                         const voxconv_feats_t *dy,
+                                         const voxconv_feats_t *dx);
+
+/* Registered CUDA algorithms (see vc_algo.h for the record type). The
+ * registry in src/ops/algo.c lists them when VOXCONV_HAVE_CUDA is set. */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,61 @@
+/* The algorithm table. Order matters only for display and as the last
+ * tie-breaker of the heuristic; selection itself is dispatch's job. */
+#include "vc_algo.h"
+
+#include <strings.h>
+
+#ifdef VOXCONV_HAVE_CUDA
+#include "../cuda/vc_cuda_algos.h"
+#endif
+
+static const vc_algo_t *const vc_algo_table[] = {
+    &vc_algo_cpu_gather_gemm,
+    &vc_algo_cpu_depthwise,
+#ifdef VOXCONV_HAVE_CUDA
+    VC_CUDA_ALGO_LIST
+#endif
+};
+
+int vc_algo_table_size(void) {
+  return (int)(sizeof vc_algo_table / sizeof vc_algo_table[0]);
+}
+
+const vc_algo_t *vc_algo_at(int index) {
+  if (index < 0 || index >= vc_algo_table_size())
+    return NULL;
+  return vc_algo_table[index];
+}
+
+const vc_algo_t *vc_algo_find(const char *name) {
+  if (!name)
+    return NULL;
+  for (int i = 0; i < vc_algo_table_size(); i++)
+    if (strcasecmp(vc_algo_table[i]->info.name, name) == 0)
+      return vc_algo_table[i];
+  return NULL;
+}
+
+void vc_algo_default_params(const vc_algo_t *a, voxconv_pass_t pass,
+                            vc_algo_params_t *params) {
+  for (int i = 0; i < VC_MAX_PARAMS; i++)
+    params->v[i] = 0;
+  const vc_param_space_t *s = a->param_space ? a->param_space(pass) : NULL;
+  if (!s)
+    return;
+  for (int i = 0; i < s->n && i < VC_MAX_PARAMS; i++)
+    params->v[i] = s->n_values[i] > 0 ? s->values[i][0] : 0;
+}
+
+int voxconv_algo_count(void) { return vc_algo_table_size(); }
+
+voxconv_status_t voxconv_algo_get_info(int index, voxconv_algo_info_t *info) {
+  vc_clear_error(NULL);
+  VC_CHECK_NULL(NULL, info, "info");
+  const vc_algo_t *a = vc_algo_at(index);
+  if (!a)
+    return vc_fail(NULL, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_algo_get_info: index %d outside 0..%d", index,
+                   vc_algo_table_size() - 1);
+  *info = a->info;
+  return VOXCONV_STATUS_SUCCESS;
+}

@@ -1,0 +1,177 @@
+#include "vc_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/vc_core.h"
+
+int vc_test_failures = 0;
+int vc_test_checks = 0;
+static uint64_t vc_rng_state = 0x12345678u;
+static const char *vc_test_name = "test";
+
+uint64_t vc_test_init(const char *test_name) {
+  vc_test_name = test_name;
+  const char *env = getenv("VOXCONV_TEST_SEED");
+  uint64_t seed;
+  if (env && *env) {
+    seed = strtoull(env, NULL, 0);
+  } else {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
+  }
+  vc_rng_state = seed;
+  printf("%s: seed %llu (replay with VOXCONV_TEST_SEED=%llu)\n", test_name,
+         (unsigned long long)seed, (unsigned long long)seed);
+  fflush(stdout);
+  return seed;
+}
+
+uint64_t vc_rand_u64(void) { /* splitmix64 */
+  uint64_t z = (vc_rng_state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double vc_rand_uniform(void) {
+  return (double)(vc_rand_u64() >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double vc_rand_normal(void) {
+  double u1 = vc_rand_uniform(), u2 = vc_rand_uniform();
+  if (u1 < 1e-300)
+    u1 = 1e-300;
+  return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int64_t vc_rand_range(int64_t lo, int64_t hi) {
+  return lo + (int64_t)(vc_rand_u64() % (uint64_t)(hi - lo + 1));
+}
+
+void vc_fill_normal(void *data, voxconv_dtype_t dtype, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    double v = vc_rand_normal();
+    if (dtype == VOXCONV_DTYPE_F64) {
+      ((double *)data)[i] = v;
+    } else {
+      float f = (float)v;
+      vc_store_f32((char *)data + i * (int64_t)voxconv_dtype_size(dtype),
+                   dtype, 1, &f);
+    }
+  }
+}
+
+/* Distinct NaN payloads per dtype, unlikely to come out of arithmetic. */
+#define POISON_F32 0x7FC0DEADu
+#define POISON_16 0x7DEAu /* f16 NaN */
+#define POISON_BF16 0x7FDEu
+#define POISON_F64 0x7FF8DEADBEEFDEADull
+
+void vc_poison(void *data, voxconv_dtype_t dtype, int64_t n) {
+  for (int64_t i = 0; i < n; i++) {
+    switch (dtype) {
+    case VOXCONV_DTYPE_F32: ((uint32_t *)data)[i] = POISON_F32; break;
+    case VOXCONV_DTYPE_F16: ((uint16_t *)data)[i] = POISON_16; break;
+    case VOXCONV_DTYPE_BF16: ((uint16_t *)data)[i] = POISON_BF16; break;
+    case VOXCONV_DTYPE_F64: ((uint64_t *)data)[i] = POISON_F64; break;
+    }
+  }
+}
+
+int vc_is_poison(const void *data, voxconv_dtype_t dtype, int64_t i) {
+  switch (dtype) {
+  case VOXCONV_DTYPE_F32: return ((const uint32_t *)data)[i] == POISON_F32;
+  case VOXCONV_DTYPE_F16: return ((const uint16_t *)data)[i] == POISON_16;
+  case VOXCONV_DTYPE_BF16: return ((const uint16_t *)data)[i] == POISON_BF16;
+  case VOXCONV_DTYPE_F64: return ((const uint64_t *)data)[i] == POISON_F64;
+  }
+  return 0;
+}
+
+int64_t vc_count_poison(const void *data, voxconv_dtype_t dtype, int64_t n) {
+  int64_t c = 0;
+  for (int64_t i = 0; i < n; i++)
+    c += vc_is_poison(data, dtype, i);
+  return c;
+}
+
+double vc_get(const void *data, voxconv_dtype_t dtype, int64_t i) {
+  if (dtype == VOXCONV_DTYPE_F64)
+    return ((const double *)data)[i];
+  float f;
+  vc_load_f32((const char *)data + i * (int64_t)voxconv_dtype_size(dtype),
+              dtype, 1, &f);
+  return f;
+}
+
+vc_err_stats_t vc_compare(const void *got, voxconv_dtype_t dtype,
+                          const double *ref, int64_t n, double floor) {
+  vc_err_stats_t s = {0, 0, 0, -1, 0};
+  double ss = 0, sd = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (isfinite(ref[i]))
+      ss += ref[i] * ref[i];
+  double rms = n ? sqrt(ss / (double)n) : 0;
+  for (int64_t i = 0; i < n; i++) {
+    double g = vc_get(got, dtype, i), r = ref[i];
+    if (!isfinite(r) || !isfinite(g)) {
+      /* Non-finite must match in kind: NaN with NaN, +Inf with +Inf. */
+      int same = (isnan(r) && isnan(g)) || (isinf(r) && isinf(g) && (r > 0) == (g > 0));
+      if (!same) {
+        s.n_nonfinite_mismatch++;
+        if (s.worst_index < 0)
+          s.worst_index = i;
+        s.max_rel = INFINITY;
+      }
+      continue;
+    }
+    double d = fabs(g - r);
+    sd += d * d;
+    double rel = d / (fabs(r) + floor * rms + 1e-300);
+    if (d > s.max_abs)
+      s.max_abs = d;
+    if (rel > s.max_rel) {
+      s.max_rel = rel;
+      s.worst_index = i;
+    }
+  }
+  s.norm_rel = ss > 0 ? sqrt(sd / ss) : sqrt(sd);
+  return s;
+}
+
+void *vc_read_file(const char *path, size_t *bytes) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  void *buf = malloc(n > 0 ? (size_t)n : 1);
+  if (buf && n > 0 && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (buf && bytes)
+    *bytes = (size_t)n;
+  return buf;
+}
+
+const char *vc_data_path(const char *relative) {
+  static char path[4096];
+  const char *dir = getenv("VOXCONV_DATA_DIR");
+  if (!dir || !*dir)
+    dir = VOXCONV_TEST_DATA_DIR;
+  snprintf(path, sizeof path, "%s/%s", dir, relative);
+  return path;
+}
+
+int vc_test_finish(void) {
+  printf("%s: %d checks, %d failed\n", vc_test_name, vc_test_checks,
+         vc_test_failures);
+  return vc_test_failures ? 1 : 0;
+}

@@ -1,0 +1,91 @@
+/* Shared helpers for the C tests: a seeded RNG (the seed is printed and can
+ * be replayed with VOXCONV_TEST_SEED), poisoning, checks that count
+ * failures, and access to the recorded scans. */
+#ifndef VC_TEST_H
+#define VC_TEST_H
+
+#include "voxconv.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Exit code for "skipped" (ctest SKIP_RETURN_CODE). */
+#define VC_TEST_SKIP 77
+
+extern int vc_test_failures;
+extern int vc_test_checks;
+
+/* Seeds the RNG from VOXCONV_TEST_SEED or the clock and prints the seed. */
+uint64_t vc_test_init(const char *test_name);
+uint64_t vc_rand_u64(void);
+double vc_rand_uniform(void);            /* [0, 1) */
+double vc_rand_normal(void);             /* N(0, 1) */
+int64_t vc_rand_range(int64_t lo, int64_t hi); /* [lo, hi] inclusive */
+
+/* Fills n elements of dtype with N(0,1) values (rounded to dtype). */
+void vc_fill_normal(void *data, voxconv_dtype_t dtype, int64_t n);
+/* Writes NaN with a recognisable payload into every element. */
+void vc_poison(void *data, voxconv_dtype_t dtype, int64_t n);
+/* 1 if element i still holds the poison pattern (so was not written). */
+int vc_is_poison(const void *data, voxconv_dtype_t dtype, int64_t i);
+/* Counts the poisoned elements left in [0, n). */
+int64_t vc_count_poison(const void *data, voxconv_dtype_t dtype, int64_t n);
+double vc_get(const void *data, voxconv_dtype_t dtype, int64_t i);
+
+/* Error statistics of got (dtype) against ref (f64):
+ * rel_i = |got-ref| / (|ref| + floor * rms(ref)); norm = ||d|| / ||ref||. */
+typedef struct vc_err_stats {
+  double max_rel, norm_rel, max_abs;
+  int64_t worst_index, n_nonfinite_mismatch;
+} vc_err_stats_t;
+vc_err_stats_t vc_compare(const void *got, voxconv_dtype_t dtype,
+                          const double *ref, int64_t n, double floor);
+
+/* Reads a whole file; NULL if missing. *bytes gets the size. */
+void *vc_read_file(const char *path, size_t *bytes);
+/* Path of a file in the shared data folder (static buffer). */
+const char *vc_data_path(const char *relative);
+
+/* Prints and exits with 0 when no check failed, 1 otherwise. */
+int vc_test_finish(void);
+
+#define VC_EXPECT(cond, ...)                                                   \
+  do {                                                                         \
+    vc_test_checks++;                                                          \
+    if (!(cond)) {                                                             \
+      vc_test_failures++;                                                      \
+      fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);          \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+    }                                                                          \
+  } while (0)
+
+/* Asserts a call returned `expected`; on mismatch prints the message. */
+#define VC_EXPECT_STATUS(h, call, expected)                                    \
+  do {                                                                         \
+    voxconv_status_t vc_got_ = (call);                                         \
+    VC_EXPECT(vc_got_ == (expected), "%s returned %s (want %s): %s", #call,    \
+              voxconv_status_string(vc_got_),                                  \
+              voxconv_status_string(expected), voxconv_get_last_error(h));     \
+  } while (0)
+
+#define VC_REQUIRE_OK(h, call)                                                 \
+  do {                                                                         \
+    voxconv_status_t vc_got_ = (call);                                         \
+    if (vc_got_ != VOXCONV_STATUS_SUCCESS) {                                   \
+      fprintf(stderr, "FATAL %s:%d: %s returned %s: %s\n", __FILE__,          \
+              __LINE__, #call, voxconv_status_string(vc_got_),                 \
+              voxconv_get_last_error(h));                                      \
+      vc_test_failures++;                                                      \
+      return vc_test_finish();                                                 \
+    }                                                                          \
+  } while (0)
+
+#ifdef __cplusplus
+}
+#endif
+#endif
