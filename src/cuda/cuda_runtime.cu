@@ -1,0 +1,213 @@
+/* CUDA runtime side of the handle: device queries, handle init/fini (device
+ * selection, cuBLAS handle), the default stream-ordered allocator, memcpy
+ * and synchronisation, and the CUDA/cuBLAS error -> status conversion that
+ * every .cu file uses through vc_cuda_util.cuh.
+ *
+ * No hidden global state: everything lives in h->cuda. The caller's current
+ * device is restored by every entry point (VcDeviceGuard). */
+#include "vc_cuda_util.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" const char *vc_cublas_status_name(cublasStatus_t st) {
+  switch (st) {
+  case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+  case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+  case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+  case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+  case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+  case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+  case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+  case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+  case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+  case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  default: return "CUBLAS_STATUS_<unknown>";
+  }
+}
+
+extern "C" voxconv_status_t vc_cuda_fail(const voxconv_handle_t *h,
+                                         cudaError_t err, const char *call,
+                                         const char *func) {
+  /* Non-sticky errors (OOM, invalid value, launch config) stay in the
+   * last-error slot until read; read it so they do not resurface. A sticky
+   * error (illegal address, ...) keeps failing every later call: the
+   * context is lost and the message says so. */
+  (void)cudaGetLastError();
+  const voxconv_status_t st = err == cudaErrorMemoryAllocation
+                                  ? VOXCONV_STATUS_ALLOC_FAILED
+                                  : VOXCONV_STATUS_CUDA_ERROR;
+  const int sticky = err == cudaErrorIllegalAddress ||
+                     err == cudaErrorLaunchFailure ||
+                     err == cudaErrorMisalignedAddress ||
+                     err == cudaErrorIllegalInstruction ||
+                     err == cudaErrorHardwareStackError ||
+                     err == cudaErrorAssert;
+  return vc_fail(h, st, "%s: %s failed: %s (%s)%s", func ? func : "cuda", call,
+                 cudaGetErrorName(err), cudaGetErrorString(err),
+                 sticky ? " [sticky: the CUDA context is unusable; recreate "
+                          "the process]"
+                        : "");
+}
+
+extern "C" voxconv_status_t vc_cublas_fail(const voxconv_handle_t *h,
+                                           cublasStatus_t bs, const char *call,
+                                           const char *func) {
+  (void)cudaGetLastError();
+  const voxconv_status_t st = bs == CUBLAS_STATUS_ALLOC_FAILED
+                                  ? VOXCONV_STATUS_ALLOC_FAILED
+                                  : VOXCONV_STATUS_CUDA_ERROR;
+  return vc_fail(h, st, "%s: %s failed: %s", func ? func : "cublas", call,
+                 vc_cublas_status_name(bs));
+}
+
+/* ---- devices ------------------------------------------------------------ */
+extern "C" voxconv_status_t vc_cuda_device_count(int *count) {
+  *count = 0;
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) {
+    (void)cudaGetLastError();
+    return VOXCONV_STATUS_SUCCESS; /* "no GPU" is 0 devices, not an error */
+  }
+  if (e != cudaSuccess)
+    return vc_cuda_fail(NULL, e, "cudaGetDeviceCount", "voxconv_device_count");
+  *count = n;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" voxconv_status_t vc_cuda_device_info(int device,
+                                                voxconv_device_info_t *info) {
+  int n = 0;
+  VC_CHECK(vc_cuda_device_count(&n));
+  if (device < 0 || device >= n)
+    return vc_fail(NULL, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_device_get_info: device %d outside 0..%d (%d "
+                   "CUDA devices)",
+                   device, n - 1, n);
+  cudaDeviceProp p;
+  const cudaError_t e = cudaGetDeviceProperties(&p, device);
+  if (e != cudaSuccess)
+    return vc_cuda_fail(NULL, e, "cudaGetDeviceProperties",
+                        "voxconv_device_get_info");
+  memset(info, 0, sizeof *info);
+  strncpy(info->name, p.name, sizeof info->name - 1);
+  info->cc_major = p.major;
+  info->cc_minor = p.minor;
+  info->sm_count = p.multiProcessorCount;
+  info->total_memory = p.totalGlobalMem;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* ---- handle ------------------------------------------------------------- */
+extern "C" voxconv_status_t vc_cuda_handle_init(voxconv_handle_t *h) {
+  int n = 0;
+  VC_CHECK(vc_cuda_device_count(&n));
+  if (n == 0)
+    return vc_fail(h, VOXCONV_STATUS_BACKEND_UNAVAILABLE,
+                   "voxconv_create: CUDA backend requested but no CUDA device "
+                   "is visible (driver missing or CUDA_VISIBLE_DEVICES empty)");
+  if (h->device < 0 || h->device >= n)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_create: device %d outside 0..%d (%d CUDA devices)",
+                   h->device, n - 1, n);
+  VC_CUDA_DEVICE_GUARD(h);
+
+  cudaDeviceProp p;
+  VC_CUDA_TRY(h, cudaGetDeviceProperties(&p, h->device));
+  /* The kernels are compiled for the architectures in VOXCONV_CUDA_ARCHS; a
+   * device without a matching image fails at its first launch with
+   * cudaErrorNoKernelImageForDevice, which names the problem. We probe one
+   * trivial runtime call here so context creation errors surface now. */
+  VC_CUDA_TRY(h, cudaFree(0));
+
+  vc_cuda_state_t *s = (vc_cuda_state_t *)calloc(1, sizeof *s);
+  if (!s)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "voxconv_create: out of host memory (%zu bytes)", sizeof *s);
+  s->device = h->device;
+  s->sm_count = p.multiProcessorCount;
+  s->cc_major = p.major;
+  s->cc_minor = p.minor;
+  s->smem_optin = p.sharedMemPerBlockOptin;
+  /* Test knob (documented in cuda_kmap.cu): start the GPU hash table tiny to
+   * exercise the overflow-and-retry path. */
+  const char *tiny = vc_getenv("VOXCONV_CUDA_HASH_TINY");
+  s->hash_debug_tiny = tiny ? (vc_parse_bool(tiny) == 1) : 0;
+
+  const cublasStatus_t bs = cublasCreate(&s->cublas);
+  if (bs != CUBLAS_STATUS_SUCCESS) {
+    free(s);
+    return vc_cublas_fail(h, bs, "cublasCreate", "voxconv_create");
+  }
+  h->cuda = s;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" void vc_cuda_handle_fini(voxconv_handle_t *h) {
+  vc_cuda_state_t *s = vc_cuda_state(h);
+  if (!s)
+    return;
+  VcDeviceGuard guard(h);
+  /* Work queued on the stream may still use buffers the caller frees after
+   * destroy; wait so destroy is a clean barrier. */
+  cudaStreamSynchronize(vc_cuda_stream(h));
+  cublasDestroy(s->cublas);
+  (void)cudaGetLastError();
+  free(s);
+  h->cuda = NULL;
+}
+
+/* ---- memory --------------------------------------------------------------
+ * The built-in allocator is stream-ordered (cudaMallocAsync/cudaFreeAsync on
+ * the handle's stream, device default memory pool), so temporaries cost no
+ * synchronisation and are reused by the pool. Running out of memory is not
+ * sticky: the error is cleared and the library stays usable. */
+extern "C" voxconv_status_t vc_cuda_alloc(voxconv_handle_t *h, size_t bytes,
+                                          void **ptr) {
+  *ptr = NULL;
+  VC_CUDA_DEVICE_GUARD(h);
+  const cudaError_t e = cudaMallocAsync(ptr, bytes, vc_cuda_stream(h));
+  if (e != cudaSuccess) {
+    *ptr = NULL;
+    (void)cudaGetLastError();
+    return vc_fail(h,
+                   e == cudaErrorMemoryAllocation ? VOXCONV_STATUS_ALLOC_FAILED
+                                                  : VOXCONV_STATUS_CUDA_ERROR,
+                   "cudaMallocAsync(%zu bytes) on device %d: %s", bytes,
+                   h->device, cudaGetErrorName(e));
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" void vc_cuda_free(voxconv_handle_t *h, void *ptr) {
+  if (!ptr)
+    return;
+  VcDeviceGuard guard(h);
+  if (cudaFreeAsync(ptr, vc_cuda_stream(h)) != cudaSuccess)
+    (void)cudaGetLastError(); /* nothing to report through a void free */
+}
+
+extern "C" voxconv_status_t vc_cuda_memcpy(voxconv_handle_t *h, void *dst,
+                                           const void *src, size_t bytes,
+                                           voxconv_memcpy_kind_t kind) {
+  VC_CUDA_DEVICE_GUARD(h);
+  const cudaMemcpyKind k = kind == VOXCONV_MEMCPY_HOST_TO_BACKEND
+                               ? cudaMemcpyHostToDevice
+                           : kind == VOXCONV_MEMCPY_BACKEND_TO_HOST
+                               ? cudaMemcpyDeviceToHost
+                               : cudaMemcpyDeviceToDevice;
+  VC_CUDA_TRY(h, cudaMemcpyAsync(dst, src, bytes, k, vc_cuda_stream(h)));
+  /* Host-side buffers: the host pointer may be reused by the caller as soon
+   * as we return (H2D from pageable memory is staged, but pinned memory is
+   * not), and D2H must be complete by contract. */
+  if (kind != VOXCONV_MEMCPY_BACKEND_TO_BACKEND)
+    VC_CUDA_TRY(h, cudaStreamSynchronize(vc_cuda_stream(h)));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" voxconv_status_t vc_cuda_synchronize(voxconv_handle_t *h) {
+  VC_CUDA_DEVICE_GUARD(h);
+  VC_CUDA_TRY(h, cudaStreamSynchronize(vc_cuda_stream(h)));
+  return VOXCONV_STATUS_SUCCESS;
+}
