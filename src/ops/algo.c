@@ -6,13 +6,14 @@
 
 #ifdef VOXCONV_HAVE_CUDA
 #include "../cuda/vc_cuda_algos.h"
+#include "../cuda/vc_cuda_tc_algos.h"
 #endif
 
 static const vc_algo_t *const vc_algo_table[] = {
     &vc_algo_cpu_gather_gemm,
     &vc_algo_cpu_depthwise,
 #ifdef VOXCONV_HAVE_CUDA
-    VC_CUDA_ALGO_LIST
+    VC_CUDA_TC_ALGO_LIST VC_CUDA_ALGO_LIST
 #endif
 };
 

@@ -1,0 +1,228 @@
+/* Algorithm `mask_gemm`: tensor-core fused gather-GEMM-scatter for f16 and
+ * bf16 (kernels in cuda_mask_gemm.cuh). This file holds the tile table (the
+ * stable IDs that the tuner, the cache and `voxconv info --kernels` use),
+ * the template instantiations (all in one place) and the registry record.
+ */
+#include "cuda_mask_gemm.cuh"
+#include "vc_cuda_tc_algos.h"
+#include "vc_cuda_util.cuh"
+
+#include <string.h>
+
+using namespace vc_mask_gemm;
+
+namespace {
+
+/* ---- tile table --------------------------------------------------------
+ * Forward/dgrad tiles: BM x BN x BK, warp tile WM x WN, stages. Variants of
+ * the same block shape with half the accumulators per thread (more warps)
+ * let the tuner trade registers for occupancy per problem. */
+typedef Tile<64, 64, 32, 32, 32, 3> F0;   /* 4 warps, 32 f32 acc/thread */
+typedef Tile<64, 32, 32, 32, 16, 3> F1;   /* 4 warps, 16 acc */
+typedef Tile<128, 64, 32, 32, 32, 3> F2;  /* 8 warps, 32 acc */
+typedef Tile<128, 128, 32, 64, 32, 3> F3; /* 8 warps, 64 acc */
+typedef Tile<128, 128, 32, 32, 32, 3> F4; /* 16 warps, 32 acc */
+typedef Tile<64, 16, 16, 16, 16, 4> F5;   /* small channels, 8 acc */
+typedef Tile<128, 32, 32, 32, 16, 3> F6;  /* 8 warps, 16 acc */
+#define VC_MG_FWD_TILES 7
+
+/* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
+typedef Tile<64, 64, 32, 32, 32, 3> G0;
+typedef Tile<32, 32, 32, 16, 16, 3> G1;
+typedef Tile<128, 128, 32, 64, 32, 3> G2;
+typedef Tile<64, 128, 32, 32, 32, 3> G3;
+#define VC_MG_WGRAD_TILES 4
+
+template <typename T, typename TL, bool TRANS_W, bool ACC16>
+voxconv_status_t launch_fwd(voxconv_handle_t *h, const FwdArgs &a) {
+  auto kern = fwd_kernel<T, TL, TRANS_W, ACC16>;
+  const int smem = fwd_smem_bytes<TL, TRANS_W>();
+  /* Raising the dynamic shared-memory limit is per function and cheap;
+   * doing it on every launch avoids racy "done once" flags. */
+  if (smem > 48 * 1024)
+    VC_CUDA_TRY(h, cudaFuncSetAttribute(
+                       kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  dim3 grid((unsigned)vc_ceil_div(a.nb, TL::BN),
+            (unsigned)vc_ceil_div(a.n_dst, TL::BM));
+  if (grid.y == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  kern<<<grid, TL::THREADS, smem, vc_cuda_stream(h)>>>(a);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm fwd_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+template <typename T, bool TRANS_W, bool ACC16>
+voxconv_status_t launch_fwd_tile(voxconv_handle_t *h, int tile,
+                                 const FwdArgs &a) {
+  switch (tile) {
+  case 0: return launch_fwd<T, F0, TRANS_W, ACC16>(h, a);
+  case 1: return launch_fwd<T, F1, TRANS_W, ACC16>(h, a);
+  case 2: return launch_fwd<T, F2, TRANS_W, ACC16>(h, a);
+  case 3: return launch_fwd<T, F3, TRANS_W, ACC16>(h, a);
+  case 4: return launch_fwd<T, F4, TRANS_W, ACC16>(h, a);
+  case 5: return launch_fwd<T, F5, TRANS_W, ACC16>(h, a);
+  case 6: return launch_fwd<T, F6, TRANS_W, ACC16>(h, a);
+  }
+  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                 "mask_gemm: forward tile %d outside 0..%d", tile,
+                 VC_MG_FWD_TILES - 1);
+}
+
+template <typename T, typename TL>
+voxconv_status_t launch_wgrad(voxconv_handle_t *h, const WgradArgs &a) {
+  auto kern = wgrad_kernel<T, TL>;
+  const int smem = wgrad_smem_bytes<TL>();
+  if (smem > 48 * 1024)
+    VC_CUDA_TRY(h, cudaFuncSetAttribute(
+                       kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  dim3 grid((unsigned)vc_ceil_div(a.cout, TL::BN),
+            (unsigned)vc_ceil_div(a.cin, TL::BM),
+            (unsigned)(a.kvol * a.splits));
+  kern<<<grid, TL::THREADS, smem, vc_cuda_stream(h)>>>(a);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm wgrad_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+template <typename T>
+voxconv_status_t launch_wgrad_tile(voxconv_handle_t *h, int tile,
+                                   const WgradArgs &a) {
+  switch (tile) {
+  case 0: return launch_wgrad<T, G0>(h, a);
+  case 1: return launch_wgrad<T, G1>(h, a);
+  case 2: return launch_wgrad<T, G2>(h, a);
+  case 3: return launch_wgrad<T, G3>(h, a);
+  }
+  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                 "mask_gemm: wgrad tile %d outside 0..%d", tile,
+                 VC_MG_WGRAD_TILES - 1);
+}
+
+/* ---- the registry record ----------------------------------------------- */
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
+  if (h->backend != VOXCONV_BACKEND_CUDA)
+    return 0;
+  if (p->dtype != VOXCONV_DTYPE_F16 && p->dtype != VOXCONV_DTYPE_BF16)
+    return 0; /* f32 inputs never silently run in half precision */
+  if (p->pass != VOXCONV_PASS_CONV_FWD && p->pass != VOXCONV_PASS_CONV_DGRAD &&
+      p->pass != VOXCONV_PASS_CONV_WGRAD)
+    return 0;
+  /* 16-byte cp.async moves 8 channels at a time. */
+  if (p->cin % 8 != 0 || p->cout % 8 != 0)
+    return 0;
+  if (p->kmap->kvol > VC_MG_MAX_KVOL)
+    return 0;
+  if (!aligned16(p->a) || !aligned16(p->b) || !aligned16(p->c))
+    return 0;
+  if (p->kmap->n_in > INT32_MAX || p->kmap->n_out > INT32_MAX)
+    return 0;
+  return 1;
+}
+
+const vc_param_space_t mg_space_fwd = {
+    2,
+    {"mma_tile", "accumulator_type"},
+    {VC_MG_FWD_TILES, 2},
+    {{0, 1, 2, 3, 4, 5, 6}, {32, 16}}};
+const vc_param_space_t mg_space_wgrad = {
+    2,
+    {"mma_tile", "split_k_slices"},
+    {VC_MG_WGRAD_TILES, 7},
+    {{0, 1, 2, 3}, {1, 2, 4, 8, 16, 32, 64}}};
+
+const vc_param_space_t *mg_param_space(voxconv_pass_t pass) {
+  return pass == VOXCONV_PASS_CONV_WGRAD ? &mg_space_wgrad : &mg_space_fwd;
+}
+
+size_t mg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
+  if (p->pass != VOXCONV_PASS_CONV_WGRAD || prm->v[1] <= 1)
+    return 0;
+  return (size_t)prm->v[1] * (size_t)p->kmap->kvol * (size_t)p->cin *
+         (size_t)p->cout * sizeof(float);
+}
+
+template <typename T>
+voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                              const vc_algo_params_t *prm, void *ws) {
+  const voxconv_kmap_t *m = p->kmap;
+  const int tile = prm->v[0];
+  if (p->pass == VOXCONV_PASS_CONV_WGRAD) {
+    const int splits = prm->v[1] < 1 ? 1 : prm->v[1];
+    if (splits > VC_MG_MAX_SPLITS)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "mask_gemm: split_k_slices=%d above %d", splits,
+                     VC_MG_MAX_SPLITS);
+    if (splits > 1 && !ws)
+      return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                     "mask_gemm: wgrad with %d splits needs a workspace",
+                     splits);
+    WgradArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = p->a;
+    a.dy = p->b;
+    a.in_rows = m->in_rows;
+    a.out_rows = m->out_rows;
+    for (int k = 0; k <= m->kvol; k++)
+      a.po[k] = m->pair_offsets[k];
+    a.partial = (float *)ws;
+    a.dw = p->c;
+    a.kvol = m->kvol;
+    a.cin = (int)p->cin;
+    a.cout = (int)p->cout;
+    a.splits = splits;
+    VC_CHECK(launch_wgrad_tile<T>(h, tile, a));
+    if (splits > 1) {
+      const int64_t n = (int64_t)m->kvol * p->cin * p->cout;
+      wgrad_reduce_kernel<T><<<vc_grid_1d(n, 256, INT32_MAX), 256, 0,
+                               vc_cuda_stream(h)>>>((const float *)ws,
+                                                    (T *)p->c, n, splits);
+      VC_CUDA_LAUNCH_CHECK(h, "mask_gemm wgrad_reduce_kernel");
+    }
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  const bool dgrad = p->pass == VOXCONV_PASS_CONV_DGRAD;
+  const bool acc16 = prm->v[1] == 16;
+  FwdArgs a;
+  a.a = p->a;
+  a.w = p->b;
+  a.nbr = dgrad ? m->nbr_in : m->nbr_out;
+  a.out = p->c;
+  a.n_dst = (int)(dgrad ? m->n_in : m->n_out);
+  a.kvol = m->kvol;
+  a.ka = (int)(dgrad ? p->cout : p->cin);
+  a.nb = (int)(dgrad ? p->cin : p->cout);
+  if (acc16) {
+    /* mma.sync has f16 accumulators for f16 inputs only. */
+    if (p->dtype != VOXCONV_DTYPE_F16)
+      return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                     "mask_gemm: fp16 accumulators need f16 inputs, not %s",
+                     voxconv_dtype_name(p->dtype));
+    return dgrad ? launch_fwd_tile<__half, true, true>(h, tile, a)
+                 : launch_fwd_tile<__half, false, true>(h, tile, a);
+  }
+  return dgrad ? launch_fwd_tile<T, true, false>(h, tile, a)
+               : launch_fwd_tile<T, false, false>(h, tile, a);
+}
+
+voxconv_status_t mg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                        const vc_algo_params_t *prm, void *ws) {
+  VC_CUDA_DEVICE_GUARD(h);
+  if (p->dtype == VOXCONV_DTYPE_F16)
+    return mg_run_typed<__half>(h, p, prm, ws);
+  return mg_run_typed<__nv_bfloat16>(h, p, prm, ws);
+}
+
+} // namespace
+
+extern "C" const vc_algo_t vc_algo_cuda_mask_gemm = {
+    {"mask_gemm", VOXCONV_BACKEND_CUDA,
+     (1u << VOXCONV_PASS_CONV_FWD) | (1u << VOXCONV_PASS_CONV_DGRAD) |
+         (1u << VOXCONV_PASS_CONV_WGRAD),
+     1,
+     "tensor-core fused gather-GEMM-scatter (mma.sync m16n8k16, cp.async "
+     "gather, per-tile offset skipping); f16/bf16, channels % 8 == 0"},
+    mg_supports,
+    mg_param_space,
+    mg_workspace,
+    mg_run};

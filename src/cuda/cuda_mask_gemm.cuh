@@ -1,0 +1,504 @@
+/* Tensor-core fused gather-GEMM-scatter ("mask GEMM") for f16/bf16.
+ *
+ * Forward / dgrad: one thread block owns BM output rows x BN output
+ * channels. It first ORs the neighbour-table rows of its tile into a bitmask
+ * of kernel offsets that any of its rows needs, then loops over only those
+ * offsets (and BK-wide chunks of the reduction channels): input rows are
+ * gathered through the neighbour table with 16-byte cp.async into shared
+ * memory (missing neighbours are zero-filled without touching memory),
+ * STAGES chunks in flight, and multiplied with ldmatrix + mma.sync.m16n8k16.
+ * Every output element is written exactly once, with no atomics, so the
+ * result is deterministic. Dgrad is the same kernel over the reverse table
+ * (kmap->nbr_in) with the weights read transposed.
+ *
+ * Wgrad: dW[k] = X_k^T dY_k per offset over its pair list, the pairs split
+ * into `splits` contiguous slices whose fp32 partials are summed in a fixed
+ * order (deterministic), accumulation always in fp32.
+ *
+ * Layouts of the mma fragments (PTX ISA, "Matrix Fragments for
+ * mma.m16n8k16"): lane = 4*g + t; A regs {a0a1,a2a3,a4a5,a6a7} = rows
+ * {g, g+8, g, g+8} x cols {2t.., 2t.., 2t+8.., 2t+8..}; B regs {b0b1, b2b3} =
+ * k rows {2t.., 2t+8..} x col g; C = rows {g, g, g+8, g+8} x cols {2t, 2t+1}.
+ */
+#ifndef VC_CUDA_MASK_GEMM_CUH
+#define VC_CUDA_MASK_GEMM_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace vc_mask_gemm {
+
+/* ---- PTX wrappers ------------------------------------------------------- */
+__device__ __forceinline__ unsigned smem_addr(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+/* 16-byte async copy; src_bytes = 0 zero-fills the destination without
+ * reading global memory (used for absent neighbours and edges). */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem,
+                                           bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
+                   smem_addr(smem)),
+               "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+      : "r"(smem_addr(p)));
+}
+
+/* Accumulator of one 16x8 mma tile: 4 floats, or 2 packed half2 for the
+ * fp16-accumulator variant. */
+template <bool ACC16> struct Acc;
+template <> struct Acc<false> {
+  float v[4];
+  __device__ void zero() { v[0] = v[1] = v[2] = v[3] = 0.f; }
+};
+template <> struct Acc<true> {
+  uint32_t v[2];
+  __device__ void zero() { v[0] = v[1] = 0u; }
+};
+
+template <typename T, bool ACC16> struct Mma;
+template <> struct Mma<__half, false> {
+  static __device__ __forceinline__ void run(Acc<false> &c,
+                                             const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+  }
+};
+template <> struct Mma<__nv_bfloat16, false> {
+  static __device__ __forceinline__ void run(Acc<false> &c,
+                                             const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c.v[0]), "+f"(c.v[1]), "+f"(c.v[2]), "+f"(c.v[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+  }
+};
+template <> struct Mma<__half, true> {
+  static __device__ __forceinline__ void run(Acc<true> &c,
+                                             const uint32_t (&a)[4],
+                                             const uint32_t (&b)[2]) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 "
+                 "{%0,%1}, {%2,%3,%4,%5}, {%6,%7}, {%0,%1};\n"
+                 : "+r"(c.v[0]), "+r"(c.v[1])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                   "r"(b[1]));
+  }
+};
+
+/* Stores two adjacent outputs (row, col..col+1) from an accumulator. */
+template <typename T> struct Store2;
+template <> struct Store2<__half> {
+  static __device__ void f32(__half *p, float a, float b) {
+    *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(a, b);
+  }
+  static __device__ void h16(__half *p, uint32_t v) {
+    *reinterpret_cast<uint32_t *>(p) = v;
+  }
+};
+template <> struct Store2<__nv_bfloat16> {
+  static __device__ void f32(__nv_bfloat16 *p, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
+  }
+  static __device__ void h16(__nv_bfloat16 *, uint32_t) {}
+};
+
+/* ---- forward / dgrad ---------------------------------------------------- */
+#define VC_MG_MAX_KVOL 343
+#define VC_MG_MASK_WORDS ((VC_MG_MAX_KVOL + 31) / 32)
+
+struct FwdArgs {
+  const void *a;      /* gathered operand [n_src][ka]: x (fwd) or dy (dgrad) */
+  const void *w;      /* weights [kvol][cin][cout] */
+  const int32_t *nbr; /* [n_dst][kvol]: source row or -1 */
+  void *out;          /* [n_dst][nb] */
+  int n_dst, kvol, ka, nb;
+};
+
+/* Compile-time tile shape. TRANS_W: B[kk][n] = W[k][n][kk] (dgrad),
+ * else B[kk][n] = W[k][kk][n] (forward). */
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_>
+struct Tile {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_,
+                       STAGES = STAGES_;
+  static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
+  static constexpr int THREADS = WARPS_M * WARPS_N * 32;
+  static constexpr int MI = WM / 16, NI = WN / 8;
+  static constexpr int A_PITCH = BK + 8; /* halves; +16 B breaks conflicts */
+  static constexpr int B_PITCH_N = BN + 8;
+  static constexpr int B_PITCH_K = BK + 8;
+  static_assert(NI % 2 == 0, "B fragments are loaded two n-tiles at a time");
+  static_assert(BK % 16 == 0 && WM % 16 == 0, "mma shape");
+};
+
+template <typename TL, bool TRANS_W>
+constexpr int fwd_smem_bytes() {
+  return TL::STAGES * 2 *
+         (TL::BM * TL::A_PITCH +
+          (TRANS_W ? TL::BN * TL::B_PITCH_K : TL::BK * TL::B_PITCH_N));
+}
+
+template <typename T, typename TL, bool TRANS_W, bool ACC16>
+__global__ void __launch_bounds__(TL::THREADS)
+    fwd_kernel(const FwdArgs args) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ unsigned s_mask[VC_MG_MASK_WORDS];
+  __shared__ int s_act[VC_MG_MAX_KVOL];
+  __shared__ int s_nact;
+
+  T *sA = reinterpret_cast<T *>(smem_raw);
+  T *sB = sA + TL::STAGES * TL::BM * TL::A_PITCH;
+  constexpr int B_STAGE =
+      TRANS_W ? TL::BN * TL::B_PITCH_K : TL::BK * TL::B_PITCH_N;
+
+  const T *A = reinterpret_cast<const T *>(args.a);
+  const T *W = reinterpret_cast<const T *>(args.w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / TL::WARPS_N, wn = warp % TL::WARPS_N;
+  const int n0 = blockIdx.x * TL::BN;
+  const int m0 = blockIdx.y * TL::BM;
+  const int kvol = args.kvol, ka = args.ka, nb = args.nb;
+  const int rows = min(TL::BM, args.n_dst - m0);
+  const int64_t wsk = (int64_t)ka * nb;
+
+  /* 1. Which offsets does any row of this tile need? The tile's slice of
+   * the neighbour table is contiguous, so this read is coalesced. */
+  for (int i = tid; i < VC_MG_MASK_WORDS; i += TL::THREADS)
+    s_mask[i] = 0u;
+  __syncthreads();
+  const int32_t *nbr_tile = args.nbr + (int64_t)m0 * kvol;
+  for (int i = tid; i < rows * kvol; i += TL::THREADS)
+    if (nbr_tile[i] >= 0) {
+      const int k = i % kvol;
+      atomicOr(&s_mask[k >> 5], 1u << (k & 31));
+    }
+  __syncthreads();
+  if (tid == 0) {
+    int n = 0;
+    for (int w = 0; w < VC_MG_MASK_WORDS; w++) {
+      unsigned m = s_mask[w];
+      while (m) {
+        s_act[n++] = w * 32 + (__ffs(m) - 1);
+        m &= m - 1;
+      }
+    }
+    s_nact = n;
+  }
+  __syncthreads();
+  const int nchunk = (ka + TL::BK - 1) / TL::BK;
+  const int iters = s_nact * nchunk;
+
+  auto load_stage = [&](int stage, int it) {
+    const int k = s_act[it / nchunk];
+    const int c0 = (it % nchunk) * TL::BK;
+    T *a_dst = sA + stage * TL::BM * TL::A_PITCH;
+    constexpr int AV = TL::BK / 8; /* 16-byte vectors per A row */
+    for (int v = tid; v < TL::BM * AV; v += TL::THREADS) {
+      const int r = v / AV, cv = v % AV;
+      const int col = c0 + cv * 8;
+      int src = -1;
+      if (r < rows)
+        src = nbr_tile[(int64_t)r * kvol + k];
+      const bool ok = src >= 0 && col < ka;
+      const T *g = ok ? A + (int64_t)src * ka + col : A;
+      cp_async16(a_dst + r * TL::A_PITCH + cv * 8, g, ok);
+    }
+    T *b_dst = sB + stage * B_STAGE;
+    const T *wk = W + (int64_t)k * wsk;
+    if (!TRANS_W) {
+      constexpr int BV = TL::BN / 8;
+      for (int v = tid; v < TL::BK * BV; v += TL::THREADS) {
+        const int kk = v / BV, nv = v % BV;
+        const int kr = c0 + kk, nc = n0 + nv * 8;
+        const bool ok = kr < ka && nc < nb;
+        const T *g = ok ? wk + (int64_t)kr * nb + nc : W;
+        cp_async16(b_dst + kk * TL::B_PITCH_N + nv * 8, g, ok);
+      }
+    } else {
+      constexpr int BV = TL::BK / 8;
+      for (int v = tid; v < TL::BN * BV; v += TL::THREADS) {
+        const int n = v / BV, kv = v % BV;
+        const int nr = n0 + n, kc = c0 + kv * 8;
+        const bool ok = nr < nb && kc < ka;
+        const T *g = ok ? wk + (int64_t)nr * ka + kc : W;
+        cp_async16(b_dst + n * TL::B_PITCH_K + kv * 8, g, ok);
+      }
+    }
+  };
+
+  Acc<ACC16> acc[TL::MI][TL::NI];
+#pragma unroll
+  for (int i = 0; i < TL::MI; i++)
+#pragma unroll
+    for (int j = 0; j < TL::NI; j++)
+      acc[i][j].zero();
+
+#pragma unroll
+  for (int s = 0; s < TL::STAGES - 1; s++) {
+    if (s < iters)
+      load_stage(s, s);
+    cp_async_commit();
+  }
+
+  for (int it = 0; it < iters; it++) {
+    cp_async_wait<TL::STAGES - 2>();
+    __syncthreads(); /* stage `it` landed; stage it-1 fully consumed */
+    const int next = it + TL::STAGES - 1;
+    if (next < iters)
+      load_stage(next % TL::STAGES, next);
+    cp_async_commit();
+
+    const int stage = it % TL::STAGES;
+    const T *a_s = sA + stage * TL::BM * TL::A_PITCH;
+    const T *b_s = sB + stage * B_STAGE;
+#pragma unroll
+    for (int kk = 0; kk < TL::BK; kk += 16) {
+      uint32_t af[TL::MI][4];
+#pragma unroll
+      for (int mi = 0; mi < TL::MI; mi++) {
+        const int r = wm * TL::WM + mi * 16 + (lane & 15);
+        const int c = kk + (lane >> 4) * 8;
+        ldsm_x4(af[mi], a_s + r * TL::A_PITCH + c);
+      }
+      uint32_t bfr[TL::NI][2];
+#pragma unroll
+      for (int nj = 0; nj < TL::NI; nj += 2) {
+        uint32_t r4[4];
+        if (!TRANS_W) {
+          const int kr = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+          const int nc = wn * TL::WN + nj * 8 + (lane >> 4) * 8;
+          ldsm_x4_t(r4, b_s + kr * TL::B_PITCH_N + nc);
+        } else {
+          const int nr = wn * TL::WN + nj * 8 + (lane & 7) + (lane >> 4) * 8;
+          const int kc = kk + ((lane >> 3) & 1) * 8;
+          ldsm_x4(r4, b_s + nr * TL::B_PITCH_K + kc);
+        }
+        bfr[nj][0] = r4[0];
+        bfr[nj][1] = r4[1];
+        bfr[nj + 1][0] = r4[2];
+        bfr[nj + 1][1] = r4[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < TL::MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < TL::NI; ni++)
+          Mma<T, ACC16>::run(acc[mi][ni], af[mi], bfr[ni]);
+    }
+  }
+  cp_async_wait<0>();
+
+  /* Epilogue: every (row < n_dst, col < nb) of the tile is written once,
+   * rows with no neighbour at all get exact zeros. */
+  T *out = reinterpret_cast<T *>(args.out);
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < TL::MI; mi++)
+#pragma unroll
+    for (int ni = 0; ni < TL::NI; ni++) {
+      const int col = n0 + wn * TL::WN + ni * 8 + t4 * 2;
+      if (col >= nb)
+        continue;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int r = wm * TL::WM + mi * 16 + g + h * 8;
+        if (r >= rows)
+          continue;
+        T *p = out + (int64_t)(m0 + r) * nb + col;
+        if (ACC16)
+          Store2<T>::h16(p, reinterpret_cast<const uint32_t *>(
+                                &acc[mi][ni])[h]);
+        else
+          Store2<T>::f32(p, reinterpret_cast<const float *>(
+                                &acc[mi][ni])[2 * h],
+                         reinterpret_cast<const float *>(
+                             &acc[mi][ni])[2 * h + 1]);
+      }
+    }
+}
+
+/* ---- wgrad -------------------------------------------------------------- */
+#define VC_MG_MAX_SPLITS 64
+
+struct WgradArgs {
+  const void *x;        /* [n_in][cin] */
+  const void *dy;       /* [n_out][cout] */
+  const int32_t *in_rows, *out_rows;
+  int64_t po[VC_MG_MAX_KVOL + 1]; /* pair offsets, passed by value so no
+                                    host->device copy is needed */
+  float *partial;       /* [splits][kvol][cin][cout] when splits > 1 */
+  void *dw;             /* [kvol][cin][cout] (dtype T) when splits == 1 */
+  int kvol, cin, cout, splits;
+};
+
+template <typename TL> constexpr int wgrad_smem_bytes() {
+  return TL::STAGES * 2 *
+         (TL::BK * (TL::BM + 8) + TL::BK * TL::B_PITCH_N);
+}
+
+/* M = cin, N = cout, reduction over the pairs of one offset. A is stored
+ * as gathered rows [pair][cin] and read transposed by ldmatrix.trans. */
+template <typename T, typename TL>
+__global__ void __launch_bounds__(TL::THREADS)
+    wgrad_kernel(const WgradArgs args) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  constexpr int A_PITCH_M = TL::BM + 8;
+  T *sA = reinterpret_cast<T *>(smem_raw);
+  T *sB = sA + TL::STAGES * TL::BK * A_PITCH_M;
+
+  const T *X = reinterpret_cast<const T *>(args.x);
+  const T *DY = reinterpret_cast<const T *>(args.dy);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / TL::WARPS_N, wn = warp % TL::WARPS_N;
+  const int n0 = blockIdx.x * TL::BN, m0 = blockIdx.y * TL::BM;
+  const int k = blockIdx.z / args.splits, split = blockIdx.z % args.splits;
+  const int cin = args.cin, cout = args.cout;
+  const int64_t pk0 = args.po[k], pk1 = args.po[k + 1];
+  const int64_t len = pk1 - pk0;
+  const int64_t p_begin = pk0 + len * split / args.splits;
+  const int64_t p_end = pk0 + len * (split + 1) / args.splits;
+  const int iters = (int)((p_end - p_begin + TL::BK - 1) / TL::BK);
+
+  auto load_stage = [&](int stage, int it) {
+    const int64_t p0 = p_begin + (int64_t)it * TL::BK;
+    T *a_dst = sA + stage * TL::BK * A_PITCH_M;
+    constexpr int AV = TL::BM / 8;
+    for (int v = tid; v < TL::BK * AV; v += TL::THREADS) {
+      const int pr = v / AV, mv = v % AV;
+      const int64_t p = p0 + pr;
+      const int col = m0 + mv * 8;
+      const bool ok = p < p_end && col < cin;
+      const T *g = ok ? X + (int64_t)args.in_rows[p] * cin + col : X;
+      cp_async16(a_dst + pr * A_PITCH_M + mv * 8, g, ok);
+    }
+    T *b_dst = sB + stage * TL::BK * TL::B_PITCH_N;
+    constexpr int BV = TL::BN / 8;
+    for (int v = tid; v < TL::BK * BV; v += TL::THREADS) {
+      const int pr = v / BV, nv = v % BV;
+      const int64_t p = p0 + pr;
+      const int col = n0 + nv * 8;
+      const bool ok = p < p_end && col < cout;
+      const T *g = ok ? DY + (int64_t)args.out_rows[p] * cout + col : DY;
+      cp_async16(b_dst + pr * TL::B_PITCH_N + nv * 8, g, ok);
+    }
+  };
+
+  Acc<false> acc[TL::MI][TL::NI];
+#pragma unroll
+  for (int i = 0; i < TL::MI; i++)
+#pragma unroll
+    for (int j = 0; j < TL::NI; j++)
+      acc[i][j].zero();
+
+#pragma unroll
+  for (int s = 0; s < TL::STAGES - 1; s++) {
+    if (s < iters)
+      load_stage(s, s);
+    cp_async_commit();
+  }
+  for (int it = 0; it < iters; it++) {
+    cp_async_wait<TL::STAGES - 2>();
+    __syncthreads();
+    const int next = it + TL::STAGES - 1;
+    if (next < iters)
+      load_stage(next % TL::STAGES, next);
+    cp_async_commit();
+    const int stage = it % TL::STAGES;
+    const T *a_s = sA + stage * TL::BK * A_PITCH_M;
+    const T *b_s = sB + stage * TL::BK * TL::B_PITCH_N;
+#pragma unroll
+    for (int kk = 0; kk < TL::BK; kk += 16) {
+      uint32_t af[TL::MI][4];
+#pragma unroll
+      for (int mi = 0; mi < TL::MI; mi++) {
+        const int mat = lane >> 3;
+        const int kr = kk + (lane & 7) + (mat >> 1) * 8;
+        const int mc = wm * TL::WM + mi * 16 + (mat & 1) * 8;
+        ldsm_x4_t(af[mi], a_s + kr * A_PITCH_M + mc);
+      }
+      uint32_t bfr[TL::NI][2];
+#pragma unroll
+      for (int nj = 0; nj < TL::NI; nj += 2) {
+        uint32_t r4[4];
+        const int kr = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+        const int nc = wn * TL::WN + nj * 8 + (lane >> 4) * 8;
+        ldsm_x4_t(r4, b_s + kr * TL::B_PITCH_N + nc);
+        bfr[nj][0] = r4[0];
+        bfr[nj][1] = r4[1];
+        bfr[nj + 1][0] = r4[2];
+        bfr[nj + 1][1] = r4[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < TL::MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < TL::NI; ni++)
+          Mma<T, false>::run(acc[mi][ni], af[mi], bfr[ni]);
+    }
+  }
+  cp_async_wait<0>();
+
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t wsk = (int64_t)cin * cout;
+#pragma unroll
+  for (int mi = 0; mi < TL::MI; mi++)
+#pragma unroll
+    for (int ni = 0; ni < TL::NI; ni++) {
+      const int col = n0 + wn * TL::WN + ni * 8 + t4 * 2;
+      if (col >= cout)
+        continue;
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int row = m0 + wm * TL::WM + mi * 16 + g + h * 8;
+        if (row >= cin)
+          continue;
+        const float a = acc[mi][ni].v[2 * h], b = acc[mi][ni].v[2 * h + 1];
+        const int64_t off = (int64_t)k * wsk + (int64_t)row * cout + col;
+        if (args.splits == 1) {
+          Store2<T>::f32(reinterpret_cast<T *>(args.dw) + off, a, b);
+        } else {
+          float *p = args.partial + (int64_t)split * args.kvol * wsk + off;
+          p[0] = a;
+          p[1] = b;
+        }
+      }
+    }
+}
+
+/* Sums the split partials in split order (bitwise reproducible). */
+template <typename T>
+__global__ void wgrad_reduce_kernel(const float *partial, T *dw, int64_t n,
+                                    int splits) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n)
+    return;
+  float s = 0.f;
+  for (int j = 0; j < splits; j++)
+    s += partial[(int64_t)j * n + i];
+  dw[i] = (T)s;
+}
+
+} // namespace vc_mask_gemm
+
+#endif

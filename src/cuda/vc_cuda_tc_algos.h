@@ -1,0 +1,26 @@
+/* Tensor-core CUDA algorithm records (issue: tensor-core implicit GEMM),
+ * listed into the registry ahead of the SIMT ones (src/ops/algo.c).
+ *
+ *  mask_gemm   fused gather-GEMM-scatter on tensor cores (mma.sync
+ *              m16n8k16, cp.async gather, per-tile offset skipping);
+ *              f16/bf16 with channels % 8 == 0. Forward/dgrad write each
+ *              output once (no atomics); wgrad reduces split partials in a
+ *              fixed order. Deterministic. Params: mma_tile,
+ *              accumulator_type (fwd/dgrad), split_k_slices (wgrad). */
+#ifndef VC_CUDA_TC_ALGOS_H
+#define VC_CUDA_TC_ALGOS_H
+
+#include "../ops/vc_algo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern const vc_algo_t vc_algo_cuda_mask_gemm;
+
+#define VC_CUDA_TC_ALGO_LIST &vc_algo_cuda_mask_gemm,
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,446 @@
+/* mask_gemm (tensor-core fused gather-GEMM-scatter) on the GPU against the
+ * CPU fp64 path: every tile, accumulator variant and split count, forward,
+ * dgrad and wgrad, f16 and bf16, on real-scan and random coordinates, with
+ * poisoned outputs. Also writes the precision evidence of the tensor-core
+ * issue: per tile max_rel / p99 / mean at C in {8, 32, 128, 256} and the
+ * N >= 200k, C = 32, K = 27 real-scan shape (workload A level 0), where
+ * fp16-accumulator tiles are known to corrupt isolated cells.
+ *
+ * rel_i = |y_i - ref_i| / (|ref_i| + 0.01 rms(ref)) as in BENCHMARKS.md.
+ * Gates: f16 with f32 accumulators max_rel <= 2e-3 (a few fp16 ulps);
+ * bf16 <= 1.6e-2 (bf16 has 8 bits of mantissa: half an ulp is 3.9e-3);
+ * fp16 accumulators are reported, not gated, except that they must be
+ * finite. VOXCONV_REPORT=path appends a markdown report. */
+#include "vc_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/vc_core.h"
+#include "ops/vc_algo.h"
+
+#define F16_TOL 2e-3
+#define BF16_TOL 1.6e-2
+
+static voxconv_handle_t *g_cpu, *g_gpu;
+static FILE *g_report;
+
+typedef struct {
+  int32_t *coords;
+  int64_t n;
+  const char *name;
+} coordset_t;
+
+static int cmp_key(const void *a, const void *b) {
+  const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
+  for (int i = 0; i < 4; i++)
+    if (x[i] != y[i])
+      return x[i] < y[i] ? -1 : 1;
+  return 0;
+}
+
+/* Unique voxels of points scaled by 1/voxel (floor), batch 0. */
+static coordset_t voxels_from_points(const float *pts, int64_t n, int fields,
+                                     float voxel, const char *name,
+                                     int64_t max_voxels) {
+  int32_t *c = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)n);
+  float mn[3] = {1e30f, 1e30f, 1e30f};
+  for (int64_t i = 0; i < n; i++)
+    for (int a = 0; a < 3; a++)
+      if (pts[i * fields + a] < mn[a])
+        mn[a] = pts[i * fields + a];
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const float *p = pts + i * fields;
+    if (!isfinite(p[0]) || !isfinite(p[1]) || !isfinite(p[2]))
+      continue;
+    c[m * 4] = 0;
+    for (int a = 0; a < 3; a++)
+      c[m * 4 + 1 + a] = (int32_t)floorf((p[a] - mn[a]) / voxel);
+    m++;
+  }
+  qsort(c, (size_t)m, 16, cmp_key);
+  int64_t u = 0;
+  for (int64_t i = 0; i < m; i++)
+    if (u == 0 || cmp_key(c + i * 4, c + (u - 1) * 4) != 0) {
+      memmove(c + u * 4, c + i * 4, 16);
+      u++;
+    }
+  if (max_voxels > 0 && u > max_voxels)
+    u = max_voxels; /* a crop: the first voxels in (x,y,z) order */
+  coordset_t s = {c, u, name};
+  return s;
+}
+
+/* Workload A level 0 (BENCHMARKS.md): 8 shifted copies of the spconv
+ * benchmark cloud, cropped, 0.1 m voxels. */
+static coordset_t workload_a_level0(void) {
+  coordset_t none = {NULL, 0, NULL};
+  size_t bytes = 0;
+  float *pc = (float *)vc_read_file(
+      vc_data_path("bench/spconv_benchmark_pc.xyz.f32.bin"), &bytes);
+  if (!pc)
+    return none;
+  int64_t n = (int64_t)(bytes / 12);
+  int32_t *c = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)n * 8);
+  int64_t m = 0;
+  for (int r = 0; r < 8; r++)
+    for (int64_t i = 0; i < n; i++) {
+      float x = pc[i * 3], y = pc[i * 3 + 1] + (float)r, z = pc[i * 3 + 2];
+      if (x < -80 || x >= 80 || y < -80 || y >= 80 || z < -2 || z >= 6)
+        continue;
+      c[m * 4] = 0;
+      c[m * 4 + 1] = (int32_t)floorf((x + 80.f) / 0.1f);
+      c[m * 4 + 2] = (int32_t)floorf((y + 80.f) / 0.1f);
+      c[m * 4 + 3] = (int32_t)floorf((z + 2.f) / 0.1f);
+      m++;
+    }
+  free(pc);
+  qsort(c, (size_t)m, 16, cmp_key);
+  int64_t u = 0;
+  for (int64_t i = 0; i < m; i++)
+    if (u == 0 || cmp_key(c + i * 4, c + (u - 1) * 4) != 0) {
+      memmove(c + u * 4, c + i * 4, 16);
+      u++;
+    }
+  coordset_t s = {c, u, "workload A level 0"};
+  return s;
+}
+
+static coordset_t random_coords(int64_t n, int extent) {
+  int32_t *c = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    c[i * 4] = (int32_t)vc_rand_range(0, 1);
+    for (int a = 1; a < 4; a++)
+      c[i * 4 + a] = (int32_t)vc_rand_range(-extent, extent);
+  }
+  qsort(c, (size_t)n, 16, cmp_key);
+  int64_t u = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (u == 0 || cmp_key(c + i * 4, c + (u - 1) * 4) != 0) {
+      memmove(c + u * 4, c + i * 4, 16);
+      u++;
+    }
+  coordset_t s = {c, u, "random"};
+  return s;
+}
+
+static void *gpu_upload(const void *host, size_t bytes) {
+  void *d = NULL;
+  if (voxconv_malloc(g_gpu, bytes, &d) != VOXCONV_STATUS_SUCCESS)
+    return NULL;
+  voxconv_memcpy(g_gpu, d, host, bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+  return d;
+}
+
+static int cmpd(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* q in [0,1]: that quantile of rel; q < 0: the mean of rel. */
+static double percentile_rel(const void *got, voxconv_dtype_t dt,
+                             const double *ref, int64_t n, double q) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; i++)
+    ss += ref[i] * ref[i];
+  double rms = n ? sqrt(ss / (double)n) : 0;
+  double *r = (double *)malloc(sizeof(double) * (size_t)(n ? n : 1));
+  double mean = 0;
+  for (int64_t i = 0; i < n; i++) {
+    r[i] = fabs(vc_get(got, dt, i) - ref[i]) / (fabs(ref[i]) + 0.01 * rms);
+    mean += r[i];
+  }
+  qsort(r, (size_t)n, sizeof(double), cmpd);
+  double v = q < 0 ? mean / (double)(n ? n : 1)
+                   : r[(int64_t)((double)(n - 1) * q)];
+  free(r);
+  return v;
+}
+
+/* Runs one (pass, dtype, params) of mask_gemm on the GPU and compares with
+ * the CPU F64 result computed from the same dtype-rounded inputs. */
+static void check_case(const coordset_t *cs, voxconv_kmap_t *kg,
+                       voxconv_kmap_t *kc, voxconv_pass_t pass,
+                       voxconv_dtype_t dt, int64_t cin, int64_t cout,
+                       const vc_algo_params_t *prm, const double *ref_cache,
+                       const void *in_a, const void *in_b, double *ref_out,
+                       int gate, const char *label) {
+  (void)kc;
+  const vc_algo_t *algo = vc_algo_find("mask_gemm");
+  voxconv_kmap_info_t info;
+  voxconv_kmap_get_info(kg, &info);
+  const size_t es = voxconv_dtype_size(dt);
+  int64_t n_out_el;
+  if (pass == VOXCONV_PASS_CONV_FWD)
+    n_out_el = info.n_out * cout;
+  else if (pass == VOXCONV_PASS_CONV_DGRAD)
+    n_out_el = info.n_in * cin;
+  else
+    n_out_el = (int64_t)info.kernel_volume * cin * cout;
+  (void)ref_out;
+  void *host_out = malloc((size_t)n_out_el * es);
+  vc_poison(host_out, dt, n_out_el);
+  void *d_out = gpu_upload(host_out, (size_t)n_out_el * es);
+  int64_t na = pass == VOXCONV_PASS_CONV_DGRAD ? info.n_out * cout
+                                               : info.n_in * cin;
+  int64_t nbel = pass == VOXCONV_PASS_CONV_WGRAD ? info.n_out * cout
+                                                 : (int64_t)info.kernel_volume *
+                                                       cin * cout;
+  void *d_a = gpu_upload(in_a, (size_t)na * es);
+  void *d_b = gpu_upload(in_b, (size_t)nbel * es);
+  vc_conv_problem_t p;
+  memset(&p, 0, sizeof p);
+  p.pass = pass;
+  p.kmap = kg;
+  p.dtype = dt;
+  p.cin = cin;
+  p.cout = cout;
+  p.a = d_a;
+  p.b = d_b;
+  p.c = d_out;
+  p.deterministic = 1;
+  p.fp16_accum = pass != VOXCONV_PASS_CONV_WGRAD && prm->v[1] == 16;
+  VC_EXPECT(algo->supports(g_gpu, &p), "%s: supports()", label);
+  size_t ws_bytes = algo->workspace_size ? algo->workspace_size(&p, prm) : 0;
+  void *ws = NULL;
+  if (ws_bytes)
+    voxconv_malloc(g_gpu, ws_bytes, &ws);
+  voxconv_status_t st = algo->run(g_gpu, &p, prm, ws);
+  if (st == VOXCONV_STATUS_SUCCESS)
+    st = voxconv_synchronize(g_gpu);
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s: run: %s %s", label,
+            voxconv_status_string(st), voxconv_get_last_error(g_gpu));
+  voxconv_memcpy(g_gpu, host_out, d_out, (size_t)n_out_el * es,
+                 VOXCONV_MEMCPY_BACKEND_TO_HOST);
+  int64_t unwritten = vc_count_poison(host_out, dt, n_out_el);
+  VC_EXPECT(unwritten == 0, "%s: %lld outputs not written", label,
+            (long long)unwritten);
+  vc_err_stats_t e = vc_compare(host_out, dt, ref_cache, n_out_el, 0.01);
+  double p99 = percentile_rel(host_out, dt, ref_cache, n_out_el, 0.99);
+  double mean = percentile_rel(host_out, dt, ref_cache, n_out_el, -1);
+  printf("  %-44s max_rel %.3e  p99 %.3e  mean %.3e  norm %.3e\n", label,
+         e.max_rel, p99, mean, e.norm_rel);
+  if (g_report)
+    fprintf(g_report, "| %s | %s | %.3e | %.3e | %.3e | %.3e |\n", cs->name,
+            label, e.max_rel, p99, mean, e.norm_rel);
+  double tol = dt == VOXCONV_DTYPE_F16 ? F16_TOL : BF16_TOL;
+  if (gate)
+    VC_EXPECT(e.max_rel <= tol, "%s: max_rel %.3e > %.1e at element %lld",
+              label, e.max_rel, tol, (long long)e.worst_index);
+  else
+    VC_EXPECT(e.n_nonfinite_mismatch == 0 && e.max_rel < 1e3,
+              "%s: fp16-accumulator result not finite/sane (%.3e)", label,
+              e.max_rel);
+  voxconv_free(g_gpu, ws);
+  voxconv_free(g_gpu, d_a);
+  voxconv_free(g_gpu, d_b);
+  voxconv_free(g_gpu, d_out);
+  free(host_out);
+}
+
+/* CPU F64 reference of one pass from dtype-rounded inputs. */
+static double *cpu_reference(voxconv_kmap_t *kc, voxconv_pass_t pass,
+                             voxconv_dtype_t dt, int64_t cin, int64_t cout,
+                             const void *a, const void *b) {
+  voxconv_kmap_info_t info;
+  voxconv_kmap_get_info(kc, &info);
+  int64_t na = pass == VOXCONV_PASS_CONV_DGRAD ? info.n_out * cout
+                                               : info.n_in * cin;
+  int64_t nb = pass == VOXCONV_PASS_CONV_WGRAD
+                   ? info.n_out * cout
+                   : (int64_t)info.kernel_volume * cin * cout;
+  double *a64 = (double *)malloc(sizeof(double) * (size_t)na);
+  double *b64 = (double *)malloc(sizeof(double) * (size_t)nb);
+  vc_load_f64(a, dt, na, a64);
+  vc_load_f64(b, dt, nb, b64);
+  double *out = NULL;
+  voxconv_status_t st;
+  if (pass == VOXCONV_PASS_CONV_FWD) {
+    out = (double *)malloc(sizeof(double) * (size_t)(info.n_out * cout));
+    voxconv_feats_t x = {a64, info.n_in, cin, VOXCONV_DTYPE_F64};
+    voxconv_weights_t w = {b64, info.kernel_volume, cin, cout,
+                           VOXCONV_DTYPE_F64};
+    voxconv_feats_t y = {out, info.n_out, cout, VOXCONV_DTYPE_F64};
+    st = voxconv_conv_forward(g_cpu, kc, &x, &w, &y, NULL);
+  } else if (pass == VOXCONV_PASS_CONV_DGRAD) {
+    out = (double *)malloc(sizeof(double) * (size_t)(info.n_in * cin));
+    voxconv_feats_t dy = {a64, info.n_out, cout, VOXCONV_DTYPE_F64};
+    voxconv_weights_t w = {b64, info.kernel_volume, cin, cout,
+                           VOXCONV_DTYPE_F64};
+    voxconv_feats_t dx = {out, info.n_in, cin, VOXCONV_DTYPE_F64};
+    st = voxconv_conv_dgrad(g_cpu, kc, &dy, &w, &dx, NULL);
+  } else {
+    out = (double *)malloc(sizeof(double) *
+                           (size_t)(info.kernel_volume * cin * cout));
+    voxconv_feats_t x = {a64, info.n_in, cin, VOXCONV_DTYPE_F64};
+    voxconv_feats_t dy = {b64, info.n_out, cout, VOXCONV_DTYPE_F64};
+    voxconv_weights_t dw = {out, info.kernel_volume, cin, cout,
+                            VOXCONV_DTYPE_F64};
+    st = voxconv_conv_wgrad(g_cpu, kc, &x, &dy, &dw, NULL);
+  }
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "cpu f64 reference: %s",
+            voxconv_get_last_error(g_cpu));
+  free(a64);
+  free(b64);
+  return out;
+}
+
+/* All variants of one pass for one coordinate set / channel pair. */
+static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
+                     voxconv_kmap_t *kc, voxconv_pass_t pass, int64_t cin,
+                     int64_t cout, int all_variants) {
+  voxconv_kmap_info_t info;
+  voxconv_kmap_get_info(kg, &info);
+  static const voxconv_dtype_t dts[2] = {VOXCONV_DTYPE_F16,
+                                         VOXCONV_DTYPE_BF16};
+  const vc_algo_t *algo = vc_algo_find("mask_gemm");
+  const vc_param_space_t *sp = algo->param_space(pass);
+  for (int d = 0; d < 2; d++) {
+    voxconv_dtype_t dt = dts[d];
+    const size_t es = voxconv_dtype_size(dt);
+    int64_t na = pass == VOXCONV_PASS_CONV_DGRAD ? info.n_out * cout
+                                                 : info.n_in * cin;
+    int64_t nb = pass == VOXCONV_PASS_CONV_WGRAD
+                     ? info.n_out * cout
+                     : (int64_t)info.kernel_volume * cin * cout;
+    void *a = malloc((size_t)na * es), *b = malloc((size_t)nb * es);
+    vc_fill_normal(a, dt, na);
+    vc_fill_normal(b, dt, nb);
+    double *ref = cpu_reference(kc, pass, dt, cin, cout, a, b);
+    for (int t = 0; t < sp->n_values[0]; t++) {
+      int n2 = sp->n_values[1];
+      for (int j = 0; j < n2; j++) {
+        vc_algo_params_t prm = {{sp->values[0][t], sp->values[1][j], 0, 0}};
+        int acc16 = pass != VOXCONV_PASS_CONV_WGRAD && prm.v[1] == 16;
+        if (acc16 && dt != VOXCONV_DTYPE_F16)
+          continue;
+        /* split counts beyond 8 only on the all-variants sets */
+        if (pass == VOXCONV_PASS_CONV_WGRAD && !all_variants && prm.v[1] > 8)
+          continue;
+        char label[160];
+        snprintf(label, sizeof label, "%s %s C%lld->%lld tile %d %s %d",
+                 pass == VOXCONV_PASS_CONV_FWD     ? "fwd"
+                 : pass == VOXCONV_PASS_CONV_DGRAD ? "dgrad"
+                                                   : "wgrad",
+                 voxconv_dtype_name(dt), (long long)cin, (long long)cout,
+                 prm.v[0], pass == VOXCONV_PASS_CONV_WGRAD ? "splits" : "acc",
+                 prm.v[1]);
+        check_case(cs, kg, kc, pass, dt, cin, cout, &prm, ref, a, b, NULL,
+                   !acc16, label);
+      }
+    }
+    free(ref);
+    free(a);
+    free(b);
+  }
+}
+
+static int build_maps(const coordset_t *cs, voxconv_kmap_t **kg,
+                      voxconv_kmap_t **kc) {
+  voxconv_kmap_desc_t geo = {VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1},
+                             {1, 1, 1}};
+  voxconv_coords_t in = {cs->coords, cs->n, {1, 1, 1}};
+  if (voxconv_kmap_build(g_cpu, &geo, &in, NULL, kc) != VOXCONV_STATUS_SUCCESS)
+    return 0;
+  int32_t *d = (int32_t *)gpu_upload(cs->coords, (size_t)cs->n * 16);
+  voxconv_coords_t ing = {d, cs->n, {1, 1, 1}};
+  voxconv_status_t st = voxconv_kmap_build(g_gpu, &geo, &ing, NULL, kg);
+  voxconv_free(g_gpu, d);
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "gpu kmap: %s",
+            voxconv_get_last_error(g_gpu));
+  return st == VOXCONV_STATUS_SUCCESS;
+}
+
+int main(void) {
+  vc_test_init("test_mask_gemm");
+  int ndev = 0;
+  voxconv_device_count(&ndev);
+  if (!voxconv_has_cuda() || ndev == 0) {
+    printf("test_mask_gemm: SKIPPED: no CUDA device (built with CUDA: %d)\n",
+           voxconv_has_cuda());
+    return VC_TEST_SKIP;
+  }
+  if (!vc_algo_find("mask_gemm")) {
+    printf("test_mask_gemm: mask_gemm is not registered\n");
+    return 1;
+  }
+  voxconv_handle_desc_t dc = {0}, dg = {0};
+  dc.backend = VOXCONV_BACKEND_CPU;
+  dg.backend = VOXCONV_BACKEND_CUDA;
+  VC_REQUIRE_OK(NULL, voxconv_create(&g_cpu, &dc));
+  VC_REQUIRE_OK(NULL, voxconv_create(&g_gpu, &dg));
+  const char *rp = getenv("VOXCONV_REPORT");
+  if (rp && *rp) {
+    g_report = fopen(rp, "a");
+    if (g_report)
+      fprintf(g_report, "\n| coords | case | max_rel | p99 | mean | norm |\n"
+                        "|---|---|---|---|---|---|\n");
+  }
+
+  /* 1. Every tile and variant on a small random set (edges: n not a
+   * multiple of any BM, channel counts not multiples of 32/64). */
+  coordset_t rnd = random_coords(3000, 9);
+  voxconv_kmap_t *kg = NULL, *kc = NULL;
+  if (build_maps(&rnd, &kg, &kc)) {
+    static const int64_t ch[][2] = {{8, 8}, {16, 24}, {40, 72}, {96, 160}};
+    for (int i = 0; i < 4; i++) {
+      run_pass(&rnd, kg, kc, VOXCONV_PASS_CONV_FWD, ch[i][0], ch[i][1], 1);
+      run_pass(&rnd, kg, kc, VOXCONV_PASS_CONV_DGRAD, ch[i][0], ch[i][1], 1);
+      run_pass(&rnd, kg, kc, VOXCONV_PASS_CONV_WGRAD, ch[i][0], ch[i][1], 1);
+    }
+    voxconv_kmap_destroy(g_gpu, kg);
+    voxconv_kmap_destroy(g_cpu, kc);
+  }
+
+  /* 2. Precision evidence on real scan coordinates: SemanticKITTI at 5 cm
+   * (a crop of 20k voxels, so the fp64 reference stays quick), C in {8,32,128,256}. */
+  size_t bytes = 0;
+  float *pts = (float *)vc_read_file(
+      vc_data_path("scans/semantickitti_00_000000.bin"), &bytes);
+  if (!pts) {
+    printf("test_mask_gemm: data folder missing (%s): real-scan part "
+           "skipped\n",
+           vc_data_path("scans"));
+  } else {
+    static const int64_t cs_list[4] = {8, 32, 128, 256};
+    coordset_t sk = voxels_from_points(pts, (int64_t)(bytes / 16), 4, 0.05f,
+                                       "SemanticKITTI 5cm crop", 20000);
+    if (build_maps(&sk, &kg, &kc)) {
+      for (int i = 0; i < 4; i++) {
+        run_pass(&sk, kg, kc, VOXCONV_PASS_CONV_FWD, cs_list[i], cs_list[i],
+                 0);
+        if (cs_list[i] <= 128) {
+          run_pass(&sk, kg, kc, VOXCONV_PASS_CONV_DGRAD, cs_list[i],
+                   cs_list[i], 0);
+          run_pass(&sk, kg, kc, VOXCONV_PASS_CONV_WGRAD, cs_list[i],
+                   cs_list[i], 0);
+        }
+      }
+      voxconv_kmap_destroy(g_gpu, kg);
+      voxconv_kmap_destroy(g_cpu, kc);
+    }
+    free(sk.coords);
+    free(pts);
+  }
+
+  /* 3. The shape where fp16 accumulators corrupt isolated cells: C = 32,
+   * K = 27, N >= 200k real coordinates (workload A level 0, 913,903). */
+  if (!getenv("VOXCONV_TEST_SMALL")) {
+    coordset_t wa = workload_a_level0();
+    if (wa.n > 0 && build_maps(&wa, &kg, &kc)) {
+      printf("workload A level 0: %lld voxels\n", (long long)wa.n);
+      run_pass(&wa, kg, kc, VOXCONV_PASS_CONV_FWD, 32, 32, 0);
+      voxconv_kmap_destroy(g_gpu, kg);
+      voxconv_kmap_destroy(g_cpu, kc);
+    }
+    free(wa.coords);
+  }
+  free(rnd.coords);
+  if (g_report)
+    fclose(g_report);
+  voxconv_destroy(g_gpu);
+  voxconv_destroy(g_cpu);
+  return vc_test_finish();
+}
