@@ -32,97 +32,8 @@ typedef struct {
   const char *name;
 } coordset_t;
 
-static int cmp_key(const void *a, const void *b) {
-  const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
-  for (int i = 0; i < 4; i++)
-    if (x[i] != y[i])
-      return x[i] < y[i] ? -1 : 1;
-  return 0;
-}
-
-/* Unique voxels of points scaled by 1/voxel (floor), batch 0. */
-static coordset_t voxels_from_points(const float *pts, int64_t n, int fields,
-                                     float voxel, const char *name,
-                                     int64_t max_voxels) {
-  int32_t *c = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)n);
-  float mn[3] = {1e30f, 1e30f, 1e30f};
-  for (int64_t i = 0; i < n; i++)
-    for (int a = 0; a < 3; a++)
-      if (pts[i * fields + a] < mn[a])
-        mn[a] = pts[i * fields + a];
-  int64_t m = 0;
-  for (int64_t i = 0; i < n; i++) {
-    const float *p = pts + i * fields;
-    if (!isfinite(p[0]) || !isfinite(p[1]) || !isfinite(p[2]))
-      continue;
-    c[m * 4] = 0;
-    for (int a = 0; a < 3; a++)
-      c[m * 4 + 1 + a] = (int32_t)floorf((p[a] - mn[a]) / voxel);
-    m++;
-  }
-  qsort(c, (size_t)m, 16, cmp_key);
-  int64_t u = 0;
-  for (int64_t i = 0; i < m; i++)
-    if (u == 0 || cmp_key(c + i * 4, c + (u - 1) * 4) != 0) {
-      memmove(c + u * 4, c + i * 4, 16);
-      u++;
-    }
-  if (max_voxels > 0 && u > max_voxels)
-    u = max_voxels; /* a crop: the first voxels in (x,y,z) order */
-  coordset_t s = {c, u, name};
-  return s;
-}
-
-/* Workload A level 0 (BENCHMARKS.md): 8 shifted copies of the spconv
- * benchmark cloud, cropped, 0.1 m voxels. */
-static coordset_t workload_a_level0(void) {
-  coordset_t none = {NULL, 0, NULL};
-  size_t bytes = 0;
-  float *pc = (float *)vc_read_file(
-      vc_data_path("bench/spconv_benchmark_pc.xyz.f32.bin"), &bytes);
-  if (!pc)
-    return none;
-  int64_t n = (int64_t)(bytes / 12);
-  int32_t *c = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)n * 8);
-  int64_t m = 0;
-  for (int r = 0; r < 8; r++)
-    for (int64_t i = 0; i < n; i++) {
-      float x = pc[i * 3], y = pc[i * 3 + 1] + (float)r, z = pc[i * 3 + 2];
-      if (x < -80 || x >= 80 || y < -80 || y >= 80 || z < -2 || z >= 6)
-        continue;
-      c[m * 4] = 0;
-      c[m * 4 + 1] = (int32_t)floorf((x + 80.f) / 0.1f);
-      c[m * 4 + 2] = (int32_t)floorf((y + 80.f) / 0.1f);
-      c[m * 4 + 3] = (int32_t)floorf((z + 2.f) / 0.1f);
-      m++;
-    }
-  free(pc);
-  qsort(c, (size_t)m, 16, cmp_key);
-  int64_t u = 0;
-  for (int64_t i = 0; i < m; i++)
-    if (u == 0 || cmp_key(c + i * 4, c + (u - 1) * 4) != 0) {
-      memmove(c + u * 4, c + i * 4, 16);
-      u++;
-    }
-  coordset_t s = {c, u, "workload A level 0"};
-  return s;
-}
-
-static coordset_t random_coords(int64_t n, int extent) {
-  int32_t *c = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)n);
-  for (int64_t i = 0; i < n; i++) {
-    c[i * 4] = (int32_t)vc_rand_range(0, 1);
-    for (int a = 1; a < 4; a++)
-      c[i * 4 + a] = (int32_t)vc_rand_range(-extent, extent);
-  }
-  qsort(c, (size_t)n, 16, cmp_key);
-  int64_t u = 0;
-  for (int64_t i = 0; i < n; i++)
-    if (u == 0 || cmp_key(c + i * 4, c + (u - 1) * 4) != 0) {
-      memmove(c + u * 4, c + i * 4, 16);
-      u++;
-    }
-  coordset_t s = {c, u, "random"};
+static coordset_t make_set(int32_t *c, int64_t n, const char *name) {
+  coordset_t s = {c, n, name};
   return s;
 }
 
@@ -381,7 +292,9 @@ int main(void) {
 
   /* 1. Every tile and variant on a small random set (edges: n not a
    * multiple of any BM, channel counts not multiples of 32/64). */
-  coordset_t rnd = random_coords(3000, 9);
+  int64_t nr = 0;
+  int32_t *rc = vc_random_coords(3000, 9, &nr);
+  coordset_t rnd = make_set(rc, nr, "random");
   voxconv_kmap_t *kg = NULL, *kc = NULL;
   if (build_maps(&rnd, &kg, &kc)) {
     static const int64_t ch[][2] = {{8, 8}, {16, 24}, {40, 72}, {96, 160}};
@@ -405,8 +318,12 @@ int main(void) {
            vc_data_path("scans"));
   } else {
     static const int64_t cs_list[4] = {8, 32, 128, 256};
-    coordset_t sk = voxels_from_points(pts, (int64_t)(bytes / 16), 4, 0.05f,
-                                       "SemanticKITTI 5cm crop", 20000);
+    int64_t nsk = 0;
+    int32_t *skc =
+        vc_voxels_from_points(pts, (int64_t)(bytes / 16), 4, 0.05f, &nsk);
+    /* a crop: the first voxels in (x,y,z) order */
+    coordset_t sk =
+        make_set(skc, nsk < 20000 ? nsk : 20000, "SemanticKITTI 5cm crop");
     if (build_maps(&sk, &kg, &kc)) {
       for (int i = 0; i < 4; i++) {
         run_pass(&sk, kg, kc, VOXCONV_PASS_CONV_FWD, cs_list[i], cs_list[i],
@@ -428,7 +345,9 @@ int main(void) {
   /* 3. The shape where fp16 accumulators corrupt isolated cells: C = 32,
    * K = 27, N >= 200k real coordinates (workload A level 0, 913,903). */
   if (!getenv("VOXCONV_TEST_SMALL")) {
-    coordset_t wa = workload_a_level0();
+    int64_t nwa = 0;
+    int32_t *wac = vc_workload_a_coords(&nwa);
+    coordset_t wa = make_set(wac, nwa, "workload A level 0");
     if (wa.n > 0 && build_maps(&wa, &kg, &kc)) {
       printf("workload A level 0: %lld voxels\n", (long long)wa.n);
       run_pass(&wa, kg, kc, VOXCONV_PASS_CONV_FWD, 32, 32, 0);

@@ -175,3 +175,81 @@ int vc_test_finish(void) {
          vc_test_failures);
   return vc_test_failures ? 1 : 0;
 }
+
+static int vc_cmp_coord(const void *a, const void *b) {
+  const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
+  for (int i = 0; i < 4; i++)
+    if (x[i] != y[i])
+      return x[i] < y[i] ? -1 : 1;
+  return 0;
+}
+
+int64_t vc_sort_unique_coords(int32_t *c, int64_t n) {
+  qsort(c, (size_t)n, 16, vc_cmp_coord);
+  int64_t u = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (u == 0 || vc_cmp_coord(c + i * 4, c + (u - 1) * 4) != 0) {
+      memmove(c + u * 4, c + i * 4, 16);
+      u++;
+    }
+  return u;
+}
+
+int32_t *vc_voxels_from_points(const float *pts, int64_t n, int fields,
+                               float voxel, int64_t *n_out) {
+  int32_t *c = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)(n ? n : 1));
+  float mn[3] = {INFINITY, INFINITY, INFINITY};
+  for (int64_t i = 0; i < n; i++)
+    for (int a = 0; a < 3; a++)
+      if (pts[i * fields + a] < mn[a])
+        mn[a] = pts[i * fields + a];
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const float *p = pts + i * fields;
+    if (!isfinite(p[0]) || !isfinite(p[1]) || !isfinite(p[2]))
+      continue;
+    c[m * 4] = 0;
+    for (int a = 0; a < 3; a++)
+      c[m * 4 + 1 + a] = (int32_t)floorf((p[a] - mn[a]) / voxel);
+    m++;
+  }
+  *n_out = vc_sort_unique_coords(c, m);
+  return c;
+}
+
+int32_t *vc_workload_a_coords(int64_t *n_out) {
+  size_t bytes = 0;
+  float *pc = (float *)vc_read_file(
+      vc_data_path("bench/spconv_benchmark_pc.xyz.f32.bin"), &bytes);
+  *n_out = 0;
+  if (!pc)
+    return NULL;
+  int64_t n = (int64_t)(bytes / 12);
+  int32_t *c = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)n * 8);
+  int64_t m = 0;
+  for (int r = 0; r < 8; r++)
+    for (int64_t i = 0; i < n; i++) {
+      float x = pc[i * 3], y = pc[i * 3 + 1] + (float)r, z = pc[i * 3 + 2];
+      if (x < -80 || x >= 80 || y < -80 || y >= 80 || z < -2 || z >= 6)
+        continue;
+      c[m * 4] = 0;
+      c[m * 4 + 1] = (int32_t)floorf((x + 80.f) / 0.1f);
+      c[m * 4 + 2] = (int32_t)floorf((y + 80.f) / 0.1f);
+      c[m * 4 + 3] = (int32_t)floorf((z + 2.f) / 0.1f);
+      m++;
+    }
+  free(pc);
+  *n_out = vc_sort_unique_coords(c, m);
+  return c;
+}
+
+int32_t *vc_random_coords(int64_t n, int extent, int64_t *n_out) {
+  int32_t *c = (int32_t *)malloc(sizeof(int32_t) * 4 * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++) {
+    c[i * 4] = (int32_t)vc_rand_range(0, 1);
+    for (int a = 1; a < 4; a++)
+      c[i * 4 + a] = (int32_t)vc_rand_range(-extent, extent);
+  }
+  *n_out = vc_sort_unique_coords(c, n);
+  return c;
+}

@@ -50,6 +50,19 @@ void *vc_read_file(const char *path, size_t *bytes);
 /* Path of a file in the shared data folder (static buffer). */
 const char *vc_data_path(const char *relative);
 
+/* Sorts coordinate rows [n][4] by (b,x,y,z) and removes duplicates in
+ * place; returns the number of unique rows. */
+int64_t vc_sort_unique_coords(int32_t *coords, int64_t n);
+/* Unique voxels floor((p - min(p)) / voxel) of points [n][fields] (finite
+ * xyz only), batch 0, sorted; *n_out rows (malloc'd). */
+int32_t *vc_voxels_from_points(const float *pts, int64_t n, int fields,
+                               float voxel, int64_t *n_out);
+/* Workload A level 0 of BENCHMARKS.md (913,903 voxels expected), built from
+ * data/bench/spconv_benchmark_pc.xyz.f32.bin; NULL if the file is missing. */
+int32_t *vc_workload_a_coords(int64_t *n_out);
+/* n random rows in [-extent, extent]^3, batches 0..1, made unique. */
+int32_t *vc_random_coords(int64_t n, int extent, int64_t *n_out);
+
 /* Prints and exits with 0 when no check failed, 1 otherwise. */
 int vc_test_finish(void);
 
