@@ -1,5 +1,23 @@
 /* CUDA algorithm records, listed into the registry (src/ops/algo.c). Add a
- * record here and to VC_CUDA_ALGO_LIST when adding a CUDA algorithm. */
+ * record here and to VC_CUDA_ALGO_LIST when adding a CUDA algorithm.
+ *
+ *  explicit_gemm       gather -> cuBLAS GEMM per kernel offset -> scatter-add
+ *                      with float atomics (fwd, dgrad); wgrad gathers both
+ *                      operands and runs one GEMM per offset. Not
+ *                      deterministic (atomic scatter order).
+ *  explicit_gemm_det   the same GEMMs; the scatter is a gather-reduce per
+ *                      output row in kernel-offset order. Deterministic.
+ *  implicit_gemm       fused gather-GEMM-scatter SIMT kernels (fp32 FMA):
+ *                      forward over output rows (nbr_out), dgrad over input
+ *                      rows (nbr_in) with W^T, wgrad per offset over pairs
+ *                      with split-K partials reduced by float atomics.
+ *                      Params: fwd_block_size (fwd/dgrad), gemm_block_size
+ *                      and split_k_factor (wgrad). Not deterministic.
+ *  implicit_gemm_det   the same, wgrad split-K partials reduced in a fixed
+ *                      order through a workspace. Deterministic.
+ *  depthwise_explicit  pair-parallel depthwise conv with float atomics.
+ *  depthwise_implicit  row-parallel depthwise conv (nbr tables), wgrad with
+ *                      fixed-order partial sums. Deterministic. */
 #ifndef VC_CUDA_ALGOS_H
 #define VC_CUDA_ALGOS_H
 
@@ -9,8 +27,20 @@
 extern "C" {
 #endif
 
-/* Filled in by the CUDA backend. Empty until its algorithms exist. */
-#define VC_CUDA_ALGO_LIST
+extern const vc_algo_t vc_algo_cuda_explicit_gemm;
+extern const vc_algo_t vc_algo_cuda_explicit_gemm_det;
+extern const vc_algo_t vc_algo_cuda_implicit_gemm;
+extern const vc_algo_t vc_algo_cuda_implicit_gemm_det;
+extern const vc_algo_t vc_algo_cuda_depthwise_explicit;
+extern const vc_algo_t vc_algo_cuda_depthwise_implicit;
+
+/* Order = the heuristic's last tie-breaker (dispatch takes the first record
+ * that supports a problem when nothing else decides): the fused kernels
+ * first, since they need no large workspace. */
+#define VC_CUDA_ALGO_LIST                                                      \
+  &vc_algo_cuda_implicit_gemm, &vc_algo_cuda_implicit_gemm_det,                \
+      &vc_algo_cuda_explicit_gemm, &vc_algo_cuda_explicit_gemm_det,            \
+      &vc_algo_cuda_depthwise_implicit, &vc_algo_cuda_depthwise_explicit,
 
 #ifdef __cplusplus
 }
