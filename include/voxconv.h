@@ -447,6 +447,226 @@ VOXCONV_API int voxconv_algo_count(void);
 VOXCONV_API voxconv_status_t voxconv_algo_get_info(int index,
                                                    voxconv_algo_info_t *info);
 
+/* Compiled GPU kernel variants (tiles) with their resources, as the device
+ * reports them (cudaFuncGetAttributes, occupancy calculator). Tile IDs are
+ * stable: the tuner and its cache refer to them. 0 kernels on a CPU handle. */
+typedef struct voxconv_kernel_info {
+  char algo[32];        /* registry name, e.g. "mask_gemm" */
+  voxconv_pass_t pass;  /* FWD covers DGRAD variants when dgrad is set */
+  int dgrad;            /* 1: the transposed-weight (dgrad) variant */
+  int tile_id;          /* stable ID within (algo, pass kind) */
+  voxconv_dtype_t dtype;
+  int acc16;            /* 1: fp16 accumulators */
+  int tile_m, tile_n, tile_k, stages, threads;
+  int registers;        /* per thread */
+  size_t smem_bytes;    /* static + dynamic per block */
+  int blocks_per_sm;    /* theoretical, from the occupancy calculator */
+  double occupancy;     /* active warps / max warps per SM */
+  char constraints[64]; /* e.g. "cin%8==0, cout%8==0" */
+} voxconv_kernel_info_t;
+
+VOXCONV_API voxconv_status_t voxconv_kernel_count(voxconv_handle_t *h,
+                                                  int *count);
+VOXCONV_API voxconv_status_t voxconv_kernel_get_info(voxconv_handle_t *h,
+                                                     int index,
+                                                     voxconv_kernel_info_t *i);
+
+/* ---- tuning: algorithm choice, fp16 accumulator, tuning cache --------- */
+/* (This section follows "algorithms" because it uses voxconv_pass_t.)
+ *
+ * Algorithm choice. Every conv/depthwise pass takes an algorithm string
+ * from its options (fwd_algo; dgrad_algo or else bwd_algo; wgrad_algo or
+ * else bwd_algo). NULL, "" or blanks mean "unset": the environment default
+ * applies, else "auto":
+ *   regular conv    VOXCONV_FWD_ALGO_MODE, VOXCONV_DGRAD_ALGO_MODE or else
+ *                   VOXCONV_BWD_ALGO_MODE, VOXCONV_WGRAD_ALGO_MODE or else
+ *                   VOXCONV_BWD_ALGO_MODE
+ *   depthwise       VOXCONV_DEPTHWISE_CONV_FWD_ALGO_MODE,
+ *                   VOXCONV_DEPTHWISE_CONV_BWD_ALGO_MODE (dgrad and wgrad)
+ * Forms (case-insensitive, blanks around names ignored): a registered
+ * algorithm name ("implicit_gemm"), a list "[implicit_gemm, mask_gemm]",
+ * "auto" or "all". Depthwise passes also accept "explicit" and "implicit"
+ * for depthwise_explicit / depthwise_implicit. An unknown name, a name that
+ * does not implement the pass, an empty list, "auto"/"all" inside a list,
+ * a list without brackets or any other malformed text is
+ * VOXCONV_STATUS_INVALID_ARGUMENT with a message that lists the valid
+ * names. A valid algorithm this handle cannot run (another backend, the
+ * problem's dtype/channels, not deterministic in deterministic mode) is
+ * skipped with one warning on stderr saying why; when nothing of the list
+ * is left, "auto" is used instead (also warned once).
+ *
+ * The string filters the search space; the tuner benchmarks each
+ * configuration once and remembers it (cache below):
+ *   name    every parameter combination of that algorithm
+ *   list    every parameter combination of every listed algorithm
+ *   auto    a reduced set: the candidates that came within 5% of the best
+ *           on recorded "all" searches of similar channel sizes (see
+ *           voxconv_cache_recommend), plus each runnable algorithm's
+ *           default; with no such record, every combination of every
+ *           runnable algorithm up to VOXCONV_AUTOTUNE_MAX_CANDIDATES
+ *           (default 24), spread evenly over the algorithms
+ *   all     everything runnable, fp16-accumulator tiles included (on
+ *           f16/bf16 forward and dgrad only)
+ * When a single candidate remains nothing is benchmarked or cached.
+ * Benchmarking: 1 warm-up run (VOXCONV_AUTOTUNE_WARMUP), the median of
+ * VOXCONV_AUTOTUNE_RUNS runs (default 5; 2 for runs over 20 ms; 1 for a
+ * candidate whose warm-up is 4x slower than the best so far), candidates
+ * within 10% of the best re-timed. Times are CUDA events on the handle's
+ * stream, the monotonic clock on the CPU. Every candidate's output is
+ * compared with a reference output (the first deterministic algorithm that
+ * runs the problem, default parameters, fp32 accumulation) by maximum
+ * relative error per element, rel = |y - ref| / (|ref| + 0.01 rms(ref)),
+ * and by norm ||y - ref|| / ||ref||; a candidate that fails, writes a
+ * non-finite value where the reference is finite, or exceeds the tolerance
+ * (f64 1e-9; f32 1e-3; f16 1e-2; bf16 5e-2; fp16-accumulator tiles 1.0 with
+ * norm 1e-2; VOXCONV_AUTOTUNE_MAX_REL overrides max_rel) is disqualified,
+ * logged and recorded, never fatal. Benchmarks write scratch buffers: the
+ * call's output ends up holding the winner's result (or the reference's,
+ * which is then the winner), and inputs are never written. While tuning, a
+ * progress line goes to stderr (VOXCONV_AUTOTUNE_LOG=0 silences it and the
+ * per-candidate disqualification lines).
+ *
+ * fp16 accumulator. For one call, in this order:
+ *   1. f32/f64 data and weight gradients (wgrad passes): off, always;
+ *   2. opt->fp16_accum TRUE or FALSE: that;
+ *   3. the global value (initialised once from VOXCONV_USE_FP16_ACCUM =
+ *      true|false|1|0|yes|no|on|off, a malformed value warns once and
+ *      counts as false; changed by voxconv_set_fp16_accum) when true: on;
+ *   4. opt->inference and f16/bf16 data: on (automatic in inference);
+ *   5. off (fp32 accumulation). Plain "no grad" does not enable it.
+ * When on, fp16-accumulator tiles (an algorithm parameter
+ * "accumulator_type" = 1) join the candidates; when off only fp32 ones,
+ * except under "all" or when max(cin, cout) <=
+ * VOXCONV_F16ACC_SMALL_CH_CEIL (default 0). The resolved flag is part of
+ * the cache key. */
+
+/* Global fp16-accumulator setting (process-wide; nonzero = true). */
+VOXCONV_API voxconv_status_t voxconv_set_fp16_accum(int enable);
+VOXCONV_API int voxconv_get_fp16_accum(void);
+
+/* The pure resolution above: *enabled gets 0/1 and *reason (may be NULL)
+ * a static English sentence saying which rule decided. opt may be NULL.
+ * INVALID_ARGUMENT for a bad dtype, pass or tri-state. */
+VOXCONV_API voxconv_status_t voxconv_resolve_fp16_accum(
+    voxconv_dtype_t dtype, voxconv_pass_t pass,
+    const voxconv_conv_options_t *opt, int *enabled, const char **reason);
+
+/* What the handle's last successful conv/depthwise call ran and why. */
+typedef struct voxconv_call_info {
+  voxconv_pass_t pass;
+  char algo[64];    /* algorithm name */
+  char params[128]; /* "name=value,..." ("-" when it has none) */
+  int fp16_accum;   /* the resolved flag (1: fp16 accumulators allowed) */
+  char fp16_accum_reason[128];
+  int deterministic; /* the resolved deterministic flag */
+  double time_ms;    /* benchmarked median of the chosen candidate; -1 when
+                        it was the only candidate (not timed) */
+  int from_cache;    /* 1: chosen from a tuning result already recorded
+                        (this process or the cache file); 0: tuned now or
+                        the only candidate */
+} voxconv_call_info_t;
+
+/* INVALID_ARGUMENT when the handle has made no conv/depthwise call yet. */
+VOXCONV_API voxconv_status_t voxconv_get_last_call_info(
+    const voxconv_handle_t *h, voxconv_call_info_t *info);
+
+/* Tuning cache. One file per user and format version:
+ * $VOXCONV_BENCHMARK_CACHE_DIR/tuning-cache-v1.txt, by default
+ * ~/.cache/voxconv/tuning-cache-v1.txt. It is read at the first tuning
+ * lookup (and re-read when another process changed it and a lookup
+ * misses), written by a background thread shortly after new results and
+ * at exit, always under an exclusive lock (flock on a ".lock" file beside
+ * it) as read-merge-write into a temporary file renamed over the old one,
+ * so concurrent processes never lose each other's entries and a killed
+ * process never leaves a broken file. A file that does not parse is
+ * reported once on stderr, renamed to "<file>.corrupt-<pid>-<time>" and
+ * rebuilt.
+ *
+ * Entries are keyed by namespace (sparse_conv_forward, sparse_conv_dgrad,
+ * sparse_conv_wgrad, depthwise_conv_forward, depthwise_conv_dgrad,
+ * depthwise_conv_wgrad: algorithm selection; "<namespace>/<algo>": that
+ * algorithm's parameter tuning), ceil(log2 n_in), ceil(log2 n_out), cin,
+ * cout, kernel volume, dtype, resolved fp16 accumulator, deterministic,
+ * map mode and stride, the device ("cpu:<model>:<threads>" or
+ * "cuda:<name>:cc<major>.<minor>") and the library version. Each keeps every
+ * benchmarked candidate, best first.
+ *
+ * Format (version 1, text, one record per line, '#' lines are comments):
+ *   voxconv-tuning-cache 1
+ *   entry NAMESPACE searched=auto,all,full device="cpu:X:2" lib=0.1.0
+ *         nin=17 nout=17 cin=64 cout=64 kvol=27 dtype=f16 acc=0 det=0
+ *         mode=submanifold stride=1,1,1          (one line)
+ *   cand ALGO PARAMS TIME_MS STATUS MAX_REL      (its candidates, best
+ *                                                 first; "-" = none)
+ *   end N_ENTRIES
+ * STATUS is ok, wrong, nonfinite or failed:VOXCONV_STATUS_...; searched
+ * says which search spaces were covered (auto, all, full = every
+ * combination of that algorithm). A file without the final end line is
+ * truncated, hence corrupt. */
+
+/* Full path of the cache file this process uses (need not exist yet).
+ * INVALID_ARGUMENT when size is too small. */
+VOXCONV_API voxconv_status_t voxconv_cache_path(char *path, size_t size);
+/* Writes results not yet saved, now (the background thread would do it
+ * within a second; at exit it is done anyway). IO_ERROR with the path and
+ * reason when the file cannot be written. */
+VOXCONV_API voxconv_status_t voxconv_cache_flush(void);
+/* Deletes the cache file and forgets every result of this process. */
+VOXCONV_API voxconv_status_t voxconv_cache_clear(void);
+
+/* A read-only snapshot of a cache file for tools (voxconv cache inspect /
+ * analyze). path NULL = voxconv_cache_path(). A missing file is an empty
+ * snapshot; a corrupt one is IO_ERROR naming the line and the problem. */
+typedef struct voxconv_cache voxconv_cache_t;
+
+typedef struct voxconv_cache_entry_info {
+  char namespace_name[96]; /* e.g. "sparse_conv_forward/implicit_gemm" */
+  char algo_namespace[64]; /* the "/algo" part, "" for selection entries */
+  char key[512];           /* canonical key text, as in the file */
+  char device[128];
+  char library_version[16];
+  voxconv_pass_t pass;
+  int n_in_log2, n_out_log2;
+  int64_t cin, cout;
+  int32_t kernel_volume;
+  voxconv_dtype_t dtype;
+  int fp16_accum, deterministic;
+  voxconv_kmap_mode_t mode;
+  int32_t stride[3];
+  char searched[32]; /* "auto", "all", "full", comma-joined */
+  int n_candidates;
+} voxconv_cache_entry_info_t;
+
+typedef struct voxconv_cache_candidate {
+  char algo[64];
+  char params[128];
+  double time_ms; /* median; < 0 when not timed (failed) */
+  char status[48]; /* ok, wrong, nonfinite, failed:VOXCONV_STATUS_... */
+  double max_rel;  /* against the reference; < 0 when unknown */
+} voxconv_cache_candidate_t;
+
+VOXCONV_API voxconv_status_t voxconv_cache_open(const char *path,
+                                                voxconv_cache_t **cache);
+/* close(NULL) is a no-op. */
+VOXCONV_API voxconv_status_t voxconv_cache_close(voxconv_cache_t *cache);
+VOXCONV_API int voxconv_cache_entry_count(const voxconv_cache_t *cache);
+VOXCONV_API voxconv_status_t voxconv_cache_get_entry(
+    const voxconv_cache_t *cache, int index, voxconv_cache_entry_info_t *e);
+/* rank 0 = best (ok candidates by time, then the disqualified ones). */
+VOXCONV_API voxconv_status_t voxconv_cache_get_candidate(
+    const voxconv_cache_t *cache, int index, int rank,
+    voxconv_cache_candidate_t *cand);
+/* The reduced candidate set that "auto" uses for configurations like
+ * entry `index`: same namespace, device, library, dtype, accumulator and
+ * deterministic flags, and the same ceil(log2) of cin and of cout. Over the
+ * recorded "all" searches of that family, a greedy cover: the fewest
+ * candidates (at most `max`) such that every search had one of them within
+ * 5% of its best. *count = 0 when fewer than 2 such searches exist (auto
+ * then falls back to its default pool). */
+VOXCONV_API voxconv_status_t voxconv_cache_recommend(
+    const voxconv_cache_t *cache, int index, voxconv_cache_candidate_t *cands,
+    int max, int *count);
+
 #ifdef __cplusplus
 }
 #endif

@@ -7,6 +7,7 @@
 #include "vc_cuda_tc_algos.h"
 #include "vc_cuda_util.cuh"
 
+#include <stdio.h>
 #include <string.h>
 
 using namespace vc_mask_gemm;
@@ -226,3 +227,127 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm = {
     mg_param_space,
     mg_workspace,
     mg_run};
+
+/* ---- kernel table for `voxconv info --kernels` -------------------------- */
+namespace {
+
+struct KernelRow {
+  const void *fn;
+  voxconv_pass_t pass;
+  int dgrad, tile_id;
+  voxconv_dtype_t dtype;
+  int acc16, bm, bn, bk, stages, threads, dyn_smem;
+};
+
+template <typename T, typename TL, bool TRANS_W, bool ACC16>
+KernelRow fwd_row(int tile_id, voxconv_dtype_t dt) {
+  return KernelRow{(const void *)fwd_kernel<T, TL, TRANS_W, ACC16>,
+                   VOXCONV_PASS_CONV_FWD,
+                   TRANS_W ? 1 : 0,
+                   tile_id,
+                   dt,
+                   ACC16 ? 1 : 0,
+                   TL::BM,
+                   TL::BN,
+                   TL::BK,
+                   TL::STAGES,
+                   TL::THREADS,
+                   fwd_smem_bytes<TL, TRANS_W>()};
+}
+template <typename T, typename TL> KernelRow wgrad_row(int tile_id,
+                                                       voxconv_dtype_t dt) {
+  return KernelRow{(const void *)wgrad_kernel<T, TL>,
+                   VOXCONV_PASS_CONV_WGRAD,
+                   0,
+                   tile_id,
+                   dt,
+                   0,
+                   TL::BM,
+                   TL::BN,
+                   TL::BK,
+                   TL::STAGES,
+                   TL::THREADS,
+                   wgrad_smem_bytes<TL>()};
+}
+
+/* The variants of one forward tile: f16, bf16, f16 with fp16 accumulators,
+ * each as forward and dgrad. */
+template <typename TL> void add_fwd_tile(KernelRow *rows, int &n, int id) {
+  rows[n++] = fwd_row<__half, TL, false, false>(id, VOXCONV_DTYPE_F16);
+  rows[n++] = fwd_row<__nv_bfloat16, TL, false, false>(id, VOXCONV_DTYPE_BF16);
+  rows[n++] = fwd_row<__half, TL, false, true>(id, VOXCONV_DTYPE_F16);
+  rows[n++] = fwd_row<__half, TL, true, false>(id, VOXCONV_DTYPE_F16);
+  rows[n++] = fwd_row<__nv_bfloat16, TL, true, false>(id, VOXCONV_DTYPE_BF16);
+  rows[n++] = fwd_row<__half, TL, true, true>(id, VOXCONV_DTYPE_F16);
+}
+template <typename TL> void add_wgrad_tile(KernelRow *rows, int &n, int id) {
+  rows[n++] = wgrad_row<__half, TL>(id, VOXCONV_DTYPE_F16);
+  rows[n++] = wgrad_row<__nv_bfloat16, TL>(id, VOXCONV_DTYPE_BF16);
+}
+
+const int kKernelRows = 6 * VC_MG_FWD_TILES + 2 * VC_MG_WGRAD_TILES;
+
+const KernelRow *kernel_rows() {
+  static KernelRow rows[kKernelRows];
+  static int built = 0;
+  if (!built) { /* idempotent: a race writes the same values twice */
+    int n = 0;
+    add_fwd_tile<F0>(rows, n, 0);
+    add_fwd_tile<F1>(rows, n, 1);
+    add_fwd_tile<F2>(rows, n, 2);
+    add_fwd_tile<F3>(rows, n, 3);
+    add_fwd_tile<F4>(rows, n, 4);
+    add_fwd_tile<F5>(rows, n, 5);
+    add_fwd_tile<F6>(rows, n, 6);
+    add_wgrad_tile<G0>(rows, n, 0);
+    add_wgrad_tile<G1>(rows, n, 1);
+    add_wgrad_tile<G2>(rows, n, 2);
+    add_wgrad_tile<G3>(rows, n, 3);
+    built = 1;
+  }
+  return rows;
+}
+
+} // namespace
+
+extern "C" int vc_cuda_kernel_count(void) { return kKernelRows; }
+
+extern "C" voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h,
+                                                int index,
+                                                voxconv_kernel_info_t *info) {
+  VC_CUDA_DEVICE_GUARD(h);
+  const KernelRow &r = kernel_rows()[index];
+  memset(info, 0, sizeof *info);
+  snprintf(info->algo, sizeof info->algo, "mask_gemm");
+  info->pass = r.pass;
+  info->dgrad = r.dgrad;
+  info->tile_id = r.tile_id;
+  info->dtype = r.dtype;
+  info->acc16 = r.acc16;
+  info->tile_m = r.bm;
+  info->tile_n = r.bn;
+  info->tile_k = r.bk;
+  info->stages = r.stages;
+  info->threads = r.threads;
+  snprintf(info->constraints, sizeof info->constraints,
+           "cin%%8==0, cout%%8==0, kvol<=%d", VC_MG_MAX_KVOL);
+  if (r.dyn_smem > 48 * 1024)
+    VC_CUDA_TRY(h, cudaFuncSetAttribute(
+                       r.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       r.dyn_smem));
+  cudaFuncAttributes fa;
+  VC_CUDA_TRY(h, cudaFuncGetAttributes(&fa, r.fn));
+  info->registers = fa.numRegs;
+  info->smem_bytes = fa.sharedSizeBytes + (size_t)r.dyn_smem;
+  int blocks = 0;
+  VC_CUDA_TRY(h, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                     &blocks, r.fn, r.threads, (size_t)r.dyn_smem));
+  info->blocks_per_sm = blocks;
+  int max_threads = 0;
+  VC_CUDA_TRY(h, cudaDeviceGetAttribute(&max_threads,
+                                        cudaDevAttrMaxThreadsPerMultiProcessor,
+                                        h->device));
+  info->occupancy =
+      max_threads ? (double)(blocks * r.threads) / (double)max_threads : 0.0;
+  return VOXCONV_STATUS_SUCCESS;
+}

@@ -30,6 +30,10 @@ voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
                                     const voxconv_coords_t *in,
                                     const voxconv_coords_t *out);
 void vc_cuda_kmap_free_priv(voxconv_handle_t *h, voxconv_kmap_t *kmap);
+/* How many times the build of `kmap` had to retry after a GPU hash table
+ * overflow (0 normally; > 0 under VOXCONV_CUDA_HASH_TINY=1), -1 when the
+ * map has no CUDA extras. For tests. */
+int vc_cuda_kmap_hash_retries(const voxconv_kmap_t *kmap);
 voxconv_status_t vc_cuda_coords_fingerprint(voxconv_handle_t *h,
                                             const int32_t *coords, int64_t n,
                                             uint64_t *fingerprint);
@@ -65,6 +69,11 @@ voxconv_status_t vc_cuda_unpool_backward(voxconv_handle_t *h,
                                          const voxconv_kmap_t *kmap,
                                          const voxconv_feats_t *dy,
                                          const voxconv_feats_t *dx);
+
+/* compiled kernel variants for `voxconv info --kernels` (cuda_mask_gemm.cu) */
+int vc_cuda_kernel_count(void);
+voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h, int index,
+                                     voxconv_kernel_info_t *info);
 
 /* Registered CUDA algorithms (see vc_algo.h for the record type). The
  * registry in src/ops/algo.c lists them when VOXCONV_HAVE_CUDA is set. */

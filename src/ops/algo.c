@@ -6,6 +6,7 @@
 
 #ifdef VOXCONV_HAVE_CUDA
 #include "../cuda/vc_cuda_algos.h"
+#include "../cuda/vc_cuda.h"
 #include "../cuda/vc_cuda_tc_algos.h"
 #endif
 
@@ -59,4 +60,34 @@ voxconv_status_t voxconv_algo_get_info(int index, voxconv_algo_info_t *info) {
                    vc_algo_table_size() - 1);
   *info = a->info;
   return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kernel_count(voxconv_handle_t *h, int *count) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, count, "count");
+  *count = 0;
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    *count = vc_cuda_kernel_count();
+#endif
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kernel_get_info(voxconv_handle_t *h, int index,
+                                         voxconv_kernel_info_t *info) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, info, "info");
+  int count = 0;
+  VC_CHECK(voxconv_kernel_count(h, &count));
+  if (index < 0 || index >= count)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_kernel_get_info: index %d outside 0..%d", index,
+                   count - 1);
+#ifdef VOXCONV_HAVE_CUDA
+  return vc_cuda_kernel_info(h, index, info);
+#else
+  return VOXCONV_STATUS_INTERNAL;
+#endif
 }
