@@ -1,0 +1,166 @@
+"""voxconv: spatially sparse 3-D convolution for PyTorch.
+
+A pure-Python package over the C library ``libvoxconv`` (ctypes). See
+python/README.md for installation, where the library is looked for, and a
+tour of the API.
+"""
+
+from dataclasses import dataclass
+
+from . import _lib
+from ._lib import lib
+from . import errors
+from .errors import (AllocFailedError, BackendUnavailableError, CudaError,
+                     DtypeMismatchError, DuplicateCoordsError, InternalError,
+                     InvalidArgumentError, KmapMismatchError, LibraryNotFoundError,
+                     MissingSymbolError, NullPointerError, OutOfRangeError,
+                     ShapeMismatchError, UnsupportedError, VoxconvError)
+from . import _runtime
+from .algo import (SPARSE_CONV_BWD_ALGO_MODE, SPARSE_CONV_FWD_ALGO_MODE,
+                   SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE,
+                   SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE, registered_algorithms)
+from .kmap import CoordinateManager, KernelMap
+from .tensor import SparseTensor, cat, merge_duplicates, voxelize
+from . import _ops
+from .functional import (global_avg_pool, global_max_pool, global_sum_pool,
+                         sparse_avg_pool, sparse_max_pool, sparse_sum_pool,
+                         sparse_unpool, spatially_sparse_conv,
+                         spatially_sparse_depthwise_conv)
+from . import functional
+from . import nn
+
+__version__ = "0.1.0"
+
+library_path = lib.path
+"""The libvoxconv file that was loaded."""
+
+
+def library_version():
+    """The loaded library's version string, e.g. "0.1.0"."""
+    return lib.voxconv_version_string().decode()
+
+
+def has_cuda():
+    """True when the loaded library has the CUDA backend compiled in."""
+    return bool(lib.voxconv_has_cuda())
+
+
+def custom_ops_enabled():
+    """True when the ops are registered as torch.ops.voxconv.* (torch >= 2.4)."""
+    return _ops.custom_ops_enabled()
+
+
+# ---- fp16 accumulator ------------------------------------------------------------
+
+_FP16_HINT = ("this libvoxconv has no fp16-accumulator control (it predates the "
+              "autotuner); rebuild the library")
+
+
+def set_fp16_accum(enabled):
+    """Sets the process-wide fp16-accumulator default (initially from
+    ``VOXCONV_USE_FP16_ACCUM``). Resolution per call: a per-call/per-module
+    ``use_fp16_accum=True/False`` wins; else this global value if True;
+    else, inside ``torch.inference_mode()`` with float16/bfloat16 features,
+    the fp16 accumulator turns on automatically (``torch.no_grad()`` and
+    ``model.eval()`` do not); else fp32 accumulation. Weight gradients
+    always accumulate in fp32."""
+    if not lib.has("voxconv_set_fp16_accum"):
+        raise MissingSymbolError(_FP16_HINT)
+    _lib.call("voxconv_set_fp16_accum", 1 if enabled else 0)
+
+
+def get_fp16_accum():
+    """The process-wide fp16-accumulator default (bool)."""
+    if not lib.has("voxconv_get_fp16_accum"):
+        raise MissingSymbolError(_FP16_HINT)
+    return bool(lib.voxconv_get_fp16_accum())
+
+
+PASSES = _lib.PASS_NAMES
+
+
+def _pass_code(pass_):
+    if isinstance(pass_, int) and 0 <= pass_ < _lib.PASS_COUNT:
+        return pass_
+    try:
+        return _lib.PASS_NAMES.index(str(pass_))
+    except ValueError:
+        raise InvalidArgumentError(
+            f"pass {pass_!r}: expected one of {', '.join(_lib.PASS_NAMES)}") from None
+
+
+def resolve_fp16_accum(dtype, pass_="conv_fwd", use_fp16_accum=None, inference=None):
+    """What the library would resolve the fp16 accumulator to for a call:
+    ``(enabled: bool, reason: str)``. ``inference`` defaults to whether
+    ``torch.inference_mode()`` is active now."""
+    import torch
+    if not lib.has("voxconv_resolve_fp16_accum"):
+        raise MissingSymbolError(_FP16_HINT)
+    if inference is None:
+        inference = _ops._inference()
+    opt = _ops._options(None, None, None, functional.tristate(use_fp16_accum, "use_fp16_accum"),
+                        0, inference)
+    enabled = _lib.ctypes.c_int(0)
+    reason = _lib.ctypes.c_char_p()
+    dtype = dtype if not isinstance(dtype, torch.dtype) else _runtime.dtype_code(dtype)
+    _lib.call("voxconv_resolve_fp16_accum", int(dtype), _pass_code(pass_),
+              _lib.ctypes.byref(opt), _lib.ctypes.byref(enabled), _lib.ctypes.byref(reason))
+    return bool(enabled.value), (reason.value or b"").decode()
+
+
+@dataclass
+class CallInfo:
+    """What the library resolved for a call (``voxconv_get_last_call_info``)."""
+    pass_: str
+    algo: str
+    params: str
+    fp16_accum: bool
+    fp16_accum_reason: str
+    deterministic: bool
+    time_ms: float
+    from_cache: bool
+
+
+def get_last_call_info(device=None):
+    """The resolution of the most recent convolution pass: on the handle of
+    ``device`` (and current stream) when given, else on the handle used
+    last. Raises VoxconvError when there was none."""
+    if not lib.has("voxconv_get_last_call_info"):
+        raise MissingSymbolError(
+            "this libvoxconv has no voxconv_get_last_call_info; rebuild the library")
+    h = _runtime.handle_for(device) if device is not None else _runtime.last_handle()
+    if h is None:
+        raise InvalidArgumentError("get_last_call_info: no voxconv call has run yet")
+    info = _lib.CallInfo()
+    with h.lock:
+        _lib.raise_for_status(lib.voxconv_get_last_call_info(h.ptr, _lib.ctypes.byref(info)),
+                              h.ptr, "voxconv_get_last_call_info")
+    return CallInfo(
+        pass_=_lib.PASS_NAMES[info.pass_] if 0 <= info.pass_ < _lib.PASS_COUNT else str(info.pass_),
+        algo=info.algo.decode(errors="replace"), params=info.params.decode(errors="replace"),
+        fp16_accum=bool(info.fp16_accum),
+        fp16_accum_reason=info.fp16_accum_reason.decode(errors="replace"),
+        deterministic=bool(info.deterministic), time_ms=float(info.time_ms),
+        from_cache=bool(info.from_cache))
+
+
+def missing_features():
+    """Names of C functions this package knows that the loaded library lacks."""
+    return lib.missing
+
+
+__all__ = [
+    "SparseTensor", "CoordinateManager", "KernelMap", "voxelize", "merge_duplicates", "cat",
+    "spatially_sparse_conv", "spatially_sparse_depthwise_conv", "sparse_max_pool",
+    "sparse_avg_pool", "sparse_sum_pool", "sparse_unpool", "global_avg_pool",
+    "global_max_pool", "global_sum_pool", "functional", "nn",
+    "SPARSE_CONV_FWD_ALGO_MODE", "SPARSE_CONV_BWD_ALGO_MODE",
+    "SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE", "SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE",
+    "registered_algorithms", "set_fp16_accum", "get_fp16_accum", "resolve_fp16_accum",
+    "get_last_call_info", "CallInfo", "library_path", "library_version", "has_cuda",
+    "custom_ops_enabled", "missing_features", "errors", "VoxconvError",
+    "NullPointerError", "InvalidArgumentError", "OutOfRangeError", "DuplicateCoordsError",
+    "ShapeMismatchError", "DtypeMismatchError", "KmapMismatchError", "UnsupportedError",
+    "AllocFailedError", "BackendUnavailableError", "CudaError", "InternalError",
+    "LibraryNotFoundError", "MissingSymbolError",
+]

@@ -1,0 +1,317 @@
+"""ctypes binding of include/voxconv.h: library lookup, structs, and every C
+signature, declared once here (``_SIGNATURES``).
+
+Nothing outside this module touches ``ctypes.CDLL`` directly. Calls go
+through :func:`call` (functions that take a handle go through
+``Handle.call`` in ``_runtime``), which turns a non-zero status into the
+matching :class:`voxconv.errors.VoxconvError` subclass carrying the
+library's message.
+
+The library is a ``CDLL`` (not ``PyDLL``), so ctypes releases the GIL for
+the duration of every foreign call: long convolutions on the CPU or kernel
+map builds do not block other Python threads.
+"""
+
+import ctypes
+import ctypes.util
+import glob
+import os
+import sys
+
+from . import errors
+
+# ---- enums (values from voxconv.h) ----------------------------------------
+BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F64 = 0, 1, 2, 3
+MEMCPY_HOST_TO_BACKEND, MEMCPY_BACKEND_TO_HOST, MEMCPY_BACKEND_TO_BACKEND = 0, 1, 2
+KMAP_SUBMANIFOLD, KMAP_STRIDED, KMAP_TRANSPOSED, KMAP_GENERATIVE = 0, 1, 2, 3
+UNSET, FALSE, TRUE = 0, 1, 2
+POOL_MAX, POOL_AVG, POOL_SUM = 0, 1, 2
+REDUCE_FIRST, REDUCE_MEAN = 0, 1
+PASS_CONV_FWD, PASS_CONV_DGRAD, PASS_CONV_WGRAD = 0, 1, 2
+PASS_DEPTHWISE_FWD, PASS_DEPTHWISE_DGRAD, PASS_DEPTHWISE_WGRAD = 3, 4, 5
+PASS_COUNT = 6
+PASS_NAMES = ("conv_fwd", "conv_dgrad", "conv_wgrad",
+              "depthwise_fwd", "depthwise_dgrad", "depthwise_wgrad")
+
+COORD_MIN, COORD_MAX, BATCH_MAX = -131071, 131071, 1023
+KERNEL_SIZE_MAX, KERNEL_VOLUME_MAX, STRIDE_MAX, DILATION_MAX = 7, 343, 64, 64
+
+# ---- structs ----------------------------------------------------------------
+c_int32_3 = ctypes.c_int32 * 3
+c_float_3 = ctypes.c_float * 3
+
+ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                            ctypes.c_void_p)
+FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_void_p)
+
+
+class Allocator(ctypes.Structure):
+    _fields_ = [("alloc", ALLOC_FN), ("free", FREE_FN), ("ctx", ctypes.c_void_p)]
+
+
+class HandleDesc(ctypes.Structure):
+    _fields_ = [("backend", ctypes.c_int), ("device", ctypes.c_int),
+                ("stream", ctypes.c_void_p),
+                ("allocator", ctypes.POINTER(Allocator)),
+                ("num_threads", ctypes.c_int), ("deterministic", ctypes.c_int)]
+
+
+class DeviceInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 256), ("cc_major", ctypes.c_int),
+                ("cc_minor", ctypes.c_int), ("sm_count", ctypes.c_int),
+                ("total_memory", ctypes.c_size_t)]
+
+
+class Coords(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("n", ctypes.c_int64),
+                ("tensor_stride", c_int32_3)]
+
+
+class Feats(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("rows", ctypes.c_int64),
+                ("channels", ctypes.c_int64), ("dtype", ctypes.c_int)]
+
+
+class Weights(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("kvol", ctypes.c_int64),
+                ("cin", ctypes.c_int64), ("cout", ctypes.c_int64),
+                ("dtype", ctypes.c_int)]
+
+
+class KmapDesc(ctypes.Structure):
+    _fields_ = [("mode", ctypes.c_int), ("kernel_size", c_int32_3),
+                ("stride", c_int32_3), ("dilation", c_int32_3)]
+
+
+class KmapInfo(ctypes.Structure):
+    _fields_ = [("desc", KmapDesc), ("kernel_volume", ctypes.c_int32),
+                ("n_in", ctypes.c_int64), ("n_out", ctypes.c_int64),
+                ("n_pairs", ctypes.c_int64),
+                ("in_tensor_stride", c_int32_3), ("out_tensor_stride", c_int32_3)]
+
+
+class ConvOptions(ctypes.Structure):
+    _fields_ = [("fwd_algo", ctypes.c_char_p), ("bwd_algo", ctypes.c_char_p),
+                ("dgrad_algo", ctypes.c_char_p), ("wgrad_algo", ctypes.c_char_p),
+                ("fp16_accum", ctypes.c_int), ("deterministic", ctypes.c_int),
+                ("inference", ctypes.c_int)]
+
+
+class VoxelizeDesc(ctypes.Structure):
+    _fields_ = [("voxel_size", c_float_3), ("origin", c_float_3),
+                ("grid_size", c_int32_3), ("reduce", ctypes.c_int),
+                ("batch", ctypes.c_int32)]
+
+
+class Points(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("n", ctypes.c_int64),
+                ("fields", ctypes.c_int32), ("batch", ctypes.c_void_p)]
+
+
+class AlgoInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("backend", ctypes.c_int),
+                ("passes", ctypes.c_uint), ("deterministic", ctypes.c_int),
+                ("description", ctypes.c_char_p)]
+
+
+class CallInfo(ctypes.Structure):
+    _fields_ = [("pass_", ctypes.c_int), ("algo", ctypes.c_char * 64),
+                ("params", ctypes.c_char * 128), ("fp16_accum", ctypes.c_int),
+                ("fp16_accum_reason", ctypes.c_char * 128),
+                ("deterministic", ctypes.c_int), ("time_ms", ctypes.c_double),
+                ("from_cache", ctypes.c_int)]
+
+
+# ---- signatures (the one place each C function is declared) -----------------
+_p = ctypes.c_void_p
+_st = ctypes.c_int  # voxconv_status_t
+_P = ctypes.POINTER
+_SIGNATURES = {
+    # version, status, dtypes
+    "voxconv_version_number": (ctypes.c_uint, []),
+    "voxconv_version_string": (ctypes.c_char_p, []),
+    "voxconv_status_string": (ctypes.c_char_p, [ctypes.c_int]),
+    "voxconv_dtype_size": (ctypes.c_size_t, [ctypes.c_int]),
+    "voxconv_dtype_name": (ctypes.c_char_p, [ctypes.c_int]),
+    # handle
+    "voxconv_create": (_st, [_P(_p), _P(HandleDesc)]),
+    "voxconv_destroy": (_st, [_p]),
+    "voxconv_get_backend": (_st, [_p, _P(ctypes.c_int)]),
+    "voxconv_set_stream": (_st, [_p, _p]),
+    "voxconv_set_deterministic": (_st, [_p, ctypes.c_int]),
+    "voxconv_synchronize": (_st, [_p]),
+    "voxconv_get_last_error": (ctypes.c_char_p, [_p]),
+    # memory, devices
+    "voxconv_malloc": (_st, [_p, ctypes.c_size_t, _P(_p)]),
+    "voxconv_free": (_st, [_p, _p]),
+    "voxconv_memcpy": (_st, [_p, _p, _p, ctypes.c_size_t, ctypes.c_int]),
+    "voxconv_device_count": (_st, [_P(ctypes.c_int)]),
+    "voxconv_device_get_info": (_st, [ctypes.c_int, _P(DeviceInfo)]),
+    "voxconv_has_cuda": (ctypes.c_int, []),
+    # kernel maps
+    "voxconv_kmap_build": (_st, [_p, _P(KmapDesc), _P(Coords), _P(Coords), _P(_p)]),
+    "voxconv_kmap_destroy": (_st, [_p, _p]),
+    "voxconv_kmap_get_info": (_st, [_p, _P(KmapInfo)]),
+    "voxconv_kmap_out_coords": (_st, [_p, _P(_p)]),
+    "voxconv_kmap_get_pairs": (_st, [_p, _p, _p, _p, _p]),
+    "voxconv_kmap_verify": (_st, [_p, _p, _P(Coords)]),
+    "voxconv_merge_duplicates": (_st, [_p, _P(Coords), _p, _P(ctypes.c_int64), _p]),
+    # conv
+    "voxconv_conv_forward": (_st, [_p, _p, _P(Feats), _P(Weights), _P(Feats), _P(ConvOptions)]),
+    "voxconv_conv_dgrad": (_st, [_p, _p, _P(Feats), _P(Weights), _P(Feats), _P(ConvOptions)]),
+    "voxconv_conv_wgrad": (_st, [_p, _p, _P(Feats), _P(Feats), _P(Weights), _P(ConvOptions)]),
+    "voxconv_depthwise_forward": (_st, [_p, _p, _P(Feats), _P(Feats), _P(Feats), _P(ConvOptions)]),
+    "voxconv_depthwise_dgrad": (_st, [_p, _p, _P(Feats), _P(Feats), _P(Feats), _P(ConvOptions)]),
+    "voxconv_depthwise_wgrad": (_st, [_p, _p, _P(Feats), _P(Feats), _P(Feats), _P(ConvOptions)]),
+    # pooling, voxelization
+    "voxconv_pool_forward": (_st, [_p, _p, ctypes.c_int, _P(Feats), _P(Feats)]),
+    "voxconv_pool_backward": (_st, [_p, _p, ctypes.c_int, _P(Feats), _P(Feats), _P(Feats), _P(Feats)]),
+    "voxconv_unpool_forward": (_st, [_p, _p, _P(Feats), _P(Feats)]),
+    "voxconv_unpool_backward": (_st, [_p, _p, _P(Feats), _P(Feats)]),
+    "voxconv_voxelize": (_st, [_p, _P(VoxelizeDesc), _P(Points), ctypes.c_int32,
+                               _p, _p, _P(ctypes.c_int64), _p]),
+    # algorithms, tuner, fp16 accumulator
+    "voxconv_algo_count": (ctypes.c_int, []),
+    "voxconv_algo_get_info": (_st, [ctypes.c_int, _P(AlgoInfo)]),
+    "voxconv_set_fp16_accum": (_st, [ctypes.c_int]),
+    "voxconv_get_fp16_accum": (ctypes.c_int, []),
+    "voxconv_get_last_call_info": (_st, [_p, _P(CallInfo)]),
+    "voxconv_resolve_fp16_accum": (_st, [ctypes.c_int, ctypes.c_int, _P(ConvOptions),
+                                         _P(ctypes.c_int), _P(ctypes.c_char_p)]),
+}
+
+# Functions without which nothing works; the rest degrade to a clear
+# MissingSymbolError when called (a library older than this package).
+_REQUIRED = ("voxconv_version_number", "voxconv_status_string",
+             "voxconv_create", "voxconv_destroy", "voxconv_get_last_error")
+
+
+# ---- lookup -------------------------------------------------------------------
+_LIB_NAMES = {"linux": "libvoxconv.so", "darwin": "libvoxconv.dylib",
+              "win32": "voxconv.dll"}
+
+
+def _lib_filename():
+    for prefix, name in _LIB_NAMES.items():
+        if sys.platform.startswith(prefix):
+            return name
+    return "libvoxconv.so"
+
+
+def candidate_paths():
+    """Where the library is looked for, in order (see README):
+
+    1. ``$VOXCONV_LIBRARY`` (a file; when set it is the only candidate, so an
+       explicit choice is never silently replaced by another build),
+    2. next to the package: ``voxconv/lib/libvoxconv.so``,
+    3. the source tree this package sits in: ``<repo>/build*/libvoxconv.so``,
+       the most recently built first,
+    4. the system path (``ctypes.util.find_library``, then the bare soname).
+    """
+    env = os.environ.get("VOXCONV_LIBRARY")
+    if env:
+        return [env]
+    name = _lib_filename()
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.join(here, "lib", name)]
+    repo = os.path.dirname(os.path.dirname(here))
+    built = [p for p in glob.glob(os.path.join(repo, "build*", name))
+             if os.path.isfile(p)]
+    built.sort(key=lambda p: os.path.getmtime(p), reverse=True)
+    paths += built
+    found = ctypes.util.find_library("voxconv")
+    if found:
+        paths.append(found)
+    paths += [name, name + ".0"]
+    return paths
+
+
+def _load():
+    tried = []
+    for path in candidate_paths():
+        is_file = os.path.sep in path
+        if is_file and not os.path.exists(path):
+            tried.append(f"{path}: no such file")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:  # e.g. an ASan build or a wrong architecture
+            tried.append(f"{path}: {e}")
+            continue
+        missing = [s for s in _REQUIRED if not hasattr(lib, s)]
+        if missing:
+            tried.append(f"{path}: not libvoxconv (lacks {', '.join(missing)})")
+            continue
+        return lib, path
+    raise errors.LibraryNotFoundError(
+        "libvoxconv not found. Build it (cmake -S . -B build && cmake --build "
+        "build) and either set VOXCONV_LIBRARY=/path/to/libvoxconv.so, copy it "
+        "to voxconv/lib/, or install it on the system path. Tried:\n  "
+        + "\n  ".join(tried))
+
+
+class _Lib:
+    """The loaded library with every known signature applied. Attributes
+    are the C functions; a function the library lacks raises
+    MissingSymbolError when called, and ``has(name)`` tells in advance."""
+
+    def __init__(self):
+        self.cdll, self.path = _load()
+        self._missing = set()
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            if not hasattr(self.cdll, name):
+                self._missing.add(name)
+                setattr(self, name, _missing_function(name, self.path))
+                continue
+            fn = getattr(self.cdll, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name, fn)
+
+    def has(self, name):
+        return name in _SIGNATURES and name not in self._missing
+
+    @property
+    def missing(self):
+        return sorted(self._missing)
+
+
+def _missing_function(name, path):
+    def missing(*_args, **_kwargs):
+        raise errors.MissingSymbolError(
+            f"{name} is not exported by {path}: this libvoxconv predates the "
+            f"feature (rebuild the library from the same source tree as this "
+            f"package)")
+    missing.__name__ = name
+    return missing
+
+
+lib = _Lib()
+
+
+def status_name(status):
+    s = lib.voxconv_status_string(status)
+    return s.decode() if s else f"status {status}"
+
+
+def last_error(handle_ptr=None):
+    msg = lib.voxconv_get_last_error(handle_ptr)
+    return msg.decode(errors="replace") if msg else ""
+
+
+def raise_for_status(status, handle_ptr=None, context=None):
+    """Raises the VoxconvError subclass for a non-zero status."""
+    if status == 0:
+        return
+    msg = last_error(handle_ptr)
+    if context and context not in msg:
+        msg = f"{context}: {msg}" if msg else context
+    raise errors.error_for_status(status, status_name(status), msg)
+
+
+def call(name, *args):
+    """Calls a handle-less library function (its errors are kept per
+    thread); raises on a non-zero status."""
+    raise_for_status(getattr(lib, name)(*args), None, name)

@@ -1,0 +1,184 @@
+"""Handles and the bridge between torch tensors and the C structs.
+
+One voxconv handle per (device type, device index, stream) is created on
+first use and cached. CPU tensors use the CPU handle. CUDA tensors use the
+handle of their device and of ``torch.cuda.current_stream()``; its stream is
+set again (``voxconv_set_stream``) before every call, and its allocator
+routes every temporary buffer of the library through PyTorch's caching
+allocator (``torch.cuda.caching_allocator_alloc`` / ``..._delete``), so the
+library's scratch memory is pooled and stream-ordered with the rest of the
+model.
+
+A voxconv handle may be used by one thread at a time, and ctypes releases
+the GIL during calls, so each handle carries a lock held for the duration
+of a call and the read of its error message.
+"""
+
+import ctypes
+import threading
+import weakref
+
+import torch
+
+from . import _lib
+from ._lib import lib
+from . import errors
+
+_DTYPES = {
+    torch.float32: _lib.DTYPE_F32,
+    torch.float16: _lib.DTYPE_F16,
+    torch.bfloat16: _lib.DTYPE_BF16,
+    torch.float64: _lib.DTYPE_F64,
+}
+
+
+def dtype_code(dtype, what="features"):
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise errors.DtypeMismatchError(
+            f"{what}: dtype {dtype} is not supported (float32, float16, "
+            f"bfloat16, or float64 on the CPU)") from None
+
+
+def _destroy_handle(ptr, keepalive):
+    del keepalive  # the allocator callbacks must outlive the handle
+    lib.voxconv_destroy(ptr)
+
+
+class Handle:
+    """A voxconv_handle_t for one (device, stream)."""
+
+    def __init__(self, device, stream=0):
+        self.device = device
+        self.stream = stream
+        self.lock = threading.RLock()
+        desc = _lib.HandleDesc()
+        keepalive = None
+        if device.type == "cuda":
+            desc.backend = _lib.BACKEND_CUDA
+            desc.device = device.index
+            desc.stream = stream or None
+            keepalive = _torch_cuda_allocator(device.index)
+            desc.allocator = ctypes.pointer(keepalive)
+        elif device.type == "cpu":
+            desc.backend = _lib.BACKEND_CPU
+        else:
+            raise errors.BackendUnavailableError(
+                f"tensors on {device} are not supported (cpu or cuda)")
+        ptr = ctypes.c_void_p()
+        _lib.raise_for_status(lib.voxconv_create(ctypes.byref(ptr), ctypes.byref(desc)),
+                              None, f"voxconv_create({device})")
+        self.ptr = ptr.value
+        self._finalizer = weakref.finalize(self, _destroy_handle, self.ptr, keepalive)
+        # Leave handles alone at interpreter exit: torch's CUDA state may be
+        # gone by then and the process is ending anyway.
+        self._finalizer.atexit = False
+
+    def call(self, name, *args):
+        """Calls lib.<name>(handle, *args); raises on a non-zero status."""
+        global _last_handle
+        fn = getattr(lib, name)
+        with self.lock:
+            if self.device.type == "cuda":
+                status = lib.voxconv_set_stream(self.ptr, self.stream or None)
+                _lib.raise_for_status(status, self.ptr, "voxconv_set_stream")
+            status = fn(self.ptr, *args)
+            _last_handle = self
+            if status != 0:
+                _lib.raise_for_status(status, self.ptr, name)
+
+    def __repr__(self):
+        return f"<voxconv handle {self.device} stream={self.stream:#x}>"
+
+
+def _torch_cuda_allocator(device_index):
+    """A voxconv_allocator_t whose callbacks use torch's caching allocator.
+    Exceptions never cross into C: a failure returns NULL and the library
+    reports VOXCONV_STATUS_ALLOC_FAILED with its own context."""
+
+    def alloc(_ctx, nbytes, stream):
+        try:
+            return torch.cuda.caching_allocator_alloc(
+                max(int(nbytes), 1), device=device_index, stream=stream or 0)
+        except Exception:  # noqa: BLE001 - OOM and friends become NULL
+            return None
+
+    def free(_ctx, ptr, _stream):
+        try:
+            if ptr:
+                torch.cuda.caching_allocator_delete(ptr)
+        except Exception:  # noqa: BLE001 - nothing sensible to do in a free
+            pass
+
+    a = _lib.Allocator()
+    a.alloc = _lib.ALLOC_FN(alloc)
+    a.free = _lib.FREE_FN(free)
+    a.ctx = None
+    return a
+
+
+_handles = {}
+_handles_lock = threading.Lock()
+_last_handle = None
+
+
+def handle_for(device):
+    """The cached handle for a torch device (and, on CUDA, the current
+    stream of that device)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        stream = torch.cuda.current_stream(device).cuda_stream
+        key = ("cuda", device.index, stream)
+    else:
+        stream = 0
+        key = (device.type, -1, 0)
+    h = _handles.get(key)
+    if h is None:
+        with _handles_lock:
+            h = _handles.get(key)
+            if h is None:
+                h = Handle(device, stream)
+                _handles[key] = h
+    return h
+
+
+def last_handle():
+    """The handle used by the most recent library call (any thread)."""
+    return _last_handle
+
+
+# ---- tensors -> C structs ------------------------------------------------------
+def ptr(t):
+    return ctypes.c_void_p(t.data_ptr()) if t.numel() else None
+
+
+def feats_struct(t, what="features"):
+    """A voxconv_feats_t over a contiguous 2-D tensor."""
+    if t.dim() != 2:
+        raise errors.ShapeMismatchError(
+            f"{what}: expected a 2-D [rows, channels] tensor, got shape {tuple(t.shape)}")
+    if not t.is_contiguous():  # callers make tensors contiguous; a bug otherwise
+        raise errors.InvalidArgumentError(f"{what}: tensor is not contiguous")
+    return _lib.Feats(ptr(t), t.shape[0], t.shape[1], dtype_code(t.dtype, what))
+
+
+def weights_struct(t, what="weight"):
+    if t.dim() != 3:
+        raise errors.ShapeMismatchError(
+            f"{what}: expected [kernel_volume, in_channels, out_channels], got "
+            f"shape {tuple(t.shape)}")
+    if not t.is_contiguous():
+        raise errors.InvalidArgumentError(f"{what}: tensor is not contiguous")
+    return _lib.Weights(ptr(t), t.shape[0], t.shape[1], t.shape[2],
+                        dtype_code(t.dtype, what))
+
+
+def coords_struct(coords, tensor_stride):
+    c = _lib.Coords()
+    c.data = ptr(coords)
+    c.n = coords.shape[0]
+    c.tensor_stride = _lib.c_int32_3(*tensor_stride)
+    return c

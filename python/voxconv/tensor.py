@@ -1,0 +1,341 @@
+"""The sparse tensor type, voxelization and conversion to dense."""
+
+import ctypes
+
+import torch
+
+from . import _lib
+from . import _runtime
+from . import errors
+from .kmap import CoordinateManager
+
+
+def triple(value, name, lo=1, hi=None):
+    """An int or a length-3 sequence -> a tuple of 3 ints in [lo, hi]."""
+    if isinstance(value, torch.Tensor):
+        value = value.tolist()
+    if isinstance(value, (int,)) and not isinstance(value, bool):
+        t = (value, value, value)
+    elif isinstance(value, (tuple, list)) and len(value) == 3 and all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value):
+        t = tuple(value)
+    else:
+        raise errors.InvalidArgumentError(
+            f"{name}: expected an int or 3 ints, got {value!r}")
+    for v in t:
+        if v < lo or (hi is not None and v > hi):
+            rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+            raise errors.InvalidArgumentError(f"{name}={value!r}: each value must be {rng}")
+    return t
+
+
+def _check_coords(coords, device=None):
+    if not isinstance(coords, torch.Tensor):
+        raise TypeError(f"coords: expected a torch.Tensor, got {type(coords).__name__}")
+    if coords.dim() != 2 or coords.shape[1] != 4:
+        raise errors.ShapeMismatchError(
+            f"coords: expected shape [N, 4] (batch, x, y, z), got {tuple(coords.shape)}")
+    if coords.dtype.is_floating_point or coords.dtype.is_complex or coords.dtype == torch.bool:
+        raise errors.DtypeMismatchError(
+            f"coords: expected an integer tensor (int32), got {coords.dtype}")
+    if device is not None and coords.device != torch.device(device):
+        raise errors.InvalidArgumentError(
+            f"coords are on {coords.device} but features on {device}")
+    if coords.dtype != torch.int32:
+        if coords.numel():
+            lo, hi = int(coords.min()), int(coords.max())
+            if lo < -2**31 or hi >= 2**31:
+                raise errors.OutOfRangeError(
+                    f"coords: values {lo}..{hi} do not fit int32")
+        coords = coords.to(torch.int32)
+    return coords.contiguous()
+
+
+class SparseTensor:
+    """A batch of sparse voxel grids.
+
+    * ``coords``: int32 ``[N, 4]`` rows ``(batch, x, y, z)``, integer voxel
+      indices in this tensor's own grid (the library never rescales them by
+      the tensor stride).
+    * ``feats``: ``[N, C]`` float32/float16/bfloat16 (float64 on the CPU),
+      on the same device as ``coords``.
+    * ``tensor_stride``: this grid's pitch in units of the finest grid, a
+      3-tuple (1 for a network's input, 2 after one stride-2 layer, ...).
+
+    Tensors produced by the layers share a :class:`CoordinateManager` with
+    their input, so kernel maps are built once per geometry and reused by
+    every layer (and by the backward passes). Coordinates are treated as
+    immutable once a tensor is made: do not modify ``coords`` in place.
+
+    Integer coords of another dtype are converted (range-checked) to int32
+    and non-contiguous inputs are made contiguous. Duplicate coordinates
+    are rejected by the library when a kernel map is built (see
+    :func:`voxconv.merge_duplicates`).
+    """
+
+    def __init__(self, feats, coords, tensor_stride=1, *, manager=None, _coord_set=None):
+        if not isinstance(feats, torch.Tensor):
+            raise TypeError(f"feats: expected a torch.Tensor, got {type(feats).__name__}")
+        if feats.dim() != 2:
+            raise errors.ShapeMismatchError(
+                f"feats: expected shape [N, C], got {tuple(feats.shape)}")
+        _runtime.dtype_code(feats.dtype, "feats")
+        if _coord_set is not None:
+            self._set = _coord_set
+        else:
+            coords = _check_coords(coords, feats.device)
+            ts = triple(tensor_stride, "tensor_stride")
+            if manager is None:
+                manager = CoordinateManager(feats.device)
+            elif manager.device != feats.device:
+                raise errors.InvalidArgumentError(
+                    f"manager is for {manager.device} but features are on {feats.device}")
+            self._set = manager.add(coords, ts)
+        if feats.shape[0] != self._set.coords.shape[0]:
+            raise errors.ShapeMismatchError(
+                f"feats has {feats.shape[0]} rows but coords has "
+                f"{self._set.coords.shape[0]}")
+        self.feats = feats
+
+    # -- properties ------------------------------------------------------------
+    @property
+    def coords(self):
+        return self._set.coords
+
+    @property
+    def tensor_stride(self):
+        return self._set.tensor_stride
+
+    @property
+    def manager(self):
+        return self._set.manager
+
+    @property
+    def coordinate_set(self):
+        return self._set
+
+    F = property(lambda self: self.feats, doc="Alias of feats.")
+    C = property(lambda self: self.coords, doc="Alias of coords.")
+
+    @property
+    def device(self):
+        return self.feats.device
+
+    @property
+    def dtype(self):
+        return self.feats.dtype
+
+    @property
+    def shape(self):
+        return tuple(self.feats.shape)
+
+    @property
+    def num_channels(self):
+        return self.feats.shape[1]
+
+    def __len__(self):
+        return self.feats.shape[0]
+
+    @property
+    def batch_size(self):
+        """1 + the largest batch index (0 for an empty tensor)."""
+        c = self.coords
+        return int(c[:, 0].max()) + 1 if c.shape[0] else 0
+
+    def __repr__(self):
+        return (f"SparseTensor(n={len(self)}, channels={self.num_channels}, "
+                f"tensor_stride={self.tensor_stride}, dtype={self.dtype}, "
+                f"device={self.device})")
+
+    # -- derivation --------------------------------------------------------------
+    def replace_feature(self, feats):
+        """A tensor with the same coordinates (and manager) and new features
+        (e.g. after BatchNorm/ReLU on ``self.feats``)."""
+        if feats.dim() != 2 or feats.shape[0] != len(self):
+            raise errors.ShapeMismatchError(
+                f"replace_feature: expected [{len(self)}, C], got {tuple(feats.shape)}")
+        if feats.device != self.device:
+            raise errors.InvalidArgumentError(
+                f"replace_feature: features on {feats.device}, coordinates on {self.device}")
+        return SparseTensor(feats, None, _coord_set=self._set)
+
+    def to(self, *args, **kwargs):
+        """Like torch.Tensor.to for the features. Moving to another device
+        copies the coordinates and starts a new coordinate manager there
+        (kernel maps do not travel); a dtype change keeps the manager."""
+        feats = self.feats.to(*args, **kwargs)
+        if feats.device == self.device:
+            return self.replace_feature(feats) if feats is not self.feats else self
+        return SparseTensor(feats, self.coords.to(feats.device), self.tensor_stride)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def cuda(self, device=None):
+        return self.to(torch.device("cuda", device) if isinstance(device, int)
+                       else (device or "cuda"))
+
+    def half(self):
+        return self.to(torch.float16)
+
+    def bfloat16(self):
+        return self.to(torch.bfloat16)
+
+    def float(self):
+        return self.to(torch.float32)
+
+    def double(self):
+        return self.to(torch.float64)
+
+    def detach(self):
+        return self.replace_feature(self.feats.detach())
+
+    def requires_grad_(self, flag=True):
+        self.feats.requires_grad_(flag)
+        return self
+
+    # -- conversions ---------------------------------------------------------
+    def dense(self, spatial_shape=None, min_coordinate=(0, 0, 0), batch_size=None):
+        """A dense tensor ``[B, C, X, Y, Z]`` (differentiable w.r.t. feats).
+
+        Voxel (b, x, y, z) lands at ``[b, :, x - min_x, y - min_y, z - min_z]``
+        (``min_coordinate`` defaults to 0; pass ``self.coords[:, 1:].min(0)``
+        for coordinates that go negative). ``spatial_shape`` defaults to
+        the smallest that holds every voxel, ``batch_size`` to
+        ``self.batch_size``. Voxels outside the box raise OutOfRangeError.
+        """
+        c = self.coords.long()
+        mn = torch.as_tensor(triple(min_coordinate, "min_coordinate", lo=-2**31)
+                             if not isinstance(min_coordinate, torch.Tensor)
+                             else min_coordinate.tolist(), dtype=torch.long, device=c.device)
+        xyz = c[:, 1:] - mn
+        if spatial_shape is None:
+            spatial_shape = (tuple(int(v) + 1 for v in xyz.max(0).values.tolist())
+                             if len(self) else (0, 0, 0))
+        spatial_shape = triple(spatial_shape, "spatial_shape", lo=0)
+        b = self.batch_size if batch_size is None else int(batch_size)
+        if len(self):
+            lim = torch.tensor(spatial_shape, device=c.device)
+            bad = (xyz < 0).any(1) | (xyz >= lim).any(1) | (c[:, 0] >= b) | (c[:, 0] < 0)
+            if bool(bad.any()):
+                row = int(bad.nonzero()[0])
+                raise errors.OutOfRangeError(
+                    f"dense: voxel row {row} {self.coords[row].tolist()} lies outside "
+                    f"batch {b} x shape {spatial_shape} from min_coordinate {mn.tolist()}")
+        out = self.feats.new_zeros((b, *spatial_shape, self.num_channels))
+        if len(self):
+            out = out.index_put((c[:, 0], xyz[:, 0], xyz[:, 1], xyz[:, 2]), self.feats)
+        return out.permute(0, 4, 1, 2, 3).contiguous()
+
+    @classmethod
+    def from_points(cls, points, voxel_size, *, origin=(0.0, 0.0, 0.0), grid_size=None,
+                    n_feat=None, reduce="mean", batch=None, dtype=torch.float32,
+                    return_point_map=False):
+        """Voxelizes points (see :func:`voxelize`) into a SparseTensor whose
+        features are the first ``n_feat`` fields of the points (default: all),
+        reduced per voxel. With ``return_point_map=True`` also returns the
+        int64 [n] voxel row of each point (-1 if dropped)."""
+        coords, feats, point_voxel = voxelize(points, voxel_size, origin=origin,
+                                              grid_size=grid_size, n_feat=n_feat,
+                                              reduce=reduce, batch=batch)
+        st = cls(feats.to(dtype), coords, 1)
+        return (st, point_voxel) if return_point_map else st
+
+
+def _float3(value, name):
+    if isinstance(value, (int, float)):
+        value = (value,) * 3
+    value = tuple(float(v) for v in value)
+    if len(value) != 3:
+        raise errors.InvalidArgumentError(f"{name}: expected 1 or 3 numbers")
+    return value
+
+
+def voxelize(points, voxel_size, *, origin=(0.0, 0.0, 0.0), grid_size=None,
+             n_feat=None, reduce="mean", batch=None):
+    """Points -> voxels (``voxconv_voxelize``).
+
+    ``points``: float32 [n, fields] (x, y, z first), CPU or CUDA. A voxel's
+    index is ``floor((p - origin) / voxel_size)``. ``grid_size`` (int or 3
+    ints): points outside ``[0, grid_size)`` are dropped; None: unbounded.
+    ``reduce``: ``"mean"`` or ``"first"`` (features of the first point).
+    ``batch``: an int for every point, or an int tensor [n] per point.
+
+    Returns ``(coords int32 [V, 4] sorted by (b, x, y, z), feats float32
+    [V, n_feat], point_voxel int64 [n])``.
+    """
+    if not isinstance(points, torch.Tensor):
+        raise TypeError("points: expected a torch.Tensor")
+    if points.dim() != 2 or points.shape[1] < 3:
+        raise errors.ShapeMismatchError(
+            f"points: expected [n, fields >= 3], got {tuple(points.shape)}")
+    if points.dtype != torch.float32:
+        points = points.float()
+    points = points.contiguous()
+    n, fields = points.shape
+    n_feat = fields if n_feat is None else int(n_feat)
+    if not 0 <= n_feat <= fields:
+        raise errors.InvalidArgumentError(f"n_feat={n_feat} outside 0..{fields}")
+    desc = _lib.VoxelizeDesc()
+    desc.voxel_size = _lib.c_float_3(*_float3(voxel_size, "voxel_size"))
+    desc.origin = _lib.c_float_3(*_float3(origin, "origin"))
+    desc.grid_size = _lib.c_int32_3(*(triple(grid_size, "grid_size") if grid_size is not None
+                                      else (0, 0, 0)))
+    reduces = {"mean": _lib.REDUCE_MEAN, "first": _lib.REDUCE_FIRST}
+    if reduce not in reduces:
+        raise errors.InvalidArgumentError(f"reduce={reduce!r}: expected 'mean' or 'first'")
+    desc.reduce = reduces[reduce]
+    pts = _lib.Points(_runtime.ptr(points), n, fields, None)
+    batch_t = None
+    if isinstance(batch, torch.Tensor):
+        if batch.shape != (n,):
+            raise errors.ShapeMismatchError(
+                f"batch: expected shape [{n}], got {tuple(batch.shape)}")
+        batch_t = batch.to(device=points.device, dtype=torch.int32).contiguous()
+        pts.batch = _runtime.ptr(batch_t)
+    else:
+        desc.batch = int(batch or 0)
+    dev = points.device
+    coords = torch.empty((n, 4), dtype=torch.int32, device=dev)
+    feats = torch.empty((n, n_feat), dtype=torch.float32, device=dev)
+    point_voxel = torch.empty(n, dtype=torch.int64, device=dev)
+    n_vox = ctypes.c_int64(0)
+    _runtime.handle_for(dev).call(
+        "voxconv_voxelize", ctypes.byref(desc), ctypes.byref(pts), n_feat,
+        _runtime.ptr(coords), _runtime.ptr(feats) if n_feat else None,
+        ctypes.byref(n_vox), _runtime.ptr(point_voxel))
+    v = n_vox.value
+    return coords[:v].clone(), feats[:v].clone(), point_voxel
+
+
+def merge_duplicates(coords):
+    """(unique int32 [U, 4] sorted by (b, x, y, z), row_map int64 [N]) with
+    ``unique[row_map[i]] == coords[i]``: reduce features over duplicates
+    with e.g. ``torch.zeros(U, C).index_add_(0, row_map, feats)``."""
+    coords = _check_coords(coords)
+    n = coords.shape[0]
+    out = torch.empty((n, 4), dtype=torch.int32, device=coords.device)
+    row_map = torch.empty(n, dtype=torch.int64, device=coords.device)
+    n_unique = ctypes.c_int64(0)
+    c = _runtime.coords_struct(coords, (1, 1, 1))
+    _runtime.handle_for(coords.device).call(
+        "voxconv_merge_duplicates", ctypes.byref(c), _runtime.ptr(out),
+        ctypes.byref(n_unique), _runtime.ptr(row_map))
+    return out[:n_unique.value].clone(), row_map
+
+
+def cat(tensors):
+    """Concatenates the features of sparse tensors with the same coordinates
+    (e.g. a U-Net skip connection)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise errors.InvalidArgumentError("cat: no tensors")
+    first = tensors[0]
+    for t in tensors[1:]:
+        if t.coordinate_set is first.coordinate_set:
+            continue
+        if t.tensor_stride != first.tensor_stride or not torch.equal(t.coords, first.coords):
+            raise errors.KmapMismatchError(
+                f"cat: tensors have different coordinates ({len(first)} rows at stride "
+                f"{first.tensor_stride} vs {len(t)} rows at stride {t.tensor_stride})")
+    return first.replace_feature(torch.cat([t.feats for t in tensors], dim=1))
