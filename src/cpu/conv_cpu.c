@@ -1,0 +1,618 @@
+/* cpu_gather_gemm: regular sparse convolution on the CPU.
+ *
+ * Forward and dgrad are the same computation on different tables: every
+ * destination row d (output row for forward, input row for dgrad) is
+ *   dst[d] = sum over k of src[nbr[d][k]] * B[k]
+ * with nbr = kmap->nbr_out, B = W (forward) or nbr = kmap->nbr_in,
+ * B = W^T (dgrad). Destination rows are cut into blocks; one block is one
+ * task, so each row is written exactly once and no atomics are needed.
+ * Inside a block, the rows that have a neighbour at offset k are gathered
+ * (dtype -> f32) and multiplied by the packed B[k] with register tiles,
+ * accumulating into an f32 block that is converted and stored at the end.
+ * Every output element is the sequential sum over k ascending, then over
+ * the channel ascending, so results do not depend on the block size or on
+ * the number of threads.
+ *
+ * Wgrad: dW[k] = X_k^T DY_k over the pairs of offset k, in map order. A
+ * task owns (k, a group of input channels) and runs over all pairs of k in
+ * chunks, so each dW element is again one sequential sum in pair order,
+ * whatever the grouping or the thread count.
+ *
+ * f64 is the reference path: plain loops with the textbook summation
+ * order and no fused multiply-add. */
+#include "vc_cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__clang__)
+/* The f64 oracle must not be contracted into FMAs (GCC in ISO C mode does
+ * not contract; clang needs to be told). */
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#define VC_ALIGN 64
+
+static size_t align_up(size_t n) { return (n + VC_ALIGN - 1) & ~(size_t)(VC_ALIGN - 1); }
+
+static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* ---- parameter spaces ---------------------------------------------------- */
+/* 0 = chosen from the channel counts. */
+static const vc_param_space_t rows_space = {
+    1, {"block_rows"}, {5}, {{0, 32, 64, 128, 256}}};
+static const vc_param_space_t wgrad_space = {
+    1, {"pair_chunk"}, {5}, {{0, 64, 128, 256, 512}}};
+
+static const vc_param_space_t *gg_param_space(voxconv_pass_t pass) {
+  switch (pass) {
+  case VOXCONV_PASS_CONV_FWD:
+  case VOXCONV_PASS_CONV_DGRAD:
+    return &rows_space;
+  case VOXCONV_PASS_CONV_WGRAD:
+    return &wgrad_space;
+  default:
+    return NULL;
+  }
+}
+
+static int gg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
+  if (!h || h->backend != VOXCONV_BACKEND_CPU || !p->kmap ||
+      p->kmap->backend != VOXCONV_BACKEND_CPU)
+    return 0;
+  if (p->pass != VOXCONV_PASS_CONV_FWD && p->pass != VOXCONV_PASS_CONV_DGRAD &&
+      p->pass != VOXCONV_PASS_CONV_WGRAD)
+    return 0;
+  return vc_dtype_valid(p->dtype) && p->cin > 0 && p->cout > 0;
+}
+
+/* The kernel whose tile width sizes the packed weights. Selection errors
+ * are reported by run; here any kernel's width is a safe upper bound. */
+static int64_t packed_nr(void) {
+  const vc_gemm_kernel_t *k = NULL;
+  const char *want = vc_getenv("VOXCONV_CPU_ISA");
+  if (want && (k = vc_cpu_gemm_kernel_named(want)) != NULL)
+    return k->nr;
+  return 32; /* the widest tile */
+}
+
+/* Packed B for forward ([K][npanel][Cin][nr], columns = Cout) or dgrad
+ * ([K][npanel][Cout][nr], columns = Cin), padded with zeros. */
+static size_t packed_b_floats(const vc_conv_problem_t *p, int64_t nr) {
+  const int64_t kvol = p->kmap->kvol;
+  const int64_t kdim = p->pass == VOXCONV_PASS_CONV_FWD ? p->cin : p->cout;
+  const int64_t ncols = p->pass == VOXCONV_PASS_CONV_FWD ? p->cout : p->cin;
+  const int64_t npanel = (ncols + nr - 1) / nr;
+  return (size_t)(kvol * npanel * kdim * nr);
+}
+
+static size_t gg_workspace_size(const vc_conv_problem_t *p,
+                                const vc_algo_params_t *params) {
+  (void)params;
+  if (p->pass == VOXCONV_PASS_CONV_WGRAD)
+    return 0;
+  if (p->dtype == VOXCONV_DTYPE_F64) /* W^T for the f64 dgrad */
+    return p->pass == VOXCONV_PASS_CONV_DGRAD
+               ? (size_t)(p->kmap->kvol * p->cin * p->cout) * sizeof(double)
+               : 0;
+  const int64_t nr = imax64(packed_nr(), 32);
+  return packed_b_floats(p, nr) * sizeof(float);
+}
+
+/* ---- weight packing ------------------------------------------------------ */
+typedef struct pack_ctx {
+  const void *w;
+  voxconv_dtype_t dtype;
+  int64_t cin, cout, nr, npanel;
+  int transpose; /* dgrad: columns are Cin, reduction over Cout */
+  float *out;
+  float *rows; /* per-task row buffer: [kvol][cout] */
+} pack_ctx_t;
+
+static void pack_task(void *vctx, int64_t k0, int64_t k1, int tid) {
+  (void)tid;
+  const pack_ctx_t *c = (const pack_ctx_t *)vctx;
+  const size_t esz = voxconv_dtype_size(c->dtype);
+  const int64_t kdim = c->transpose ? c->cout : c->cin;
+  for (int64_t k = k0; k < k1; k++) {
+    float *row = c->rows + k * c->cout;
+    float *bk = c->out + k * c->npanel * kdim * c->nr;
+    memset(bk, 0, (size_t)(c->npanel * kdim * c->nr) * sizeof(float));
+    for (int64_t ci = 0; ci < c->cin; ci++) {
+      vc_cpu_load_f32((const char *)c->w + (size_t)((k * c->cin + ci) * c->cout) * esz,
+                      c->dtype, c->cout, row);
+      if (!c->transpose) {
+        for (int64_t co = 0; co < c->cout; co++)
+          bk[((co / c->nr) * kdim + ci) * c->nr + co % c->nr] = row[co];
+      } else {
+        float *dst = bk + (ci / c->nr) * kdim * c->nr + ci % c->nr;
+        for (int64_t co = 0; co < c->cout; co++)
+          dst[co * c->nr] = row[co];
+      }
+    }
+  }
+}
+
+static voxconv_status_t pack_weights(voxconv_handle_t *h, const void *w,
+                                     voxconv_dtype_t dtype, int64_t kvol,
+                                     int64_t cin, int64_t cout, int64_t nr,
+                                     int transpose, float *out) {
+  const int64_t ncols = transpose ? cin : cout;
+  pack_ctx_t c = {w, dtype, cin, cout, nr, (ncols + nr - 1) / nr, transpose,
+                  out, NULL};
+  void *rows = NULL;
+  VC_CHECK(vc_host_alloc(h, (size_t)(kvol * cout) * sizeof(float), &rows,
+                         "weight packing rows"));
+  c.rows = (float *)rows;
+  voxconv_status_t st = vc_parallel_for(h, kvol, 1, pack_task, &c);
+  free(rows);
+  return st;
+}
+
+/* ---- forward / dgrad: blocks of destination rows ------------------------- */
+typedef struct rows_ctx {
+  const vc_gemm_kernel_t *kern;
+  const int32_t *nbr; /* [n_rows][kvol] */
+  int64_t n_rows;
+  int64_t kvol;
+  const void *src; /* [*][kdim] in dtype */
+  voxconv_dtype_t dtype;
+  int64_t kdim;
+  const float *bpack; /* [kvol][npanel][kdim][nr] */
+  int64_t npanel;
+  void *dst; /* [n_rows][ncols] in dtype */
+  int64_t ncols, ldc;
+  int64_t block_rows;
+  char *scratch;
+  size_t scratch_stride;
+} rows_ctx_t;
+
+typedef struct rows_scratch {
+  float *acc;        /* [block_rows][ldc] */
+  float *tile;       /* [block_rows][kdim], gathered rows (non-f32) */
+  const float **arow; /* [block_rows] */
+  int32_t *start;    /* [kvol + 1] */
+  int32_t *cursor;   /* [kvol] */
+  int32_t *loc;      /* [block_rows * kvol] local destination row */
+  int32_t *srcrow;   /* [block_rows * kvol] source row */
+} rows_scratch_t;
+
+static size_t rows_scratch_layout(const rows_ctx_t *c, char *base,
+                                  rows_scratch_t *s) {
+  size_t off = 0;
+  const int64_t br = c->block_rows;
+#define CARVE(field, type, count)                                              \
+  do {                                                                         \
+    if (base)                                                                  \
+      s->field = (type)(void *)(base + off);                                   \
+    off += align_up((size_t)(count) * sizeof(*s->field));                      \
+  } while (0)
+  CARVE(acc, float *, br * c->ldc);
+  CARVE(tile, float *, c->dtype == VOXCONV_DTYPE_F32 ? 1 : br * c->kdim);
+  CARVE(arow, const float **, br);
+  CARVE(start, int32_t *, c->kvol + 1);
+  CARVE(cursor, int32_t *, c->kvol);
+  CARVE(loc, int32_t *, br * c->kvol);
+  CARVE(srcrow, int32_t *, br * c->kvol);
+#undef CARVE
+  return off;
+}
+
+static void rows_block(const rows_ctx_t *c, rows_scratch_t *s, int64_t blk) {
+  const int64_t kvol = c->kvol;
+  const int64_t r0 = blk * c->block_rows;
+  const int64_t nb = imin64(c->block_rows, c->n_rows - r0);
+  const int32_t *nbr = c->nbr + r0 * kvol;
+  const size_t esz = voxconv_dtype_size(c->dtype);
+  const int mr = c->kern->mr;
+  const int64_t nr = c->kern->nr;
+
+  /* Group the block's (row, k) neighbours by k (counting sort): each k
+   * then becomes one small gathered GEMM. */
+  memset(s->start, 0, (size_t)(kvol + 1) * sizeof(int32_t));
+  for (int64_t r = 0; r < nb; r++)
+    for (int64_t k = 0; k < kvol; k++)
+      s->start[k + 1] += nbr[r * kvol + k] >= 0;
+  for (int64_t k = 0; k < kvol; k++) {
+    s->start[k + 1] += s->start[k];
+    s->cursor[k] = s->start[k];
+  }
+  for (int64_t r = 0; r < nb; r++)
+    for (int64_t k = 0; k < kvol; k++) {
+      const int32_t i = nbr[r * kvol + k];
+      if (i >= 0) {
+        const int32_t q = s->cursor[k]++;
+        s->loc[q] = (int32_t)r;
+        s->srcrow[q] = i;
+      }
+    }
+
+  memset(s->acc, 0, (size_t)(nb * c->ldc) * sizeof(float));
+  for (int64_t k = 0; k < kvol; k++) {
+    const int64_t q0 = s->start[k], m = s->start[k + 1] - q0;
+    if (m == 0)
+      continue;
+    const int32_t *loc = s->loc + q0;
+    const int32_t *srcrow = s->srcrow + q0;
+    if (c->dtype == VOXCONV_DTYPE_F32) {
+      for (int64_t q = 0; q < m; q++)
+        s->arow[q] = (const float *)c->src + (int64_t)srcrow[q] * c->kdim;
+    } else {
+      for (int64_t q = 0; q < m; q++) {
+        float *t = s->tile + q * c->kdim;
+        vc_cpu_load_f32((const char *)c->src +
+                            (size_t)((int64_t)srcrow[q] * c->kdim) * esz,
+                        c->dtype, c->kdim, t);
+        s->arow[q] = t;
+      }
+    }
+    /* Panel-outer: the B panel (kdim x nr) stays in L1 while every tile
+     * of rows passes over it; the gathered rows are reused per panel. */
+    for (int64_t j = 0; j < c->npanel; j++) {
+      const float *bp = c->bpack + (k * c->npanel + j) * c->kdim * nr;
+      float *cj = s->acc + j * nr;
+      for (int64_t q = 0; q < m; q += mr)
+        c->kern->tile((int)imin64(mr, m - q), c->kdim, s->arow + q, bp, nr,
+                      cj, c->ldc, loc + q);
+    }
+  }
+  for (int64_t r = 0; r < nb; r++)
+    vc_cpu_store_f32((char *)c->dst + (size_t)((r0 + r) * c->ncols) * esz,
+                     c->dtype, c->ncols, s->acc + r * c->ldc);
+}
+
+static void rows_task(void *vctx, int64_t b0, int64_t b1, int tid) {
+  const rows_ctx_t *c = (const rows_ctx_t *)vctx;
+  rows_scratch_t s = {0};
+  rows_scratch_layout(c, c->scratch + (size_t)tid * c->scratch_stride, &s);
+  for (int64_t b = b0; b < b1; b++)
+    rows_block(c, &s, b);
+}
+
+static int64_t auto_block_rows(int64_t ldc) {
+  /* Aim at a ~64 KB accumulator block (L2-resident, big enough that each
+   * offset contributes a few full register tiles). */
+  int64_t br = 16384 / imax64(ldc, 1);
+  int64_t p2 = 32;
+  while (p2 * 2 <= br && p2 < 256)
+    p2 *= 2;
+  return p2;
+}
+
+static int scratch_threads(const voxconv_handle_t *h, int64_t tasks) {
+  /* vc_parallel_for hands out tids below min(num_threads, tasks). */
+  int64_t nt = h->num_threads > 0 ? h->num_threads : 1;
+  return (int)imax64(1, imin64(nt, tasks));
+}
+
+static voxconv_status_t rows_gemm(voxconv_handle_t *h,
+                                  const vc_conv_problem_t *p,
+                                  const vc_algo_params_t *params, void *ws) {
+  const voxconv_kmap_t *km = p->kmap;
+  const int fwd = p->pass == VOXCONV_PASS_CONV_FWD;
+  const vc_gemm_kernel_t *kern;
+  VC_CHECK(vc_cpu_gemm_select(h, &kern));
+  if (!ws)
+    return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                   "cpu_gather_gemm: no workspace for the packed weights");
+  rows_ctx_t c;
+  memset(&c, 0, sizeof c);
+  c.kern = kern;
+  c.nbr = fwd ? km->nbr_out : km->nbr_in;
+  c.n_rows = fwd ? km->n_out : km->n_in;
+  c.kvol = km->kvol;
+  c.src = p->a;
+  c.dtype = p->dtype;
+  c.kdim = fwd ? p->cin : p->cout;
+  c.ncols = fwd ? p->cout : p->cin;
+  c.npanel = (c.ncols + kern->nr - 1) / kern->nr;
+  c.ldc = c.npanel * kern->nr;
+  c.dst = p->c;
+  c.bpack = (const float *)ws;
+  c.block_rows = params && params->v[0] > 0 ? params->v[0]
+                                            : auto_block_rows(c.ldc);
+  if (c.n_rows == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  VC_CHECK(pack_weights(h, p->b, p->dtype, km->kvol, p->cin, p->cout,
+                        kern->nr, !fwd, (float *)ws));
+  const int64_t nblocks = (c.n_rows + c.block_rows - 1) / c.block_rows;
+  const int nt = scratch_threads(h, nblocks);
+  c.scratch_stride = align_up(rows_scratch_layout(&c, NULL, NULL));
+  void *scratch = NULL;
+  VC_CHECK(vc_host_alloc(h, c.scratch_stride * (size_t)nt + VC_ALIGN,
+                         &scratch, "cpu_gather_gemm thread scratch"));
+  c.scratch = (char *)(((uintptr_t)scratch + VC_ALIGN - 1) &
+                       ~(uintptr_t)(VC_ALIGN - 1));
+  voxconv_status_t st = vc_parallel_for(h, nblocks, 1, rows_task, &c);
+  free(scratch);
+  return st;
+}
+
+/* ---- wgrad ------------------------------------------------------------- */
+typedef struct wgrad_ctx {
+  const vc_gemm_kernel_t *kern;
+  const voxconv_kmap_t *km;
+  const void *x, *dy;
+  void *dw;
+  voxconv_dtype_t dtype;
+  int64_t cin, cout, ldc, npanel;
+  int64_t ngroups, group_width; /* input channels split into groups */
+  int64_t chunk;                /* pairs per gathered chunk */
+  char *scratch;
+  size_t scratch_stride;
+} wgrad_ctx_t;
+
+typedef struct wgrad_scratch {
+  float *acc;   /* [group_width][ldc] */
+  float *xt;    /* [group_width][chunk]: gathered x, transposed */
+  float *d;     /* [chunk][ldc]: gathered dy, zero-padded columns */
+  float *row;   /* [max(cin, cout)] conversion buffer */
+  const float **arow; /* [group_width] */
+  int32_t *ident;     /* [group_width]: 0, 1, 2, ... */
+} wgrad_scratch_t;
+
+static size_t wgrad_scratch_layout(const wgrad_ctx_t *c, char *base,
+                                   wgrad_scratch_t *s) {
+  size_t off = 0;
+#define CARVE(field, type, count)                                              \
+  do {                                                                         \
+    if (base)                                                                  \
+      s->field = (type)(void *)(base + off);                                   \
+    off += align_up((size_t)(count) * sizeof(*s->field));                      \
+  } while (0)
+  CARVE(acc, float *, c->group_width * c->ldc);
+  CARVE(xt, float *, c->group_width * c->chunk);
+  CARVE(d, float *, c->chunk * c->ldc);
+  CARVE(row, float *, imax64(c->cin, c->cout));
+  CARVE(arow, const float **, c->group_width);
+  CARVE(ident, int32_t *, c->group_width);
+#undef CARVE
+  return off;
+}
+
+static void wgrad_one(const wgrad_ctx_t *c, wgrad_scratch_t *s, int64_t task) {
+  const voxconv_kmap_t *km = c->km;
+  const int64_t k = task / c->ngroups, g = task % c->ngroups;
+  const int64_t c0 = g * c->group_width;
+  const int64_t cw = imin64(c->group_width, c->cin - c0);
+  if (cw <= 0)
+    return;
+  const size_t esz = voxconv_dtype_size(c->dtype);
+  const int mr = c->kern->mr;
+  const int64_t nr = c->kern->nr;
+  const int64_t p_begin = km->pair_offsets[k], p_end = km->pair_offsets[k + 1];
+
+  memset(s->acc, 0, (size_t)(cw * c->ldc) * sizeof(float));
+  for (int64_t r = 0; r < cw; r++) {
+    s->arow[r] = s->xt + r * c->chunk;
+    s->ident[r] = (int32_t)r;
+  }
+  for (int64_t p0 = p_begin; p0 < p_end; p0 += c->chunk) {
+    const int64_t n = imin64(c->chunk, p_end - p0);
+    for (int64_t q = 0; q < n; q++) {
+      const int64_t i = km->in_rows[p0 + q], o = km->out_rows[p0 + q];
+      const float *xr;
+      if (c->dtype == VOXCONV_DTYPE_F32) {
+        xr = (const float *)c->x + i * c->cin + c0;
+      } else {
+        vc_cpu_load_f32((const char *)c->x + (size_t)(i * c->cin + c0) * esz,
+                        c->dtype, cw, s->row);
+        xr = s->row;
+      }
+      for (int64_t r = 0; r < cw; r++)
+        s->xt[r * c->chunk + q] = xr[r];
+      vc_cpu_load_f32((const char *)c->dy + (size_t)(o * c->cout) * esz,
+                      c->dtype, c->cout, s->d + q * c->ldc);
+    }
+    for (int64_t j = 0; j < c->npanel; j++)
+      for (int64_t r = 0; r < cw; r += mr)
+        c->kern->tile((int)imin64(mr, cw - r), n, s->arow + r,
+                      s->d + j * nr, c->ldc, s->acc + j * nr, c->ldc,
+                      s->ident + r);
+  }
+  for (int64_t r = 0; r < cw; r++)
+    vc_cpu_store_f32((char *)c->dw +
+                         (size_t)((k * c->cin + c0 + r) * c->cout) * esz,
+                     c->dtype, c->cout, s->acc + r * c->ldc);
+}
+
+static void wgrad_task(void *vctx, int64_t t0, int64_t t1, int tid) {
+  const wgrad_ctx_t *c = (const wgrad_ctx_t *)vctx;
+  wgrad_scratch_t s = {0};
+  char *base = c->scratch + (size_t)tid * c->scratch_stride;
+  wgrad_scratch_layout(c, base, &s);
+  /* Padding columns of the gathered dy must be zero (they feed padding
+   * columns of acc that are never stored, but NaN garbage there would be
+   * harmless too; zero keeps the arithmetic clean). */
+  memset(s.d, 0, (size_t)(c->chunk * c->ldc) * sizeof(float));
+  for (int64_t t = t0; t < t1; t++)
+    wgrad_one(c, &s, t);
+}
+
+static voxconv_status_t wgrad_gemm(voxconv_handle_t *h,
+                                   const vc_conv_problem_t *p,
+                                   const vc_algo_params_t *params) {
+  const voxconv_kmap_t *km = p->kmap;
+  const vc_gemm_kernel_t *kern;
+  VC_CHECK(vc_cpu_gemm_select(h, &kern));
+  wgrad_ctx_t c;
+  memset(&c, 0, sizeof c);
+  c.kern = kern;
+  c.km = km;
+  c.x = p->a;
+  c.dy = p->b;
+  c.dw = p->c;
+  c.dtype = p->dtype;
+  c.cin = p->cin;
+  c.cout = p->cout;
+  c.npanel = (c.cout + kern->nr - 1) / kern->nr;
+  c.ldc = c.npanel * kern->nr;
+  c.chunk = params && params->v[0] > 0 ? params->v[0] : 256;
+  /* Enough tasks to keep every thread busy despite the uneven pair counts
+   * per offset; the grouping never changes the results (each dW element
+   * is one sequential sum over the pairs). */
+  const int64_t nt = h->num_threads > 0 ? h->num_threads : 1;
+  const int64_t want_groups = (4 * nt + km->kvol - 1) / km->kvol;
+  const int64_t max_groups = (c.cin + kern->mr - 1) / kern->mr;
+  c.ngroups = imax64(1, imin64(want_groups, max_groups));
+  c.group_width = (c.cin + c.ngroups - 1) / c.ngroups;
+  c.group_width = (c.group_width + kern->mr - 1) / kern->mr * kern->mr;
+  c.ngroups = (c.cin + c.group_width - 1) / c.group_width;
+  const int64_t ntasks = km->kvol * c.ngroups;
+  const int nth = scratch_threads(h, ntasks);
+  c.scratch_stride = align_up(wgrad_scratch_layout(&c, NULL, NULL));
+  void *scratch = NULL;
+  VC_CHECK(vc_host_alloc(h, c.scratch_stride * (size_t)nth + VC_ALIGN,
+                         &scratch, "cpu_gather_gemm wgrad scratch"));
+  c.scratch = (char *)(((uintptr_t)scratch + VC_ALIGN - 1) &
+                       ~(uintptr_t)(VC_ALIGN - 1));
+  voxconv_status_t st = vc_parallel_for(h, ntasks, 1, wgrad_task, &c);
+  free(scratch);
+  return st;
+}
+
+/* ---- f64 reference path ------------------------------------------------ */
+typedef struct f64_ctx {
+  const voxconv_kmap_t *km;
+  const double *a, *b;
+  double *c;
+  const double *wt; /* dgrad: W^T [kvol][cout][cin] */
+  int64_t cin, cout;
+} f64_ctx_t;
+
+/* y[o][co] = sum_k sum_ci x[i][ci] * W[k][ci][co], k then ci ascending. */
+static void f64_fwd_task(void *vctx, int64_t o0, int64_t o1, int tid) {
+  (void)tid;
+  const f64_ctx_t *c = (const f64_ctx_t *)vctx;
+  const int64_t kvol = c->km->kvol, cin = c->cin, cout = c->cout;
+  for (int64_t o = o0; o < o1; o++) {
+    double *y = c->c + o * cout;
+    for (int64_t co = 0; co < cout; co++)
+      y[co] = 0.0;
+    for (int64_t k = 0; k < kvol; k++) {
+      const int32_t i = c->km->nbr_out[o * kvol + k];
+      if (i < 0)
+        continue;
+      const double *x = c->a + (int64_t)i * cin;
+      const double *w = c->b + k * cin * cout;
+      for (int64_t ci = 0; ci < cin; ci++) {
+        const double xv = x[ci];
+        const double *wr = w + ci * cout;
+        for (int64_t co = 0; co < cout; co++)
+          y[co] += xv * wr[co];
+      }
+    }
+  }
+}
+
+/* dx[i][ci] = sum_k sum_co dy[o][co] * W[k][ci][co], k then co ascending. */
+static void f64_dgrad_task(void *vctx, int64_t i0, int64_t i1, int tid) {
+  (void)tid;
+  const f64_ctx_t *c = (const f64_ctx_t *)vctx;
+  const int64_t kvol = c->km->kvol, cin = c->cin, cout = c->cout;
+  for (int64_t i = i0; i < i1; i++) {
+    double *dx = c->c + i * cin;
+    for (int64_t ci = 0; ci < cin; ci++)
+      dx[ci] = 0.0;
+    for (int64_t k = 0; k < kvol; k++) {
+      const int32_t o = c->km->nbr_in[i * kvol + k];
+      if (o < 0)
+        continue;
+      const double *dy = c->a + (int64_t)o * cout;
+      const double *wt = c->wt + k * cout * cin;
+      for (int64_t co = 0; co < cout; co++) {
+        const double d = dy[co];
+        const double *wr = wt + co * cin;
+        for (int64_t ci = 0; ci < cin; ci++)
+          dx[ci] += d * wr[ci];
+      }
+    }
+  }
+}
+
+/* dW[k][ci][co] = sum over the pairs of k, in map order, of
+ * x[in][ci] * dy[out][co]. */
+static void f64_wgrad_task(void *vctx, int64_t k0, int64_t k1, int tid) {
+  (void)tid;
+  const f64_ctx_t *c = (const f64_ctx_t *)vctx;
+  const int64_t cin = c->cin, cout = c->cout;
+  for (int64_t k = k0; k < k1; k++) {
+    double *dw = c->c + k * cin * cout;
+    for (int64_t e = 0; e < cin * cout; e++)
+      dw[e] = 0.0;
+    for (int64_t q = c->km->pair_offsets[k]; q < c->km->pair_offsets[k + 1];
+         q++) {
+      const double *x = c->a + (int64_t)c->km->in_rows[q] * cin;
+      const double *dy = c->b + (int64_t)c->km->out_rows[q] * cout;
+      for (int64_t ci = 0; ci < cin; ci++) {
+        const double xv = x[ci];
+        double *dr = dw + ci * cout;
+        for (int64_t co = 0; co < cout; co++)
+          dr[co] += xv * dy[co];
+      }
+    }
+  }
+}
+
+static voxconv_status_t run_f64(voxconv_handle_t *h,
+                                const vc_conv_problem_t *p, void *ws) {
+  const voxconv_kmap_t *km = p->kmap;
+  f64_ctx_t c = {km, (const double *)p->a, (const double *)p->b,
+                 (double *)p->c, NULL, p->cin, p->cout};
+  switch (p->pass) {
+  case VOXCONV_PASS_CONV_FWD:
+    return vc_parallel_for(h, km->n_out, 64, f64_fwd_task, &c);
+  case VOXCONV_PASS_CONV_DGRAD: {
+    if (!ws)
+      return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                     "cpu_gather_gemm: no workspace for W^T");
+    double *wt = (double *)ws;
+    const double *w = (const double *)p->b;
+    for (int64_t k = 0; k < km->kvol; k++)
+      for (int64_t ci = 0; ci < p->cin; ci++)
+        for (int64_t co = 0; co < p->cout; co++)
+          wt[(k * p->cout + co) * p->cin + ci] =
+              w[(k * p->cin + ci) * p->cout + co];
+    c.wt = wt;
+    return vc_parallel_for(h, km->n_in, 64, f64_dgrad_task, &c);
+  }
+  case VOXCONV_PASS_CONV_WGRAD:
+    return vc_parallel_for(h, km->kvol, 1, f64_wgrad_task, &c);
+  default:
+    return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                   "cpu_gather_gemm: pass %d is not a conv pass",
+                   (int)p->pass);
+  }
+}
+
+static voxconv_status_t gg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                               const vc_algo_params_t *params, void *ws) {
+  if (p->dtype == VOXCONV_DTYPE_F64)
+    return run_f64(h, p, ws);
+  switch (p->pass) {
+  case VOXCONV_PASS_CONV_FWD:
+  case VOXCONV_PASS_CONV_DGRAD:
+    return rows_gemm(h, p, params, ws);
+  case VOXCONV_PASS_CONV_WGRAD:
+    return wgrad_gemm(h, p, params);
+  default:
+    return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                   "cpu_gather_gemm: pass %d is not a conv pass",
+                   (int)p->pass);
+  }
+}
+
+const vc_algo_t vc_algo_cpu_gather_gemm = {
+    {"cpu_gather_gemm", VOXCONV_BACKEND_CPU,
+     (1u << VOXCONV_PASS_CONV_FWD) | (1u << VOXCONV_PASS_CONV_DGRAD) |
+         (1u << VOXCONV_PASS_CONV_WGRAD),
+     1,
+     "CPU: per block of destination rows, gather the rows of each offset "
+     "and multiply them by the packed weights with register tiles "
+     "(AVX-512/AVX2/portable); wgrad per (offset, channel group); "
+     "f32 accumulation, f64 reference path"},
+    gg_supports,
+    gg_param_space,
+    gg_workspace_size,
+    gg_run};

@@ -1,0 +1,82 @@
+/* The CPU backend's kernels: a small register-blocked GEMM layer
+ * (gemm_cpu.c), the gather-GEMM convolution (conv_cpu.c), depthwise
+ * convolution (depthwise_cpu.c) and pooling (pool_cpu.c). Everything here
+ * works on host memory and is called after validation. */
+#ifndef VC_CPU_H
+#define VC_CPU_H
+
+#include "../ops/vc_algo.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- GEMM micro-kernels (gemm_cpu.c) ----------------------------------- */
+/* One register tile: for r < m (m <= mr) and t < nr,
+ *   c[crow[r] * ldc + t] += sum over p < kdim, in order, of
+ *                           arow[r][p] * b[p * ldb + t].
+ * Rows of A come through pointers (gathered rows, or rows used in place),
+ * rows of C through indices, so a tile can scatter into a block of
+ * accumulators. Each element is one sequential chain over p (fused
+ * multiply-add where the ISA has it), so results do not depend on how rows
+ * are grouped into tiles. */
+typedef void (*vc_gemm_tile_fn)(int m, int64_t kdim, const float *const *arow,
+                                const float *b, int64_t ldb, float *c,
+                                int64_t ldc, const int32_t *crow);
+
+typedef struct vc_gemm_kernel {
+  const char *name; /* "portable", "avx2", "avx512" */
+  int mr, nr;       /* rows and columns of one register tile */
+  vc_gemm_tile_fn tile;
+} vc_gemm_kernel_t;
+
+/* The kernel to use: the best this CPU runs, or the one named by the
+ * VOXCONV_CPU_ISA environment variable (portable, avx2, avx512).
+ * INVALID_ARGUMENT (message on h) for an unknown name or one this CPU
+ * cannot run. */
+voxconv_status_t vc_cpu_gemm_select(const voxconv_handle_t *h,
+                                    const vc_gemm_kernel_t **kernel);
+/* A kernel by name if this CPU can run it, else NULL. */
+const vc_gemm_kernel_t *vc_cpu_gemm_kernel_named(const char *name);
+/* Names of the kernels this CPU can run, best last; returns the count. */
+int vc_cpu_gemm_available(const char **names, int max_names);
+
+/* Exact conversion of n elements to f32 (vectorised where possible). */
+void vc_cpu_load_f32(const void *src, voxconv_dtype_t dtype, int64_t n,
+                     float *dst);
+/* Round-to-nearest-even conversion of n f32 values to dtype (same values
+ * as vc_store_f32; NaN stays NaN). */
+void vc_cpu_store_f32(void *dst, voxconv_dtype_t dtype, int64_t n,
+                      const float *src);
+
+/* ---- convolution algorithms (conv_cpu.c, depthwise_cpu.c) -------------- */
+/* vc_algo_cpu_gather_gemm and vc_algo_cpu_depthwise are declared in
+ * vc_algo.h. */
+
+/* ---- pooling (pool_cpu.c); arguments validated by src/ops/pool.c ------ */
+voxconv_status_t vc_cpu_pool_forward(voxconv_handle_t *h,
+                                     const voxconv_kmap_t *kmap,
+                                     voxconv_pool_mode_t mode,
+                                     const voxconv_feats_t *x,
+                                     const voxconv_feats_t *y);
+/* x and y are NULL unless mode is MAX. */
+voxconv_status_t vc_cpu_pool_backward(voxconv_handle_t *h,
+                                      const voxconv_kmap_t *kmap,
+                                      voxconv_pool_mode_t mode,
+                                      const voxconv_feats_t *x,
+                                      const voxconv_feats_t *y,
+                                      const voxconv_feats_t *dy,
+                                      const voxconv_feats_t *dx);
+voxconv_status_t vc_cpu_unpool_forward(voxconv_handle_t *h,
+                                       const voxconv_kmap_t *kmap,
+                                       const voxconv_feats_t *x,
+                                       const voxconv_feats_t *y);
+voxconv_status_t vc_cpu_unpool_backward(voxconv_handle_t *h,
+                                        const voxconv_kmap_t *kmap,
+                                        const voxconv_feats_t *dy,
+                                        const voxconv_feats_t *dx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
