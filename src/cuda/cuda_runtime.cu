@@ -135,8 +135,31 @@ extern "C" voxconv_status_t vc_cuda_handle_init(voxconv_handle_t *h) {
   const char *tiny = vc_getenv("VOXCONV_CUDA_HASH_TINY");
   s->hash_debug_tiny = tiny ? (vc_parse_bool(tiny) == 1) : 0;
 
+  /* The handle's own stream-ordered pool: keeping freed memory (release
+   * threshold = max) is what makes repeated builds and ops cheap; the
+   * device's default pool would hand memory back at every sync. */
+  cudaMemPoolProps props;
+  memset(&props, 0, sizeof props);
+  props.allocType = cudaMemAllocationTypePinned;
+  props.location.type = cudaMemLocationTypeDevice;
+  props.location.id = h->device;
+  cudaError_t e = cudaMemPoolCreate(&s->pool, &props);
+  if (e != cudaSuccess) {
+    free(s);
+    return vc_cuda_fail(h, e, "cudaMemPoolCreate", "voxconv_create");
+  }
+  uint64_t keep_all = UINT64_MAX;
+  e = cudaMemPoolSetAttribute(s->pool, cudaMemPoolAttrReleaseThreshold,
+                              &keep_all);
+  if (e != cudaSuccess) {
+    cudaMemPoolDestroy(s->pool);
+    free(s);
+    return vc_cuda_fail(h, e, "cudaMemPoolSetAttribute", "voxconv_create");
+  }
+
   const cublasStatus_t bs = cublasCreate(&s->cublas);
   if (bs != CUBLAS_STATUS_SUCCESS) {
+    cudaMemPoolDestroy(s->pool);
     free(s);
     return vc_cublas_fail(h, bs, "cublasCreate", "voxconv_create");
   }
@@ -153,28 +176,45 @@ extern "C" void vc_cuda_handle_fini(voxconv_handle_t *h) {
    * destroy; wait so destroy is a clean barrier. */
   cudaStreamSynchronize(vc_cuda_stream(h));
   cublasDestroy(s->cublas);
+  if (s->host_status)
+    cudaFreeHost(s->host_status);
+  /* Returns immediately; memory still allocated from the pool (kernel maps
+   * the caller has not destroyed) keeps it alive until freed. */
+  cudaMemPoolDestroy(s->pool);
   (void)cudaGetLastError();
   free(s);
   h->cuda = NULL;
 }
 
 /* ---- memory --------------------------------------------------------------
- * The built-in allocator is stream-ordered (cudaMallocAsync/cudaFreeAsync on
- * the handle's stream, device default memory pool), so temporaries cost no
- * synchronisation and are reused by the pool. Running out of memory is not
+ * The built-in allocator is stream-ordered (cudaMallocFromPoolAsync /
+ * cudaFreeAsync on the handle's stream, the handle's own pool), so
+ * temporaries cost no synchronisation and are reused by the pool. Running out of memory is not
  * sticky: the error is cleared and the library stays usable. */
 extern "C" voxconv_status_t vc_cuda_alloc(voxconv_handle_t *h, size_t bytes,
                                           void **ptr) {
   *ptr = NULL;
   VC_CUDA_DEVICE_GUARD(h);
-  const cudaError_t e = cudaMallocAsync(ptr, bytes, vc_cuda_stream(h));
+  vc_cuda_state_t *s = vc_cuda_state(h);
+  cudaError_t e = cudaMallocFromPoolAsync(ptr, bytes, s->pool,
+                                          vc_cuda_stream(h));
+  if (e == cudaErrorMemoryAllocation) {
+    /* The pool keeps freed blocks; some may be waiting on the stream. Wait
+     * for them, give everything unused back and try once more (only on
+     * this out-of-memory path does an allocation synchronise). */
+    (void)cudaGetLastError();
+    cudaStreamSynchronize(vc_cuda_stream(h));
+    cudaMemPoolTrimTo(s->pool, 0);
+    (void)cudaGetLastError();
+    e = cudaMallocFromPoolAsync(ptr, bytes, s->pool, vc_cuda_stream(h));
+  }
   if (e != cudaSuccess) {
     *ptr = NULL;
     (void)cudaGetLastError();
     return vc_fail(h,
                    e == cudaErrorMemoryAllocation ? VOXCONV_STATUS_ALLOC_FAILED
                                                   : VOXCONV_STATUS_CUDA_ERROR,
-                   "cudaMallocAsync(%zu bytes) on device %d: %s", bytes,
+                   "cudaMallocFromPoolAsync(%zu bytes) on device %d: %s", bytes,
                    h->device, cudaGetErrorName(e));
   }
   return VOXCONV_STATUS_SUCCESS;

@@ -31,10 +31,19 @@ typedef struct vc_cuda_state {
   int sm_count;
   int cc_major, cc_minor;
   size_t smem_optin; /* max dynamic shared memory per block (opt-in) */
-  /* Test/debug knob: initial hash-table capacity factor for the GPU kernel
-   * map builder, read once from VOXCONV_CUDA_HASH_TINY (see cuda_kmap.cu).
-   * 0 = the normal sizing. */
+  /* Test knob: 1 = the GPU kernel-map builder starts its hash tables at 16
+   * slots, so the overflow-and-retry path runs (VOXCONV_CUDA_HASH_TINY, read
+   * at handle creation; see cuda_kmap.cu). 0 = the normal sizing. */
   int hash_debug_tiny;
+  /* Stream-ordered pool of this handle (release threshold: keep all), so
+   * temporaries are recycled without returning memory to the driver at
+   * every synchronisation. Destroyed with the handle; allocations still
+   * live then (kernel maps) keep it alive until they are freed. */
+  cudaMemPool_t pool;
+  /* Pinned host buffer for the one device->host read of a kernel-map build
+   * (counts and error rows), allocated on first use. */
+  void *host_status;
+  size_t host_status_bytes;
 } vc_cuda_state_t;
 
 static inline vc_cuda_state_t *vc_cuda_state(const voxconv_handle_t *h) {

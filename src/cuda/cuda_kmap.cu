@@ -1,0 +1,1061 @@
+/* CUDA kernel-map builder for all four modes. Produces, element for
+ * element, the map of the CPU builder (src/coords/kmap_cpu.c): outputs in
+ * ascending packed-key order, pairs grouped by offset and sorted by output
+ * row, nbr_out / nbr_in tables, pair_offsets on the host, the input
+ * fingerprint, and the same statuses and messages for bad coordinates.
+ *
+ * Pipeline (n = rows, K = kernel volume; every step is one kernel or one
+ * CUB call on the handle's stream):
+ *   1. pack + check: coords -> packed keys, range flag (lowest bad row via
+ *      atomicMin), fingerprint (wrapping integer sum: order-free, so
+ *      deterministic), insert into a GPU hash (cuda_hash.cuh).
+ *   2. duplicate pass: a row whose key maps to a lower row is a repeat; the
+ *      lowest such row is reported, as the CPU does.
+ *   3. outputs: SUBMANIFOLD = inputs; TRANSPOSED = the caller's (packed,
+ *      checked and hashed like the inputs); STRIDED = CUB radix sort +
+ *      unique of floor(c/s); GENERATIVE = sort + unique of s*c + off_k.
+ *   4. neighbour queries, one thread per (row, k), writes coalesced:
+ *      nbr_out[o][k] by lookups in the input hash (and per-offset counts of
+ *      each block of 32 outputs), nbr_in[i][k] by lookups in the output
+ *      hash -- or, for submanifold maps with odd kernels (symmetric
+ *      offsets), mirrored from the same lookup: nbr_in[i][k] =
+ *      nbr_out[i][K-1-k]. Lookups rather than a scatter: no memset, no
+ *      random 4-byte writes.
+ *   5. exclusive scan of the counts laid out [k][block] (CUB): each block's
+ *      write position per offset, offsets grouped, blocks in output order.
+ *   -- THE one host synchronisation: a pinned status block with the error
+ *      rows, the hash-overflow flags, n_out and pair_offsets[K+1] is read
+ *      back. Everything after it is asynchronous.
+ *   6. allocate the pair lists (n_pairs now known), write them: each block
+ *      reloads its 32 rows of nbr_out into shared memory and every warp
+ *      compacts one offset column with a ballot (stable: output order).
+ *
+ * GENERATIVE differs in where the sync sits: every (input, offset) is a
+ * pair (an out-of-range generated cell is an error), so pair_offsets[k] =
+ * k * n_in is known on the host, and the sync happens right after the
+ * unique output count is known; steps 4-6 then run without another one.
+ * STRIDED learns n_out on the device, so its step 4 runs over n_in rows (an
+ * upper bound) with the real count read from device memory, and nbr_out /
+ * out_coords are cut to size after the sync.
+ *
+ * Hash overflow: tables are sized 2x (power of two) their keys, so an
+ * insert cannot fail; the device still counts failed inserts and the build
+ * retries with room for all keys when the count is non-zero, so a table
+ * too small (the VOXCONV_CUDA_HASH_TINY=1 test knob starts them at 16
+ * slots) costs a retry, never a truncated map. Post-sync tables (the
+ * GENERATIVE output hash) are sized from the exact count and ignore the
+ * knob, so they never overflow. */
+#include "cuda_hash.cuh"
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_scan.cuh>
+#include <cub/device/device_select.cuh>
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VC_ROWS_PER_BLOCK 32 /* outputs per query/compaction block */
+#define VC_HASH_TINY_SLOTS 16
+#define VC_NO_ROW ULLONG_MAX
+
+static const char *const vc_field_names[4] = {"batch", "x", "y", "z"};
+
+/* Device-side results read back at the one sync. Rows are "lowest
+ * offending", VC_NO_ROW when none. */
+struct VcKmapStatus {
+  unsigned long long fingerprint;
+  unsigned long long bad_in_row;
+  unsigned long long dup_in_row;
+  unsigned long long bad_out_row;
+  unsigned long long dup_out_row;
+  unsigned long long gen_bad; /* lowest i*K + k with an out-of-range cell */
+  unsigned int overflow_in, overflow_out;
+  long long n_out; /* STRIDED / GENERATIVE: unique output count */
+  long long pair_offsets[VOXCONV_KERNEL_VOLUME_MAX + 1];
+};
+
+struct VcKmapPriv {
+  int hash_retries;
+};
+
+extern "C" int vc_cuda_kmap_hash_retries(const voxconv_kmap_t *kmap) {
+  const VcKmapPriv *p = (const VcKmapPriv *)kmap->backend_priv;
+  return p ? p->hash_retries : -1;
+}
+
+extern "C" void vc_cuda_kmap_free_priv(voxconv_handle_t *h,
+                                       voxconv_kmap_t *kmap) {
+  (void)h;
+  free(kmap->backend_priv);
+  kmap->backend_priv = NULL;
+}
+
+/* ---- device helpers ------------------------------------------------------ */
+struct VcCoord {
+  int32_t b, x, y, z;
+};
+
+static __device__ __forceinline__ VcCoord vc_dev_unpack(uint64_t k) {
+  VcCoord c;
+  c.b = (int32_t)(k >> 54);
+  c.x = (int32_t)((k >> 36) & 0x3FFFF) - VC_COORD_BIAS;
+  c.y = (int32_t)((k >> 18) & 0x3FFFF) - VC_COORD_BIAS;
+  c.z = (int32_t)(k & 0x3FFFF) - VC_COORD_BIAS;
+  return c;
+}
+
+static __device__ __forceinline__ bool vc_dev_in_range(int32_t v) {
+  return v >= VOXCONV_COORD_MIN && v <= VOXCONV_COORD_MAX;
+}
+
+/* vc_pack_key_any (vc_hash.h): equal to the packed key for valid rows,
+ * defined for any int32 values (fingerprints of untrusted coordinates). */
+static __device__ __forceinline__ uint64_t vc_dev_pack_key_any(int4 r) {
+  return ((uint64_t)(uint32_t)r.x << 54) ^
+         ((uint64_t)((uint32_t)r.y + (uint32_t)VC_COORD_BIAS) << 36) ^
+         ((uint64_t)((uint32_t)r.z + (uint32_t)VC_COORD_BIAS) << 18) ^
+         (uint64_t)((uint32_t)r.w + (uint32_t)VC_COORD_BIAS);
+}
+
+static __device__ __forceinline__ bool vc_dev_row_valid(int4 r) {
+  return r.x >= 0 && r.x <= VOXCONV_BATCH_MAX && vc_dev_in_range(r.y) &&
+         vc_dev_in_range(r.z) && vc_dev_in_range(r.w);
+}
+
+/* Floor division for s >= 1 (kmap_cpu.c floor_div). */
+static __device__ __forceinline__ int32_t vc_dev_floor_div(int32_t a,
+                                                           int32_t s) {
+  return a >= 0 ? a / s : -((-a + s - 1) / s);
+}
+
+/* Wrapping u64 sum of a warp, then one atomic per warp. */
+static __device__ __forceinline__ void
+vc_dev_warp_add_u64(unsigned long long *dst, unsigned long long v) {
+  for (int d = 16; d > 0; d >>= 1)
+    v += __shfl_down_sync(0xFFFFFFFFu, v, d);
+  if ((threadIdx.x & 31) == 0)
+    atomicAdd(dst, v);
+}
+
+/* Kernel geometry shared by the query kernels. Offsets are recomputed on
+ * the device from the same formula as vc_kmap_fill_offsets (kidx = (jx*ky
+ * + jy)*kz + jz, off = (j - (k-1)/2) * d), which keeps the launch
+ * parameters small; the tests compare every map against the CPU's. */
+struct VcGeom {
+  int32_t ks[3];
+  int32_t dil[3];
+  int32_t s[3];
+  int32_t K;
+};
+
+static __device__ __forceinline__ void vc_dev_load_offsets(const VcGeom &g,
+                                                           int32_t *off3) {
+  for (int k = threadIdx.x; k < g.K; k += blockDim.x) {
+    const int jz = k % g.ks[2];
+    const int jy = (k / g.ks[2]) % g.ks[1];
+    const int jx = k / (g.ks[1] * g.ks[2]);
+    off3[3 * k + 0] = (jx - (g.ks[0] - 1) / 2) * g.dil[0];
+    off3[3 * k + 1] = (jy - (g.ks[1] - 1) / 2) * g.dil[1];
+    off3[3 * k + 2] = (jz - (g.ks[2] - 1) / 2) * g.dil[2];
+  }
+}
+
+/* ---- kernels ------------------------------------------------------------- */
+__global__ void vc_hash_clear_kernel(unsigned long long *keys, int32_t *vals,
+                                     uint64_t cap) {
+  for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < cap;
+       i += (uint64_t)gridDim.x * blockDim.x) {
+    keys[i] = VC_KEY_EMPTY;
+    vals[i] = INT32_MAX;
+  }
+}
+
+__global__ void vc_status_init_kernel(VcKmapStatus *st) {
+  if (threadIdx.x == 0) {
+    st->fingerprint = 0;
+    st->bad_in_row = st->dup_in_row = VC_NO_ROW;
+    st->bad_out_row = st->dup_out_row = VC_NO_ROW;
+    st->gen_bad = VC_NO_ROW;
+    st->overflow_in = st->overflow_out = 0;
+    st->n_out = 0;
+  }
+}
+
+/* Step 1: keys, range check, optional fingerprint and hash insert. Keys of
+ * invalid rows are VC_KEY_EMPTY so later steps skip them (the build fails
+ * with OUT_OF_RANGE anyway). */
+__global__ void vc_pack_insert_kernel(const int32_t *__restrict__ coords,
+                                      int64_t n,
+                                      unsigned long long *__restrict__ keys,
+                                      VcGpuHash table, int insert,
+                                      unsigned long long *bad_row,
+                                      unsigned int *overflow,
+                                      unsigned long long *fingerprint) {
+  unsigned long long fp = 0;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  /* Every thread of a warp runs the same trip count, so the warp shuffle
+   * in vc_dev_warp_add_u64 below sees the whole warp. */
+  const int64_t base0 = (int64_t)blockIdx.x * blockDim.x;
+  for (int64_t base = base0; base < n; base += stride) {
+    const int64_t i = base + threadIdx.x;
+    if (i < n) {
+      const int4 r = reinterpret_cast<const int4 *>(coords)[i];
+      if (fingerprint)
+        fp += vc_dev_fingerprint_mix((uint64_t)i, vc_dev_pack_key_any(r));
+      uint64_t key = VC_KEY_EMPTY;
+      if (vc_dev_row_valid(r)) {
+        key = vc_dev_pack_key(r.x, r.y, r.z, r.w);
+        if (insert && !vc_dev_hash_insert(table, key, (int32_t)i))
+          atomicAdd(overflow, 1u);
+      } else {
+        atomicMin(bad_row, (unsigned long long)i);
+      }
+      keys[i] = key;
+    }
+  }
+  if (fingerprint)
+    vc_dev_warp_add_u64(fingerprint, fp);
+}
+
+/* Step 2: the lowest row whose key is stored under a lower row. */
+__global__ void vc_dup_check_kernel(const unsigned long long *__restrict__ keys,
+                                    int64_t n, VcGpuHash table,
+                                    unsigned long long *dup_row) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const uint64_t key = keys[i];
+    if (key == VC_KEY_EMPTY)
+      continue;
+    if (vc_dev_hash_find(table, key) != (int32_t)i)
+      atomicMin(dup_row, (unsigned long long)i);
+  }
+}
+
+/* Inserts keys[i] -> i for i < n (n read from the device when n_dev). */
+__global__ void vc_insert_rows_kernel(const unsigned long long *__restrict__ keys,
+                                      int64_t n_max, const long long *n_dev,
+                                      VcGpuHash table, unsigned int *overflow) {
+  const int64_t n = n_dev ? (int64_t)*n_dev : n_max;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const uint64_t key = keys[i];
+    if (key != VC_KEY_EMPTY && !vc_dev_hash_insert(table, key, (int32_t)i))
+      atomicAdd(overflow, 1u);
+  }
+}
+
+/* STRIDED output candidates: floor(c / s) per input. */
+__global__ void vc_strided_keys_kernel(const unsigned long long *__restrict__ in_keys,
+                                       int64_t n, int3 s,
+                                       unsigned long long *__restrict__ out) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const uint64_t key = in_keys[i];
+    if (key == VC_KEY_EMPTY) {
+      out[i] = VC_KEY_EMPTY;
+      continue;
+    }
+    const VcCoord c = vc_dev_unpack(key);
+    out[i] = vc_dev_pack_key(c.b, vc_dev_floor_div(c.x, s.x),
+                             vc_dev_floor_div(c.y, s.y),
+                             vc_dev_floor_div(c.z, s.z));
+  }
+}
+
+/* GENERATIVE output candidates: s*c + off_k for every (i, k), flat index
+ * i*K + k. An out-of-range cell is an error: the lowest flat index is
+ * recorded (the CPU reports the first in (i, k) order). */
+__global__ void vc_generative_keys_kernel(const unsigned long long *__restrict__ in_keys,
+                                          int64_t n_in, VcGeom g,
+                                          unsigned long long *__restrict__ out,
+                                          unsigned long long *gen_bad) {
+  extern __shared__ int32_t off3[];
+  vc_dev_load_offsets(g, off3);
+  __syncthreads();
+  const int64_t total = n_in * g.K;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = t / g.K;
+    const int k = (int)(t - i * g.K);
+    const uint64_t key = in_keys[i];
+    uint64_t o = VC_KEY_EMPTY;
+    if (key != VC_KEY_EMPTY) {
+      const VcCoord c = vc_dev_unpack(key);
+      const int32_t x = g.s[0] * c.x + off3[3 * k];
+      const int32_t y = g.s[1] * c.y + off3[3 * k + 1];
+      const int32_t z = g.s[2] * c.z + off3[3 * k + 2];
+      if (vc_dev_in_range(x) && vc_dev_in_range(y) && vc_dev_in_range(z))
+        o = vc_dev_pack_key(c.b, x, y, z);
+      else
+        atomicMin(gen_bad, (unsigned long long)t);
+    }
+    out[t] = o;
+  }
+}
+
+/* Step 4. Neighbour query, one thread per (row, k) of a block of 32 rows:
+ * the partner coordinate of src row `row` at offset k is looked up in the
+ * dst hash and written to nbr[row*K + k] (coalesced: the thread index is
+ * the element index). MULADD: partner = s*c + off_k; SUBDIV: partner =
+ * (c - off_k) / s when exact. `mirror` (optional) gets the same result at
+ * [row][K-1-k]; `counts` (optional, [K][n_blocks] + 1) the number of hits
+ * per offset of this block. */
+enum { VC_Q_MULADD = 0, VC_Q_SUBDIV = 1 };
+
+struct VcQuery {
+  const unsigned long long *src_keys;
+  int64_t n_src;          /* host-known row count (an upper bound with...) */
+  const long long *n_dev; /* ...the real count on the device, or NULL */
+  VcGpuHash dst;
+  int32_t *nbr;
+  int32_t *mirror;
+  long long *counts;
+  int64_t n_blocks; /* blocks of the count layout */
+};
+
+template <int DIR>
+__global__ void vc_query_kernel(VcQuery q, VcGeom g) {
+  extern __shared__ int32_t smem[];
+  int32_t *off3 = smem;                 /* [K][3] */
+  int32_t *block_counts = smem + 3 * g.K; /* [K] */
+  vc_dev_load_offsets(g, off3);
+  for (int k = threadIdx.x; k < g.K; k += blockDim.x)
+    block_counts[k] = 0;
+  __syncthreads();
+
+  const int64_t n = q.n_dev ? (int64_t)*q.n_dev : q.n_src;
+  const int64_t row0 = (int64_t)blockIdx.x * VC_ROWS_PER_BLOCK;
+  const int K = g.K;
+  const int tile = VC_ROWS_PER_BLOCK * K;
+  for (int t = threadIdx.x; t < tile; t += blockDim.x) {
+    const int r = t / K;
+    const int k = t - r * K;
+    const int64_t row = row0 + r;
+    if (row >= n)
+      break; /* rows grow with t */
+    const uint64_t key = q.src_keys[row];
+    int32_t found = -1;
+    if (key != VC_KEY_EMPTY) {
+      const VcCoord c = vc_dev_unpack(key);
+      int32_t p[3];
+      const int32_t cc[3] = {c.x, c.y, c.z};
+      bool ok = true;
+#pragma unroll
+      for (int a = 0; a < 3; a++) {
+        int32_t v;
+        if (DIR == VC_Q_MULADD) {
+          v = g.s[a] * cc[a] + off3[3 * k + a];
+        } else {
+          const int32_t d = cc[a] - off3[3 * k + a];
+          ok = ok && (d % g.s[a] == 0);
+          v = d / g.s[a];
+        }
+        ok = ok && vc_dev_in_range(v);
+        p[a] = v;
+      }
+      if (ok)
+        found = vc_dev_hash_find(q.dst, vc_dev_pack_key(c.b, p[0], p[1], p[2]));
+    }
+    q.nbr[row * K + k] = found;
+    if (q.mirror)
+      q.mirror[row * K + (K - 1 - k)] = found;
+    if (q.counts && found >= 0)
+      atomicAdd(&block_counts[k], 1);
+  }
+  if (q.counts) {
+    __syncthreads();
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+      q.counts[(int64_t)k * q.n_blocks + blockIdx.x] = block_counts[k];
+  }
+}
+
+/* pair_offsets[k] = scanned[k * n_blocks], pair_offsets[K] = total (the
+ * scan ran over one extra zero element at the end). */
+__global__ void vc_pair_offsets_kernel(const long long *__restrict__ scanned,
+                                       int64_t n_blocks, int K,
+                                       long long *pair_offsets) {
+  for (int k = threadIdx.x; k <= K; k += blockDim.x)
+    pair_offsets[k] = scanned[(int64_t)k * n_blocks];
+}
+
+/* Step 6. Stable compaction of each offset column of nbr_out, one block per
+ * 32 output rows: the rows go to shared memory (odd pitch: no bank
+ * conflicts on column reads), each warp takes a column, a ballot gives
+ * each hit its rank among the block's hits, and `scanned` the block's
+ * start for that offset. */
+__global__ void vc_write_pairs_kernel(const int32_t *__restrict__ nbr, int64_t n,
+                                      int K,
+                                      const long long *__restrict__ scanned,
+                                      int64_t n_blocks, int32_t *__restrict__ in_rows,
+                                      int32_t *__restrict__ out_rows) {
+  extern __shared__ int32_t tile[];
+  const int pitch = K | 1;
+  const int64_t row0 = (int64_t)blockIdx.x * VC_ROWS_PER_BLOCK;
+  const int64_t left = n - row0;
+  const int rows = left < VC_ROWS_PER_BLOCK ? (int)left : VC_ROWS_PER_BLOCK;
+  for (int t = threadIdx.x; t < rows * K; t += blockDim.x) {
+    const int r = t / K;
+    tile[r * pitch + (t - r * K)] = nbr[row0 * K + t];
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int n_warps = blockDim.x >> 5;
+  for (int k = warp; k < K; k += n_warps) {
+    const int32_t v = lane < rows ? tile[lane * pitch + k] : -1;
+    const unsigned hits = __ballot_sync(0xFFFFFFFFu, v >= 0);
+    if (v >= 0) {
+      const int64_t pos = scanned[(int64_t)k * n_blocks + blockIdx.x] +
+                          __popc(hits & ((1u << lane) - 1u));
+      in_rows[pos] = v;
+      out_rows[pos] = (int32_t)(row0 + lane);
+    }
+  }
+}
+
+__global__ void vc_unpack_keys_kernel(const unsigned long long *__restrict__ keys,
+                                      int64_t n, int32_t *__restrict__ coords) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const VcCoord c = vc_dev_unpack(keys[i]);
+    reinterpret_cast<int4 *>(coords)[i] = make_int4(c.b, c.x, c.y, c.z);
+  }
+}
+
+__global__ void vc_fingerprint_kernel(const int32_t *__restrict__ coords,
+                                      int64_t n, unsigned long long *out) {
+  unsigned long long fp = 0;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t base = (int64_t)blockIdx.x * blockDim.x; base < n;
+       base += stride) {
+    const int64_t i = base + threadIdx.x;
+    if (i < n) {
+      const int4 r = reinterpret_cast<const int4 *>(coords)[i];
+      fp += vc_dev_fingerprint_mix((uint64_t)i, vc_dev_pack_key_any(r));
+    }
+  }
+  vc_dev_warp_add_u64(out, fp);
+}
+
+__global__ void vc_hash_find_one_kernel(VcGpuHash table,
+                                        const unsigned long long *keys,
+                                        int64_t row, int32_t *out) {
+  *out = vc_dev_hash_find(table, keys[row]);
+}
+
+/* ---- host side ------------------------------------------------------------ */
+static const int kBlock = 256;
+
+static unsigned vc_grid_rows(voxconv_handle_t *h, int64_t n) {
+  /* Grid-stride kernels: enough blocks to fill the GPU several times. */
+  const vc_cuda_state_t *s = vc_cuda_state(h);
+  const int64_t cap = (int64_t)s->sm_count * 16;
+  return vc_grid_1d(n, kBlock, cap > 0 ? cap : 1024);
+}
+
+/* Everything one attempt allocates or reads back. */
+struct VcBuild {
+  voxconv_handle_t *h;
+  voxconv_kmap_t *m;
+  const voxconv_coords_t *in, *out;
+  VcGeom g;
+  uint64_t cap_in, cap_out; /* pre-sync hash capacities */
+  int overflowed;           /* set after the sync */
+};
+
+static voxconv_status_t vc_make_hash(VcWorkspace &ws, voxconv_handle_t *h,
+                                     uint64_t cap, VcGpuHash *t,
+                                     const char *what) {
+  VC_CHECK(ws.get<unsigned long long>((int64_t)cap, &t->keys, what));
+  VC_CHECK(ws.get<int32_t>((int64_t)cap, &t->vals, what));
+  t->mask = cap - 1;
+  vc_hash_clear_kernel<<<vc_grid_rows(h, (int64_t)cap), kBlock, 0,
+                         vc_cuda_stream(h)>>>(t->keys, t->vals, cap);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_hash_clear_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static voxconv_status_t vc_pack_coords(voxconv_handle_t *h, const int32_t *coords,
+                                       int64_t n, unsigned long long *keys,
+                                       const VcGpuHash &t,
+                                       unsigned long long *bad_row,
+                                       unsigned int *overflow,
+                                       unsigned long long *fingerprint) {
+  if (n == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  vc_pack_insert_kernel<<<vc_grid_rows(h, n), kBlock, 0, vc_cuda_stream(h)>>>(
+      coords, n, keys, t, 1, bad_row, overflow, fingerprint);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_pack_insert_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static voxconv_status_t vc_dup_check(voxconv_handle_t *h,
+                                     const unsigned long long *keys, int64_t n,
+                                     const VcGpuHash &t,
+                                     unsigned long long *dup_row) {
+  if (n == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  vc_dup_check_kernel<<<vc_grid_rows(h, n), kBlock, 0, vc_cuda_stream(h)>>>(
+      keys, n, t, dup_row);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_dup_check_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static int vc_query_block_threads(int K) {
+  int t = VC_ROWS_PER_BLOCK * K;
+  t = (t + 31) / 32 * 32;
+  return t > 1024 ? 1024 : t;
+}
+
+static voxconv_status_t vc_query(voxconv_handle_t *h, int dir,
+                                 const VcQuery &q, const VcGeom &g) {
+  const int64_t blocks = vc_ceil_div<int64_t>(q.n_src, VC_ROWS_PER_BLOCK);
+  if (blocks == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  if (blocks > INT32_MAX)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "voxconv_kmap_build: %lld rows exceed the CUDA grid",
+                   (long long)q.n_src);
+  const size_t smem = (size_t)4 * g.K * sizeof(int32_t);
+  const int threads = vc_query_block_threads(g.K);
+  if (dir == VC_Q_MULADD) {
+    vc_query_kernel<VC_Q_MULADD><<<(unsigned)blocks, threads, smem,
+                                   vc_cuda_stream(h)>>>(q, g);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_query_kernel<MULADD>");
+  } else {
+    vc_query_kernel<VC_Q_SUBDIV><<<(unsigned)blocks, threads, smem,
+                                   vc_cuda_stream(h)>>>(q, g);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_query_kernel<SUBDIV>");
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* counts[K*n_blocks + 1] -> exclusive prefix in place, and
+ * pair_offsets[K+1] (device) from it. */
+static voxconv_status_t vc_scan_counts(VcWorkspace &ws, voxconv_handle_t *h,
+                                       long long *counts, int64_t n_blocks,
+                                       int K, long long *pair_offsets) {
+  const int64_t n = (int64_t)K * n_blocks + 1;
+  size_t tmp_bytes = 0;
+  VC_CUDA_TRY(h, cub::DeviceScan::ExclusiveSum(NULL, tmp_bytes, counts, counts,
+                                               n, vc_cuda_stream(h)));
+  unsigned char *tmp = NULL;
+  VC_CHECK(ws.get<unsigned char>((int64_t)tmp_bytes, &tmp, "CUB scan workspace"));
+  VC_CUDA_TRY(h, cub::DeviceScan::ExclusiveSum(tmp, tmp_bytes, counts, counts,
+                                               n, vc_cuda_stream(h)));
+  vc_pair_offsets_kernel<<<1, 256, 0, vc_cuda_stream(h)>>>(counts, n_blocks, K,
+                                                          pair_offsets);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_pair_offsets_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* Sorted unique keys of keys[n] into uniq (n_unique on the device). The
+ * input keys are consumed (sorted in a scratch copy). */
+static voxconv_status_t vc_sort_unique(VcWorkspace &ws, voxconv_handle_t *h,
+                                       const unsigned long long *keys,
+                                       int64_t n, unsigned long long *uniq,
+                                       long long *n_unique) {
+  unsigned long long *sorted = NULL;
+  VC_CHECK(ws.get<unsigned long long>(n, &sorted, "sorted output keys"));
+  size_t sort_bytes = 0, uniq_bytes = 0;
+  VC_CUDA_TRY(h, cub::DeviceRadixSort::SortKeys(NULL, sort_bytes, keys, sorted,
+                                                n, 0, 64, vc_cuda_stream(h)));
+  VC_CUDA_TRY(h, cub::DeviceSelect::Unique(NULL, uniq_bytes, sorted, uniq,
+                                           n_unique, n, vc_cuda_stream(h)));
+  const size_t tmp_bytes = sort_bytes > uniq_bytes ? sort_bytes : uniq_bytes;
+  unsigned char *tmp = NULL;
+  VC_CHECK(ws.get<unsigned char>((int64_t)tmp_bytes, &tmp, "CUB sort workspace"));
+  size_t b = tmp_bytes;
+  VC_CUDA_TRY(h, cub::DeviceRadixSort::SortKeys(tmp, b, keys, sorted, n, 0, 64,
+                                                vc_cuda_stream(h)));
+  b = tmp_bytes;
+  VC_CUDA_TRY(h, cub::DeviceSelect::Unique(tmp, b, sorted, uniq, n_unique, n,
+                                           vc_cuda_stream(h)));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static voxconv_status_t vc_write_pairs(voxconv_handle_t *h, const int32_t *nbr,
+                                       int64_t n, int K, const long long *scanned,
+                                       int64_t n_blocks, int32_t *in_rows,
+                                       int32_t *out_rows) {
+  const int64_t blocks = vc_ceil_div<int64_t>(n, VC_ROWS_PER_BLOCK);
+  if (blocks == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  const int threads = K >= 8 ? 256 : 32 * K;
+  const size_t smem = (size_t)VC_ROWS_PER_BLOCK * (K | 1) * sizeof(int32_t);
+  vc_write_pairs_kernel<<<(unsigned)blocks, threads, smem, vc_cuda_stream(h)>>>(
+      nbr, n, K, scanned, n_blocks, in_rows, out_rows);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_write_pairs_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static voxconv_status_t vc_unpack_keys(voxconv_handle_t *h,
+                                       const unsigned long long *keys, int64_t n,
+                                       int32_t *coords) {
+  if (n == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  vc_unpack_keys_kernel<<<vc_grid_rows(h, n), kBlock, 0, vc_cuda_stream(h)>>>(
+      keys, n, coords);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_unpack_keys_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* The pinned status block of the handle (grown on first use). */
+static voxconv_status_t vc_host_status(voxconv_handle_t *h, VcKmapStatus **out) {
+  vc_cuda_state_t *s = vc_cuda_state(h);
+  if (!s->host_status) {
+    VC_CUDA_TRY(h, cudaMallocHost(&s->host_status, sizeof(VcKmapStatus)));
+    s->host_status_bytes = sizeof(VcKmapStatus);
+  }
+  *out = (VcKmapStatus *)s->host_status;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* THE synchronisation of a build: status header + pair_offsets[0..K]. */
+static voxconv_status_t vc_read_status(voxconv_handle_t *h,
+                                       const VcKmapStatus *dev, int K,
+                                       VcKmapStatus **host) {
+  VC_CHECK(vc_host_status(h, host));
+  const size_t bytes =
+      offsetof(VcKmapStatus, pair_offsets) + (size_t)(K + 1) * sizeof(long long);
+  VC_CUDA_TRY(h, cudaMemcpyAsync(*host, dev, bytes, cudaMemcpyDeviceToHost,
+                                 vc_cuda_stream(h)));
+  VC_CUDA_TRY(h, cudaStreamSynchronize(vc_cuda_stream(h)));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* ---- error reports (failure paths only: these may synchronise again) ---- */
+static voxconv_status_t vc_copy_row(voxconv_handle_t *h, const int32_t *coords,
+                                    int64_t row, int32_t r[4]) {
+  VC_CUDA_TRY(h, cudaMemcpyAsync(r, coords + 4 * row, 4 * sizeof(int32_t),
+                                 cudaMemcpyDeviceToHost, vc_cuda_stream(h)));
+  VC_CUDA_TRY(h, cudaStreamSynchronize(vc_cuda_stream(h)));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static voxconv_status_t vc_report_range(voxconv_handle_t *h, const char *func,
+                                        const char *which, const int32_t *coords,
+                                        int64_t row) {
+  int32_t r[4];
+  VC_CHECK(vc_copy_row(h, coords, row, r));
+  if (r[0] < 0 || r[0] > VOXCONV_BATCH_MAX)
+    return vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
+                   "%s: %s row %lld: batch=%d outside 0..%d", func, which,
+                   (long long)row, (int)r[0], VOXCONV_BATCH_MAX);
+  for (int f = 1; f < 4; f++)
+    if (r[f] < VOXCONV_COORD_MIN || r[f] > VOXCONV_COORD_MAX)
+      return vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
+                     "%s: %s row %lld: %s=%d outside ±%d", func, which,
+                     (long long)row, vc_field_names[f], (int)r[f],
+                     VOXCONV_COORD_MAX);
+  return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                 "%s: %s row %lld was flagged out of range but reads back as "
+                 "(%d,%d,%d,%d)",
+                 func, which, (long long)row, r[0], r[1], r[2], r[3]);
+}
+
+static voxconv_status_t vc_report_dup(voxconv_handle_t *h, const char *func,
+                                      const char *which, const int32_t *coords,
+                                      const unsigned long long *keys,
+                                      const VcGpuHash &t, int64_t row) {
+  int32_t r[4];
+  VC_CHECK(vc_copy_row(h, coords, row, r));
+  VcWorkspace ws(h);
+  int32_t *d_prev = NULL;
+  VC_CHECK(ws.get<int32_t>(1, &d_prev, "duplicate report"));
+  vc_hash_find_one_kernel<<<1, 1, 0, vc_cuda_stream(h)>>>(t, keys, row, d_prev);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_hash_find_one_kernel");
+  int32_t prev = -1;
+  VC_CUDA_TRY(h, cudaMemcpyAsync(&prev, d_prev, sizeof prev,
+                                 cudaMemcpyDeviceToHost, vc_cuda_stream(h)));
+  VC_CUDA_TRY(h, cudaStreamSynchronize(vc_cuda_stream(h)));
+  return vc_fail(h, VOXCONV_STATUS_DUPLICATE_COORDS,
+                 "%s: %s rows %d and %lld are both (b,x,y,z) = "
+                 "(%d,%d,%d,%d); merge them first "
+                 "(voxconv_merge_duplicates)",
+                 func, which, (int)prev, (long long)row, (int)r[0], (int)r[1],
+                 (int)r[2], (int)r[3]);
+}
+
+static voxconv_status_t vc_report_generative(voxconv_handle_t *h,
+                                             const voxconv_kmap_t *m,
+                                             const int32_t *coords,
+                                             unsigned long long flat) {
+  const int64_t i = (int64_t)(flat / (unsigned long long)m->kvol);
+  const int k = (int)(flat % (unsigned long long)m->kvol);
+  int32_t r[4];
+  VC_CHECK(vc_copy_row(h, coords, i, r));
+  for (int a = 0; a < 3; a++) {
+    const int64_t v = (int64_t)m->desc.stride[a] * r[a + 1] + m->offsets[k][a];
+    if (v < VOXCONV_COORD_MIN || v > VOXCONV_COORD_MAX)
+      return vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
+                     "voxconv_kmap_build: GENERATIVE output of in row %lld "
+                     "(%d,%d,%d,%d) at offset %d: %s=%lld outside ±%d",
+                     (long long)i, (int)r[0], (int)r[1], (int)r[2], (int)r[3],
+                     k, vc_field_names[a + 1], (long long)v, VOXCONV_COORD_MAX);
+  }
+  return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                 "voxconv_kmap_build: GENERATIVE cell of in row %lld offset %d "
+                 "flagged out of range but is not",
+                 (long long)i, k);
+}
+
+/* ---- one attempt per mode ------------------------------------------------ */
+static int vc_offsets_symmetric(const voxconv_kmap_t *m) {
+  return (m->desc.kernel_size[0] & 1) && (m->desc.kernel_size[1] & 1) &&
+         (m->desc.kernel_size[2] & 1);
+}
+
+static voxconv_status_t vc_alloc_pair_lists(voxconv_handle_t *h,
+                                            voxconv_kmap_t *m) {
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, m->n_pairs, &m->in_rows,
+                                    "kernel-map in_rows"));
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, m->n_pairs, &m->out_rows,
+                                    "kernel-map out_rows"));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static voxconv_status_t vc_host_pair_offsets(voxconv_handle_t *h,
+                                             voxconv_kmap_t *m) {
+  return vc_host_alloc(h, (size_t)(m->kvol + 1) * sizeof(int64_t),
+                       (void **)&m->pair_offsets, "kernel-map pair offsets");
+}
+
+/* Reports the first error of the status block in the CPU builder's order:
+ * input range, input duplicates, output range, output duplicates,
+ * generated range. */
+static voxconv_status_t vc_check_status(VcBuild &b, const VcKmapStatus *st,
+                                        const unsigned long long *in_keys,
+                                        const VcGpuHash &in_hash,
+                                        const unsigned long long *out_keys,
+                                        const VcGpuHash &out_hash) {
+  static const char *const func = "voxconv_kmap_build";
+  voxconv_handle_t *h = b.h;
+  if (st->bad_in_row != VC_NO_ROW)
+    return vc_report_range(h, func, "in coords", b.in->data,
+                           (int64_t)st->bad_in_row);
+  if (st->dup_in_row != VC_NO_ROW)
+    return vc_report_dup(h, func, "in coords", b.in->data, in_keys, in_hash,
+                         (int64_t)st->dup_in_row);
+  if (st->bad_out_row != VC_NO_ROW)
+    return vc_report_range(h, func, "out coords", b.out->data,
+                           (int64_t)st->bad_out_row);
+  if (st->dup_out_row != VC_NO_ROW)
+    return vc_report_dup(h, func, "out coords", b.out->data, out_keys, out_hash,
+                         (int64_t)st->dup_out_row);
+  if (st->gen_bad != VC_NO_ROW)
+    return vc_report_generative(h, b.m, b.in->data, st->gen_bad);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static voxconv_status_t vc_build_attempt(VcBuild &b) {
+  voxconv_handle_t *h = b.h;
+  voxconv_kmap_t *m = b.m;
+  const cudaStream_t stream = vc_cuda_stream(h);
+  const int K = m->kvol;
+  const int64_t n_in = b.in->n;
+  const voxconv_kmap_mode_t mode = m->desc.mode;
+  VcWorkspace ws(h);
+  b.overflowed = 0;
+
+  VcKmapStatus *d_st = NULL;
+  VC_CHECK(ws.get<VcKmapStatus>(1, &d_st, "kernel-map status"));
+  vc_status_init_kernel<<<1, 32, 0, stream>>>(d_st);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_status_init_kernel");
+
+  /* 1-2: input keys, checks, hash. */
+  unsigned long long *in_keys = NULL;
+  VC_CHECK(ws.get<unsigned long long>(n_in, &in_keys, "input coordinate keys"));
+  VcGpuHash in_hash;
+  VC_CHECK(vc_make_hash(ws, h, b.cap_in, &in_hash, "input coordinate hash"));
+  VC_CHECK(vc_pack_coords(h, b.in->data, n_in, in_keys, in_hash,
+                          &d_st->bad_in_row, &d_st->overflow_in,
+                          &d_st->fingerprint));
+  VC_CHECK(vc_dup_check(h, in_keys, n_in, in_hash, &d_st->dup_in_row));
+
+  VcGpuHash out_hash = {NULL, NULL, 0};
+  unsigned long long *out_keys = NULL;
+  VcKmapStatus *hs = NULL;
+  VcQuery q;
+  memset(&q, 0, sizeof q);
+
+  if (mode == VOXCONV_KMAP_GENERATIVE) {
+    /* 3: candidates, sort, unique; then the sync (n_out). */
+    const int64_t n_cand = n_in * K;
+    unsigned long long *cand = NULL, *uniq = NULL;
+    VC_CHECK(ws.get<unsigned long long>(n_cand, &cand, "generated cell keys"));
+    VC_CHECK(ws.get<unsigned long long>(n_cand, &uniq, "generated output keys"));
+    if (n_cand > 0) {
+      vc_generative_keys_kernel<<<vc_grid_rows(h, n_cand), kBlock,
+                                  3 * K * sizeof(int32_t), stream>>>(
+          in_keys, n_in, b.g, cand, &d_st->gen_bad);
+      VC_CUDA_LAUNCH_CHECK(h, "vc_generative_keys_kernel");
+      VC_CHECK(vc_sort_unique(ws, h, cand, n_cand, uniq, &d_st->n_out));
+    }
+    VC_CHECK(vc_read_status(h, d_st, 0, &hs));
+    if (hs->overflow_in) {
+      b.overflowed = 1;
+      return VOXCONV_STATUS_SUCCESS;
+    }
+    VC_CHECK(vc_check_status(b, hs, in_keys, in_hash, NULL, out_hash));
+    m->in_fingerprint = hs->fingerprint;
+    const int64_t n_out = hs->n_out;
+    if (n_out > INT32_MAX)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "voxconv_kmap_build: %lld output rows exceed the int32 "
+                     "row index",
+                     (long long)n_out);
+    m->n_out = n_out;
+    m->n_pairs = n_cand;
+    VC_CHECK(vc_host_pair_offsets(h, m));
+    for (int k = 0; k <= K; k++)
+      m->pair_offsets[k] = (int64_t)k * n_in;
+
+    /* 4-6 with exact sizes; the output hash is sized from n_out, so it
+     * cannot overflow (no later sync needed to find out). */
+    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * 4, &m->out_coords,
+                                      "kernel-map output coords"));
+    VC_CHECK(vc_unpack_keys(h, uniq, n_out, m->out_coords));
+    VC_CHECK(vc_make_hash(ws, h, vc_pow2_at_least(2 * (uint64_t)n_out + 2),
+                          &out_hash, "output coordinate hash"));
+    if (n_out > 0) {
+      vc_insert_rows_kernel<<<vc_grid_rows(h, n_out), kBlock, 0, stream>>>(
+          uniq, n_out, NULL, out_hash, &d_st->overflow_out);
+      VC_CUDA_LAUNCH_CHECK(h, "vc_insert_rows_kernel");
+    }
+    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * K, &m->nbr_out,
+                                      "kernel-map nbr_out"));
+    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_in,
+                                      "kernel-map nbr_in"));
+    const int64_t nb = vc_ceil_div<int64_t>(n_out, VC_ROWS_PER_BLOCK);
+    long long *counts = NULL;
+    VC_CHECK(ws.get<long long>((int64_t)K * nb + 1, &counts, "pair counts"));
+    VC_CUDA_TRY(h, cudaMemsetAsync(counts + (int64_t)K * nb, 0,
+                                   sizeof(long long), stream));
+    q.src_keys = uniq;
+    q.n_src = n_out;
+    q.dst = in_hash;
+    q.nbr = m->nbr_out;
+    q.counts = counts;
+    q.n_blocks = nb;
+    VC_CHECK(vc_query(h, VC_Q_SUBDIV, q, b.g));
+    memset(&q, 0, sizeof q);
+    q.src_keys = in_keys;
+    q.n_src = n_in;
+    q.dst = out_hash;
+    q.nbr = m->nbr_in;
+    VC_CHECK(vc_query(h, VC_Q_MULADD, q, b.g));
+    VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
+    VC_CHECK(vc_alloc_pair_lists(h, m));
+    return vc_write_pairs(h, m->nbr_out, n_out, K, counts, nb, m->in_rows,
+                          m->out_rows);
+  }
+
+  /* SUBMANIFOLD, STRIDED, TRANSPOSED: outputs known before the sync (on
+   * the host or, for STRIDED, as a device count). */
+  int64_t n_out_bound = n_in;
+  const long long *n_out_dev = NULL;
+  int32_t *nbr_out = NULL; /* the map's array, or an upper-bound temp */
+  unsigned long long *strided_uniq = NULL;
+  if (mode == VOXCONV_KMAP_SUBMANIFOLD) {
+    out_keys = in_keys;
+    out_hash = in_hash;
+    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_out,
+                                      "kernel-map nbr_out"));
+    nbr_out = m->nbr_out;
+  } else if (mode == VOXCONV_KMAP_TRANSPOSED) {
+    n_out_bound = b.out->n;
+    VC_CHECK(ws.get<unsigned long long>(n_out_bound, &out_keys,
+                                        "output coordinate keys"));
+    VC_CHECK(vc_make_hash(ws, h, b.cap_out, &out_hash, "output coordinate hash"));
+    VC_CHECK(vc_pack_coords(h, b.out->data, n_out_bound, out_keys, out_hash,
+                            &d_st->bad_out_row, &d_st->overflow_out, NULL));
+    VC_CHECK(vc_dup_check(h, out_keys, n_out_bound, out_hash,
+                          &d_st->dup_out_row));
+    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out_bound * K, &m->nbr_out,
+                                      "kernel-map nbr_out"));
+    nbr_out = m->nbr_out;
+  } else { /* STRIDED */
+    unsigned long long *cand = NULL;
+    VC_CHECK(ws.get<unsigned long long>(n_in, &cand, "strided output keys"));
+    VC_CHECK(ws.get<unsigned long long>(n_in, &strided_uniq,
+                                        "strided unique keys"));
+    if (n_in > 0) {
+      vc_strided_keys_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
+          in_keys, n_in, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]), cand);
+      VC_CUDA_LAUNCH_CHECK(h, "vc_strided_keys_kernel");
+      VC_CHECK(vc_sort_unique(ws, h, cand, n_in, strided_uniq, &d_st->n_out));
+    }
+    n_out_dev = &d_st->n_out;
+    out_keys = strided_uniq;
+    VC_CHECK(vc_make_hash(ws, h, b.cap_out, &out_hash, "output coordinate hash"));
+    if (n_in > 0) {
+      vc_insert_rows_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
+          strided_uniq, n_in, n_out_dev, out_hash, &d_st->overflow_out);
+      VC_CUDA_LAUNCH_CHECK(h, "vc_insert_rows_kernel");
+    }
+    VC_CHECK(ws.get<int32_t>(n_in * K, &nbr_out, "upper-bound nbr_out"));
+  }
+
+  /* 4: neighbour tables and counts. */
+  const int64_t nb = vc_ceil_div<int64_t>(n_out_bound, VC_ROWS_PER_BLOCK);
+  long long *counts = NULL;
+  VC_CHECK(ws.get<long long>((int64_t)K * nb + 1, &counts, "pair counts"));
+  /* Blocks past a device-side n_out still write their (zero) counts; only
+   * the extra total slot needs clearing. */
+  VC_CUDA_TRY(h, cudaMemsetAsync(counts + (int64_t)K * nb, 0, sizeof(long long),
+                                 stream));
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_in, "kernel-map nbr_in"));
+  const int mirror = mode == VOXCONV_KMAP_SUBMANIFOLD && vc_offsets_symmetric(m);
+  q.src_keys = out_keys;
+  q.n_src = n_out_bound;
+  q.n_dev = n_out_dev;
+  q.dst = in_hash;
+  q.nbr = nbr_out;
+  q.mirror = mirror ? m->nbr_in : NULL;
+  q.counts = counts;
+  q.n_blocks = nb;
+  /* out -> in: SUBMANIFOLD o + off, STRIDED s*o + off (MULADD, s = 1 for
+   * submanifold); TRANSPOSED (o - off) / s. */
+  VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_SUBDIV : VC_Q_MULADD,
+                    q, b.g));
+  if (!mirror) {
+    /* in -> out: SUBMANIFOLD i - off, STRIDED (i - off) / s (SUBDIV);
+     * TRANSPOSED s*i + off. The hit count of each direction is the same
+     * pair set, so only the first one counts. */
+    memset(&q, 0, sizeof q);
+    q.src_keys = in_keys;
+    q.n_src = n_in;
+    q.dst = out_hash;
+    q.nbr = m->nbr_in;
+    VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_MULADD : VC_Q_SUBDIV,
+                      q, b.g));
+  }
+  /* 5: positions. */
+  VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
+
+  /* The one sync. */
+  VC_CHECK(vc_read_status(h, d_st, K, &hs));
+  if (hs->overflow_in || hs->overflow_out) {
+    b.overflowed = 1;
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  VC_CHECK(vc_check_status(b, hs, in_keys, in_hash, out_keys, out_hash));
+  m->in_fingerprint = hs->fingerprint;
+  const int64_t n_out = mode == VOXCONV_KMAP_STRIDED ? hs->n_out : n_out_bound;
+  m->n_out = n_out;
+  VC_CHECK(vc_host_pair_offsets(h, m));
+  for (int k = 0; k <= K; k++)
+    m->pair_offsets[k] = hs->pair_offsets[k];
+  m->n_pairs = m->pair_offsets[K];
+
+  /* 6: everything below is asynchronous. */
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * 4, &m->out_coords,
+                                    "kernel-map output coords"));
+  if (mode == VOXCONV_KMAP_STRIDED) {
+    VC_CHECK(vc_unpack_keys(h, strided_uniq, n_out, m->out_coords));
+    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * K, &m->nbr_out,
+                                      "kernel-map nbr_out"));
+    if (n_out > 0)
+      VC_CUDA_TRY(h, cudaMemcpyAsync(m->nbr_out, nbr_out,
+                                     (size_t)n_out * K * sizeof(int32_t),
+                                     cudaMemcpyDeviceToDevice, stream));
+  } else if (n_out > 0) {
+    const int32_t *src = mode == VOXCONV_KMAP_SUBMANIFOLD ? b.in->data
+                                                          : b.out->data;
+    VC_CUDA_TRY(h, cudaMemcpyAsync(m->out_coords, src,
+                                   (size_t)n_out * 4 * sizeof(int32_t),
+                                   cudaMemcpyDeviceToDevice, stream));
+  }
+  VC_CHECK(vc_alloc_pair_lists(h, m));
+  return vc_write_pairs(h, nbr_out, n_out, K, counts, nb, m->in_rows,
+                        m->out_rows);
+}
+
+extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
+                                               voxconv_kmap_t *m,
+                                               const voxconv_coords_t *in,
+                                               const voxconv_coords_t *out) {
+  VC_CUDA_DEVICE_GUARD(h);
+  /* int4 row loads need 16-byte rows at a 16-byte aligned base (every CUDA
+   * allocation is; an offset view into one may not be). */
+  if ((in->n > 0 && ((uintptr_t)in->data & 15u) != 0) ||
+      (out && out->n > 0 && ((uintptr_t)out->data & 15u) != 0))
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_kmap_build: CUDA coordinates must be 16-byte "
+                   "aligned (rows of 4 int32); in->data=%p out->data=%p",
+                   (const void *)in->data, out ? (const void *)out->data : NULL);
+  VcBuild b;
+  memset(&b, 0, sizeof b);
+  b.h = h;
+  b.m = m;
+  b.in = in;
+  b.out = out;
+  for (int a = 0; a < 3; a++) {
+    b.g.ks[a] = m->desc.kernel_size[a];
+    b.g.dil[a] = m->desc.dilation[a];
+    b.g.s[a] = m->desc.stride[a];
+  }
+  b.g.K = m->kvol;
+  const int64_t n_out_keys =
+      m->desc.mode == VOXCONV_KMAP_TRANSPOSED ? out->n : in->n;
+  const uint64_t full_in = vc_pow2_at_least(2 * (uint64_t)in->n + 2);
+  const uint64_t full_out = vc_pow2_at_least(2 * (uint64_t)n_out_keys + 2);
+  const int tiny = vc_cuda_state(h)->hash_debug_tiny;
+  b.cap_in = tiny ? VC_HASH_TINY_SLOTS : full_in;
+  b.cap_out = tiny ? VC_HASH_TINY_SLOTS : full_out;
+
+  VcKmapPriv *priv = (VcKmapPriv *)calloc(1, sizeof *priv);
+  if (!priv)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "voxconv_kmap_build: out of host memory (%zu bytes)",
+                   sizeof *priv);
+  m->backend_priv = priv;
+  for (int attempt = 0;; attempt++) {
+    VC_CHECK(vc_build_attempt(b));
+    if (!b.overflowed)
+      break;
+    /* A table ran out of slots: drop this attempt's map arrays and retry
+     * with room for every key (a second attempt cannot overflow). */
+    vc_kmap_free_buffers(h, m);
+    priv->hash_retries++;
+    if (attempt >= 2)
+      return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                     "voxconv_kmap_build: GPU hash still overflowing after "
+                     "%d retries (capacity %llu for %lld keys)",
+                     attempt + 1, (unsigned long long)b.cap_in,
+                     (long long)in->n);
+    b.cap_in = b.cap_in * 8 > full_in ? b.cap_in * 8 : full_in;
+    b.cap_out = b.cap_out * 8 > full_out ? b.cap_out * 8 : full_out;
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" voxconv_status_t vc_cuda_coords_fingerprint(voxconv_handle_t *h,
+                                                       const int32_t *coords,
+                                                       int64_t n,
+                                                       uint64_t *fingerprint) {
+  VC_CUDA_DEVICE_GUARD(h);
+  *fingerprint = 0;
+  if (n == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  if (((uintptr_t)coords & 15u) != 0)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_kmap_verify: CUDA coordinates must be 16-byte "
+                   "aligned; got %p",
+                   (const void *)coords);
+  VcWorkspace ws(h);
+  unsigned long long *d_fp = NULL;
+  VC_CHECK(ws.get<unsigned long long>(1, &d_fp, "fingerprint"));
+  VC_CUDA_TRY(h, cudaMemsetAsync(d_fp, 0, sizeof *d_fp, vc_cuda_stream(h)));
+  vc_fingerprint_kernel<<<vc_grid_rows(h, n), kBlock, 0, vc_cuda_stream(h)>>>(
+      coords, n, d_fp);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_fingerprint_kernel");
+  unsigned long long fp = 0;
+  VC_CUDA_TRY(h, cudaMemcpyAsync(&fp, d_fp, sizeof fp, cudaMemcpyDeviceToHost,
+                                 vc_cuda_stream(h)));
+  VC_CUDA_TRY(h, cudaStreamSynchronize(vc_cuda_stream(h)));
+  *fingerprint = fp;
+  return VOXCONV_STATUS_SUCCESS;
+}
