@@ -32,6 +32,11 @@ struct voxconv_handle {
   int deterministic;
   void *cuda; /* CUDA backend private state (cuBLAS handle, ...) */
   char last_error[VC_ERROR_MAX];
+  /* Tuner (src/tune): what the last conv/depthwise call ran, and this
+   * handle's device identity in the tuning cache key (filled lazily). */
+  voxconv_call_info_t last_call;
+  int has_last_call;
+  char tune_device_key[160];
 };
 
 /* Records a failure with context on h (or the calling thread when h is NULL)

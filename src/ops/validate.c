@@ -27,18 +27,8 @@ static vc_arg_t arg_weights(const char *name, const voxconv_weights_t *w) {
   return a;
 }
 
-int vc_resolve_fp16_accum(const voxconv_conv_options_t *opt,
-                          voxconv_dtype_t dtype, voxconv_pass_t pass) {
-  /* Weight gradients always accumulate in f32 (voxconv.h), and f32 input
-   * never silently runs in f16. */
-  if (!opt || opt->fp16_accum != VOXCONV_TRUE)
-    return 0;
-  if (dtype != VOXCONV_DTYPE_F16 && dtype != VOXCONV_DTYPE_BF16)
-    return 0;
-  if (pass == VOXCONV_PASS_CONV_WGRAD || pass == VOXCONV_PASS_DEPTHWISE_WGRAD)
-    return 0;
-  return 1;
-}
+/* vc_resolve_fp16_accum is defined by the tuner (src/tune/accum.c), the
+ * single place that applies the full precedence of voxconv.h. */
 
 int vc_resolve_deterministic(const voxconv_handle_t *h,
                              const voxconv_conv_options_t *opt) {

@@ -32,6 +32,14 @@ typedef struct vc_conv_problem {
 #define VC_MAX_PARAMS 4
 #define VC_MAX_PARAM_VALUES 16
 
+/* A parameter with this name selects the accumulator of a tile: value
+ * VC_ACCUM_F32 (0) or VC_ACCUM_F16 (1). The tuner admits VC_ACCUM_F16
+ * values only when the fp16 accumulator is allowed for the call (and then
+ * hands the algorithm a problem with fp16_accum = 1); see voxconv.h. */
+#define VC_PARAM_ACCUMULATOR "accumulator_type"
+#define VC_ACCUM_F32 0
+#define VC_ACCUM_F16 1
+
 /* The tunable parameters of one algorithm for one pass. */
 typedef struct vc_param_space {
   int n;
