@@ -60,6 +60,11 @@ struct voxconv_kmap {
   int32_t *out_rows;   /* [n_pairs] */
   int32_t *nbr_out;    /* [n_out][kvol]: input row feeding (o,k) or -1 */
   int32_t *nbr_in;     /* [n_in][kvol]: output row fed by (i,k) or -1 */
+  /* Rows sorted by neighbour bitmask (stable), built lazily by the
+   * tensor-core algorithm the first time it needs them and kept with the
+   * map so every later layer reuses them; NULL until then. */
+  int32_t *row_order_out; /* [n_out] */
+  int32_t *row_order_in;  /* [n_in] */
   /* host memory */
   int64_t *pair_offsets; /* [kvol+1], pairs of offset k in [po[k], po[k+1]) */
   void *backend_priv;    /* CUDA extras, freed by the CUDA backend */

@@ -7,6 +7,8 @@
 #include "vc_cuda_tc_algos.h"
 #include "vc_cuda_util.cuh"
 
+#include <cub/cub.cuh>
+
 #include <stdio.h>
 #include <string.h>
 
@@ -121,11 +123,13 @@ int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
   return 1;
 }
 
+/* row_order 1: tiles take rows sorted by neighbour bitmask (fewer offsets
+ * per tile), 0: the map's natural order. */
 const vc_param_space_t mg_space_fwd = {
-    2,
-    {"mma_tile", "accumulator_type"},
-    {VC_MG_FWD_TILES, 2},
-    {{0, 1, 2, 3, 4, 5, 6}, {32, 16}}};
+    3,
+    {"mma_tile", "accumulator_type", "row_order"},
+    {VC_MG_FWD_TILES, 2, 2},
+    {{0, 1, 2, 3, 4, 5, 6}, {32, 16}, {1, 0}}};
 const vc_param_space_t mg_space_wgrad = {
     2,
     {"mma_tile", "split_k_slices"},
@@ -141,6 +145,64 @@ size_t mg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
     return 0;
   return (size_t)prm->v[1] * (size_t)p->kmap->kvol * (size_t)p->cin *
          (size_t)p->cout * sizeof(float);
+}
+
+/* Bitmask of the offsets each row has a neighbour at (offsets >= 32 are
+ * left out: the order is only a grouping heuristic, any order is correct). */
+__global__ void row_mask_kernel(const int32_t *__restrict__ nbr, int n,
+                                int kvol, unsigned *__restrict__ mask,
+                                int32_t *__restrict__ idx) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n)
+    return;
+  unsigned m = 0;
+  const int kmax = kvol < 32 ? kvol : 32;
+  for (int k = 0; k < kmax; k++)
+    m |= (nbr[(int64_t)i * kvol + k] >= 0 ? 1u : 0u) << k;
+  mask[i] = m;
+  idx[i] = i;
+}
+
+/* Rows sorted (stably, so deterministically) by neighbour bitmask, cached
+ * on the map: the map is logically const to callers but owns this cache,
+ * like the rest of its derived tables. Costs one mask pass and one radix
+ * sort the first time a map is used by this algorithm. */
+voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                  bool dgrad, const int32_t **order) {
+  int32_t **slot = dgrad ? &m->row_order_in : &m->row_order_out;
+  if (*slot) {
+    *order = *slot;
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  const int n = (int)(dgrad ? m->n_in : m->n_out);
+  const int32_t *nbr = dgrad ? m->nbr_in : m->nbr_out;
+  VcWorkspace ws(h);
+  unsigned *mask = NULL, *mask_sorted = NULL;
+  int32_t *idx = NULL, *res = NULL;
+  VC_CHECK(ws.get<unsigned>(n, &mask, "mask_gemm row masks"));
+  VC_CHECK(ws.get<unsigned>(n, &mask_sorted, "mask_gemm sorted masks"));
+  VC_CHECK(ws.get<int32_t>(n, &idx, "mask_gemm row index"));
+  VC_CHECK(ws.get<int32_t>(n, &res, "mask_gemm row order"));
+  if (n > 0) {
+    row_mask_kernel<<<vc_grid_1d(n, 256, INT32_MAX), 256, 0,
+                      vc_cuda_stream(h)>>>(nbr, n, m->kvol, mask, idx);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm row_mask_kernel");
+    const int end_bit = m->kvol < 32 ? m->kvol : 32;
+    size_t temp_bytes = 0;
+    VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
+                       NULL, temp_bytes, mask, mask_sorted, idx, res, n, 0,
+                       end_bit, vc_cuda_stream(h)));
+    unsigned char *temp = NULL;
+    VC_CHECK(ws.get<unsigned char>((int64_t)temp_bytes, &temp,
+                                   "mask_gemm sort scratch"));
+    VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
+                       temp, temp_bytes, mask, mask_sorted, idx, res, n, 0,
+                       end_bit, vc_cuda_stream(h)));
+  }
+  ws.release(res);
+  *slot = res;
+  *order = res;
+  return VOXCONV_STATUS_SUCCESS;
 }
 
 template <typename T>
@@ -188,6 +250,9 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   a.a = p->a;
   a.w = p->b;
   a.nbr = dgrad ? m->nbr_in : m->nbr_out;
+  a.order = NULL;
+  if (prm->v[2] == 1)
+    VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, &a.order));
   a.out = p->c;
   a.n_dst = (int)(dgrad ? m->n_in : m->n_out);
   a.kvol = m->kvol;

@@ -134,6 +134,7 @@ struct FwdArgs {
   const void *a;      /* gathered operand [n_src][ka]: x (fwd) or dy (dgrad) */
   const void *w;      /* weights [kvol][cin][cout] */
   const int32_t *nbr; /* [n_dst][kvol]: source row or -1 */
+  const int32_t *order; /* tile row r -> output row order[m0+r]; NULL = r */
   void *out;          /* [n_dst][nb] */
   int n_dst, kvol, ka, nb;
 };
@@ -168,6 +169,7 @@ __global__ void __launch_bounds__(TL::THREADS)
   __shared__ unsigned s_mask[VC_MG_MASK_WORDS];
   __shared__ int s_act[VC_MG_MAX_KVOL];
   __shared__ int s_nact;
+  __shared__ int s_rows[TL::BM]; /* output row of each tile row, or -1 */
 
   T *sA = reinterpret_cast<T *>(smem_raw);
   T *sB = sA + TL::STAGES * TL::BM * TL::A_PITCH;
@@ -184,17 +186,19 @@ __global__ void __launch_bounds__(TL::THREADS)
   const int rows = min(TL::BM, args.n_dst - m0);
   const int64_t wsk = (int64_t)ka * nb;
 
-  /* 1. Which offsets does any row of this tile need? The tile's slice of
-   * the neighbour table is contiguous, so this read is coalesced. */
+  /* 1. Which offsets does any row of this tile need? Each row's slice of
+   * the neighbour table is contiguous (and with the natural order the
+   * whole tile's is), so these reads coalesce. */
   for (int i = tid; i < VC_MG_MASK_WORDS; i += TL::THREADS)
     s_mask[i] = 0u;
+  for (int r = tid; r < TL::BM; r += TL::THREADS)
+    s_rows[r] = r < rows ? (args.order ? args.order[m0 + r] : m0 + r) : -1;
   __syncthreads();
-  const int32_t *nbr_tile = args.nbr + (int64_t)m0 * kvol;
-  for (int i = tid; i < rows * kvol; i += TL::THREADS)
-    if (nbr_tile[i] >= 0) {
-      const int k = i % kvol;
+  for (int i = tid; i < rows * kvol; i += TL::THREADS) {
+    const int r = i / kvol, k = i - r * kvol;
+    if (args.nbr[(int64_t)s_rows[r] * kvol + k] >= 0)
       atomicOr(&s_mask[k >> 5], 1u << (k & 31));
-    }
+  }
   __syncthreads();
   if (tid == 0) {
     int n = 0;
@@ -221,7 +225,7 @@ __global__ void __launch_bounds__(TL::THREADS)
       const int col = c0 + cv * 8;
       int src = -1;
       if (r < rows)
-        src = nbr_tile[(int64_t)r * kvol + k];
+        src = args.nbr[(int64_t)s_rows[r] * kvol + k];
       const bool ok = src >= 0 && col < ka;
       const T *g = ok ? A + (int64_t)src * ka + col : A;
       cp_async16(a_dst + r * TL::A_PITCH + cv * 8, g, ok);
@@ -326,7 +330,7 @@ __global__ void __launch_bounds__(TL::THREADS)
         const int r = wm * TL::WM + mi * 16 + g + h * 8;
         if (r >= rows)
           continue;
-        T *p = out + (int64_t)(m0 + r) * nb + col;
+        T *p = out + (int64_t)s_rows[r] * nb + col;
         if (ACC16)
           Store2<T>::h16(p, reinterpret_cast<const uint32_t *>(
                                 &acc[mi][ni])[h]);
