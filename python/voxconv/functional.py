@@ -15,6 +15,8 @@ for odd k, ``{0, 1}`` for k = 2), flattened x-slowest into K = kx*ky*kz.
   cells ``s*c + offset`` reachable from the inputs, at stride ``ts / s``.
 """
 
+import warnings
+
 import torch
 
 from . import _lib
@@ -258,7 +260,10 @@ def _global(input, reduce):
             out = out / cnt[:, None]
         return out
     index = idx[:, None].expand(-1, C)
-    return f.new_zeros((b, C)).scatter_reduce(0, index, f, reduce="amax", include_self=False)
+    with warnings.catch_warnings():  # torch 1.13 calls scatter_reduce "beta"
+        warnings.filterwarnings("ignore", message=".*scatter_reduce.*")
+        return f.new_zeros((b, C)).scatter_reduce(0, index, f, reduce="amax",
+                                                  include_self=False)
 
 
 def global_avg_pool(input):

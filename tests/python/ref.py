@@ -1,0 +1,110 @@
+"""Independent references for the Python tests: brute-force kernel maps from
+include/voxconv.h's definitions (Python dicts, no library code), fp64."""
+
+import itertools
+
+import torch
+
+
+def offsets(kernel_size, dilation):
+    """Kernel offsets in the library's order (x slowest):
+    (j - (k-1)//2) * d per axis."""
+    axes = [[(j - (k - 1) // 2) * d for j in range(k)] for k, d in zip(kernel_size, dilation)]
+    return list(itertools.product(*axes))
+
+
+def rand_coords(n, extent, batches=1, lo=0, gen=None):
+    """Up to n unique int32 (b, x, y, z) with x, y, z in [lo, lo+extent),
+    sorted by (b, x, y, z)."""
+    b = torch.randint(0, batches, (n, 1), generator=gen)
+    xyz = torch.randint(lo, lo + extent, (n, 3), generator=gen)
+    c = torch.unique(torch.cat([b, xyz], 1), dim=0)
+    return c.to(torch.int32)
+
+
+def _rows(coords):
+    return {tuple(r): i for i, r in enumerate(coords.tolist())}
+
+
+def floor_div(c, s):
+    return [c[0]] + [v // si for v, si in zip(c[1:], s)]
+
+
+def kernel_pairs(mode, in_coords, kernel_size, stride, dilation, out_coords=None):
+    """(out_coords tensor, list of (i, o, k)) for a mode name as in
+    voxconv.h: 'submanifold', 'strided', 'transposed', 'generative'."""
+    offs = offsets(kernel_size, dilation)
+    cin = in_coords.tolist()
+    if mode == "submanifold":
+        out = in_coords.clone()
+    elif mode == "strided":
+        out = torch.tensor(sorted({tuple(floor_div(c, stride)) for c in cin}),
+                           dtype=torch.int32).reshape(-1, 4)
+    elif mode == "generative":
+        cells = {(c[0], *[s * v + o for v, s, o in zip(c[1:], stride, off)])
+                 for c in cin for off in offs}
+        out = torch.tensor(sorted(cells), dtype=torch.int32).reshape(-1, 4)
+    elif mode == "transposed":
+        out = out_coords.clone()
+    else:
+        raise ValueError(mode)
+    in_rows, out_rows = _rows(in_coords), _rows(out)
+    pairs = []
+    if mode in ("submanifold", "strided"):
+        s = (1, 1, 1) if mode == "submanifold" else stride
+        for o, c in enumerate(out.tolist()):
+            for k, off in enumerate(offs):
+                key = (c[0], *[si * v + di for v, si, di in zip(c[1:], s, off)])
+                i = in_rows.get(key)
+                if i is not None:
+                    pairs.append((i, o, k))
+    else:
+        for i, c in enumerate(cin):
+            for k, off in enumerate(offs):
+                key = (c[0], *[si * v + di for v, si, di in zip(c[1:], stride, off)])
+                o = out_rows.get(key)
+                if o is not None:
+                    pairs.append((i, o, k))
+    return out, pairs
+
+
+def conv(x, w, n_out, pairs):
+    """y[o] = sum over pairs x[i] @ w[k] in fp64."""
+    y = torch.zeros(n_out, w.shape[2], dtype=torch.float64)
+    xd, wd = x.double().cpu(), w.double().cpu()
+    for i, o, k in pairs:
+        y[o] += xd[i] @ wd[k]
+    return y
+
+
+def depthwise(x, w, n_out, pairs):
+    y = torch.zeros(n_out, x.shape[1], dtype=torch.float64)
+    xd, wd = x.double().cpu(), w.double().cpu()
+    for i, o, k in pairs:
+        y[o] += xd[i] * wd[k]
+    return y
+
+
+def pool(x, n_out, pairs, mode):
+    xd = x.double().cpu()
+    C = x.shape[1]
+    groups = [[] for _ in range(n_out)]
+    for i, o, _k in pairs:
+        groups[o].append(i)
+    y = torch.zeros(n_out, C, dtype=torch.float64)
+    for o, ins in enumerate(groups):
+        if not ins:
+            continue
+        v = xd[ins]
+        y[o] = {"max": lambda: v.max(0).values, "avg": lambda: v.mean(0),
+                "sum": lambda: v.sum(0)}[mode]()
+    return y
+
+
+def unpool(x_coarse, n_fine, pairs):
+    """y_fine[i] = sum over pairs (i, o, k) of x_coarse[o]."""
+    y = torch.zeros(n_fine, x_coarse.shape[1], dtype=torch.float64)
+    xd = x_coarse.double().cpu()
+    for i, o, _k in pairs:
+        y[i] += xd[o]
+    return y
