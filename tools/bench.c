@@ -1,0 +1,1578 @@
+/* `voxconv bench` (see bench.h and vt_bench_usage).
+ *
+ * Everything goes through the public API: memory through voxconv_malloc /
+ * voxconv_memcpy, so one code path serves the CPU and CUDA backends. Timing
+ * uses the monotonic clock; on CUDA every per-layer row is bracketed by
+ * voxconv_synchronize (the API has no events), and the forward/backward
+ * totals are measured separately end to end with one synchronisation at
+ * the end, so the per-layer syncs do not inflate them. */
+#include "bench.h"
+
+#include "scan_io.h"
+#include "synth_scene.h"
+#include "tool_common.h"
+
+#include <stdarg.h>
+#include <unistd.h>
+
+#define NET_LEVELS 7
+#define MAX_ROWS 128
+#define MAX_REPEAT 100000
+#define MAX_CHANNEL_LIST 16
+#define MAX_ALLOCS 256
+
+/* BENCHMARKS.md workload A: the channels of the 7 levels. */
+static const int64_t k_level_channels[NET_LEVELS] = {64,  96,  128, 160,
+                                                     192, 224, 256};
+static const int64_t k_input_channels = 3;
+static const int64_t k_workload_a_voxels = 913903;
+static const int64_t k_workload_a_pairs = 7676993;
+static const int64_t k_workload_b_voxels = 125562;
+
+/* ---- options ----------------------------------------------------------- */
+
+typedef enum input_kind {
+  INPUT_SYNTHETIC = 0,
+  INPUT_SCAN,
+  INPUT_WORKLOAD_A,
+  INPUT_WORKLOAD_B
+} input_kind_t;
+
+typedef struct bench_opts {
+  voxconv_backend_t backend;
+  int device;
+  int threads;
+  int dtype_set;
+  voxconv_dtype_t dtype;
+  int repeat, warmup; /* -1 = backend default */
+  const char *algo;
+  int deterministic;
+  int fp16_accum; /* -1 unset, 0 off, 1 on */
+  int size_set;
+  vt_scene_size_t size;
+  const char *scan;
+  int fields;
+  double voxel; /* 0 = default */
+  char workload; /* 0 = the network on the chosen input; 'A'..'D' */
+  int64_t channels[MAX_CHANNEL_LIST];
+  int n_channels;
+  int json, quiet;
+  double peak_tflops, peak_tbps; /* 0 = defaults by dtype */
+  uint64_t seed;
+} bench_opts_t;
+
+void vt_bench_usage(FILE *out) {
+  fprintf(
+      out,
+      "usage: voxconv bench [options]\n"
+      "\n"
+      "Times the network of BENCHMARKS.md workload A (spconv-large): 7 levels\n"
+      "of two submanifold 3x3x3 convolutions (3->64->64, 64->96->96, ...,\n"
+      "224->256->256) with a 2x2x2 stride-2 max pool between levels; the two\n"
+      "convolutions of a level share one kernel map. Forward starts from\n"
+      "coordinates and features (maps are built inside the timed region);\n"
+      "backward = dgrad + wgrad of every convolution and the pool backward.\n"
+      "\n"
+      "input (default: built-in synthetic lidar scene):\n"
+      "  --size tiny|small|medium|large  synthetic scene size (default: small\n"
+      "                        on CPU, large (~0.9M voxels) on CUDA)\n"
+      "  --scan FILE           a recorded scan: raw float32 .bin, PLY or PCD;\n"
+      "                        a bare name is also looked up in DATA/scans/\n"
+      "  --fields N            floats per point of a raw .bin (KITTI 4,\n"
+      "                        nuScenes 5, ScanNet 6); guessed if omitted\n"
+      "  --voxel V             voxel size in metres (default 0.1)\n"
+      "  --workload A|B|C|D    BENCHMARKS.md workloads: A = spconv-large input,\n"
+      "                        B = spconv-basic input, C = one subm3 layer per\n"
+      "                        --channels on A's level 0 (map prebuilt; fwd,\n"
+      "                        dgrad, wgrad), D = kernel-map build of A level 0\n"
+      "  --channels LIST       workload C channel counts (default 32,64,128,256)\n"
+      "execution:\n"
+      "  --backend cpu|cuda|auto  (default auto)\n"
+      "  --device N            CUDA device ordinal (default 0)\n"
+      "  --dtype f32|f16|bf16|f64  (default f16 on CUDA, f32 on CPU)\n"
+      "  --algo NAME           fwd_algo and bwd_algo (a name, [a,b], auto)\n"
+      "  --threads N           CPU threads (default VOXCONV_NUM_THREADS or all)\n"
+      "  --deterministic       bitwise-reproducible ops\n"
+      "  --fp16-accum on|off   fp16 accumulators (default: library default)\n"
+      "  --repeat N            timed runs, median reported (default 3 CPU, 10 "
+      "CUDA)\n"
+      "  --warmup N            untimed runs first (default 1 CPU, 3 CUDA)\n"
+      "  --seed N              weights/gradients seed (default 1)\n"
+      "output:\n"
+      "  --json                JSON on stdout (the table goes to stderr)\n"
+      "  --quiet               no table or progress on stderr\n"
+      "  --peak-tflops X       compute ceiling for %% of peak (default: H200\n"
+      "                        from BENCHMARKS.md, 771 f16 / 799 bf16 / 51 f32)\n"
+      "  --peak-tbps X         bandwidth ceiling (default 4.27, H200)\n"
+      "\n"
+      "Data folder: $VOXCONV_DATA_DIR, else %s\n",
+      VOXCONV_DEFAULT_DATA_DIR);
+}
+
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "voxconv bench: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n\n");
+  va_end(ap);
+  vt_bench_usage(stderr);
+  return VT_EXIT_USAGE;
+}
+
+static int parse_dtype(const char *s, voxconv_dtype_t *d) {
+  static const struct {
+    const char *name;
+    voxconv_dtype_t d;
+  } names[] = {{"f32", VOXCONV_DTYPE_F32},  {"fp32", VOXCONV_DTYPE_F32},
+               {"f16", VOXCONV_DTYPE_F16},  {"fp16", VOXCONV_DTYPE_F16},
+               {"bf16", VOXCONV_DTYPE_BF16}, {"f64", VOXCONV_DTYPE_F64},
+               {"fp64", VOXCONV_DTYPE_F64}};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (strcmp(s, names[i].name) == 0) {
+      *d = names[i].d;
+      return 1;
+    }
+  return 0;
+}
+
+static int parse_channel_list(const char *s, bench_opts_t *o) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", s);
+  o->n_channels = 0;
+  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+    long c;
+    if (o->n_channels == MAX_CHANNEL_LIST || !vt_parse_long(tok, 1, 4096, &c))
+      return 0;
+    o->channels[o->n_channels++] = c;
+  }
+  return o->n_channels > 0;
+}
+
+/* Returns -1 when parsed, else the exit code to return (0 for --help). */
+static int parse_options(int argc, char **argv, bench_opts_t *o) {
+  memset(o, 0, sizeof *o);
+  o->backend = VOXCONV_BACKEND_AUTO;
+  o->repeat = o->warmup = -1;
+  o->fp16_accum = -1;
+  o->seed = 1;
+  int channels_set = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long n;
+    double d;
+#define NEED_VALUE()                                                           \
+  do {                                                                         \
+    if (!v)                                                                    \
+      return usage_error("%s needs a value", a);                               \
+    i++;                                                                       \
+  } while (0)
+    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+      vt_bench_usage(stdout);
+      return VT_EXIT_OK;
+    } else if (strcmp(a, "--json") == 0) {
+      o->json = 1;
+    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
+      o->quiet = 1;
+    } else if (strcmp(a, "--deterministic") == 0) {
+      o->deterministic = 1;
+    } else if (strcmp(a, "--backend") == 0) {
+      NEED_VALUE();
+      if (strcmp(v, "cpu") == 0)
+        o->backend = VOXCONV_BACKEND_CPU;
+      else if (strcmp(v, "cuda") == 0 || strcmp(v, "gpu") == 0)
+        o->backend = VOXCONV_BACKEND_CUDA;
+      else if (strcmp(v, "auto") == 0)
+        o->backend = VOXCONV_BACKEND_AUTO;
+      else
+        return usage_error("--backend %s: want cpu, cuda or auto", v);
+    } else if (strcmp(a, "--device") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_long(v, 0, 1024, &n))
+        return usage_error("--device %s: want a device ordinal", v);
+      o->device = (int)n;
+    } else if (strcmp(a, "--dtype") == 0) {
+      NEED_VALUE();
+      if (!parse_dtype(v, &o->dtype))
+        return usage_error("--dtype %s: want f32, f16, bf16 or f64", v);
+      o->dtype_set = 1;
+    } else if (strcmp(a, "--repeat") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_long(v, 1, MAX_REPEAT, &n))
+        return usage_error("--repeat %s: want 1..%d", v, MAX_REPEAT);
+      o->repeat = (int)n;
+    } else if (strcmp(a, "--warmup") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_long(v, 0, MAX_REPEAT, &n))
+        return usage_error("--warmup %s: want 0..%d", v, MAX_REPEAT);
+      o->warmup = (int)n;
+    } else if (strcmp(a, "--algo") == 0) {
+      NEED_VALUE();
+      o->algo = v;
+    } else if (strcmp(a, "--threads") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_long(v, 1, 256, &n))
+        return usage_error("--threads %s: want 1..256", v);
+      o->threads = (int)n;
+    } else if (strcmp(a, "--fp16-accum") == 0) {
+      NEED_VALUE();
+      if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
+        o->fp16_accum = 1;
+      else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
+        o->fp16_accum = 0;
+      else
+        return usage_error("--fp16-accum %s: want on or off", v);
+    } else if (strcmp(a, "--size") == 0) {
+      NEED_VALUE();
+      if (!vt_scene_size_from_name(v, &o->size))
+        return usage_error("--size %s: want tiny, small, medium or large", v);
+      o->size_set = 1;
+    } else if (strcmp(a, "--scan") == 0) {
+      NEED_VALUE();
+      o->scan = v;
+    } else if (strcmp(a, "--fields") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_long(v, 3, 64, &n))
+        return usage_error("--fields %s: want 3..64 floats per point", v);
+      o->fields = (int)n;
+    } else if (strcmp(a, "--voxel") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_double(v, &d) || d <= 0 || d > 1e4)
+        return usage_error("--voxel %s: want a size in metres > 0", v);
+      o->voxel = d;
+    } else if (strcmp(a, "--workload") == 0) {
+      NEED_VALUE();
+      if (strlen(v) != 1 || !strchr("ABCDabcd", v[0]))
+        return usage_error("--workload %s: want A, B, C or D", v);
+      o->workload = (char)(v[0] & ~0x20);
+    } else if (strcmp(a, "--channels") == 0) {
+      NEED_VALUE();
+      if (!parse_channel_list(v, o))
+        return usage_error("--channels %s: want up to %d comma-separated "
+                           "counts in 1..4096",
+                           v, MAX_CHANNEL_LIST);
+      channels_set = 1;
+    } else if (strcmp(a, "--peak-tflops") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_double(v, &d) || d <= 0)
+        return usage_error("--peak-tflops %s: want a positive number", v);
+      o->peak_tflops = d;
+    } else if (strcmp(a, "--peak-tbps") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_double(v, &d) || d <= 0)
+        return usage_error("--peak-tbps %s: want a positive number", v);
+      o->peak_tbps = d;
+    } else if (strcmp(a, "--seed") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_long(v, 0, 2147483647L, &n))
+        return usage_error("--seed %s: want 0..2147483647", v);
+      o->seed = (uint64_t)n;
+    } else {
+      return usage_error("unknown option \"%s\"", a);
+    }
+#undef NEED_VALUE
+  }
+  if (o->scan && o->workload)
+    return usage_error("--scan and --workload are alternatives");
+  if (o->size_set && (o->scan || o->workload))
+    return usage_error("--size selects the synthetic scene; it does not "
+                       "combine with --scan or --workload");
+  if (o->fields && !o->scan)
+    return usage_error("--fields applies to --scan");
+  if (o->voxel > 0 && o->workload)
+    return usage_error("--workload %c fixes its voxel size (0.1 m)",
+                       o->workload);
+  if (channels_set && o->workload != 'C')
+    return usage_error("--channels applies to --workload C");
+  if (!channels_set) {
+    static const int64_t def[4] = {32, 64, 128, 256};
+    o->n_channels = 4;
+    memcpy(o->channels, def, sizeof def);
+  }
+  return -1;
+}
+
+/* ---- state ------------------------------------------------------------- */
+
+typedef struct row {
+  char name[40];
+  char op[24];
+  int phase; /* 0 forward, 1 backward */
+  int64_t n_in, n_out, cin, cout, pairs;
+  double flops; /* useful: 2 * pairs * cin * cout for convolutions */
+  double bytes; /* compulsory traffic (each tensor read/written once) */
+  double *ms;   /* [repeat] */
+} row_t;
+
+typedef struct net_level {
+  int64_t n, cin, c;
+  int64_t pairs_subm, pairs_pool, n_next;
+  void *x; /* level input [n][cin]: the features, or the previous pool out */
+  void *a, *b;
+  void *w1, *w2, *dw1, *dw2;
+  void *gx, *ga, *gb;
+  voxconv_kmap_t *subm, *pool;
+} net_level_t;
+
+typedef struct bench {
+  bench_opts_t o;
+  voxconv_handle_t *h;
+  voxconv_backend_t backend;
+  char device_name[300];
+  int n_threads_shown;
+  voxconv_dtype_t dtype;
+  size_t esize;
+  int repeat, warmup;
+  voxconv_conv_options_t conv_opt;
+  FILE *human; /* table destination, NULL when quiet */
+  /* input */
+  char input_desc[10240]; /* holds paths of up to 4096 bytes */
+  char input_kind[32];
+  int64_t n_points, n_voxels;
+  double voxel_size;
+  int32_t *coords; /* backend [n][4] */
+  void *feats;     /* backend [n][3] dtype */
+  /* network */
+  net_level_t lv[NET_LEVELS];
+  row_t rows[MAX_ROWS];
+  int n_rows;
+  double *fwd_total, *bwd_total; /* [repeat] end-to-end */
+  double peak_flops, peak_bw;
+  void *allocs[MAX_ALLOCS];
+  int n_allocs;
+  size_t bytes_allocated;
+} bench_t;
+
+static int lib_fail(bench_t *B, const char *what, voxconv_status_t st) {
+  fprintf(stderr, "voxconv bench: %s failed: %s: %s\n", what,
+          voxconv_status_string(st), voxconv_get_last_error(B ? B->h : NULL));
+  return VT_EXIT_FAIL;
+}
+
+#define TRY(B, what, call)                                                     \
+  do {                                                                         \
+    const voxconv_status_t st_ = (call);                                       \
+    if (st_ != VOXCONV_STATUS_SUCCESS)                                         \
+      return lib_fail((B), (what), st_);                                       \
+  } while (0)
+
+static void progress(const bench_t *B, const char *fmt, ...) {
+  if (B->o.quiet)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[bench] ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  fflush(stderr);
+  va_end(ap);
+}
+
+/* Backend buffer, recorded so that cleanup frees everything. */
+static int balloc(bench_t *B, size_t bytes, void **ptr, const char *what) {
+  *ptr = NULL;
+  if (B->n_allocs == MAX_ALLOCS) {
+    fprintf(stderr, "voxconv bench: too many buffers (%s)\n", what);
+    return VT_EXIT_FAIL;
+  }
+  const voxconv_status_t st =
+      voxconv_malloc(B->h, bytes ? bytes : 1, ptr);
+  if (st != VOXCONV_STATUS_SUCCESS) {
+    fprintf(stderr,
+            "voxconv bench: cannot allocate %.1f MiB for %s (%.1f MiB held "
+            "already): %s: %s\n",
+            (double)bytes / 1048576.0, what,
+            (double)B->bytes_allocated / 1048576.0,
+            voxconv_status_string(st), voxconv_get_last_error(B->h));
+    return VT_EXIT_FAIL;
+  }
+  B->allocs[B->n_allocs++] = *ptr;
+  B->bytes_allocated += bytes;
+  return 0;
+}
+
+static void bfree_all(bench_t *B) {
+  for (int i = B->n_allocs - 1; i >= 0; i--)
+    voxconv_free(B->h, B->allocs[i]);
+  B->n_allocs = 0;
+  B->bytes_allocated = 0;
+}
+
+/* Uploads n random values, uniform in [-scale, scale), as the bench dtype. */
+static int upload_random(bench_t *B, void *dst, int64_t n, double scale,
+                         vt_rng_t *rng) {
+  float *tmp = (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+  void *conv = malloc((size_t)(n > 0 ? n : 1) * B->esize);
+  if (!tmp || !conv) {
+    free(tmp);
+    free(conv);
+    fprintf(stderr, "voxconv bench: out of host memory\n");
+    return VT_EXIT_FAIL;
+  }
+  for (int64_t i = 0; i < n; i++)
+    tmp[i] = (float)((2.0 * vt_rng_uniform(rng) - 1.0) * scale);
+  vt_convert_from_f32(tmp, conv, B->dtype, n);
+  const voxconv_status_t st = voxconv_memcpy(
+      B->h, dst, conv, (size_t)n * B->esize, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+  free(tmp);
+  free(conv);
+  TRY(B, "voxconv_memcpy (upload)", st);
+  return 0;
+}
+
+static double median(const double *v, int n) {
+  double *s = (double *)malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+  if (!s || n <= 0) {
+    free(s);
+    return 0.0;
+  }
+  memcpy(s, v, (size_t)n * sizeof(double));
+  for (int i = 1; i < n; i++) /* n is small: insertion sort */
+    for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+      const double t = s[j];
+      s[j] = s[j - 1];
+      s[j - 1] = t;
+    }
+  const double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  free(s);
+  return m;
+}
+
+static double min_of(const double *v, int n) {
+  double m = n > 0 ? v[0] : 0.0;
+  for (int i = 1; i < n; i++)
+    if (v[i] < m)
+      m = v[i];
+  return m;
+}
+
+static row_t *add_row(bench_t *B, const char *name, const char *op, int phase,
+                      int64_t n_in, int64_t n_out, int64_t cin, int64_t cout,
+                      int64_t pairs) {
+  if (B->n_rows == MAX_ROWS)
+    return NULL;
+  row_t *r = &B->rows[B->n_rows++];
+  memset(r, 0, sizeof *r);
+  snprintf(r->name, sizeof r->name, "%s", name);
+  snprintf(r->op, sizeof r->op, "%s", op);
+  r->phase = phase;
+  r->n_in = n_in, r->n_out = n_out, r->cin = cin, r->cout = cout;
+  r->pairs = pairs;
+  const double es = (double)B->esize;
+  const int is_conv = strncmp(op, "conv", 4) == 0;
+  const int is_kmap = strncmp(op, "kmap", 4) == 0;
+  if (is_conv) {
+    r->flops = 2.0 * (double)pairs * (double)cin * (double)cout;
+    const double kvol = strstr(op, "pool") ? 8.0 : 27.0;
+    r->bytes = es * ((double)n_in * (double)cin + (double)n_out * (double)cout +
+                     kvol * (double)cin * (double)cout);
+    if (strcmp(op, "conv_wgrad") == 0) /* dW accumulates in f32 */
+      r->bytes += (4.0 - es) * kvol * (double)cin * (double)cout;
+  } else if (is_kmap) {
+    /* coordinates in and out, two int32 per pair */
+    r->bytes = 16.0 * (double)(n_in + n_out) + 8.0 * (double)pairs;
+  } else if (strcmp(op, "maxpool_fwd") == 0) {
+    r->bytes = es * (double)cin * (double)(n_in + n_out);
+  } else { /* maxpool_bwd: x, y, dy read, dx written */
+    r->bytes = es * (double)cin * 2.0 * (double)(n_in + n_out);
+  }
+  r->ms = (double *)calloc((size_t)B->repeat, sizeof(double));
+  return r->ms ? r : NULL;
+}
+
+/* ---- input preparation -------------------------------------------------- */
+
+/* Voxelizes host points [n][fields] on the backend; features are the first
+ * three fields (x, y, z), the first point of each cell (workload A). */
+static int voxelize_points(bench_t *B, const float *pts, int64_t n,
+                           int32_t fields, const float origin[3], float voxel,
+                           const int32_t grid[3]) {
+  void *d_pts = NULL, *d_coords = NULL, *d_feats = NULL;
+  int rc;
+  if ((rc = balloc(B, (size_t)n * (size_t)fields * sizeof(float), &d_pts,
+                   "points")) ||
+      (rc = balloc(B, (size_t)n * 4 * sizeof(int32_t), &d_coords,
+                   "voxel coordinates")) ||
+      (rc = balloc(B, (size_t)n * 3 * sizeof(float), &d_feats,
+                   "voxel features")))
+    return rc;
+  TRY(B, "voxconv_memcpy (points)",
+      voxconv_memcpy(B->h, d_pts, pts, (size_t)n * (size_t)fields * 4,
+                     VOXCONV_MEMCPY_HOST_TO_BACKEND));
+  voxconv_voxelize_desc_t vd;
+  memset(&vd, 0, sizeof vd);
+  for (int a = 0; a < 3; a++) {
+    vd.voxel_size[a] = voxel;
+    vd.origin[a] = origin[a];
+    vd.grid_size[a] = grid ? grid[a] : 0;
+  }
+  vd.reduce = VOXCONV_REDUCE_FIRST;
+  voxconv_points_t vp = {(const float *)d_pts, n, fields, NULL};
+  int64_t n_vox = 0;
+  TRY(B, "voxconv_voxelize",
+      voxconv_voxelize(B->h, &vd, &vp, 3, (int32_t *)d_coords,
+                       (float *)d_feats, &n_vox, NULL));
+  B->n_voxels = n_vox;
+  B->coords = (int32_t *)d_coords;
+  /* Features to the bench dtype through the host (the API converts no
+   * dtypes; this is outside every timed region). */
+  float *h_feats = (float *)malloc((size_t)(n_vox > 0 ? n_vox : 1) * 12);
+  void *h_conv = malloc((size_t)(n_vox > 0 ? n_vox : 1) * 3 * B->esize);
+  if (!h_feats || !h_conv) {
+    free(h_feats);
+    free(h_conv);
+    fprintf(stderr, "voxconv bench: out of host memory\n");
+    return VT_EXIT_FAIL;
+  }
+  voxconv_status_t st =
+      voxconv_memcpy(B->h, h_feats, d_feats, (size_t)n_vox * 12,
+                     VOXCONV_MEMCPY_BACKEND_TO_HOST);
+  if (st == VOXCONV_STATUS_SUCCESS) {
+    vt_convert_from_f32(h_feats, h_conv, B->dtype, n_vox * 3);
+    if (B->dtype == VOXCONV_DTYPE_F32) {
+      B->feats = d_feats;
+    } else if ((rc = balloc(B, (size_t)n_vox * 3 * B->esize, &B->feats,
+                            "input features")) == 0) {
+      st = voxconv_memcpy(B->h, B->feats, h_conv,
+                          (size_t)n_vox * 3 * B->esize,
+                          VOXCONV_MEMCPY_HOST_TO_BACKEND);
+    }
+  }
+  free(h_feats);
+  free(h_conv);
+  if (rc)
+    return rc;
+  TRY(B, "voxconv_memcpy (features)", st);
+  return 0;
+}
+
+/* Resolves a --scan argument: as given, else in DATA/scans/, else DATA/. */
+static void resolve_data_file(const char *arg, const char *subdir, char *out,
+                              size_t out_len) {
+  snprintf(out, out_len, "%s", arg);
+  if (access(out, R_OK) == 0 || strchr(arg, '/'))
+    return;
+  snprintf(out, out_len, "%s/%s/%s", vt_data_dir(), subdir, arg);
+  if (access(out, R_OK) == 0)
+    return;
+  snprintf(out, out_len, "%s/%s", vt_data_dir(), arg);
+  if (access(out, R_OK) == 0)
+    return;
+  snprintf(out, out_len, "%s", arg); /* the error names what was given */
+}
+
+static int prepare_synthetic(bench_t *B) {
+  float *xyz = NULL;
+  int64_t n = 0;
+  char desc[512];
+  if (vt_synth_scene(B->o.size, &xyz, &n, desc, sizeof desc)) {
+    fprintf(stderr, "voxconv bench: out of memory generating the scene\n");
+    return VT_EXIT_FAIL;
+  }
+  const float voxel = B->o.voxel > 0 ? (float)B->o.voxel : VT_SCENE_VOXEL;
+  const float origin[3] = {VT_SCENE_ORIGIN_X, VT_SCENE_ORIGIN_Y,
+                           VT_SCENE_ORIGIN_Z};
+  /* The grid covers the scene box [-80,80) x [-80,80) x [-2,6) m. */
+  const int32_t grid[3] = {(int32_t)ceil(160.0 / voxel - 1e-6),
+                           (int32_t)ceil(160.0 / voxel - 1e-6),
+                           (int32_t)ceil(8.0 / voxel - 1e-6)};
+  const int rc = voxelize_points(B, xyz, n, 3, origin, voxel, grid);
+  free(xyz);
+  if (rc)
+    return rc;
+  B->n_points = n;
+  B->voxel_size = voxel;
+  snprintf(B->input_kind, sizeof B->input_kind, "synthetic-%s",
+           vt_scene_size_name(B->o.size));
+  snprintf(B->input_desc, sizeof B->input_desc,
+           "%s; voxel %g m%s, origin (-80,-80,-2), features x,y,z", desc,
+           (double)voxel, B->o.voxel > 0 ? " (--voxel)" : " (workload A)");
+  return 0;
+}
+
+static int prepare_scan(bench_t *B) {
+  char path[4096];
+  resolve_data_file(B->o.scan, "scans", path, sizeof path);
+  vt_scan_t scan;
+  char err[1024];
+  if (vt_scan_read_file(path, B->o.fields, &scan, err, sizeof err)) {
+    fprintf(stderr, "voxconv bench: %s\n", err);
+    return VT_EXIT_FAIL;
+  }
+  if (scan.n == 0) {
+    fprintf(stderr, "voxconv bench: %s has no finite points\n", path);
+    vt_scan_free(&scan);
+    return VT_EXIT_FAIL;
+  }
+  float lo[3] = {INFINITY, INFINITY, INFINITY};
+  for (int64_t i = 0; i < scan.n; i++)
+    for (int a = 0; a < 3; a++) {
+      const float v = scan.data[i * scan.fields + a];
+      if (v < lo[a])
+        lo[a] = v;
+    }
+  const float voxel = B->o.voxel > 0 ? (float)B->o.voxel : 0.1f;
+  const int rc = voxelize_points(B, scan.data, scan.n, scan.fields, lo, voxel,
+                                 NULL);
+  if (rc == 0) {
+    B->n_points = scan.n;
+    B->voxel_size = voxel;
+    snprintf(B->input_kind, sizeof B->input_kind, "scan");
+    char extra[256] = "";
+    if (scan.n_nonfinite)
+      snprintf(extra, sizeof extra, ", %lld non-finite dropped",
+               (long long)scan.n_nonfinite);
+    snprintf(B->input_desc, sizeof B->input_desc,
+             "scan %s (%s, %s; %lld points%s)%s%s; voxel %g m%s, origin = min "
+             "corner (%.3f, %.3f, %.3f), features x,y,z",
+             path, scan.format, scan.field_names, (long long)scan.n, extra,
+             scan.note[0] ? "; " : "", scan.note, (double)voxel,
+             B->o.voxel > 0 ? "" : " (default)", (double)lo[0], (double)lo[1],
+             (double)lo[2]);
+  }
+  vt_scan_free(&scan);
+  return rc;
+}
+
+static int prepare_workload_a(bench_t *B) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/bench/spconv_benchmark_pc.xyz.f32.bin",
+           vt_data_dir());
+  vt_scan_t pc;
+  char err[1024];
+  if (vt_scan_read_file(path, 3, &pc, err, sizeof err)) {
+    fprintf(stderr, "voxconv bench: workload A input: %s\n", err);
+    return VT_EXIT_FAIL;
+  }
+  /* BENCHMARKS.md: replicate 8x, copy i shifted +i m in y, keep
+   * [-80,80) x [-80,80) x [-2,6). */
+  float *pts = (float *)malloc((size_t)pc.n * 8 * 3 * sizeof(float));
+  if (!pts) {
+    vt_scan_free(&pc);
+    fprintf(stderr, "voxconv bench: out of host memory\n");
+    return VT_EXIT_FAIL;
+  }
+  int64_t n = 0;
+  for (int c = 0; c < 8; c++)
+    for (int64_t i = 0; i < pc.n; i++) {
+      const float x = pc.data[3 * i], y = pc.data[3 * i + 1] + (float)c,
+                  z = pc.data[3 * i + 2];
+      if (x >= -80.f && x < 80.f && y >= -80.f && y < 80.f && z >= -2.f &&
+          z < 6.f) {
+        pts[3 * n] = x, pts[3 * n + 1] = y, pts[3 * n + 2] = z;
+        n++;
+      }
+    }
+  const int64_t n_src = pc.n;
+  vt_scan_free(&pc);
+  const float origin[3] = {-80.f, -80.f, -2.f};
+  const int32_t grid[3] = {1600, 1600, 80};
+  const int rc = voxelize_points(B, pts, n, 3, origin, 0.1f, grid);
+  free(pts);
+  if (rc)
+    return rc;
+  B->n_points = n;
+  B->voxel_size = 0.1;
+  snprintf(B->input_kind, sizeof B->input_kind, "workload-A");
+  snprintf(B->input_desc, sizeof B->input_desc,
+           "workload A (spconv-large): %s, %lld points x8 copies shifted +i m "
+           "in y, cropped to [-80,80)x[-80,80)x[-2,6) m = %lld points; voxel "
+           "0.1 m, grid 1600x1600x80, features x,y,z; %lld voxels (BENCHMARKS.md "
+           "expects %lld)",
+           path, (long long)n_src, (long long)n, (long long)B->n_voxels,
+           (long long)k_workload_a_voxels);
+  if (B->n_voxels != k_workload_a_voxels)
+    fprintf(stderr,
+            "voxconv bench: WARNING: workload A gave %lld voxels, "
+            "BENCHMARKS.md expects %lld\n",
+            (long long)B->n_voxels, (long long)k_workload_a_voxels);
+  return 0;
+}
+
+static int prepare_workload_b(bench_t *B) {
+  char cpath[4096], fpath[4096];
+  snprintf(cpath, sizeof cpath, "%s/bench/spconv_basic.bzyx.i32.bin",
+           vt_data_dir());
+  snprintf(fpath, sizeof fpath, "%s/bench/spconv_basic.feat3.f32.bin",
+           vt_data_dir());
+  int32_t *bzyx = NULL;
+  float *feat = NULL;
+  size_t cbytes = 0, fbytes = 0;
+  int rc = VT_EXIT_FAIL;
+  FILE *f = fopen(cpath, "rb");
+  FILE *g = fopen(fpath, "rb");
+  if (!f || !g) {
+    fprintf(stderr, "voxconv bench: workload B: cannot open %s: %s\n",
+            !f ? cpath : fpath, strerror(errno));
+    goto done;
+  }
+  fseek(f, 0, SEEK_END);
+  fseek(g, 0, SEEK_END);
+  cbytes = (size_t)ftell(f);
+  fbytes = (size_t)ftell(g);
+  rewind(f);
+  rewind(g);
+  if (cbytes % 16 || fbytes % 12 || cbytes / 16 != fbytes / 12) {
+    fprintf(stderr,
+            "voxconv bench: workload B: %s (%zu bytes) and %s (%zu bytes) do "
+            "not hold the same number of int32x4 / float32x3 rows\n",
+            cpath, cbytes, fpath, fbytes);
+    goto done;
+  }
+  bzyx = (int32_t *)malloc(cbytes ? cbytes : 1);
+  feat = (float *)malloc(fbytes ? fbytes : 1);
+  if (!bzyx || !feat || fread(bzyx, 1, cbytes, f) != cbytes ||
+      fread(feat, 1, fbytes, g) != fbytes) {
+    fprintf(stderr, "voxconv bench: workload B: cannot read the inputs\n");
+    goto done;
+  }
+  {
+    const int64_t n = (int64_t)(cbytes / 16);
+    /* spconv stores (b, z, y, x); voxconv wants (b, x, y, z). */
+    for (int64_t i = 0; i < n; i++) {
+      int32_t *r = bzyx + 4 * i;
+      const int32_t z = r[1];
+      r[1] = r[3];
+      r[3] = z;
+    }
+    void *conv = malloc((size_t)n * 3 * B->esize + 1);
+    if (!conv) {
+      fprintf(stderr, "voxconv bench: out of host memory\n");
+      goto done;
+    }
+    vt_convert_from_f32(feat, conv, B->dtype, n * 3);
+    void *dc = NULL, *dfe = NULL;
+    if ((rc = balloc(B, cbytes, &dc, "coordinates")) ||
+        (rc = balloc(B, (size_t)n * 3 * B->esize, &dfe, "features"))) {
+      free(conv);
+      goto done;
+    }
+    voxconv_status_t st = voxconv_memcpy(B->h, dc, bzyx, cbytes,
+                                         VOXCONV_MEMCPY_HOST_TO_BACKEND);
+    if (st == VOXCONV_STATUS_SUCCESS)
+      st = voxconv_memcpy(B->h, dfe, conv, (size_t)n * 3 * B->esize,
+                          VOXCONV_MEMCPY_HOST_TO_BACKEND);
+    free(conv);
+    if (st != VOXCONV_STATUS_SUCCESS) {
+      rc = lib_fail(B, "voxconv_memcpy (workload B)", st);
+      goto done;
+    }
+    B->coords = (int32_t *)dc;
+    B->feats = dfe;
+    B->n_voxels = n;
+    B->n_points = 0;
+    B->voxel_size = 0.1;
+    snprintf(B->input_kind, sizeof B->input_kind, "workload-B");
+    snprintf(B->input_desc, sizeof B->input_desc,
+             "workload B (spconv-basic): %s (b,z,y,x reordered to b,x,y,z) + "
+             "%s; %lld voxels (BENCHMARKS.md expects %lld)",
+             cpath, fpath, (long long)n, (long long)k_workload_b_voxels);
+    rc = 0;
+  }
+done:
+  if (f)
+    fclose(f);
+  if (g)
+    fclose(g);
+  free(bzyx);
+  free(feat);
+  return rc;
+}
+
+/* ---- the network -------------------------------------------------------- */
+
+static voxconv_kmap_desc_t subm3_desc(void) {
+  voxconv_kmap_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.mode = VOXCONV_KMAP_SUBMANIFOLD;
+  for (int a = 0; a < 3; a++)
+    d.kernel_size[a] = 3, d.stride[a] = 1, d.dilation[a] = 1;
+  return d;
+}
+
+static voxconv_kmap_desc_t pool2_desc(void) {
+  voxconv_kmap_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.mode = VOXCONV_KMAP_STRIDED;
+  for (int a = 0; a < 3; a++)
+    d.kernel_size[a] = 2, d.stride[a] = 2, d.dilation[a] = 1;
+  return d;
+}
+
+static voxconv_coords_t level_coords(const int32_t *data, int64_t n,
+                                     int level) {
+  voxconv_coords_t c;
+  memset(&c, 0, sizeof c);
+  c.data = data;
+  c.n = n;
+  for (int a = 0; a < 3; a++)
+    c.tensor_stride[a] = 1 << level;
+  return c;
+}
+
+static voxconv_feats_t feats_of(const bench_t *B, void *data, int64_t rows,
+                                int64_t channels) {
+  voxconv_feats_t f = {data, rows, channels, B->dtype};
+  return f;
+}
+
+static voxconv_weights_t weights_of(const bench_t *B, void *data,
+                                    int64_t cin, int64_t cout) {
+  voxconv_weights_t w = {data, 27, cin, cout, B->dtype};
+  return w;
+}
+
+static void release_maps(bench_t *B) {
+  for (int l = 0; l < NET_LEVELS; l++) {
+    if (B->lv[l].subm)
+      voxconv_kmap_destroy(B->h, B->lv[l].subm);
+    if (B->lv[l].pool)
+      voxconv_kmap_destroy(B->h, B->lv[l].pool);
+    B->lv[l].subm = B->lv[l].pool = NULL;
+  }
+}
+
+/* Builds the maps of level l on coords (n rows); checks the sizes against
+ * the plan when `check` (maps are deterministic, so a change is a bug). */
+static int build_level_maps(bench_t *B, int l, const int32_t *coords,
+                            int64_t n, int with_pool, int check,
+                            double *ms_subm, double *ms_pool, int sync) {
+  net_level_t *L = &B->lv[l];
+  const voxconv_coords_t c = level_coords(coords, n, l);
+  const voxconv_kmap_desc_t ds = subm3_desc(), dp = pool2_desc();
+  char what[64];
+  double t0 = vt_now_ms();
+  snprintf(what, sizeof what, "voxconv_kmap_build (level %d subm3)", l);
+  TRY(B, what, voxconv_kmap_build(B->h, &ds, &c, NULL, &L->subm));
+  if (sync)
+    TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
+  double t1 = vt_now_ms();
+  if (ms_subm)
+    *ms_subm = t1 - t0;
+  voxconv_kmap_info_t info;
+  TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->subm, &info));
+  if (check && info.n_pairs != L->pairs_subm) {
+    fprintf(stderr,
+            "voxconv bench: level %d map has %lld pairs, %lld before: maps "
+            "are not deterministic\n",
+            l, (long long)info.n_pairs, (long long)L->pairs_subm);
+    return VT_EXIT_FAIL;
+  }
+  L->pairs_subm = info.n_pairs;
+  if (!with_pool)
+    return 0;
+  t0 = vt_now_ms();
+  snprintf(what, sizeof what, "voxconv_kmap_build (level %d pool 2/2)", l);
+  TRY(B, what, voxconv_kmap_build(B->h, &dp, &c, NULL, &L->pool));
+  if (sync)
+    TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
+  t1 = vt_now_ms();
+  if (ms_pool)
+    *ms_pool = t1 - t0;
+  TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->pool, &info));
+  if (check && (info.n_pairs != L->pairs_pool || info.n_out != L->n_next)) {
+    fprintf(stderr,
+            "voxconv bench: level %d pool map changed size between runs\n", l);
+    return VT_EXIT_FAIL;
+  }
+  L->pairs_pool = info.n_pairs;
+  L->n_next = info.n_out;
+  return 0;
+}
+
+/* Untimed first pass: learns every level's size, allocates all buffers,
+ * initialises weights and the output gradient, and lays out the rows. */
+static int plan_network(bench_t *B) {
+  const int32_t *coords = B->coords;
+  int64_t n = B->n_voxels;
+  int rc;
+  progress(B, "planning: building the maps once to size the buffers");
+  for (int l = 0; l < NET_LEVELS; l++) {
+    net_level_t *L = &B->lv[l];
+    L->n = n;
+    L->cin = l == 0 ? k_input_channels : k_level_channels[l - 1];
+    L->c = k_level_channels[l];
+    if ((rc = build_level_maps(B, l, coords, n, l + 1 < NET_LEVELS, 0, NULL,
+                               NULL, 0)))
+      return rc;
+    if (l + 1 < NET_LEVELS) {
+      TRY(B, "voxconv_kmap_out_coords",
+          voxconv_kmap_out_coords(L->pool, &coords));
+      n = L->n_next;
+    }
+  }
+  release_maps(B);
+
+  vt_rng_t rng = {0x0BE7C4ull ^ (B->o.seed * 0x9E3779B97F4A7C15ull)};
+  for (int l = 0; l < NET_LEVELS; l++) {
+    net_level_t *L = &B->lv[l];
+    const size_t es = B->esize;
+    const size_t wbytes1 = 27u * (size_t)L->cin * (size_t)L->c * es;
+    const size_t wbytes2 = 27u * (size_t)L->c * (size_t)L->c * es;
+    const size_t act = (size_t)L->n * (size_t)L->c * es;
+    const size_t in = (size_t)L->n * (size_t)L->cin * es;
+    if (l == 0) /* for l > 0, x is the pool output allocated at l - 1 */
+      L->x = B->feats;
+    if ((rc = balloc(B, act, &L->a, "activations")) ||
+        (rc = balloc(B, act, &L->b, "activations")) ||
+        (rc = balloc(B, wbytes1, &L->w1, "weights")) ||
+        (rc = balloc(B, wbytes2, &L->w2, "weights")) ||
+        (rc = balloc(B, wbytes1, &L->dw1, "weight gradients")) ||
+        (rc = balloc(B, wbytes2, &L->dw2, "weight gradients")) ||
+        (rc = balloc(B, in, &L->gx, "gradients")) ||
+        (rc = balloc(B, act, &L->ga, "gradients")) ||
+        (rc = balloc(B, act, &L->gb, "gradients")))
+      return rc;
+    if (l + 1 < NET_LEVELS) {
+      /* The pool output is the next level's input [n_next][c]. */
+      if ((rc = balloc(B, (size_t)L->n_next * (size_t)L->c * es,
+                       &B->lv[l + 1].x, "pool output")))
+        return rc;
+    }
+    /* Variance-preserving scale: each output sums ~pairs/n neighbours of
+     * cin inputs, so activations stay O(input) and f16 cannot overflow. */
+    const double neigh =
+        L->n > 0 ? (double)L->pairs_subm / (double)L->n : 1.0;
+    const double s1 = sqrt(3.0 / (fmax(neigh, 1.0) * (double)L->cin));
+    const double s2 = sqrt(3.0 / (fmax(neigh, 1.0) * (double)L->c));
+    if ((rc = upload_random(B, L->w1, 27 * L->cin * L->c, s1, &rng)) ||
+        (rc = upload_random(B, L->w2, 27 * L->c * L->c, s2, &rng)))
+      return rc;
+  }
+  /* The random output gradient of the last level. */
+  net_level_t *last = &B->lv[NET_LEVELS - 1];
+  if ((rc = upload_random(B, last->gb, last->n * last->c, 1.0, &rng)))
+    return rc;
+
+  /* Rows in execution order. */
+  char name[40];
+  for (int l = 0; l < NET_LEVELS; l++) {
+    net_level_t *L = &B->lv[l];
+    snprintf(name, sizeof name, "L%d.map_subm3", l);
+    if (!add_row(B, name, "kmap_subm3", 0, L->n, L->n, 0, 0, L->pairs_subm))
+      return VT_EXIT_FAIL;
+    snprintf(name, sizeof name, "L%d.conv1", l);
+    if (!add_row(B, name, "conv_fwd", 0, L->n, L->n, L->cin, L->c,
+                 L->pairs_subm))
+      return VT_EXIT_FAIL;
+    snprintf(name, sizeof name, "L%d.conv2", l);
+    if (!add_row(B, name, "conv_fwd", 0, L->n, L->n, L->c, L->c,
+                 L->pairs_subm))
+      return VT_EXIT_FAIL;
+    if (l + 1 < NET_LEVELS) {
+      snprintf(name, sizeof name, "L%d.map_pool2", l);
+      if (!add_row(B, name, "kmap_strided2", 0, L->n, L->n_next, 0, 0,
+                   L->pairs_pool))
+        return VT_EXIT_FAIL;
+      snprintf(name, sizeof name, "L%d.maxpool", l);
+      if (!add_row(B, name, "maxpool_fwd", 0, L->n, L->n_next, L->c, L->c,
+                   L->pairs_pool))
+        return VT_EXIT_FAIL;
+    }
+  }
+  for (int l = NET_LEVELS - 1; l >= 0; l--) {
+    net_level_t *L = &B->lv[l];
+    if (l + 1 < NET_LEVELS) {
+      snprintf(name, sizeof name, "L%d.maxpool", l);
+      if (!add_row(B, name, "maxpool_bwd", 1, L->n, L->n_next, L->c, L->c,
+                   L->pairs_pool))
+        return VT_EXIT_FAIL;
+    }
+    snprintf(name, sizeof name, "L%d.conv2", l);
+    if (!add_row(B, name, "conv_dgrad", 1, L->n, L->n, L->c, L->c,
+                 L->pairs_subm) ||
+        !add_row(B, name, "conv_wgrad", 1, L->n, L->n, L->c, L->c,
+                 L->pairs_subm))
+      return VT_EXIT_FAIL;
+    snprintf(name, sizeof name, "L%d.conv1", l);
+    if (!add_row(B, name, "conv_dgrad", 1, L->n, L->n, L->cin, L->c,
+                 L->pairs_subm) ||
+        !add_row(B, name, "conv_wgrad", 1, L->n, L->n, L->cin, L->c,
+                 L->pairs_subm))
+      return VT_EXIT_FAIL;
+  }
+  return 0;
+}
+
+/* Runs one op, timing it into row r of run rep (rep < 0: not recorded). */
+#define TIMED_OP(B, r, rep, sync, what, call)                                  \
+  do {                                                                         \
+    const double t0_ = vt_now_ms();                                            \
+    voxconv_status_t st_ = (call);                                             \
+    if (st_ == VOXCONV_STATUS_SUCCESS && (sync))                               \
+      st_ = voxconv_synchronize((B)->h);                                       \
+    const double t1_ = vt_now_ms();                                            \
+    if (st_ != VOXCONV_STATUS_SUCCESS)                                         \
+      return lib_fail((B), (what), st_);                                       \
+    if ((rep) >= 0)                                                            \
+      (B)->rows[(r)].ms[(rep)] = t1_ - t0_;                                    \
+    (r)++;                                                                     \
+  } while (0)
+
+/* Forward from coordinates + features. per_layer: sync after every op and
+ * record rows into run rep; otherwise only the end-to-end time. */
+static int net_forward(bench_t *B, int rep, int per_layer, double *total) {
+  const int rec = per_layer ? rep : -1;
+  int r = 0, rc;
+  TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
+  const double start = vt_now_ms();
+  const int32_t *coords = B->coords;
+  for (int l = 0; l < NET_LEVELS; l++) {
+    net_level_t *L = &B->lv[l];
+    const int has_pool = l + 1 < NET_LEVELS;
+    double ms_subm = 0, ms_pool = 0;
+    /* Both maps of the level are built first; their rows come first too. */
+    if ((rc = build_level_maps(B, l, coords, L->n, has_pool, 1, &ms_subm,
+                               &ms_pool, per_layer)))
+      return rc;
+    const int r_subm = r++;
+    const voxconv_feats_t x = feats_of(B, L->x, L->n, L->cin);
+    const voxconv_feats_t a = feats_of(B, L->a, L->n, L->c);
+    const voxconv_feats_t b = feats_of(B, L->b, L->n, L->c);
+    const voxconv_weights_t w1 = weights_of(B, L->w1, L->cin, L->c);
+    const voxconv_weights_t w2 = weights_of(B, L->w2, L->c, L->c);
+    TIMED_OP(B, r, rec, per_layer, "voxconv_conv_forward (conv1)",
+             voxconv_conv_forward(B->h, L->subm, &x, &w1, &a, &B->conv_opt));
+    TIMED_OP(B, r, rec, per_layer, "voxconv_conv_forward (conv2)",
+             voxconv_conv_forward(B->h, L->subm, &a, &w2, &b, &B->conv_opt));
+    if (rec >= 0)
+      B->rows[r_subm].ms[rec] = ms_subm;
+    if (has_pool) {
+      if (rec >= 0)
+        B->rows[r].ms[rec] = ms_pool;
+      r++;
+      const voxconv_feats_t y = feats_of(B, B->lv[l + 1].x, L->n_next, L->c);
+      TIMED_OP(B, r, rec, per_layer, "voxconv_pool_forward (max 2/2)",
+               voxconv_pool_forward(B->h, L->pool, VOXCONV_POOL_MAX, &b, &y));
+      TRY(B, "voxconv_kmap_out_coords",
+          voxconv_kmap_out_coords(L->pool, &coords));
+    }
+  }
+  TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
+  *total = vt_now_ms() - start;
+  return 0;
+}
+
+/* Backward through the maps the forward of this run built. */
+static int net_backward(bench_t *B, int rep, int per_layer, double *total) {
+  const int rec = per_layer ? rep : -1;
+  int r = 0;
+  while (r < B->n_rows && B->rows[r].phase == 0)
+    r++;
+  TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
+  const double start = vt_now_ms();
+  for (int l = NET_LEVELS - 1; l >= 0; l--) {
+    net_level_t *L = &B->lv[l];
+    const voxconv_feats_t x = feats_of(B, L->x, L->n, L->cin);
+    const voxconv_feats_t a = feats_of(B, L->a, L->n, L->c);
+    const voxconv_feats_t b = feats_of(B, L->b, L->n, L->c);
+    const voxconv_feats_t gx = feats_of(B, L->gx, L->n, L->cin);
+    const voxconv_feats_t ga = feats_of(B, L->ga, L->n, L->c);
+    const voxconv_feats_t gb = feats_of(B, L->gb, L->n, L->c);
+    const voxconv_weights_t w1 = weights_of(B, L->w1, L->cin, L->c);
+    const voxconv_weights_t w2 = weights_of(B, L->w2, L->c, L->c);
+    const voxconv_weights_t dw1 = weights_of(B, L->dw1, L->cin, L->c);
+    const voxconv_weights_t dw2 = weights_of(B, L->dw2, L->c, L->c);
+    if (l + 1 < NET_LEVELS) {
+      const net_level_t *N = &B->lv[l + 1];
+      const voxconv_feats_t y = feats_of(B, N->x, L->n_next, L->c);
+      const voxconv_feats_t gy = feats_of(B, N->gx, L->n_next, L->c);
+      TIMED_OP(B, r, rec, per_layer, "voxconv_pool_backward (max 2/2)",
+               voxconv_pool_backward(B->h, L->pool, VOXCONV_POOL_MAX, &b, &y,
+                                     &gy, &gb));
+    }
+    TIMED_OP(B, r, rec, per_layer, "voxconv_conv_dgrad (conv2)",
+             voxconv_conv_dgrad(B->h, L->subm, &gb, &w2, &ga, &B->conv_opt));
+    TIMED_OP(B, r, rec, per_layer, "voxconv_conv_wgrad (conv2)",
+             voxconv_conv_wgrad(B->h, L->subm, &a, &gb, &dw2, &B->conv_opt));
+    TIMED_OP(B, r, rec, per_layer, "voxconv_conv_dgrad (conv1)",
+             voxconv_conv_dgrad(B->h, L->subm, &ga, &w1, &gx, &B->conv_opt));
+    TIMED_OP(B, r, rec, per_layer, "voxconv_conv_wgrad (conv1)",
+             voxconv_conv_wgrad(B->h, L->subm, &x, &ga, &dw1, &B->conv_opt));
+  }
+  TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
+  *total = vt_now_ms() - start;
+  return 0;
+}
+
+static int run_network(bench_t *B) {
+  int rc;
+  if ((rc = plan_network(B)))
+    return rc;
+  progress(B, "%lld voxels at level 0, %lld at level 6; %.1f MiB of buffers",
+           (long long)B->lv[0].n, (long long)B->lv[NET_LEVELS - 1].n,
+           (double)B->bytes_allocated / 1048576.0);
+  B->fwd_total = (double *)calloc((size_t)B->repeat, sizeof(double));
+  B->bwd_total = (double *)calloc((size_t)B->repeat, sizeof(double));
+  if (!B->fwd_total || !B->bwd_total)
+    return VT_EXIT_FAIL;
+  const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
+  double f, b;
+  for (int i = 0; i < B->warmup; i++) {
+    if ((rc = net_forward(B, -1, 0, &f)) || (rc = net_backward(B, -1, 0, &b)))
+      return rc;
+    release_maps(B);
+    progress(B, "warm-up %d/%d: forward %.2f ms, backward %.2f ms", i + 1,
+             B->warmup, f, b);
+  }
+  /* On the CPU a per-layer run is also an end-to-end run (nothing is
+   * asynchronous); on CUDA the per-layer syncs would inflate the totals,
+   * so those come from separate runs with one sync at the end. */
+  for (int i = 0; i < B->repeat; i++) {
+    if ((rc = net_forward(B, i, 1, &f)) || (rc = net_backward(B, i, 1, &b)))
+      return rc;
+    release_maps(B);
+    if (!cuda)
+      B->fwd_total[i] = f, B->bwd_total[i] = b;
+    progress(B, "run %d/%d%s: forward %.2f ms, backward %.2f ms", i + 1,
+             B->repeat, cuda ? " (per-layer syncs)" : "", f, b);
+  }
+  if (cuda)
+    for (int i = 0; i < B->repeat; i++) {
+      if ((rc = net_forward(B, i, 0, &B->fwd_total[i])) ||
+          (rc = net_backward(B, i, 0, &B->bwd_total[i])))
+        return rc;
+      release_maps(B);
+      progress(B, "run %d/%d (end to end): forward %.2f ms, backward %.2f ms",
+               i + 1, B->repeat, B->fwd_total[i], B->bwd_total[i]);
+    }
+  return 0;
+}
+
+/* ---- workloads C and D --------------------------------------------------- */
+
+static int run_workload_c(bench_t *B) {
+  net_level_t *L = &B->lv[0];
+  L->n = B->n_voxels;
+  int rc;
+  progress(B, "workload C: building the level-0 subm3 map (untimed)");
+  if ((rc = build_level_maps(B, 0, B->coords, L->n, 0, 0, NULL, NULL, 0)))
+    return rc;
+  if (L->pairs_subm != k_workload_a_pairs)
+    fprintf(stderr,
+            "voxconv bench: WARNING: level-0 map has %lld pairs, "
+            "BENCHMARKS.md expects %lld\n",
+            (long long)L->pairs_subm, (long long)k_workload_a_pairs);
+  vt_rng_t rng = {0xC0FFEEull ^ (B->o.seed * 0x9E3779B97F4A7C15ull)};
+  for (int ci = 0; ci < B->o.n_channels; ci++) {
+    const int64_t C = B->o.channels[ci];
+    const size_t act = (size_t)L->n * (size_t)C * B->esize;
+    const size_t wb = 27u * (size_t)C * (size_t)C * B->esize;
+    void *x, *y, *dy, *dx, *w, *dw;
+    const int first_alloc = B->n_allocs;
+    if ((rc = balloc(B, act, &x, "x")) || (rc = balloc(B, act, &y, "y")) ||
+        (rc = balloc(B, act, &dy, "dy")) || (rc = balloc(B, act, &dx, "dx")) ||
+        (rc = balloc(B, wb, &w, "W")) || (rc = balloc(B, wb, &dw, "dW")))
+      return rc;
+    const double neigh = (double)L->pairs_subm / (double)(L->n ? L->n : 1);
+    if ((rc = upload_random(B, x, L->n * C, 1.0, &rng)) ||
+        (rc = upload_random(B, dy, L->n * C, 1.0, &rng)) ||
+        (rc = upload_random(B, w, 27 * C * C,
+                            sqrt(3.0 / (fmax(neigh, 1.0) * (double)C)), &rng)))
+      return rc;
+    const voxconv_feats_t fx = feats_of(B, x, L->n, C),
+                          fy = feats_of(B, y, L->n, C),
+                          fdy = feats_of(B, dy, L->n, C),
+                          fdx = feats_of(B, dx, L->n, C);
+    const voxconv_weights_t fw = weights_of(B, w, C, C),
+                            fdw = weights_of(B, dw, C, C);
+    char name[40];
+    snprintf(name, sizeof name, "C=%lld", (long long)C);
+    const int r0 = B->n_rows;
+    if (!add_row(B, name, "conv_fwd", 0, L->n, L->n, C, C, L->pairs_subm) ||
+        !add_row(B, name, "conv_dgrad", 1, L->n, L->n, C, C, L->pairs_subm) ||
+        !add_row(B, name, "conv_wgrad", 1, L->n, L->n, C, C, L->pairs_subm))
+      return VT_EXIT_FAIL;
+    for (int pass = 0; pass < 3; pass++) {
+      for (int i = -B->warmup; i < B->repeat; i++) {
+        int r = r0 + pass;
+        const int rep = i < 0 ? -1 : i;
+        if (pass == 0)
+          TIMED_OP(B, r, rep, 1, "voxconv_conv_forward",
+                   voxconv_conv_forward(B->h, L->subm, &fx, &fw, &fy,
+                                        &B->conv_opt));
+        else if (pass == 1)
+          TIMED_OP(B, r, rep, 1, "voxconv_conv_dgrad",
+                   voxconv_conv_dgrad(B->h, L->subm, &fdy, &fw, &fdx,
+                                      &B->conv_opt));
+        else
+          TIMED_OP(B, r, rep, 1, "voxconv_conv_wgrad",
+                   voxconv_conv_wgrad(B->h, L->subm, &fx, &fdy, &fdw,
+                                      &B->conv_opt));
+      }
+      progress(B, "C=%lld %s: median %.3f ms", (long long)C,
+               B->rows[r0 + pass].op,
+               median(B->rows[r0 + pass].ms, B->repeat));
+    }
+    /* Free this C's buffers before the next (they are the last ones). */
+    while (B->n_allocs > first_alloc) {
+      B->n_allocs--;
+      voxconv_free(B->h, B->allocs[B->n_allocs]);
+    }
+  }
+  release_maps(B);
+  return 0;
+}
+
+static int run_workload_d(bench_t *B) {
+  net_level_t *L = &B->lv[0];
+  L->n = B->n_voxels;
+  int rc;
+  if ((rc = build_level_maps(B, 0, B->coords, L->n, 0, 0, NULL, NULL, 1)))
+    return rc;
+  release_maps(B);
+  if (L->pairs_subm != k_workload_a_pairs)
+    fprintf(stderr,
+            "voxconv bench: WARNING: level-0 map has %lld pairs, "
+            "BENCHMARKS.md expects %lld\n",
+            (long long)L->pairs_subm, (long long)k_workload_a_pairs);
+  if (!add_row(B, "L0.map_subm3", "kmap_subm3", 0, L->n, L->n, 0, 0,
+               L->pairs_subm))
+    return VT_EXIT_FAIL;
+  for (int i = -B->warmup; i < B->repeat; i++) {
+    double ms = 0;
+    TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
+    if ((rc = build_level_maps(B, 0, B->coords, L->n, 0, 1, &ms, NULL, 1)))
+      return rc;
+    release_maps(B);
+    if (i >= 0)
+      B->rows[0].ms[i] = ms;
+  }
+  return 0;
+}
+
+/* ---- reporting ----------------------------------------------------------- */
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    const unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static const char *backend_name(voxconv_backend_t b) {
+  return b == VOXCONV_BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+static double row_rate(const row_t *r, double ms) {
+  return ms > 0 ? r->flops / (ms * 1e-3) : 0.0; /* FLOP/s */
+}
+
+static void print_human(const bench_t *B, FILE *f) {
+  const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
+  fprintf(f, "voxconv bench %s (library %s)\n", VOXCONV_VERSION_STRING,
+          voxconv_version_string());
+  fprintf(f, "backend   : %s\n", B->device_name);
+  fprintf(f, "dtype     : %s; algo: %s%s%s\n", voxconv_dtype_name(B->dtype),
+          B->o.algo ? B->o.algo : "default (auto)",
+          B->o.deterministic ? "; deterministic" : "",
+          B->o.fp16_accum == 1   ? "; fp16 accumulators on"
+          : B->o.fp16_accum == 0 ? "; fp16 accumulators off"
+                                 : "");
+  fprintf(f, "input     : %s\n", B->input_desc);
+  fprintf(f, "voxels    : %lld\n", (long long)B->n_voxels);
+  fprintf(f, "timing    : median of %d run%s after %d warm-up%s; %s\n",
+          B->repeat, B->repeat == 1 ? "" : "s", B->warmup,
+          B->warmup == 1 ? "" : "s",
+          cuda ? "rows: host clock with voxconv_synchronize after each op; "
+                 "totals: separate end-to-end runs, one sync"
+               : "CPU monotonic clock");
+  if (cuda)
+    fprintf(f,
+            "ceilings  : %.0f TFLOP/s, %.2f TB/s%s\n",
+            B->peak_flops / 1e12, B->peak_bw / 1e12,
+            (B->o.peak_tflops > 0 || B->o.peak_tbps > 0)
+                ? " (from --peak-tflops/--peak-tbps)"
+                : " = ceilings of the H200 (BENCHMARKS.md), not necessarily "
+                  "this device's");
+  fprintf(f, "\n%-14s %-14s %21s %11s %11s %10s %10s%s\n", "layer", "op",
+          "N_in -> N_out", "Cin->Cout", "pairs", "ms",
+          cuda ? "TFLOP/s" : "GFLOP/s", cuda ? "  %peak  %roof" : "");
+  for (int i = 0; i < B->n_rows; i++) {
+    const row_t *r = &B->rows[i];
+    const double ms = median(r->ms, B->repeat);
+    char nn[48], cc[24], rate[24] = "-", pct[32] = "";
+    snprintf(nn, sizeof nn, "%lld -> %lld", (long long)r->n_in,
+             (long long)r->n_out);
+    if (r->cin)
+      snprintf(cc, sizeof cc, "%lld->%lld", (long long)r->cin,
+               (long long)r->cout);
+    else
+      snprintf(cc, sizeof cc, "-");
+    if (r->flops > 0)
+      snprintf(rate, sizeof rate, cuda ? "%.2f" : "%.1f",
+               row_rate(r, ms) / (cuda ? 1e12 : 1e9));
+    if (cuda && ms > 0) {
+      const double t_floor =
+          fmax(r->flops / B->peak_flops, r->bytes / B->peak_bw);
+      if (r->flops > 0)
+        snprintf(pct, sizeof pct, "  %5.1f  %5.1f",
+                 100.0 * row_rate(r, ms) / B->peak_flops,
+                 100.0 * t_floor / (ms * 1e-3));
+      else
+        snprintf(pct, sizeof pct, "      -  %5.1f",
+                 100.0 * t_floor / (ms * 1e-3));
+    }
+    fprintf(f, "%-14s %-14s %21s %11s %11lld %10.3f %10s%s\n", r->name, r->op,
+            nn, cc, (long long)r->pairs, ms, rate, pct);
+    if (i + 1 < B->n_rows && r->phase != B->rows[i + 1].phase)
+      fprintf(f, "\n");
+  }
+  double fl[2] = {0, 0}, sum[2] = {0, 0};
+  for (int i = 0; i < B->n_rows; i++) {
+    fl[B->rows[i].phase] += B->rows[i].flops;
+    sum[B->rows[i].phase] += median(B->rows[i].ms, B->repeat);
+  }
+  fprintf(f, "\n");
+  if (B->fwd_total) {
+    const double fm = median(B->fwd_total, B->repeat);
+    const double bm = median(B->bwd_total, B->repeat);
+    const double unit = cuda ? 1e12 : 1e9;
+    const char *uname = cuda ? "TFLOP/s" : "GFLOP/s";
+    fprintf(f,
+            "forward  : %10.3f ms (min %.3f; layer rows sum %.3f), %.3g "
+            "GFLOP useful, %.2f %s\n",
+            fm, min_of(B->fwd_total, B->repeat), sum[0], fl[0] / 1e9,
+            fm > 0 ? fl[0] / (fm * 1e-3) / unit : 0.0, uname);
+    fprintf(f,
+            "backward : %10.3f ms (min %.3f; layer rows sum %.3f), %.3g "
+            "GFLOP useful, %.2f %s\n",
+            bm, min_of(B->bwd_total, B->repeat), sum[1], fl[1] / 1e9,
+            bm > 0 ? fl[1] / (bm * 1e-3) / unit : 0.0, uname);
+  } else if (B->o.workload == 'C') {
+    for (int i = 0; i + 2 < B->n_rows; i += 3)
+      fprintf(f, "%-8s: forward %.3f ms, fwd+bwd %.3f ms\n", B->rows[i].name,
+              median(B->rows[i].ms, B->repeat),
+              median(B->rows[i].ms, B->repeat) +
+                  median(B->rows[i + 1].ms, B->repeat) +
+                  median(B->rows[i + 2].ms, B->repeat));
+  } else if (B->o.workload == 'D' && B->n_rows) {
+    fprintf(f, "kernel map: %.3f ms (min %.3f) for %lld voxels, %lld pairs\n",
+            median(B->rows[0].ms, B->repeat), min_of(B->rows[0].ms, B->repeat),
+            (long long)B->rows[0].n_in, (long long)B->rows[0].pairs);
+  }
+}
+
+static void print_json(const bench_t *B, FILE *f) {
+  const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
+  fprintf(f, "{\n  \"tool\": \"voxconv bench\",\n  \"version\": ");
+  json_string(f, voxconv_version_string());
+  fprintf(f, ",\n  \"backend\": \"%s\",\n  \"device\": ",
+          backend_name(B->backend));
+  json_string(f, B->device_name);
+  fprintf(f, ",\n  \"dtype\": \"%s\",\n  \"algo\": ",
+          voxconv_dtype_name(B->dtype));
+  json_string(f, B->o.algo ? B->o.algo : "auto");
+  fprintf(f, ",\n  \"deterministic\": %s,\n",
+          B->o.deterministic ? "true" : "false");
+  if (B->o.threads)
+    fprintf(f, "  \"threads\": %d,\n", B->o.threads);
+  if (B->o.workload)
+    fprintf(f, "  \"workload\": \"%c\",\n", B->o.workload);
+  else
+    fprintf(f, "  \"workload\": \"network-A\",\n");
+  fprintf(f, "  \"input\": {\"kind\": ");
+  json_string(f, B->input_kind);
+  fprintf(f, ", \"description\": ");
+  json_string(f, B->input_desc);
+  fprintf(f, ", \"points\": %lld, \"voxels\": %lld, \"voxel_size\": %g},\n",
+          (long long)B->n_points, (long long)B->n_voxels, B->voxel_size);
+  fprintf(f, "  \"repeat\": %d,\n  \"warmup\": %d,\n", B->repeat, B->warmup);
+  if (cuda)
+    fprintf(f,
+            "  \"ceilings\": {\"tflops\": %g, \"tbps\": %g, \"source\": "
+            "\"%s\"},\n",
+            B->peak_flops / 1e12, B->peak_bw / 1e12,
+            (B->o.peak_tflops > 0 || B->o.peak_tbps > 0)
+                ? "command line"
+                : "H200, BENCHMARKS.md");
+  fprintf(f, "  \"layers\": [\n");
+  double fl[2] = {0, 0};
+  for (int i = 0; i < B->n_rows; i++) {
+    const row_t *r = &B->rows[i];
+    const double ms = median(r->ms, B->repeat);
+    fl[r->phase] += r->flops;
+    fprintf(f, "    {\"layer\": ");
+    json_string(f, r->name);
+    fprintf(f,
+            ", \"op\": \"%s\", \"phase\": \"%s\", \"n_in\": %lld, \"n_out\": "
+            "%lld, \"cin\": %lld, \"cout\": %lld, \"pairs\": %lld, \"ms\": "
+            "%.6g, \"ms_min\": %.6g, \"flops\": %.6g, \"gflops_per_s\": %.6g",
+            r->op, r->phase ? "backward" : "forward", (long long)r->n_in,
+            (long long)r->n_out, (long long)r->cin, (long long)r->cout,
+            (long long)r->pairs, ms, min_of(r->ms, B->repeat), r->flops,
+            row_rate(r, ms) / 1e9);
+    if (cuda && ms > 0) {
+      const double t_floor =
+          fmax(r->flops / B->peak_flops, r->bytes / B->peak_bw);
+      fprintf(f, ", \"pct_peak_flops\": %.4g, \"pct_roofline\": %.4g",
+              100.0 * row_rate(r, ms) / B->peak_flops,
+              100.0 * t_floor / (ms * 1e-3));
+    }
+    fprintf(f, "}%s\n", i + 1 < B->n_rows ? "," : "");
+  }
+  fprintf(f, "  ]");
+  if (B->fwd_total) {
+    const double fm = median(B->fwd_total, B->repeat);
+    const double bm = median(B->bwd_total, B->repeat);
+    fprintf(f,
+            ",\n  \"forward_ms\": %.6g,\n  \"forward_ms_min\": %.6g,\n"
+            "  \"backward_ms\": %.6g,\n  \"backward_ms_min\": %.6g,\n"
+            "  \"forward_gflop\": %.6g,\n  \"backward_gflop\": %.6g,\n"
+            "  \"forward_runs_ms\": [",
+            fm, min_of(B->fwd_total, B->repeat), bm,
+            min_of(B->bwd_total, B->repeat), fl[0] / 1e9, fl[1] / 1e9);
+    for (int i = 0; i < B->repeat; i++)
+      fprintf(f, "%s%.6g", i ? ", " : "", B->fwd_total[i]);
+    fprintf(f, "],\n  \"backward_runs_ms\": [");
+    for (int i = 0; i < B->repeat; i++)
+      fprintf(f, "%s%.6g", i ? ", " : "", B->bwd_total[i]);
+    fprintf(f, "]");
+  } else if (B->o.workload == 'D' && B->n_rows) {
+    fprintf(f, ",\n  \"kmap_ms\": %.6g,\n  \"pairs\": %lld",
+            median(B->rows[0].ms, B->repeat), (long long)B->rows[0].pairs);
+  }
+  fprintf(f, "\n}\n");
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static void bench_cleanup(bench_t *B) {
+  release_maps(B);
+  for (int i = 0; i < B->n_rows; i++)
+    free(B->rows[i].ms);
+  free(B->fwd_total);
+  free(B->bwd_total);
+  if (B->h) {
+    bfree_all(B);
+    voxconv_destroy(B->h);
+  }
+}
+
+static int bench_setup(bench_t *B) {
+  voxconv_handle_desc_t hd;
+  memset(&hd, 0, sizeof hd);
+  hd.backend = B->o.backend;
+  hd.device = B->o.device;
+  hd.num_threads = B->o.threads;
+  hd.deterministic = B->o.deterministic;
+  voxconv_status_t st = voxconv_create(&B->h, &hd);
+  if (st != VOXCONV_STATUS_SUCCESS) {
+    fprintf(stderr, "voxconv bench: cannot create a %s handle: %s: %s\n",
+            B->o.backend == VOXCONV_BACKEND_CUDA  ? "CUDA"
+            : B->o.backend == VOXCONV_BACKEND_CPU ? "CPU"
+                                                  : "default",
+            voxconv_status_string(st), voxconv_get_last_error(NULL));
+    B->h = NULL;
+    return VT_EXIT_FAIL;
+  }
+  TRY(B, "voxconv_get_backend", voxconv_get_backend(B->h, &B->backend));
+  const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
+  if (cuda) {
+    voxconv_device_info_t di;
+    memset(&di, 0, sizeof di);
+    if (voxconv_device_get_info(B->o.device, &di) == VOXCONV_STATUS_SUCCESS)
+      snprintf(B->device_name, sizeof B->device_name,
+               "CUDA device %d: %s (cc %d.%d, %d SMs, %.1f GiB)", B->o.device,
+               di.name, di.cc_major, di.cc_minor, di.sm_count,
+               (double)di.total_memory / 1073741824.0);
+    else
+      snprintf(B->device_name, sizeof B->device_name, "CUDA device %d",
+               B->o.device);
+  } else {
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *env = getenv("VOXCONV_NUM_THREADS");
+    if (B->o.threads)
+      snprintf(B->device_name, sizeof B->device_name,
+               "CPU, %d threads (--threads), %ld cores online", B->o.threads,
+               cores);
+    else if (env && *env)
+      snprintf(B->device_name, sizeof B->device_name,
+               "CPU, VOXCONV_NUM_THREADS=%s, %ld cores online", env, cores);
+    else
+      snprintf(B->device_name, sizeof B->device_name,
+               "CPU, library default threads (all %ld cores online)", cores);
+  }
+  B->dtype = B->o.dtype_set ? B->o.dtype
+                            : (cuda ? VOXCONV_DTYPE_F16 : VOXCONV_DTYPE_F32);
+  B->esize = voxconv_dtype_size(B->dtype);
+  B->repeat = B->o.repeat > 0 ? B->o.repeat : (cuda ? 10 : 3);
+  B->warmup = B->o.warmup >= 0 ? B->o.warmup : (cuda ? 3 : 1);
+  if (!B->o.size_set)
+    B->o.size = cuda ? VT_SCENE_LARGE : VT_SCENE_SMALL;
+  memset(&B->conv_opt, 0, sizeof B->conv_opt);
+  B->conv_opt.fwd_algo = B->o.algo;
+  B->conv_opt.bwd_algo = B->o.algo;
+  B->conv_opt.deterministic = B->o.deterministic ? VOXCONV_TRUE : VOXCONV_UNSET;
+  B->conv_opt.fp16_accum = B->o.fp16_accum == 1   ? VOXCONV_TRUE
+                           : B->o.fp16_accum == 0 ? VOXCONV_FALSE
+                                                  : VOXCONV_UNSET;
+  /* BENCHMARKS.md, H200: 771 (f16), 799 (bf16), 51 (f32, no TF32) TFLOP/s
+   * dense GEMM, 4.27 TB/s copy. */
+  const double def_tflops = B->dtype == VOXCONV_DTYPE_BF16  ? 799.0
+                            : B->dtype == VOXCONV_DTYPE_F16 ? 771.0
+                                                            : 51.0;
+  B->peak_flops = 1e12 * (B->o.peak_tflops > 0 ? B->o.peak_tflops : def_tflops);
+  B->peak_bw = 1e12 * (B->o.peak_tbps > 0 ? B->o.peak_tbps : 4.27);
+  B->human = B->o.quiet ? NULL : (B->o.json ? stderr : stdout);
+  return 0;
+}
+
+int vt_bench_main(int argc, char **argv) {
+  bench_t *B = (bench_t *)calloc(1, sizeof *B);
+  if (!B) {
+    fprintf(stderr, "voxconv bench: out of memory\n");
+    return VT_EXIT_FAIL;
+  }
+  int rc = parse_options(argc, argv, &B->o);
+  if (rc >= 0) {
+    free(B);
+    return rc;
+  }
+  if ((rc = bench_setup(B)))
+    goto out;
+  progress(B, "backend: %s, dtype %s", B->device_name,
+           voxconv_dtype_name(B->dtype));
+  switch (B->o.workload) {
+  case 'A':
+  case 'C':
+  case 'D':
+    rc = prepare_workload_a(B);
+    break;
+  case 'B':
+    rc = prepare_workload_b(B);
+    break;
+  default:
+    rc = B->o.scan ? prepare_scan(B) : prepare_synthetic(B);
+  }
+  if (rc)
+    goto out;
+  progress(B, "input: %s", B->input_desc);
+  progress(B, "voxels: %lld", (long long)B->n_voxels);
+  if (B->n_voxels == 0) {
+    fprintf(stderr, "voxconv bench: the input has no voxels\n");
+    rc = VT_EXIT_FAIL;
+    goto out;
+  }
+  rc = B->o.workload == 'C'   ? run_workload_c(B)
+       : B->o.workload == 'D' ? run_workload_d(B)
+                              : run_network(B);
+  if (rc)
+    goto out;
+  if (B->human)
+    print_human(B, B->human);
+  if (B->o.json)
+    print_json(B, stdout);
+out:
+  bench_cleanup(B);
+  free(B);
+  return rc;
+}
