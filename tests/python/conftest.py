@@ -60,13 +60,15 @@ def cuda():
     return torch.device("cuda")
 
 
-def has_tuner():
-    """The library exposes the fp16-accumulator / call-info API."""
+def _lib_has(*names):
     lib = voxconv._lib.lib
-    return all(lib.has(n) for n in ("voxconv_set_fp16_accum", "voxconv_get_fp16_accum",
-                                    "voxconv_get_last_call_info",
-                                    "voxconv_resolve_fp16_accum"))
+    return all(lib.has(n) for n in names)
 
 
 requires_tuner = pytest.mark.skipif(
-    not has_tuner(), reason="libvoxconv lacks the tuner API (voxconv_get_last_call_info ...)")
+    not _lib_has("voxconv_set_fp16_accum", "voxconv_get_fp16_accum",
+                 "voxconv_resolve_fp16_accum"),
+    reason="libvoxconv lacks the fp16-accumulator API (voxconv_set_fp16_accum ...)")
+requires_call_info = pytest.mark.skipif(
+    not _lib_has("voxconv_get_last_call_info"),
+    reason="libvoxconv lacks voxconv_get_last_call_info")
