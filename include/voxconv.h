@@ -503,8 +503,10 @@ VOXCONV_API voxconv_status_t voxconv_kernel_get_info(voxconv_handle_t *h,
  *           on recorded "all" searches of similar channel sizes (see
  *           voxconv_cache_recommend), plus each runnable algorithm's
  *           default; with no such record, every combination of every
- *           runnable algorithm up to VOXCONV_AUTOTUNE_MAX_CANDIDATES
- *           (default 24), spread evenly over the algorithms
+ *           runnable algorithm up to VOXCONV_AUTOTUNE_MAX_CANDIDATES,
+ *           spread evenly over the algorithms, defaults first (default 24
+ *           on CUDA; on the CPU one per algorithm, i.e. each algorithm's
+ *           default, since CPU algorithms size themselves from the shape)
  *   all     everything runnable, fp16-accumulator tiles included (on
  *           f16/bf16 forward and dgrad only)
  * When a single candidate remains nothing is benchmarked or cached.

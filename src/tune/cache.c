@@ -1,0 +1,733 @@
+/* The persistent tuning cache of this process: the in-memory table, the
+ * file (location, load, corrupt-file handling), saving (background thread,
+ * at exit, on demand) and the public cache API.
+ *
+ * Concurrency between processes: every write is a read-merge-write under
+ * flock() on "<file>.lock", into a temporary file renamed over the cache,
+ * so readers (which take no lock) always see a complete file and writers
+ * never drop each other's entries. Only entries this process changed are
+ * merged in, so a stale copy never overwrites another process's newer one.
+ *
+ * Locks inside the process, always taken in this order:
+ *   g_save_mu (one save at a time) -> g_mu (the table) -> flock,
+ * except that a save releases flock before it takes g_mu again to merge
+ * the file back into memory. fork() is made safe by taking both mutexes
+ * around it (pthread_atfork): a child never inherits a half-done save or a
+ * held lock, and starts without a saver thread. */
+#include "vc_tune.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VC_PATH_MAX 4096
+#define VC_CACHE_FILE_LIMIT ((size_t)512 << 20)
+#define VC_SAVE_DEBOUNCE_MS 200
+
+typedef struct file_stamp {
+  int exists;
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+} file_stamp_t;
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_save_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+static vc_cache_db_t g_db;     /* guarded by g_mu */
+static int g_loaded;           /* g_db holds the file at g_path */
+static char g_path[VC_PATH_MAX];
+static file_stamp_t g_stamp;   /* of the file when last read or written */
+static int g_pending;          /* entries await the saver */
+static int g_saver_started, g_saver_stop, g_atexit_registered;
+
+volatile int vc_cache_test_slow_write_us;
+
+/* ---- fork safety ------------------------------------------------------ */
+static void atfork_prepare(void) {
+  pthread_mutex_lock(&g_save_mu);
+  pthread_mutex_lock(&g_mu);
+}
+static void atfork_parent(void) {
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_unlock(&g_save_mu);
+}
+static void atfork_child(void) {
+  /* Threads do not survive fork: the child starts its own saver lazily. */
+  g_saver_started = 0;
+  g_saver_stop = 0;
+  pthread_cond_init(&g_cond, NULL);
+  pthread_mutex_unlock(&g_mu);
+  pthread_mutex_unlock(&g_save_mu);
+}
+static void init_once(void) {
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+static void ensure_init(void) { pthread_once(&g_once, init_once); }
+
+/* ---- location --------------------------------------------------------- */
+int vc_cache_current_path(char *buf, size_t size) {
+  const char *dir = vc_getenv("VOXCONV_BENCHMARK_CACHE_DIR");
+  int n;
+  if (dir) {
+    n = snprintf(buf, size, "%s/%s", dir, VC_CACHE_FILE_NAME);
+  } else {
+    const char *home = vc_getenv("HOME");
+    if (!home) {
+      struct passwd *pw = getpwuid(getuid());
+      home = pw ? pw->pw_dir : NULL;
+    }
+    if (!home || !*home) {
+      if (size)
+        buf[0] = '\0';
+      return 0;
+    }
+    n = snprintf(buf, size, "%s/.cache/voxconv/%s", home, VC_CACHE_FILE_NAME);
+  }
+  return n > 0 && (size_t)n < size;
+}
+
+static int mkdir_p(const char *file_path) {
+  char dir[VC_PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", file_path);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir)
+    return 0;
+  *slash = '\0';
+  for (char *p = dir + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+      return -1;
+    *p = '/';
+  }
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    return -1;
+  return 0;
+}
+
+static void stamp_of(const char *path, file_stamp_t *st) {
+  struct stat s;
+  memset(st, 0, sizeof *st);
+  if (stat(path, &s) != 0)
+    return;
+  st->exists = 1;
+  st->dev = s.st_dev;
+  st->ino = s.st_ino;
+  st->size = s.st_size;
+  st->mtime = s.st_mtim;
+}
+
+static int stamp_equal(const file_stamp_t *a, const file_stamp_t *b) {
+  if (a->exists != b->exists)
+    return 0;
+  if (!a->exists)
+    return 1;
+  return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+         a->mtime.tv_sec == b->mtime.tv_sec &&
+         a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+/* ---- reading ---------------------------------------------------------- */
+/* 1 = parsed into db; 0 = no file (db empty); -1 = unreadable or corrupt
+ * (db empty, err says why). */
+static int read_file(const char *path, vc_cache_db_t *db, file_stamp_t *st,
+                     char *err, size_t err_size) {
+  vc_cache_db_init(db);
+  if (st)
+    stamp_of(path, st);
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    if (errno == ENOENT)
+      return 0;
+    snprintf(err, err_size, "cannot open: %s", strerror(errno));
+    return -1;
+  }
+  size_t cap = 1 << 16, len = 0;
+  char *buf = (char *)malloc(cap);
+  int rc = 1;
+  while (buf) {
+    if (len == cap) {
+      if (cap >= VC_CACHE_FILE_LIMIT) {
+        snprintf(err, err_size, "larger than %zu bytes", VC_CACHE_FILE_LIMIT);
+        rc = -1;
+        break;
+      }
+      char *nb = (char *)realloc(buf, cap * 2);
+      if (!nb) {
+        free(buf);
+        buf = NULL;
+        break;
+      }
+      buf = nb;
+      cap *= 2;
+    }
+    size_t got = fread(buf + len, 1, cap - len, f);
+    len += got;
+    if (got == 0)
+      break;
+  }
+  if (!buf) {
+    snprintf(err, err_size, "out of memory reading it");
+    rc = -1;
+  } else if (rc == 1 && ferror(f)) {
+    snprintf(err, err_size, "read error: %s", strerror(errno));
+    rc = -1;
+  }
+  fclose(f);
+  if (rc == 1 && vc_cache_db_parse(db, buf, len, err, err_size) != 0)
+    rc = -1;
+  free(buf);
+  return rc;
+}
+
+static int lock_file(const char *path) {
+  char lock_path[VC_PATH_MAX + 8];
+  snprintf(lock_path, sizeof lock_path, "%s.lock", path);
+  int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return -1;
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+static void unlock_file(int fd) {
+  if (fd >= 0) {
+    flock(fd, LOCK_UN);
+    close(fd);
+  }
+}
+
+/* Renames a corrupt file out of the way (caller holds the file lock) and
+ * says so once. */
+static void set_aside(const char *path, const char *why) {
+  char aside[VC_PATH_MAX + 64];
+  snprintf(aside, sizeof aside, "%s.corrupt-%ld-%ld", path, (long)getpid(),
+           (long)time(NULL));
+  const int moved = rename(path, aside) == 0;
+  char once[VC_PATH_MAX + 16];
+  snprintf(once, sizeof once, "corrupt:%s", path);
+  if (moved)
+    vc_tune_warn_once(once,
+                      "tuning cache %s is corrupt (%s); moved to %s, "
+                      "rebuilding it",
+                      path, why, aside);
+  else
+    vc_tune_warn_once(once,
+                      "tuning cache %s is corrupt (%s) and could not be "
+                      "moved aside (%s); it will be overwritten",
+                      path, why, strerror(errno));
+}
+
+/* Loads g_path into g_db (g_mu held). A corrupt file is re-checked under
+ * the file lock (another process may just have replaced it) and then set
+ * aside. */
+static void load_locked(void) {
+  vc_cache_db_free(&g_db);
+  char err[256];
+  int rc = read_file(g_path, &g_db, &g_stamp, err, sizeof err);
+  if (rc >= 0)
+    return;
+  int fd = lock_file(g_path);
+  rc = read_file(g_path, &g_db, &g_stamp, err, sizeof err);
+  if (rc < 0) {
+    set_aside(g_path, err);
+    stamp_of(g_path, &g_stamp);
+  }
+  unlock_file(fd);
+}
+
+/* Makes g_db reflect the current path (g_mu held). Returns 0 when no
+ * location is known (caching off). */
+static int ensure_loaded_locked(void) {
+  char path[VC_PATH_MAX];
+  if (!vc_cache_current_path(path, sizeof path))
+    return 0;
+  if (g_loaded && strcmp(path, g_path) == 0)
+    return 1;
+  /* A new location (the environment changed): start over from its file.
+   * Unsaved results of the old location were flushed by the caller. */
+  snprintf(g_path, sizeof g_path, "%s", path);
+  g_loaded = 1;
+  g_pending = 0;
+  load_locked();
+  return 1;
+}
+
+static int any_dirty_locked(void) {
+  for (int i = 0; i < g_db.n; i++)
+    if (g_db.entries[i].dirty)
+      return 1;
+  return 0;
+}
+
+/* Called before touching the table: if the location changed while results
+ * are unsaved, save them to the old location first. */
+static void flush_if_moved(void) {
+  char path[VC_PATH_MAX];
+  int moved = 0;
+  if (!vc_cache_current_path(path, sizeof path))
+    return;
+  pthread_mutex_lock(&g_mu);
+  moved = g_loaded && strcmp(path, g_path) != 0 && any_dirty_locked();
+  pthread_mutex_unlock(&g_mu);
+  if (moved) {
+    char msg[256];
+    vc_cache_save_now(msg, sizeof msg);
+  }
+}
+
+/* ---- saving ----------------------------------------------------------- */
+static int write_all(int fd, const char *buf, size_t len) {
+  size_t done = 0;
+  const size_t half = len / 2;
+  while (done < len) {
+    size_t chunk = len - done;
+    if (vc_cache_test_slow_write_us > 0 && done < half)
+      chunk = half - done;
+    ssize_t w = write(fd, buf + done, chunk);
+    if (w < 0) {
+      if (errno == EINTR)
+        continue;
+      return -1;
+    }
+    done += (size_t)w;
+    if (vc_cache_test_slow_write_us > 0 && done == half)
+      usleep((useconds_t)vc_cache_test_slow_write_us);
+  }
+  return 0;
+}
+
+/* g_save_mu held. */
+static int save_locked(char *msg, size_t msg_size) {
+  if (msg_size)
+    msg[0] = '\0';
+  vc_cache_db_t mine, disk;
+  vc_cache_db_init(&mine);
+  char path[VC_PATH_MAX];
+
+  pthread_mutex_lock(&g_mu);
+  g_pending = 0;
+  if (!g_loaded || !any_dirty_locked()) {
+    pthread_mutex_unlock(&g_mu);
+    return 0;
+  }
+  snprintf(path, sizeof path, "%s", g_path);
+  int oom = vc_cache_db_merge(&mine, &g_db, 1, 1) != 0;
+  if (!oom)
+    for (int i = 0; i < g_db.n; i++)
+      g_db.entries[i].dirty = 0;
+  pthread_mutex_unlock(&g_mu);
+  if (oom) {
+    vc_cache_db_free(&mine);
+    snprintf(msg, msg_size, "out of memory preparing the tuning cache");
+    return -1;
+  }
+
+  int rc = -1;
+  int fd = -1;
+  char *text = NULL;
+  char tmp[VC_PATH_MAX + 64];
+  tmp[0] = '\0';
+  vc_cache_db_init(&disk);
+  file_stamp_t st;
+  if (mkdir_p(path) != 0) {
+    snprintf(msg, msg_size, "cannot create the folder of %s: %s", path,
+             strerror(errno));
+    goto out;
+  }
+  fd = lock_file(path);
+  if (fd < 0) {
+    snprintf(msg, msg_size, "cannot lock %s.lock: %s", path, strerror(errno));
+    goto out;
+  }
+  char err[256];
+  if (read_file(path, &disk, NULL, err, sizeof err) < 0) {
+    set_aside(path, err);
+    vc_cache_db_free(&disk);
+  }
+  if (vc_cache_db_merge(&disk, &mine, 1, 0) != 0 ||
+      !(text = vc_cache_db_serialize(&disk, NULL))) {
+    snprintf(msg, msg_size, "out of memory writing the tuning cache");
+    goto out;
+  }
+  static unsigned counter;
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
+           counter++);
+  int out_fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (out_fd < 0) {
+    snprintf(msg, msg_size, "cannot create %s: %s", tmp, strerror(errno));
+    tmp[0] = '\0';
+    goto out;
+  }
+  /* fsync before rename: after a crash the name points at either the old
+   * or the complete new file, never at an empty one. */
+  if (write_all(out_fd, text, strlen(text)) != 0 || fsync(out_fd) != 0) {
+    snprintf(msg, msg_size, "cannot write %s: %s", tmp, strerror(errno));
+    close(out_fd);
+    goto out;
+  }
+  close(out_fd);
+  if (rename(tmp, path) != 0) {
+    snprintf(msg, msg_size, "cannot rename %s to %s: %s", tmp, path,
+             strerror(errno));
+    goto out;
+  }
+  tmp[0] = '\0';
+  stamp_of(path, &st);
+  rc = 0;
+out:
+  if (tmp[0])
+    unlink(tmp);
+  unlock_file(fd);
+  free(text);
+  pthread_mutex_lock(&g_mu);
+  if (g_loaded && strcmp(path, g_path) == 0) {
+    if (rc == 0) {
+      /* What other processes saved becomes visible here too; this
+       * process's newer rows (added during the save) win. */
+      vc_cache_db_merge(&g_db, &disk, 0, 0);
+      g_stamp = st;
+    } else {
+      /* Keep the results for a later attempt. */
+      for (int i = 0; i < mine.n; i++) {
+        vc_cache_entry_t *e =
+            vc_cache_db_find(&g_db, mine.entries[i].ns, &mine.entries[i].key);
+        if (e)
+          e->dirty = 1;
+      }
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+  vc_cache_db_free(&disk);
+  vc_cache_db_free(&mine);
+  return rc;
+}
+
+int vc_cache_save_now(char *msg, size_t msg_size) {
+  ensure_init();
+  pthread_mutex_lock(&g_save_mu);
+  int rc = save_locked(msg, msg_size);
+  pthread_mutex_unlock(&g_save_mu);
+  return rc;
+}
+
+static void *saver_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&g_mu);
+  for (;;) {
+    while (!g_pending && !g_saver_stop)
+      pthread_cond_wait(&g_cond, &g_mu);
+    if (g_saver_stop)
+      break;
+    pthread_mutex_unlock(&g_mu);
+    /* Let a burst of results (one network's layers) land in one write. */
+    struct timespec ts = {0, VC_SAVE_DEBOUNCE_MS * 1000000L};
+    nanosleep(&ts, NULL);
+    char msg[512];
+    if (vc_cache_save_now(msg, sizeof msg) != 0)
+      vc_tune_warn_once("cache-save-failed",
+                        "could not save the tuning cache: %s", msg);
+    pthread_mutex_lock(&g_mu);
+  }
+  pthread_mutex_unlock(&g_mu);
+  return NULL;
+}
+
+static void at_exit_save(void) {
+  pthread_mutex_lock(&g_mu);
+  g_saver_stop = 1;
+  pthread_cond_broadcast(&g_cond);
+  pthread_mutex_unlock(&g_mu);
+  char msg[512];
+  if (vc_cache_save_now(msg, sizeof msg) != 0)
+    vc_tune_warn_once("cache-save-failed",
+                      "could not save the tuning cache at exit: %s", msg);
+}
+
+/* g_mu held. */
+static void wake_saver_locked(void) {
+  if (!g_atexit_registered) {
+    g_atexit_registered = 1;
+    atexit(at_exit_save);
+  }
+  g_pending = 1;
+  if (!g_saver_started && !g_saver_stop) {
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    /* Without a thread the results still reach the file at exit. */
+    if (pthread_create(&th, &attr, saver_main, NULL) == 0)
+      g_saver_started = 1;
+    pthread_attr_destroy(&attr);
+  }
+  pthread_cond_signal(&g_cond);
+}
+
+/* ---- the table -------------------------------------------------------- */
+int vc_cache_get(const char *ns, const vc_cache_key_t *key,
+                 int reload_on_miss, vc_cache_entry_t *out) {
+  ensure_init();
+  flush_if_moved();
+  int found = 0;
+  pthread_mutex_lock(&g_mu);
+  if (ensure_loaded_locked()) {
+    vc_cache_entry_t *e = vc_cache_db_find(&g_db, ns, key);
+    if (!e && reload_on_miss) {
+      /* Another process (a training rank) may have tuned it meanwhile. */
+      file_stamp_t now;
+      stamp_of(g_path, &now);
+      if (!stamp_equal(&now, &g_stamp)) {
+        vc_cache_db_t disk;
+        char err[256];
+        if (read_file(g_path, &disk, &now, err, sizeof err) > 0) {
+          vc_cache_db_merge(&g_db, &disk, 0, 0);
+          g_stamp = now;
+        }
+        vc_cache_db_free(&disk);
+        e = vc_cache_db_find(&g_db, ns, key);
+      }
+    }
+    if (e && vc_cache_entry_copy(out, e) == 0)
+      found = 1;
+  }
+  pthread_mutex_unlock(&g_mu);
+  return found;
+}
+
+void vc_cache_put(const vc_cache_entry_t *src) {
+  ensure_init();
+  flush_if_moved();
+  pthread_mutex_lock(&g_mu);
+  if (ensure_loaded_locked()) {
+    vc_cache_entry_t *e = vc_cache_db_upsert(&g_db, src->ns, &src->key);
+    if (e && vc_cache_entry_merge(e, src, 1) == 0) {
+      e->dirty = 1;
+      wake_saver_locked();
+    }
+  }
+  pthread_mutex_unlock(&g_mu);
+}
+
+int vc_cache_recommend_for(const char *ns, const vc_cache_key_t *like,
+                           vc_cache_row_t *out, int max) {
+  ensure_init();
+  int n = 0;
+  pthread_mutex_lock(&g_mu);
+  if (ensure_loaded_locked())
+    n = vc_cache_recommend(&g_db, ns, like, 0.05, 2, out, max);
+  pthread_mutex_unlock(&g_mu);
+  return n;
+}
+
+void vc_cache_forget(void) {
+  ensure_init();
+  pthread_mutex_lock(&g_mu);
+  vc_cache_db_free(&g_db);
+  g_loaded = 0;
+  g_pending = 0;
+  memset(&g_stamp, 0, sizeof g_stamp);
+  pthread_mutex_unlock(&g_mu);
+}
+
+/* ---- public API ------------------------------------------------------- */
+voxconv_status_t voxconv_cache_path(char *path, size_t size) {
+  vc_clear_error(NULL);
+  VC_CHECK_NULL(NULL, path, "path");
+  char buf[VC_PATH_MAX];
+  if (!vc_cache_current_path(buf, sizeof buf))
+    return vc_fail(NULL, VOXCONV_STATUS_IO_ERROR,
+                   "voxconv_cache_path: no location for the tuning cache "
+                   "(set VOXCONV_BENCHMARK_CACHE_DIR or HOME)");
+  if (strlen(buf) >= size)
+    return vc_fail(NULL, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_cache_path: the path needs %zu bytes, size=%zu",
+                   strlen(buf) + 1, size);
+  memcpy(path, buf, strlen(buf) + 1);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_cache_flush(void) {
+  vc_clear_error(NULL);
+  char msg[512];
+  if (vc_cache_save_now(msg, sizeof msg) != 0)
+    return vc_fail(NULL, VOXCONV_STATUS_IO_ERROR, "voxconv_cache_flush: %s",
+                   msg);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_cache_clear(void) {
+  vc_clear_error(NULL);
+  ensure_init();
+  char path[VC_PATH_MAX];
+  pthread_mutex_lock(&g_save_mu);
+  pthread_mutex_lock(&g_mu);
+  vc_cache_db_free(&g_db);
+  g_loaded = 0;
+  g_pending = 0;
+  pthread_mutex_unlock(&g_mu);
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+  if (vc_cache_current_path(path, sizeof path)) {
+    struct stat s;
+    if (stat(path, &s) == 0) {
+      int fd = lock_file(path);
+      if (unlink(path) != 0 && errno != ENOENT)
+        st = vc_fail(NULL, VOXCONV_STATUS_IO_ERROR,
+                     "voxconv_cache_clear: cannot delete %s: %s", path,
+                     strerror(errno));
+      unlock_file(fd);
+    }
+  }
+  pthread_mutex_unlock(&g_save_mu);
+  return st;
+}
+
+struct voxconv_cache {
+  vc_cache_db_t db;
+};
+
+voxconv_status_t voxconv_cache_open(const char *path, voxconv_cache_t **cache) {
+  vc_clear_error(NULL);
+  VC_CHECK_NULL(NULL, cache, "cache");
+  *cache = NULL;
+  char buf[VC_PATH_MAX];
+  if (!path) {
+    VC_CHECK(voxconv_cache_path(buf, sizeof buf));
+    path = buf;
+  }
+  voxconv_cache_t *c = (voxconv_cache_t *)calloc(1, sizeof *c);
+  if (!c)
+    return vc_fail(NULL, VOXCONV_STATUS_ALLOC_FAILED,
+                   "voxconv_cache_open: out of host memory");
+  char err[256];
+  if (read_file(path, &c->db, NULL, err, sizeof err) < 0) {
+    free(c);
+    return vc_fail(NULL, VOXCONV_STATUS_IO_ERROR, "voxconv_cache_open: %s: %s",
+                   path, err);
+  }
+  *cache = c;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_cache_close(voxconv_cache_t *cache) {
+  if (cache) {
+    vc_cache_db_free(&cache->db);
+    free(cache);
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+int voxconv_cache_entry_count(const voxconv_cache_t *cache) {
+  return cache ? cache->db.n : 0;
+}
+
+static voxconv_status_t check_index(const voxconv_cache_t *cache, int index,
+                                    const char *fn) {
+  VC_CHECK_NULL(NULL, cache, "cache");
+  if (index < 0 || index >= cache->db.n)
+    return vc_fail(NULL, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: entry %d outside 0..%d", fn, index, cache->db.n - 1);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_cache_get_entry(const voxconv_cache_t *cache,
+                                         int index,
+                                         voxconv_cache_entry_info_t *info) {
+  vc_clear_error(NULL);
+  VC_CHECK_NULL(NULL, info, "info");
+  VC_CHECK(check_index(cache, index, "voxconv_cache_get_entry"));
+  const vc_cache_entry_t *e = &cache->db.entries[index];
+  memset(info, 0, sizeof *info);
+  snprintf(info->namespace_name, sizeof info->namespace_name, "%s", e->ns);
+  info->pass = (voxconv_pass_t)vc_cache_ns_pass(
+      e->ns, info->algo_namespace, sizeof info->algo_namespace);
+  vc_cache_key_format(&e->key, info->key, sizeof info->key);
+  snprintf(info->device, sizeof info->device, "%s", e->key.device);
+  snprintf(info->library_version, sizeof info->library_version, "%s",
+           e->key.lib);
+  info->n_in_log2 = e->key.nin;
+  info->n_out_log2 = e->key.nout;
+  info->cin = e->key.cin;
+  info->cout = e->key.cout;
+  info->kernel_volume = e->key.kvol;
+  info->dtype = (voxconv_dtype_t)e->key.dtype;
+  info->fp16_accum = e->key.acc;
+  info->deterministic = e->key.det;
+  info->mode = (voxconv_kmap_mode_t)e->key.mode;
+  for (int i = 0; i < 3; i++)
+    info->stride[i] = e->key.stride[i];
+  vc_cache_coverage_format(e->coverage, info->searched, sizeof info->searched);
+  info->n_candidates = e->n_rows;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static void row_to_candidate(const vc_cache_row_t *r,
+                             voxconv_cache_candidate_t *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->algo, sizeof c->algo, "%s", r->algo);
+  snprintf(c->params, sizeof c->params, "%s", r->params);
+  c->time_ms = r->time_ms;
+  snprintf(c->status, sizeof c->status, "%s", r->status);
+  c->max_rel = r->max_rel;
+}
+
+voxconv_status_t voxconv_cache_get_candidate(const voxconv_cache_t *cache,
+                                             int index, int rank,
+                                             voxconv_cache_candidate_t *cand) {
+  vc_clear_error(NULL);
+  VC_CHECK_NULL(NULL, cand, "cand");
+  VC_CHECK(check_index(cache, index, "voxconv_cache_get_candidate"));
+  const vc_cache_entry_t *e = &cache->db.entries[index];
+  if (rank < 0 || rank >= e->n_rows)
+    return vc_fail(NULL, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_cache_get_candidate: rank %d outside 0..%d of "
+                   "entry %d",
+                   rank, e->n_rows - 1, index);
+  row_to_candidate(&e->rows[rank], cand);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_cache_recommend(const voxconv_cache_t *cache,
+                                         int index,
+                                         voxconv_cache_candidate_t *cands,
+                                         int max, int *count) {
+  vc_clear_error(NULL);
+  VC_CHECK_NULL(NULL, count, "count");
+  *count = 0;
+  VC_CHECK(check_index(cache, index, "voxconv_cache_recommend"));
+  if (max < 0 || (max > 0 && !cands))
+    return vc_fail(NULL, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_cache_recommend: max=%d with cands=%p", max,
+                   (void *)cands);
+  if (max == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  vc_cache_row_t *rows = (vc_cache_row_t *)malloc((size_t)max * sizeof *rows);
+  if (!rows)
+    return vc_fail(NULL, VOXCONV_STATUS_ALLOC_FAILED,
+                   "voxconv_cache_recommend: out of host memory");
+  const vc_cache_entry_t *e = &cache->db.entries[index];
+  const int n = vc_cache_recommend(&cache->db, e->ns, &e->key, 0.05, 2, rows,
+                                   max);
+  for (int i = 0; i < n; i++)
+    row_to_candidate(&rows[i], &cands[i]);
+  free(rows);
+  *count = n;
+  return VOXCONV_STATUS_SUCCESS;
+}

@@ -1,0 +1,1164 @@
+/* The autotuner: for one conv/depthwise pass it resolves the options,
+ * builds the candidate pool from the registry, answers from the cache when
+ * this configuration was already benchmarked over that search space, and
+ * otherwise benchmarks the missing candidates (reference check, warm-up,
+ * median, leaders re-timed), records them, and runs the winner into the
+ * caller's output. Behaviour is documented in include/voxconv.h.
+ *
+ * Output safety: the reference algorithm writes the caller's output; every
+ * candidate writes a scratch buffer; inputs are only ever read. When the
+ * winner is not the reference run itself it is run once more into the
+ * output, so a tuning call and a later cached call produce the same bits. */
+#include "vc_tune.h"
+
+#ifdef VOXCONV_HAVE_CUDA
+#include "../cuda/vc_cuda.h"
+#endif
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define VC_MAX_RUNS 100
+#define VC_PARAM_COMBOS_MAX 4096
+#define VC_LEADER_MARGIN 0.10
+#define VC_SLOW_FACTOR 4.0
+#define VC_LONG_RUN_MS 20.0
+#define VC_AUTO_LEARNED_MAX 8
+#define VC_POOL_MAX 8192
+
+/* ---- ranking helpers -------------------------------------------------- */
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double vc_median(double *v, int n) {
+  if (n <= 0)
+    return NAN;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return (n & 1) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+int vc_leaders(const double *times, const int *ok, int n, double margin,
+               int *idx) {
+  double best = INFINITY;
+  for (int i = 0; i < n; i++)
+    if (ok[i] && times[i] < best)
+      best = times[i];
+  if (!isfinite(best))
+    return 0;
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (ok[i] && times[i] <= best * (1.0 + margin))
+      idx[k++] = i;
+  return k;
+}
+
+vc_tolerance_t vc_tune_tolerance(voxconv_dtype_t dtype, int f16_accum) {
+  vc_tolerance_t t;
+  /* Loose enough for any correct summation order of that precision, tight
+   * enough that a kernel that drops or repeats pairs fails by orders of
+   * magnitude. fp16-accumulator tiles are noisy per cell by nature (see
+   * BENCHMARKS.md), so they are gated by the norm. */
+  switch (dtype) {
+  case VOXCONV_DTYPE_F64: t.max_rel = 1e-9, t.norm_rel = 1e-10; break;
+  case VOXCONV_DTYPE_F32: t.max_rel = 1e-3, t.norm_rel = 1e-4; break;
+  case VOXCONV_DTYPE_F16: t.max_rel = 1e-2, t.norm_rel = 2e-3; break;
+  default: t.max_rel = 5e-2, t.norm_rel = 1e-2; break;
+  }
+  if (f16_accum && (dtype == VOXCONV_DTYPE_F16 || dtype == VOXCONV_DTYPE_BF16))
+    t.max_rel = 1.0, t.norm_rel = 1e-2;
+  const char *env = vc_getenv("VOXCONV_AUTOTUNE_MAX_REL");
+  if (env) {
+    char *end = NULL;
+    double v = strtod(env, &end);
+    if (end && *end == '\0' && v > 0 && isfinite(v))
+      t.max_rel = v;
+    else
+      vc_tune_warn_once("VOXCONV_AUTOTUNE_MAX_REL",
+                        "VOXCONV_AUTOTUNE_MAX_REL='%s' is not a positive "
+                        "number; ignored",
+                        env);
+  }
+  return t;
+}
+
+static double load_elem(const void *p, voxconv_dtype_t dtype, int64_t i) {
+  switch (dtype) {
+  case VOXCONV_DTYPE_F32: return ((const float *)p)[i];
+  case VOXCONV_DTYPE_F16: return vc_f16_to_f32(((const uint16_t *)p)[i]);
+  case VOXCONV_DTYPE_BF16: return vc_bf16_to_f32(((const uint16_t *)p)[i]);
+  default: return ((const double *)p)[i];
+  }
+}
+
+/* 0 finite, 1 NaN, 2 +Inf, 3 -Inf */
+static int fp_kind(double v) {
+  if (isnan(v))
+    return 1;
+  if (isinf(v))
+    return v > 0 ? 2 : 3;
+  return 0;
+}
+
+vc_check_t vc_check_host(const void *got, const void *ref,
+                         voxconv_dtype_t dtype, int64_t n) {
+  vc_check_t c = {0, 0, 0};
+  double ss_ref = 0;
+  int64_t n_finite = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double r = load_elem(ref, dtype, i);
+    if (isfinite(r)) {
+      ss_ref += r * r;
+      n_finite++;
+    }
+  }
+  const double floor_abs = n_finite ? 0.01 * sqrt(ss_ref / (double)n_finite)
+                                    : 0.0;
+  double ss_diff = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const double g = load_elem(got, dtype, i);
+    const double r = load_elem(ref, dtype, i);
+    const int kg = fp_kind(g), kr = fp_kind(r);
+    if (kg != kr) {
+      c.n_nonfinite++;
+      continue;
+    }
+    if (kg != 0)
+      continue; /* the same NaN/Inf on both sides: propagated alike */
+    const double d = fabs(g - r);
+    const double denom = fabs(r) + floor_abs;
+    const double rel = denom > 0 ? d / denom : (d > 0 ? INFINITY : 0.0);
+    if (rel > c.max_rel)
+      c.max_rel = rel;
+    ss_diff += d * d;
+  }
+  c.norm_rel = ss_ref > 0 ? sqrt(ss_diff / ss_ref)
+                          : (ss_diff > 0 ? INFINITY : 0.0);
+  return c;
+}
+
+/* ---- small environment knobs ------------------------------------------ */
+static int env_int(const char *name, int lo, int hi, int dflt) {
+  const char *v = vc_getenv(name);
+  if (!v)
+    return dflt;
+  char *end = NULL;
+  long x = strtol(v, &end, 10);
+  if (!end || *end != '\0' || x < lo || x > hi) {
+    vc_tune_warn_once(name, "%s='%s' is not an integer in %d..%d; using %d",
+                      name, v, lo, hi, dflt);
+    return dflt;
+  }
+  return (int)x;
+}
+
+/* ---- device identity -------------------------------------------------- */
+static void sanitize(char *s) {
+  char *w = s;
+  int space = 0;
+  for (char *r = s; *r; r++) {
+    char c = *r;
+    if (c == '"' || (unsigned char)c < 0x20 || c == 0x7f)
+      c = ' ';
+    if (c == ' ') {
+      if (space || w == s)
+        continue;
+      space = 1;
+    } else {
+      space = 0;
+    }
+    *w++ = c;
+  }
+  while (w > s && w[-1] == ' ')
+    w--;
+  *w = '\0';
+}
+
+static void cpu_model(char *buf, size_t size) {
+  snprintf(buf, size, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f)
+    return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "model name", 10) != 0 &&
+        strncmp(line, "Model", 5) != 0 && strncmp(line, "Hardware", 8) != 0)
+      continue;
+    char *colon = strchr(line, ':');
+    if (!colon)
+      continue;
+    snprintf(buf, size, "%s", colon + 1);
+    break;
+  }
+  fclose(f);
+  sanitize(buf);
+  if (!buf[0])
+    snprintf(buf, size, "unknown");
+}
+
+static const char *device_key(voxconv_handle_t *h) {
+  if (h->tune_device_key[0])
+    return h->tune_device_key;
+  char name[256];
+  if (h->backend == VOXCONV_BACKEND_CUDA) {
+    voxconv_device_info_t info;
+    if (voxconv_device_get_info(h->device, &info) == VOXCONV_STATUS_SUCCESS) {
+      snprintf(name, sizeof name, "%.100s", info.name);
+      sanitize(name);
+      snprintf(h->tune_device_key, sizeof h->tune_device_key,
+               "cuda:%.100s:cc%d.%d", name, info.cc_major, info.cc_minor);
+    } else {
+      snprintf(h->tune_device_key, sizeof h->tune_device_key,
+               "cuda:device%d", h->device);
+    }
+    vc_clear_error(NULL);
+  } else {
+    cpu_model(name, 101);
+    snprintf(h->tune_device_key, sizeof h->tune_device_key, "cpu:%.100s:%d", name,
+             h->num_threads);
+  }
+  return h->tune_device_key;
+}
+
+static int32_t ceil_log2(int64_t v) {
+  int32_t r = 0;
+  while (r < 62 && ((int64_t)1 << r) < v)
+    r++;
+  return r;
+}
+
+void vc_tune_make_key(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                      vc_cache_key_t *k) {
+  memset(k, 0, sizeof *k);
+  snprintf(k->device, sizeof k->device, "%s", device_key(h));
+  snprintf(k->lib, sizeof k->lib, "%s", VOXCONV_VERSION_STRING);
+  k->nin = ceil_log2(p->kmap->n_in);
+  k->nout = ceil_log2(p->kmap->n_out);
+  k->cin = p->cin;
+  k->cout = p->cout;
+  k->kvol = p->kmap->kvol;
+  k->dtype = (int32_t)p->dtype;
+  k->acc = p->fp16_accum ? 1 : 0;
+  k->det = p->deterministic ? 1 : 0;
+  k->mode = (int32_t)p->kmap->desc.mode;
+  for (int i = 0; i < 3; i++)
+    k->stride[i] = p->kmap->desc.stride[i] > 0 ? p->kmap->desc.stride[i] : 1;
+}
+
+/* ---- problem helpers --------------------------------------------------- */
+static int is_wgrad(voxconv_pass_t pass) {
+  return pass == VOXCONV_PASS_CONV_WGRAD ||
+         pass == VOXCONV_PASS_DEPTHWISE_WGRAD;
+}
+
+static int64_t output_elems(const vc_conv_problem_t *p) {
+  const voxconv_kmap_t *m = p->kmap;
+  switch (p->pass) {
+  case VOXCONV_PASS_CONV_FWD: return m->n_out * p->cout;
+  case VOXCONV_PASS_CONV_DGRAD: return m->n_in * p->cin;
+  case VOXCONV_PASS_CONV_WGRAD: return (int64_t)m->kvol * p->cin * p->cout;
+  case VOXCONV_PASS_DEPTHWISE_FWD: return m->n_out * p->cout;
+  case VOXCONV_PASS_DEPTHWISE_DGRAD: return m->n_in * p->cin;
+  case VOXCONV_PASS_DEPTHWISE_WGRAD: return (int64_t)m->kvol * p->cin;
+  default: return 0;
+  }
+}
+
+/* May fp16-accumulator tiles take part (voxconv.h)? */
+static int f16acc_admitted(const vc_conv_problem_t *p, vc_sel_mode_t mode) {
+  if (p->dtype != VOXCONV_DTYPE_F16 && p->dtype != VOXCONV_DTYPE_BF16)
+    return 0;
+  if (is_wgrad(p->pass))
+    return 0;
+  if (p->fp16_accum || mode == VC_SEL_ALL)
+    return 1;
+  const int ceil =
+      env_int("VOXCONV_F16ACC_SMALL_CH_CEIL", 0, 1 << 30, 0);
+  const int64_t ch = p->cin > p->cout ? p->cin : p->cout;
+  return ceil > 0 && ch <= ceil;
+}
+
+/* Why algorithm a cannot run p on h, or NULL when it can. */
+static const char *cannot_run(const voxconv_handle_t *h, const vc_algo_t *a,
+                              const vc_conv_problem_t *p) {
+  if (!vc_algo_has_pass(a, p->pass))
+    return "it does not implement this pass";
+  if (a->info.backend != h->backend &&
+      a->info.backend != VOXCONV_BACKEND_AUTO)
+    return a->info.backend == VOXCONV_BACKEND_CUDA
+               ? "it runs on CUDA and this handle is CPU"
+               : "it runs on the CPU and this handle is CUDA";
+  if (p->deterministic && !a->info.deterministic)
+    return "it is not deterministic and deterministic mode is on";
+  if (!a->supports(h, p))
+    return "it does not support this problem (dtype, channels or device)";
+  return NULL;
+}
+
+/* ---- candidates -------------------------------------------------------- */
+typedef enum { C_PENDING, C_OK, C_WRONG, C_NONFINITE, C_FAILED } cand_state_t;
+
+typedef struct cand {
+  const vc_algo_t *algo;
+  vc_algo_params_t params;
+  int f16acc;
+  char params_text[VC_CACHE_PARAMS_MAX];
+  cand_state_t state;
+  voxconv_status_t fail_status;
+  double times[VC_MAX_RUNS * 2 + 2];
+  int n_times;
+  double median_ms, max_rel;
+} cand_t;
+
+typedef struct pool {
+  cand_t *c;
+  int n, cap;
+  const vc_algo_t *algos[VC_SEL_MAX_ALGOS * 4];
+  int n_algos;
+} pool_t;
+
+static int pool_add(pool_t *pl, const vc_algo_t *a, voxconv_pass_t pass,
+                    const vc_algo_params_t *params) {
+  char text[VC_CACHE_PARAMS_MAX];
+  vc_params_format(a, pass, params, text, sizeof text);
+  for (int i = 0; i < pl->n; i++)
+    if (pl->c[i].algo == a && strcmp(pl->c[i].params_text, text) == 0)
+      return 0;
+  if (pl->n >= VC_POOL_MAX)
+    return 0;
+  if (pl->n == pl->cap) {
+    int cap = pl->cap ? pl->cap * 2 : 16;
+    cand_t *nc = (cand_t *)realloc(pl->c, (size_t)cap * sizeof *nc);
+    if (!nc)
+      return -1;
+    pl->c = nc;
+    pl->cap = cap;
+  }
+  cand_t *c = &pl->c[pl->n++];
+  memset(c, 0, sizeof *c);
+  c->algo = a;
+  c->params = *params;
+  c->f16acc = vc_params_f16_accum(a, pass, params);
+  snprintf(c->params_text, sizeof c->params_text, "%s", text);
+  c->median_ms = -1;
+  c->max_rel = -1;
+  return 0;
+}
+
+/* The problem a candidate runs: the caller's, with the accumulator its
+ * tile uses and the given output buffer. */
+static vc_conv_problem_t cand_problem(const vc_conv_problem_t *p, int f16acc,
+                                      void *out) {
+  vc_conv_problem_t q = *p;
+  if (f16acc)
+    q.fp16_accum = 1;
+  q.c = out;
+  return q;
+}
+
+/* Admissible parameter combinations of a (accumulator rule and the
+ * algorithm's own supports() for fp16-accumulator problems). */
+static int admissible_combos(const voxconv_handle_t *h, const vc_algo_t *a,
+                             const vc_conv_problem_t *p, vc_sel_mode_t mode,
+                             vc_algo_params_t *out, int max) {
+  vc_algo_params_t *all =
+      (vc_algo_params_t *)malloc(VC_PARAM_COMBOS_MAX * sizeof *all);
+  if (!all)
+    return 0;
+  const int n = vc_params_enumerate(a, p->pass, all, VC_PARAM_COMBOS_MAX);
+  const int f16_ok = f16acc_admitted(p, mode);
+  int f16_supported = -1;
+  int k = 0;
+  for (int i = 0; i < n && k < max; i++) {
+    if (vc_params_f16_accum(a, p->pass, &all[i])) {
+      if (!f16_ok)
+        continue;
+      if (f16_supported < 0) {
+        vc_conv_problem_t q = cand_problem(p, 1, p->c);
+        f16_supported = a->supports(h, &q) ? 1 : 0;
+      }
+      if (!f16_supported)
+        continue;
+    }
+    out[k++] = all[i];
+  }
+  free(all);
+  return k;
+}
+
+/* The default of a: its first values, with an fp32 accumulator. */
+static void default_params(const vc_algo_t *a, voxconv_pass_t pass,
+                           vc_algo_params_t *params) {
+  vc_algo_default_params(a, pass, params);
+  const vc_param_space_t *s = a->param_space ? a->param_space(pass) : NULL;
+  if (!s)
+    return;
+  for (int i = 0; i < s->n && i < VC_MAX_PARAMS; i++)
+    if (s->names[i] && strcmp(s->names[i], VC_PARAM_ACCUMULATOR) == 0)
+      params->v[i] = VC_ACCUM_F32;
+}
+
+/* ---- running ----------------------------------------------------------- */
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* One run; *ms (may be NULL) gets its time: CUDA events on the handle's
+ * stream (waits for it), the monotonic clock on the CPU. */
+static voxconv_status_t run_once(voxconv_handle_t *h, const vc_algo_t *a,
+                                 const vc_conv_problem_t *q,
+                                 const vc_algo_params_t *params, void *ws,
+                                 double *ms) {
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA && ms) {
+    void *timer = NULL;
+    VC_CHECK(vc_cuda_timer_start(h, &timer));
+    voxconv_status_t st = a->run(h, q, params, ws);
+    if (st != VOXCONV_STATUS_SUCCESS) {
+      vc_cuda_timer_discard(h, timer);
+      return st;
+    }
+    return vc_cuda_timer_stop(h, timer, ms);
+  }
+#endif
+  const double t0 = ms ? now_ms() : 0;
+  voxconv_status_t st = a->run(h, q, params, ws);
+  if (ms)
+    *ms = now_ms() - t0;
+  return st;
+}
+
+static voxconv_status_t run_with_workspace(voxconv_handle_t *h,
+                                           const vc_algo_t *a,
+                                           const vc_conv_problem_t *q,
+                                           const vc_algo_params_t *params) {
+  size_t ws_bytes = a->workspace_size ? a->workspace_size(q, params) : 0;
+  void *ws = NULL;
+  if (ws_bytes)
+    VC_CHECK(vc_alloc(h, ws_bytes, &ws, "algorithm workspace"));
+  voxconv_status_t st = a->run(h, q, params, ws);
+  vc_free(h, ws);
+  return st;
+}
+
+static voxconv_status_t check_output(voxconv_handle_t *h, const void *got,
+                                     const void *ref, voxconv_dtype_t dtype,
+                                     int64_t n, vc_check_t *c) {
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    return vc_cuda_tune_check(h, got, ref, dtype, n, &c->max_rel,
+                              &c->norm_rel, &c->n_nonfinite);
+#else
+  (void)h;
+#endif
+  *c = vc_check_host(got, ref, dtype, n);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* ---- progress ---------------------------------------------------------- */
+typedef struct progress {
+  int enabled, tty;
+  char what[192];
+  double t0;
+} progress_t;
+
+static void progress_update(progress_t *pr, int i, int n, const cand_t *c,
+                            double best_ms, const cand_t *best) {
+  if (!pr->enabled || !pr->tty)
+    return;
+  char line[400];
+  int len = snprintf(line, sizeof line, "voxconv: tuning %s: %d/%d %s(%s)",
+                     pr->what, i, n, c->algo->info.name, c->params_text);
+  if (best)
+    len += snprintf(line + len, sizeof line - (size_t)len,
+                    "  best %s %.3f ms", best->algo->info.name, best_ms);
+  fprintf(vc_tune_stream(), "\r%-110.110s", line);
+  fflush(vc_tune_stream());
+  (void)len;
+}
+
+static void progress_done(progress_t *pr, int n_new, int n_bad,
+                          const vc_cache_row_t *best) {
+  if (!pr->enabled)
+    return;
+  if (pr->tty)
+    fprintf(vc_tune_stream(), "\r%-110s\r", "");
+  if (best)
+    fprintf(vc_tune_stream(),
+            "voxconv: tuned %s: %d candidates benchmarked (%d disqualified) "
+            "in %.2f s; best %s %s %.4g ms\n",
+            pr->what, n_new, n_bad, (now_ms() - pr->t0) / 1e3, best->algo,
+            best->params, best->time_ms);
+  else
+    fprintf(vc_tune_stream(),
+            "voxconv: tuned %s: %d candidates benchmarked, none usable "
+            "(%d disqualified) in %.2f s\n",
+            pr->what, n_new, n_bad, (now_ms() - pr->t0) / 1e3);
+  fflush(vc_tune_stream());
+}
+
+static void log_line(const progress_t *pr, const char *fmt, ...)
+    VC_PRINTF(2, 3);
+static void log_line(const progress_t *pr, const char *fmt, ...) {
+  if (!pr->enabled)
+    return;
+  if (pr->tty)
+    fprintf(vc_tune_stream(), "\r%-110s\r", "");
+  fprintf(vc_tune_stream(), "voxconv: tuning %s: ", pr->what);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(vc_tune_stream(), fmt, ap);
+  va_end(ap);
+  fputc('\n', vc_tune_stream());
+  fflush(vc_tune_stream());
+}
+
+/* ---- the benchmark ------------------------------------------------------ */
+typedef struct ref_state {
+  const vc_algo_t *algo; /* NULL: none ran */
+  vc_algo_params_t params;
+  int ok;         /* p->c holds a correct output */
+  int from_cand;  /* the output came from candidate index (-1: reference) */
+} ref_state_t;
+
+/* Runs the reference into p->c: the first deterministic algorithm that runs
+ * p with default parameters and fp32 accumulation, else the first one. */
+static void run_reference(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                          ref_state_t *ref, const progress_t *pr) {
+  memset(ref, 0, sizeof *ref);
+  ref->from_cand = -1;
+  vc_conv_problem_t q = cand_problem(p, 0, p->c);
+  q.fp16_accum = 0;
+  q.deterministic = 0;
+  for (int want_det = 1; want_det >= 0 && !ref->ok; want_det--) {
+    for (int i = 0; i < vc_tune_algo_count() && !ref->ok; i++) {
+      const vc_algo_t *a = vc_tune_algo_at(i);
+      if (want_det && !a->info.deterministic)
+        continue;
+      if (cannot_run(h, a, &q))
+        continue;
+      default_params(a, p->pass, &ref->params);
+      ref->algo = a;
+      voxconv_status_t st = run_with_workspace(h, a, &q, &ref->params);
+      if (st == VOXCONV_STATUS_SUCCESS)
+        ref->ok = 1;
+      else
+        log_line(pr, "reference %s failed (%s): %s", a->info.name,
+                 voxconv_status_string(st), h->last_error);
+    }
+  }
+  if (!ref->ok)
+    ref->algo = NULL;
+}
+
+static void row_from_cand(const cand_t *c, vc_cache_row_t *r) {
+  memset(r, 0, sizeof *r);
+  snprintf(r->algo, sizeof r->algo, "%s", c->algo->info.name);
+  snprintf(r->params, sizeof r->params, "%s", c->params_text);
+  r->time_ms = c->state == C_OK ? c->median_ms : -1;
+  r->max_rel = c->max_rel;
+  switch (c->state) {
+  case C_OK: snprintf(r->status, sizeof r->status, "ok"); break;
+  case C_WRONG: snprintf(r->status, sizeof r->status, "wrong"); break;
+  case C_NONFINITE: snprintf(r->status, sizeof r->status, "nonfinite"); break;
+  default:
+    snprintf(r->status, sizeof r->status, "failed:%s",
+             voxconv_status_string(c->fail_status));
+    break;
+  }
+}
+
+/* Benchmarks pool candidates todo[0..n_todo) (indices into pl). p->c ends
+ * holding the reference output (ref->ok) or nothing useful. */
+static voxconv_status_t benchmark(voxconv_handle_t *h,
+                                  const vc_conv_problem_t *p, pool_t *pl,
+                                  const int *todo, int n_todo,
+                                  double best_known_ms, ref_state_t *ref,
+                                  progress_t *pr, int *n_bad) {
+  const int64_t n_out = output_elems(p);
+  const size_t bytes = (size_t)n_out * voxconv_dtype_size(p->dtype);
+  void *scratch = NULL;
+  VC_CHECK(vc_alloc(h, bytes, &scratch, "tuning scratch output"));
+  const int runs = env_int("VOXCONV_AUTOTUNE_RUNS", 1, VC_MAX_RUNS, 5);
+  const int warmup = env_int("VOXCONV_AUTOTUNE_WARMUP", 0, VC_MAX_RUNS, 1);
+
+  run_reference(h, p, ref, pr);
+  double best = best_known_ms > 0 ? best_known_ms : INFINITY;
+  const cand_t *best_c = NULL;
+  *n_bad = 0;
+  for (int t = 0; t < n_todo; t++) {
+    cand_t *c = &pl->c[todo[t]];
+    progress_update(pr, t + 1, n_todo, c, best, best_c);
+    const vc_conv_problem_t q = cand_problem(p, c->f16acc, scratch);
+    size_t ws_bytes =
+        c->algo->workspace_size ? c->algo->workspace_size(&q, &c->params) : 0;
+    void *ws = NULL;
+    voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+    if (ws_bytes)
+      st = vc_alloc(h, ws_bytes, &ws, "candidate workspace");
+    double t_first = 0;
+    if (st == VOXCONV_STATUS_SUCCESS)
+      st = run_once(h, c->algo, &q, &c->params, ws, &t_first);
+    if (st != VOXCONV_STATUS_SUCCESS) {
+      c->state = C_FAILED;
+      c->fail_status = st;
+      (*n_bad)++;
+      log_line(pr, "%s(%s) disqualified: failed with %s: %s",
+               c->algo->info.name, c->params_text, voxconv_status_string(st),
+               h->last_error);
+      vc_free(h, ws);
+      continue;
+    }
+    if (!ref->ok) {
+      /* No reference could run: the first candidate that runs becomes it
+       * (so later ones are still compared with something). */
+      st = voxconv_memcpy(h, p->c, scratch, bytes,
+                          VOXCONV_MEMCPY_BACKEND_TO_BACKEND);
+      if (st == VOXCONV_STATUS_SUCCESS) {
+        ref->ok = 1;
+        ref->algo = c->algo;
+        ref->params = c->params;
+        ref->from_cand = todo[t];
+        log_line(pr, "no reference algorithm ran; comparing with %s(%s)",
+                 c->algo->info.name, c->params_text);
+      }
+    }
+    if (ref->ok) {
+      vc_check_t chk;
+      st = check_output(h, scratch, p->c, p->dtype, n_out, &chk);
+      if (st != VOXCONV_STATUS_SUCCESS) {
+        c->state = C_FAILED;
+        c->fail_status = st;
+        (*n_bad)++;
+        vc_free(h, ws);
+        continue;
+      }
+      const vc_tolerance_t tol = vc_tune_tolerance(p->dtype, c->f16acc);
+      c->max_rel = chk.max_rel;
+      if (chk.n_nonfinite > 0) {
+        c->state = C_NONFINITE;
+        (*n_bad)++;
+        log_line(pr,
+                 "%s(%s) disqualified: %lld non-finite values where the "
+                 "reference is finite (or the reverse)",
+                 c->algo->info.name, c->params_text,
+                 (long long)chk.n_nonfinite);
+        vc_free(h, ws);
+        continue;
+      }
+      if (!(chk.max_rel <= tol.max_rel) || !(chk.norm_rel <= tol.norm_rel)) {
+        c->state = C_WRONG;
+        (*n_bad)++;
+        log_line(pr,
+                 "%s(%s) disqualified: max_rel %.3g (limit %.3g), norm_rel "
+                 "%.3g (limit %.3g) against %s",
+                 c->algo->info.name, c->params_text, chk.max_rel, tol.max_rel,
+                 chk.norm_rel, tol.norm_rel, ref->algo->info.name);
+        vc_free(h, ws);
+        continue;
+      }
+    }
+    /* Timing. A candidate far behind the best on its first run is not
+     * worth more runs; long runs get fewer repetitions. */
+    int n_runs = runs;
+    if (isfinite(best) && t_first > VC_SLOW_FACTOR * best)
+      n_runs = 0;
+    else if (t_first > VC_LONG_RUN_MS)
+      n_runs = runs < 2 ? runs : 2;
+    c->n_times = 0;
+    if (n_runs == 0 || warmup == 0)
+      c->times[c->n_times++] = t_first;
+    for (int w = 1; w < warmup && n_runs > 0 && st == VOXCONV_STATUS_SUCCESS;
+         w++)
+      st = run_once(h, c->algo, &q, &c->params, ws, NULL);
+    for (int r = (warmup == 0 ? 1 : 0);
+         r < n_runs && st == VOXCONV_STATUS_SUCCESS; r++) {
+      double ms = 0;
+      st = run_once(h, c->algo, &q, &c->params, ws, &ms);
+      c->times[c->n_times++] = ms;
+    }
+    vc_free(h, ws);
+    if (st != VOXCONV_STATUS_SUCCESS) {
+      c->state = C_FAILED;
+      c->fail_status = st;
+      (*n_bad)++;
+      continue;
+    }
+    double tmp[VC_MAX_RUNS * 2 + 2];
+    memcpy(tmp, c->times, (size_t)c->n_times * sizeof tmp[0]);
+    c->median_ms = vc_median(tmp, c->n_times);
+    c->state = C_OK;
+    if (c->median_ms < best) {
+      best = c->median_ms;
+      best_c = c;
+    }
+  }
+
+  /* Leaders within 10% of the best are timed again: a single noisy median
+   * must not decide between near-equal kernels. */
+  int *idx = (int *)malloc((size_t)n_todo * 2 * sizeof *idx);
+  double *times = (double *)malloc((size_t)n_todo * sizeof *times);
+  if (idx && times) {
+    int *ok = idx + n_todo;
+    for (int t = 0; t < n_todo; t++) {
+      times[t] = pl->c[todo[t]].median_ms;
+      ok[t] = pl->c[todo[t]].state == C_OK;
+    }
+    int *leaders = (int *)malloc((size_t)n_todo * sizeof *leaders);
+    const int n_lead =
+        leaders ? vc_leaders(times, ok, n_todo, VC_LEADER_MARGIN, leaders) : 0;
+    for (int l = 0; n_lead > 1 && l < n_lead; l++) {
+      cand_t *c = &pl->c[todo[leaders[l]]];
+      const vc_conv_problem_t q = cand_problem(p, c->f16acc, scratch);
+      size_t ws_bytes = c->algo->workspace_size
+                            ? c->algo->workspace_size(&q, &c->params)
+                            : 0;
+      void *ws = NULL;
+      if (ws_bytes && vc_alloc(h, ws_bytes, &ws, "candidate workspace") !=
+                          VOXCONV_STATUS_SUCCESS)
+        continue;
+      for (int r = 0; r < runs && c->n_times < VC_MAX_RUNS * 2 + 2; r++) {
+        double ms = 0;
+        if (run_once(h, c->algo, &q, &c->params, ws, &ms) !=
+            VOXCONV_STATUS_SUCCESS)
+          break;
+        c->times[c->n_times++] = ms;
+      }
+      vc_free(h, ws);
+      double tmp[VC_MAX_RUNS * 2 + 2];
+      memcpy(tmp, c->times, (size_t)c->n_times * sizeof tmp[0]);
+      c->median_ms = vc_median(tmp, c->n_times);
+    }
+    free(leaders);
+  }
+  free(idx);
+  free(times);
+  vc_free(h, scratch);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* ---- dispatch ---------------------------------------------------------- */
+static void record_call(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                        const char *algo, const char *params,
+                        const char *reason, double time_ms, int from_cache) {
+  voxconv_call_info_t *info = &h->last_call;
+  memset(info, 0, sizeof *info);
+  info->pass = p->pass;
+  snprintf(info->algo, sizeof info->algo, "%s", algo);
+  snprintf(info->params, sizeof info->params, "%s", params);
+  info->fp16_accum = p->fp16_accum;
+  snprintf(info->fp16_accum_reason, sizeof info->fp16_accum_reason, "%s",
+           reason);
+  info->deterministic = p->deterministic;
+  info->time_ms = time_ms;
+  info->from_cache = from_cache;
+  h->has_last_call = 1;
+}
+
+voxconv_status_t voxconv_get_last_call_info(const voxconv_handle_t *h,
+                                            voxconv_call_info_t *info) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  VC_CHECK_NULL(h, info, "info");
+  if (!h->has_last_call)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_get_last_call_info: this handle has not run a "
+                   "conv or depthwise pass yet");
+  *info = h->last_call;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* A cached row usable for this call (pool algorithm, current parameter
+ * space, accumulator rule). */
+static const vc_algo_t *usable_row(const voxconv_handle_t *h,
+                                   const vc_conv_problem_t *p,
+                                   const pool_t *pl, vc_sel_mode_t mode,
+                                   const vc_cache_row_t *r,
+                                   vc_algo_params_t *params) {
+  (void)h;
+  if (!vc_cache_row_ok(r))
+    return NULL;
+  for (int i = 0; i < pl->n_algos; i++) {
+    const vc_algo_t *a = pl->algos[i];
+    if (strcmp(a->info.name, r->algo) != 0)
+      continue;
+    if (!vc_params_parse(a, p->pass, r->params, params))
+      return NULL;
+    if (vc_params_f16_accum(a, p->pass, params) && !f16acc_admitted(p, mode))
+      return NULL;
+    return a;
+  }
+  return NULL;
+}
+
+static int coverage_hit(const vc_cache_entry_t *top, int have_top,
+                        const vc_cache_key_t *key, const char *ns,
+                        const pool_t *pl, vc_sel_mode_t mode) {
+  if (!have_top)
+    return 0;
+  if (top->coverage & VC_COVER_ALL)
+    return 1;
+  if (mode == VC_SEL_AUTO)
+    return (top->coverage & VC_COVER_AUTO) != 0;
+  if (mode == VC_SEL_ALL)
+    return 0;
+  for (int i = 0; i < pl->n_algos; i++) {
+    char sub[VC_CACHE_NS_MAX + VC_CACHE_ALGO_MAX];
+    snprintf(sub, sizeof sub, "%s/%s", ns, pl->algos[i]->info.name);
+    vc_cache_entry_t e;
+    if (!vc_cache_get(sub, key, 0, &e))
+      return 0;
+    const int full = (e.coverage & (VC_COVER_FULL | VC_COVER_ALL)) != 0;
+    vc_cache_entry_free(&e);
+    if (!full)
+      return 0;
+  }
+  return 1;
+}
+
+/* Builds the search space for `mode` over pl->algos. */
+static void build_candidates(const voxconv_handle_t *h,
+                             const vc_conv_problem_t *p, const char *ns,
+                             const vc_cache_key_t *key, vc_sel_mode_t mode,
+                             pool_t *pl) {
+  vc_algo_params_t *combos =
+      (vc_algo_params_t *)malloc(VC_PARAM_COMBOS_MAX * sizeof *combos);
+  if (!combos)
+    return;
+  if (mode != VC_SEL_AUTO) {
+    for (int i = 0; i < pl->n_algos; i++) {
+      const int n = admissible_combos(h, pl->algos[i], p, mode, combos,
+                                      VC_PARAM_COMBOS_MAX);
+      for (int j = 0; j < n; j++)
+        pool_add(pl, pl->algos[i], p->pass, &combos[j]);
+    }
+    free(combos);
+    return;
+  }
+  /* auto: the recorded reduced set for this family plus every algorithm's
+   * default; without records, an even spread over the algorithms. */
+  vc_cache_row_t learned[VC_AUTO_LEARNED_MAX];
+  const int n_learned =
+      vc_cache_recommend_for(ns, key, learned, VC_AUTO_LEARNED_MAX);
+  if (n_learned > 0) {
+    for (int r = 0; r < n_learned; r++) {
+      vc_algo_params_t params;
+      const vc_algo_t *a = usable_row(h, p, pl, mode, &learned[r], &params);
+      if (a)
+        pool_add(pl, a, p->pass, &params);
+    }
+    for (int i = 0; i < pl->n_algos; i++) {
+      vc_algo_params_t params;
+      default_params(pl->algos[i], p->pass, &params);
+      pool_add(pl, pl->algos[i], p->pass, &params);
+    }
+    free(combos);
+    return;
+  }
+  /* CPU algorithms pick their parameters from the shape by default (their
+   * first value), and a CPU benchmark costs as much as the op: there auto
+   * means each algorithm's default unless records say otherwise. */
+  const int max = env_int("VOXCONV_AUTOTUNE_MAX_CANDIDATES", 1, VC_POOL_MAX,
+                          h->backend == VOXCONV_BACKEND_CUDA ? 24
+                                                             : pl->n_algos);
+  int counts[VC_SEL_MAX_ALGOS * 4];
+  vc_algo_params_t *per[VC_SEL_MAX_ALGOS * 4];
+  for (int i = 0; i < pl->n_algos; i++) {
+    per[i] = (vc_algo_params_t *)malloc(VC_PARAM_COMBOS_MAX * sizeof **per);
+    counts[i] = per[i] ? admissible_combos(h, pl->algos[i], p, mode, per[i],
+                                           VC_PARAM_COMBOS_MAX)
+                       : 0;
+  }
+  for (int j = 0; pl->n < max; j++) {
+    int any = 0;
+    for (int i = 0; i < pl->n_algos && pl->n < max; i++) {
+      if (j >= counts[i])
+        continue;
+      any = 1;
+      pool_add(pl, pl->algos[i], p->pass, &per[i][j]);
+    }
+    if (!any)
+      break;
+  }
+  for (int i = 0; i < pl->n_algos; i++)
+    free(per[i]);
+  free(combos);
+}
+
+voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
+                                  const voxconv_conv_options_t *opt) {
+  const char *reason = "";
+  p->fp16_accum = vc_resolve_fp16_accum_reason(opt, p->dtype, p->pass,
+                                               &reason);
+  if (opt && opt->deterministic == VOXCONV_TRUE)
+    p->deterministic = 1;
+  else if (opt && opt->deterministic == VOXCONV_FALSE)
+    p->deterministic = 0;
+  else
+    p->deterministic = h->deterministic ? 1 : 0;
+
+  vc_algo_selection_t sel;
+  VC_CHECK(vc_algo_selection_for(h, opt, p->pass, &sel));
+  const char *ns = vc_cache_pass_namespace((int)p->pass);
+  pool_t pl;
+  memset(&pl, 0, sizeof pl);
+  vc_sel_mode_t mode = sel.mode;
+
+  /* The algorithms of the search space that can run here. */
+  if (mode == VC_SEL_LIST) {
+    for (int i = 0; i < sel.n; i++) {
+      const char *why = cannot_run(h, sel.algos[i], p);
+      if (why) {
+        char key[160];
+        snprintf(key, sizeof key, "skip:%s:%d:%s", sel.algos[i]->info.name,
+                 (int)p->pass, why);
+        vc_tune_warn_once(key, "algorithm %s (from %s) skipped for %s: %s",
+                          sel.algos[i]->info.name, sel.source, ns, why);
+        continue;
+      }
+      pl.algos[pl.n_algos++] = sel.algos[i];
+    }
+    if (pl.n_algos == 0) {
+      char key[160];
+      snprintf(key, sizeof key, "fallback:%s:%s", sel.source, ns);
+      vc_tune_warn_once(key,
+                        "none of the algorithms named by %s can run %s on "
+                        "this handle; using auto",
+                        sel.source, ns);
+      mode = VC_SEL_AUTO;
+    }
+  }
+  if (mode != VC_SEL_LIST) {
+    for (int i = 0; i < vc_tune_algo_count(); i++) {
+      const vc_algo_t *a = vc_tune_algo_at(i);
+      if (!cannot_run(h, a, p) &&
+          pl.n_algos < (int)(sizeof pl.algos / sizeof pl.algos[0]))
+        pl.algos[pl.n_algos++] = a;
+    }
+  }
+  if (pl.n_algos == 0)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "%s: no algorithm can run dtype %s, cin=%lld, cout=%lld%s "
+                   "on this %s handle",
+                   ns, voxconv_dtype_name(p->dtype), (long long)p->cin,
+                   (long long)p->cout,
+                   p->deterministic ? " deterministically" : "",
+                   h->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU");
+
+  /* A single candidate needs no benchmark and no cache. */
+  if (pl.n_algos == 1) {
+    vc_algo_params_t one[2];
+    const int n = admissible_combos(h, pl.algos[0], p, mode, one, 2);
+    if (n == 1) {
+      voxconv_status_t st = run_with_workspace(h, pl.algos[0], p, &one[0]);
+      if (st == VOXCONV_STATUS_SUCCESS) {
+        char text[VC_CACHE_PARAMS_MAX];
+        vc_params_format(pl.algos[0], p->pass, &one[0], text, sizeof text);
+        record_call(h, p, pl.algos[0]->info.name, text, reason, -1, 0);
+      }
+      return st;
+    }
+  }
+
+  vc_cache_key_t key;
+  vc_tune_make_key(h, p, &key);
+  vc_cache_entry_t top;
+  memset(&top, 0, sizeof top);
+  int have_top = vc_cache_get(ns, &key, 1, &top);
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+
+  if (coverage_hit(&top, have_top, &key, ns, &pl, mode)) {
+    for (int r = 0; r < top.n_rows; r++) {
+      vc_algo_params_t params;
+      const vc_algo_t *a = usable_row(h, p, &pl, mode, &top.rows[r], &params);
+      if (!a)
+        continue;
+      const vc_conv_problem_t q =
+          cand_problem(p, vc_params_f16_accum(a, p->pass, &params), p->c);
+      st = run_with_workspace(h, a, &q, &params);
+      if (st == VOXCONV_STATUS_SUCCESS) {
+        record_call(h, p, a->info.name, top.rows[r].params, reason,
+                    top.rows[r].time_ms, 1);
+        vc_cache_entry_free(&top);
+        return st;
+      }
+      /* A recorded winner that fails now (e.g. out of memory) gives way to
+       * the next one. */
+    }
+    /* Nothing recorded is usable: fall through and benchmark again. */
+  }
+
+  build_candidates(h, p, ns, &key, mode, &pl);
+  if (pl.n == 1 && !(have_top && vc_cache_entry_find_row(
+                                     &top, pl.c[0].algo->info.name,
+                                     pl.c[0].params_text))) {
+    /* One candidate: nothing to compare, nothing worth recording. */
+    const vc_conv_problem_t q = cand_problem(p, pl.c[0].f16acc, p->c);
+    st = run_with_workspace(h, pl.c[0].algo, &q, &pl.c[0].params);
+    if (st == VOXCONV_STATUS_SUCCESS)
+      record_call(h, p, pl.c[0].algo->info.name, pl.c[0].params_text, reason,
+                  -1, 0);
+    vc_cache_entry_free(&top);
+    free(pl.c);
+    return st;
+  }
+  if (pl.n == 0) {
+    vc_cache_entry_free(&top);
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "%s: no parameter combination of the selected algorithms "
+                   "is admissible for this call",
+                   ns);
+  }
+  /* Candidates measured before for this configuration keep their record;
+   * only the others are benchmarked. */
+  int *todo = (int *)malloc((size_t)(pl.n ? pl.n : 1) * sizeof *todo);
+  if (!todo) {
+    vc_cache_entry_free(&top);
+    free(pl.c);
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED, "%s: out of host memory",
+                   ns);
+  }
+  int n_todo = 0;
+  double best_known = -1;
+  for (int i = 0; i < pl.n; i++) {
+    const vc_cache_row_t *old =
+        have_top ? vc_cache_entry_find_row(&top, pl.c[i].algo->info.name,
+                                           pl.c[i].params_text)
+                 : NULL;
+    if (old) {
+      if (vc_cache_row_ok(old) && (best_known < 0 || old->time_ms < best_known))
+        best_known = old->time_ms;
+      continue;
+    }
+    todo[n_todo++] = i;
+  }
+
+  progress_t pr;
+  memset(&pr, 0, sizeof pr);
+  pr.enabled = vc_tune_log_enabled();
+  pr.tty = isatty(fileno(vc_tune_stream()));
+  pr.t0 = now_ms();
+  snprintf(pr.what, sizeof pr.what,
+           "%s cin=%lld cout=%lld n_in=2^%d n_out=2^%d kvol=%d %s acc=%s%s "
+           "[%s]",
+           ns, (long long)p->cin, (long long)p->cout, (int)key.nin,
+           (int)key.nout, (int)key.kvol, voxconv_dtype_name(p->dtype),
+           p->fp16_accum ? "f16" : "f32", p->deterministic ? " det" : "",
+           mode == VC_SEL_AUTO ? "auto" : mode == VC_SEL_ALL ? "all" : "list");
+
+  ref_state_t ref;
+  memset(&ref, 0, sizeof ref);
+  int n_bad = 0;
+  if (n_todo > 0) {
+    st = benchmark(h, p, &pl, todo, n_todo, best_known, &ref, &pr, &n_bad);
+    if (st != VOXCONV_STATUS_SUCCESS) {
+      free(todo);
+      free(pl.c);
+      vc_cache_entry_free(&top);
+      return st;
+    }
+  }
+
+  /* Record: the selection entry gets every candidate, each algorithm's
+   * entry its own; coverage says which search this was. */
+  vc_cache_entry_t rec;
+  memset(&rec, 0, sizeof rec);
+  snprintf(rec.ns, sizeof rec.ns, "%s", ns);
+  rec.key = key;
+  rec.coverage = mode == VC_SEL_AUTO ? VC_COVER_AUTO
+                 : mode == VC_SEL_ALL ? VC_COVER_ALL
+                                      : 0;
+  int any_ok = 0;
+  for (int t = 0; t < n_todo; t++) {
+    vc_cache_row_t row;
+    row_from_cand(&pl.c[todo[t]], &row);
+    vc_cache_entry_put_row(&rec, &row);
+    any_ok |= pl.c[todo[t]].state == C_OK;
+  }
+  /* Candidates that could not run at all (e.g. out of memory everywhere)
+   * are not worth remembering: the next call tries again. */
+  const int worth_saving = n_todo > 0 && (any_ok || ref.ok);
+  if (worth_saving) {
+    vc_cache_entry_sort(&rec);
+    vc_cache_put(&rec);
+    for (int i = 0; i < pl.n_algos; i++) {
+      vc_cache_entry_t sub;
+      memset(&sub, 0, sizeof sub);
+      snprintf(sub.ns, sizeof sub.ns, "%s/%s", ns, pl.algos[i]->info.name);
+      sub.key = key;
+      sub.coverage = mode == VC_SEL_AUTO ? VC_COVER_AUTO
+                     : mode == VC_SEL_ALL ? (VC_COVER_ALL | VC_COVER_FULL)
+                                          : VC_COVER_FULL;
+      for (int r = 0; r < rec.n_rows; r++)
+        if (strcmp(rec.rows[r].algo, pl.algos[i]->info.name) == 0)
+          vc_cache_entry_put_row(&sub, &rec.rows[r]);
+      if (have_top)
+        for (int r = 0; r < top.n_rows; r++)
+          if (strcmp(top.rows[r].algo, pl.algos[i]->info.name) == 0 &&
+              !vc_cache_entry_find_row(&sub, top.rows[r].algo,
+                                       top.rows[r].params))
+            vc_cache_entry_put_row(&sub, &top.rows[r]);
+      vc_cache_entry_sort(&sub);
+      vc_cache_put(&sub);
+      vc_cache_entry_free(&sub);
+    }
+  }
+  /* The ranking over everything known for this configuration. */
+  if (have_top)
+    vc_cache_entry_merge(&rec, &top, 0);
+  vc_cache_entry_sort(&rec);
+
+  const vc_cache_row_t *win = NULL;
+  const vc_algo_t *win_algo = NULL;
+  vc_algo_params_t win_params;
+  for (int r = 0; r < rec.n_rows && !win; r++) {
+    win_algo = usable_row(h, p, &pl, mode, &rec.rows[r], &win_params);
+    if (win_algo)
+      win = &rec.rows[r];
+  }
+  progress_done(&pr, n_todo, n_bad, win);
+
+  if (win) {
+    const int win_f16 = vc_params_f16_accum(win_algo, p->pass, &win_params);
+    const int same_as_output =
+        n_todo > 0 && ref.ok && ref.algo == win_algo && !win_f16 &&
+        !p->fp16_accum && win_algo->info.deterministic &&
+        memcmp(&ref.params, &win_params, sizeof win_params) == 0;
+    if (!same_as_output) {
+      const vc_conv_problem_t q = cand_problem(p, win_f16, p->c);
+      st = run_with_workspace(h, win_algo, &q, &win_params);
+    }
+    if (st == VOXCONV_STATUS_SUCCESS)
+      record_call(h, p, win_algo->info.name, win->params, reason,
+                  win->time_ms, n_todo == 0);
+  } else if (ref.ok && ref.algo) {
+    /* Every candidate was disqualified: the reference output (already in
+     * p->c) is correct, so the call still succeeds. */
+    char text[VC_CACHE_PARAMS_MAX];
+    vc_params_format(ref.algo, p->pass, &ref.params, text, sizeof text);
+    char once[192];
+    snprintf(once, sizeof once, "noneok:%s:%s", ns, sel.source);
+    vc_tune_warn_once(once,
+                      "%s: no candidate of %s passed the correctness check; "
+                      "using the reference %s",
+                      ns, sel.source, ref.algo->info.name);
+    record_call(h, p, ref.algo->info.name, text, reason, -1, 0);
+  } else {
+    st = vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                 "%s: every candidate failed (%d benchmarked); last error: %s",
+                 ns, n_todo, h->last_error[0] ? h->last_error : "none");
+  }
+  if (st == VOXCONV_STATUS_SUCCESS)
+    vc_clear_error(h);
+  vc_cache_entry_free(&rec);
+  vc_cache_entry_free(&top);
+  free(todo);
+  free(pl.c);
+  return st;
+}
