@@ -1,0 +1,419 @@
+/* The public kernel-map API: argument validation, tensor-stride rules and
+ * dispatch to the CPU builder (kmap_cpu.c) or the CUDA one (src/cuda);
+ * queries, verification and voxconv_merge_duplicates. */
+#include "vc_hash.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef VOXCONV_HAVE_CUDA
+#include "../cuda/vc_cuda.h"
+#endif
+
+static const char axis_names[3] = {'x', 'y', 'z'};
+
+static const char *mode_name(voxconv_kmap_mode_t mode) {
+  switch (mode) {
+  case VOXCONV_KMAP_SUBMANIFOLD: return "SUBMANIFOLD";
+  case VOXCONV_KMAP_STRIDED: return "STRIDED";
+  case VOXCONV_KMAP_TRANSPOSED: return "TRANSPOSED";
+  case VOXCONV_KMAP_GENERATIVE: return "GENERATIVE";
+  }
+  return "?";
+}
+
+void vc_kmap_fill_offsets(voxconv_kmap_t *kmap) {
+  const int32_t *ks = kmap->desc.kernel_size;
+  const int32_t *d = kmap->desc.dilation;
+  int32_t k = 0;
+  for (int32_t jx = 0; jx < ks[0]; jx++)
+    for (int32_t jy = 0; jy < ks[1]; jy++)
+      for (int32_t jz = 0; jz < ks[2]; jz++, k++) {
+        kmap->offsets[k][0] = (jx - (ks[0] - 1) / 2) * d[0];
+        kmap->offsets[k][1] = (jy - (ks[1] - 1) / 2) * d[1];
+        kmap->offsets[k][2] = (jz - (ks[2] - 1) / 2) * d[2];
+      }
+  kmap->kvol = k;
+}
+
+void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap) {
+  vc_free(h, kmap->out_coords);
+  vc_free(h, kmap->in_rows);
+  vc_free(h, kmap->out_rows);
+  vc_free(h, kmap->nbr_out);
+  vc_free(h, kmap->nbr_in);
+  vc_free(h, kmap->row_order_out);
+  vc_free(h, kmap->row_order_in);
+  kmap->row_order_out = kmap->row_order_in = NULL;
+  free(kmap->pair_offsets); /* host memory from vc_host_alloc (malloc) */
+  kmap->out_coords = kmap->in_rows = kmap->out_rows = NULL;
+  kmap->nbr_out = kmap->nbr_in = NULL;
+  kmap->pair_offsets = NULL;
+}
+
+/* A coordinate set's row count and data pointer. */
+static voxconv_status_t check_coords_arg(voxconv_handle_t *h,
+                                         const char *func, const char *name,
+                                         const voxconv_coords_t *c) {
+  if (c->n < 0)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT, "%s: %s->n=%lld < 0",
+                   func, name, (long long)c->n);
+  if (c->n > INT32_MAX)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: %s->n=%lld exceeds the int32 row index of kernel "
+                   "maps (max %d)",
+                   func, name, (long long)c->n, INT32_MAX);
+  if (c->n > 0 && c->data == NULL)
+    return vc_fail(h, VOXCONV_STATUS_NULL_POINTER,
+                   "%s: %s->data is NULL with %s->n=%lld", func, name, name,
+                   (long long)c->n);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* Tensor stride with 0 meaning 1; negative is an error. */
+static voxconv_status_t tensor_stride_of(voxconv_handle_t *h,
+                                         const char *func, const char *name,
+                                         const voxconv_coords_t *c,
+                                         int32_t ts[3]) {
+  for (int a = 0; a < 3; a++) {
+    if (c->tensor_stride[a] < 0)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: %s->tensor_stride[%d] (%c) = %d is negative", func,
+                     name, a, axis_names[a], (int)c->tensor_stride[a]);
+    ts[a] = c->tensor_stride[a] ? c->tensor_stride[a] : 1;
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static int same_backend(const voxconv_handle_t *h, const voxconv_kmap_t *m) {
+  return h->backend == m->backend &&
+         (h->backend != VOXCONV_BACKEND_CUDA || h->device == m->device);
+}
+
+static voxconv_status_t check_owner(voxconv_handle_t *h, const char *func,
+                                    const voxconv_kmap_t *m) {
+  if (!same_backend(h, m))
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: the map was built on %s device %d, the handle is %s "
+                   "device %d",
+                   func, m->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU",
+                   m->device, h->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU",
+                   h->device);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
+                                    const voxconv_kmap_desc_t *desc,
+                                    const voxconv_coords_t *in,
+                                    const voxconv_coords_t *out,
+                                    voxconv_kmap_t **kmap) {
+  static const char *const func = "voxconv_kmap_build";
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, kmap, "kmap");
+  *kmap = NULL;
+  VC_CHECK_NULL(h, desc, "desc");
+  VC_CHECK_NULL(h, in, "in");
+
+  voxconv_kmap_desc_t d = *desc;
+  if (d.mode != VOXCONV_KMAP_SUBMANIFOLD && d.mode != VOXCONV_KMAP_STRIDED &&
+      d.mode != VOXCONV_KMAP_TRANSPOSED && d.mode != VOXCONV_KMAP_GENERATIVE)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: mode %d is not SUBMANIFOLD(0), STRIDED(1), "
+                   "TRANSPOSED(2) or GENERATIVE(3)",
+                   func, (int)d.mode);
+  for (int a = 0; a < 3; a++) {
+    if (d.kernel_size[a] < 1 || d.kernel_size[a] > VOXCONV_KERNEL_SIZE_MAX)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: kernel_size[%d] (%c) = %d outside 1..%d", func, a,
+                     axis_names[a], (int)d.kernel_size[a],
+                     VOXCONV_KERNEL_SIZE_MAX);
+    if (d.stride[a] == 0)
+      d.stride[a] = 1;
+    if (d.stride[a] < 1 || d.stride[a] > VOXCONV_STRIDE_MAX)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: stride[%d] (%c) = %d outside 1..%d (0 means 1)",
+                     func, a, axis_names[a], (int)d.stride[a],
+                     VOXCONV_STRIDE_MAX);
+    if (d.dilation[a] == 0)
+      d.dilation[a] = 1;
+    if (d.dilation[a] < 1 || d.dilation[a] > VOXCONV_DILATION_MAX)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: dilation[%d] (%c) = %d outside 1..%d (0 means 1)",
+                     func, a, axis_names[a], (int)d.dilation[a],
+                     VOXCONV_DILATION_MAX);
+  }
+  if (d.mode == VOXCONV_KMAP_SUBMANIFOLD)
+    for (int a = 0; a < 3; a++)
+      if (d.stride[a] != 1)
+        return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                       "%s: SUBMANIFOLD needs stride 1, got stride[%d] (%c) "
+                       "= %d",
+                       func, a, axis_names[a], (int)d.stride[a]);
+  if (d.mode == VOXCONV_KMAP_TRANSPOSED && out == NULL)
+    return vc_fail(h, VOXCONV_STATUS_NULL_POINTER,
+                   "%s: TRANSPOSED needs the output coordinates (out is "
+                   "NULL)",
+                   func);
+  if (d.mode != VOXCONV_KMAP_TRANSPOSED && out != NULL)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: out must be NULL for %s (the map computes its "
+                   "outputs; only TRANSPOSED takes them)",
+                   func, mode_name(d.mode));
+  VC_CHECK(check_coords_arg(h, func, "in", in));
+  if (out)
+    VC_CHECK(check_coords_arg(h, func, "out", out));
+
+  int32_t in_ts[3], out_ts[3];
+  VC_CHECK(tensor_stride_of(h, func, "in", in, in_ts));
+  switch (d.mode) {
+  case VOXCONV_KMAP_SUBMANIFOLD:
+    memcpy(out_ts, in_ts, sizeof out_ts);
+    break;
+  case VOXCONV_KMAP_STRIDED:
+    for (int a = 0; a < 3; a++) {
+      const int64_t t = (int64_t)in_ts[a] * d.stride[a];
+      if (t > INT32_MAX)
+        return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                       "%s: output tensor stride %c = %d * %d overflows "
+                       "int32",
+                       func, axis_names[a], (int)in_ts[a], (int)d.stride[a]);
+      out_ts[a] = (int32_t)t;
+    }
+    break;
+  case VOXCONV_KMAP_GENERATIVE:
+    for (int a = 0; a < 3; a++) {
+      if (in_ts[a] % d.stride[a] != 0)
+        return vc_fail(h, VOXCONV_STATUS_SHAPE_MISMATCH,
+                       "%s: GENERATIVE upsamples by the stride, but "
+                       "in->tensor_stride %c = %d is not divisible by "
+                       "stride %d",
+                       func, axis_names[a], (int)in_ts[a], (int)d.stride[a]);
+      out_ts[a] = in_ts[a] / d.stride[a];
+    }
+    break;
+  case VOXCONV_KMAP_TRANSPOSED:
+    VC_CHECK(tensor_stride_of(h, func, "out", out, out_ts));
+    for (int a = 0; a < 3; a++)
+      if ((int64_t)out_ts[a] * d.stride[a] != in_ts[a])
+        return vc_fail(h, VOXCONV_STATUS_SHAPE_MISMATCH,
+                       "%s: TRANSPOSED needs out->tensor_stride * stride == "
+                       "in->tensor_stride, but on %c %d * %d != %d",
+                       func, axis_names[a], (int)out_ts[a], (int)d.stride[a],
+                       (int)in_ts[a]);
+    break;
+  }
+
+  voxconv_kmap_t *m = (voxconv_kmap_t *)calloc(1, sizeof *m);
+  if (!m)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "%s: out of host memory (%zu bytes for the map)", func,
+                   sizeof *m);
+  m->backend = h->backend;
+  m->device = h->device;
+  m->desc = d;
+  vc_kmap_fill_offsets(m);
+  m->n_in = in->n;
+  memcpy(m->in_ts, in_ts, sizeof in_ts);
+  memcpy(m->out_ts, out_ts, sizeof out_ts);
+
+  voxconv_status_t st;
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    st = vc_cuda_kmap_build(h, m, in, out);
+  else
+#endif
+    st = vc_cpu_kmap_build(h, m, in, out);
+  if (st != VOXCONV_STATUS_SUCCESS) {
+    vc_kmap_free_buffers(h, m);
+#ifdef VOXCONV_HAVE_CUDA
+    if (h->backend == VOXCONV_BACKEND_CUDA)
+      vc_cuda_kmap_free_priv(h, m);
+#endif
+    free(m);
+    return st;
+  }
+  *kmap = m;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
+                                      voxconv_kmap_t *kmap) {
+  if (!kmap)
+    return VOXCONV_STATUS_SUCCESS;
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  /* Freeing through a handle of another backend would hand device
+   * pointers to free() (or host pointers to cudaFree). */
+  VC_CHECK(check_owner(h, "voxconv_kmap_destroy", kmap));
+#ifdef VOXCONV_HAVE_CUDA
+  if (kmap->backend == VOXCONV_BACKEND_CUDA)
+    vc_cuda_kmap_free_priv(h, kmap);
+#endif
+  vc_kmap_free_buffers(h, kmap);
+  free(kmap);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_get_info(const voxconv_kmap_t *kmap,
+                                       voxconv_kmap_info_t *info) {
+  vc_clear_error(NULL);
+  VC_CHECK_NULL(NULL, kmap, "kmap");
+  VC_CHECK_NULL(NULL, info, "info");
+  memset(info, 0, sizeof *info);
+  info->desc = kmap->desc;
+  info->kernel_volume = kmap->kvol;
+  info->n_in = kmap->n_in;
+  info->n_out = kmap->n_out;
+  info->n_pairs = kmap->n_pairs;
+  memcpy(info->in_tensor_stride, kmap->in_ts, sizeof kmap->in_ts);
+  memcpy(info->out_tensor_stride, kmap->out_ts, sizeof kmap->out_ts);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_out_coords(const voxconv_kmap_t *kmap,
+                                         const int32_t **coords) {
+  vc_clear_error(NULL);
+  VC_CHECK_NULL(NULL, kmap, "kmap");
+  VC_CHECK_NULL(NULL, coords, "coords");
+  *coords = kmap->out_coords;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* Backend-to-backend copy of map data (both sides backend memory). */
+static voxconv_status_t copy_backend(voxconv_handle_t *h, void *dst,
+                                     const void *src, size_t bytes) {
+  if (bytes == 0)
+    return VOXCONV_STATUS_SUCCESS;
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    return vc_cuda_memcpy(h, dst, src, bytes,
+                          VOXCONV_MEMCPY_BACKEND_TO_BACKEND);
+#else
+  (void)h;
+#endif
+  memcpy(dst, src, bytes);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_get_pairs(voxconv_handle_t *h,
+                                        const voxconv_kmap_t *kmap,
+                                        int64_t *offsets, int32_t *in_rows,
+                                        int32_t *out_rows) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, kmap, "kmap");
+  VC_CHECK(check_owner(h, "voxconv_kmap_get_pairs", kmap));
+  if (offsets)
+    memcpy(offsets, kmap->pair_offsets,
+           (size_t)(kmap->kvol + 1) * sizeof *offsets);
+  const size_t bytes = (size_t)kmap->n_pairs * sizeof(int32_t);
+  if (in_rows)
+    VC_CHECK(copy_backend(h, in_rows, kmap->in_rows, bytes));
+  if (out_rows)
+    VC_CHECK(copy_backend(h, out_rows, kmap->out_rows, bytes));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_verify(voxconv_handle_t *h,
+                                     const voxconv_kmap_t *kmap,
+                                     const voxconv_coords_t *in) {
+  static const char *const func = "voxconv_kmap_verify";
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, kmap, "kmap");
+  VC_CHECK_NULL(h, in, "in");
+  VC_CHECK(check_owner(h, func, kmap));
+  if (in->n != kmap->n_in)
+    return vc_fail(h, VOXCONV_STATUS_KMAP_MISMATCH,
+                   "%s: the map was built from %lld input rows, given %lld",
+                   func, (long long)kmap->n_in, (long long)in->n);
+  if (in->n > 0 && in->data == NULL)
+    return vc_fail(h, VOXCONV_STATUS_NULL_POINTER,
+                   "%s: in->data is NULL with in->n=%lld", func,
+                   (long long)in->n);
+  for (int a = 0; a < 3; a++) {
+    const int32_t ts = in->tensor_stride[a] ? in->tensor_stride[a] : 1;
+    if (ts != kmap->in_ts[a])
+      return vc_fail(h, VOXCONV_STATUS_KMAP_MISMATCH,
+                     "%s: the map was built for input tensor stride %c = %d, "
+                     "given %d",
+                     func, axis_names[a], (int)kmap->in_ts[a], (int)ts);
+  }
+  uint64_t fp = 0;
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    VC_CHECK(vc_cuda_coords_fingerprint(h, in->data, in->n, &fp));
+  else
+#endif
+    VC_CHECK(vc_cpu_coords_check(h, func, "in coords", in->data, in->n, NULL,
+                                 &fp, 0));
+  if (fp != kmap->in_fingerprint)
+    return vc_fail(h, VOXCONV_STATUS_KMAP_MISMATCH,
+                   "%s: the %lld input coordinates differ from those the map "
+                   "was built from (fingerprint %016llx, map %016llx)",
+                   func, (long long)in->n, (unsigned long long)fp,
+                   (unsigned long long)kmap->in_fingerprint);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* ---- merge duplicates -------------------------------------------------- */
+static voxconv_status_t merge_cpu(voxconv_handle_t *h,
+                                  const voxconv_coords_t *in,
+                                  int32_t *out_coords, int64_t *n_unique,
+                                  int64_t *row_map) {
+  const int64_t n = in->n;
+  uint64_t *keys = NULL;
+  int64_t *rows = NULL;
+  voxconv_status_t st =
+      vc_alloc(h, (size_t)n * sizeof *keys, (void **)&keys, "merge keys");
+  if (st == VOXCONV_STATUS_SUCCESS)
+    st = vc_alloc(h, (size_t)n * sizeof *rows, (void **)&rows, "merge rows");
+  if (st == VOXCONV_STATUS_SUCCESS)
+    st = vc_cpu_coords_check(h, "voxconv_merge_duplicates", "coords",
+                             in->data, n, keys, NULL, 1);
+  if (st == VOXCONV_STATUS_SUCCESS) {
+    for (int64_t i = 0; i < n; i++)
+      rows[i] = i;
+    st = vc_radix_sort_keys(h, keys, rows, n);
+  }
+  if (st == VOXCONV_STATUS_SUCCESS) {
+    /* Output comes from the keys alone, so out_coords may alias in->data. */
+    int64_t u = -1;
+    for (int64_t i = 0; i < n; i++) {
+      if (i == 0 || keys[i] != keys[i - 1])
+        vc_unpack_key(keys[i], out_coords + 4 * ++u);
+      if (row_map)
+        row_map[rows[i]] = u;
+    }
+    *n_unique = u + 1;
+  }
+  vc_free(h, keys);
+  vc_free(h, rows);
+  return st;
+}
+
+voxconv_status_t voxconv_merge_duplicates(voxconv_handle_t *h,
+                                          const voxconv_coords_t *in,
+                                          int32_t *out_coords,
+                                          int64_t *n_unique,
+                                          int64_t *row_map) {
+  static const char *const func = "voxconv_merge_duplicates";
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, in, "in");
+  VC_CHECK_NULL(h, n_unique, "n_unique");
+  if (in->n < 0)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT, "%s: in->n=%lld < 0",
+                   func, (long long)in->n);
+  *n_unique = 0;
+  if (in->n == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  VC_CHECK_NULL(h, in->data, "in->data");
+  VC_CHECK_NULL(h, out_coords, "out_coords");
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    return vc_cuda_merge_duplicates(h, in, out_coords, n_unique, row_map);
+#endif
+  return merge_cpu(h, in, out_coords, n_unique, row_map);
+}
