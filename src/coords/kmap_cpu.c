@@ -463,7 +463,8 @@ voxconv_status_t vc_cpu_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *m,
     st = vc_cpu_coords_check(h, func, "in coords", in->data, n_in, in_keys,
                              &m->in_fingerprint, 1);
   if (st == VOXCONV_STATUS_SUCCESS)
-    st = hash_rows(h, func, "in coords", in->data, in_keys, n_in, &in_hash);  vc_free(h, in_keys);
+    st = hash_rows(h, func, "in coords", in->data, in_keys, n_in, &in_hash);
+  vc_free(h, in_keys);
   in_keys = NULL;
   if (st != VOXCONV_STATUS_SUCCESS)
     goto done;
