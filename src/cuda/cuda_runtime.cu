@@ -91,7 +91,12 @@ extern "C" voxconv_status_t vc_cuda_device_info(int device,
     return vc_cuda_fail(NULL, e, "cudaGetDeviceProperties",
                         "voxconv_device_get_info");
   memset(info, 0, sizeof *info);
-  strncpy(info->name, p.name, sizeof info->name - 1);
+  /* p.name is 256 bytes and NUL-terminated; copy with an explicit bound. */
+  size_t len = strnlen(p.name, sizeof p.name);
+  if (len > sizeof info->name - 1)
+    len = sizeof info->name - 1;
+  memcpy(info->name, p.name, len);
+  info->name[len] = '\0';
   info->cc_major = p.major;
   info->cc_minor = p.minor;
   info->sm_count = p.multiProcessorCount;

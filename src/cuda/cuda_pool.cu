@@ -1,0 +1,271 @@
+/* Pooling and unpooling on the GPU: the same reductions over the kernel
+ * map's neighbour tables as src/cpu/pool_cpu.c, with the same float
+ * operation order, so f32 results match the CPU bit for bit:
+ *   pool forward      y[o]  = reduce_k x[nbr_out[o][k]]      (MAX/AVG/SUM)
+ *   pool backward     dx[i] = sum_k g(dy[nbr_in[i][k]])      (AVG: / count,
+ *                     MAX: only where (o, c) chose this pair)
+ *   unpool forward    y[i]  = sum_k x[nbr_in[i][k]]
+ *   unpool backward   dx[o] = sum_k dy[nbr_out[o][k]]
+ * One thread per (destination row, channel), k ascending ("map order" of a
+ * row): every output written once, no atomics, deterministic. f16 / bf16
+ * load to f32, accumulate in f32, round to nearest even on store. */
+#include "vc_cuda_util.cuh"
+
+typedef enum { VC_RED_SUM = 0, VC_RED_AVG = 1, VC_RED_MAX = 2 } vc_red_t;
+
+/* NaN wins and stays; otherwise a strictly larger value replaces, so the
+ * first maximum in map order is kept (pool_cpu.c max_step). */
+static __device__ __forceinline__ float vc_max_step(float acc, float v) {
+  if (acc != acc)
+    return acc;
+  return (v != v || v > acc) ? v : acc;
+}
+
+/* dst[r][c] = reduce over k of src[nbr[r][k]][c] (count: AVG backward,
+ * dividing each term by the source row's pair count). */
+template <typename T>
+__global__ void vc_pool_reduce_kernel(const int32_t *__restrict__ nbr,
+                                      int64_t n_rows, int K, int64_t C,
+                                      int red, const int32_t *__restrict__ count,
+                                      const T *__restrict__ src,
+                                      T *__restrict__ dst) {
+  const int64_t total = n_rows * C;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = t / C;
+    const int64_t c = t - r * C;
+    const int32_t *row = nbr + r * K;
+    float acc = 0.0f;
+    int n = 0;
+    for (int k = 0; k < K; k++) {
+      const int32_t s = row[k];
+      if (s < 0)
+        continue;
+      const float v = VcDtype<T>::load(src + (int64_t)s * C + c);
+      if (red == VC_RED_MAX)
+        acc = n == 0 ? v : vc_max_step(acc, v);
+      else if (count)
+        acc += v / (float)count[s];
+      else
+        acc += v;
+      n++;
+    }
+    if (red == VC_RED_AVG && n > 0)
+      acc /= (float)n;
+    VcDtype<T>::store(dst + t, acc);
+  }
+}
+
+/* Pairs of each output row (AVG backward). */
+__global__ void vc_pool_count_kernel(const int32_t *__restrict__ nbr_out,
+                                     int64_t n_out, int K,
+                                     int32_t *__restrict__ count) {
+  for (int64_t o = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; o < n_out;
+       o += (int64_t)gridDim.x * blockDim.x) {
+    int32_t n = 0;
+    for (int k = 0; k < K; k++)
+      n += nbr_out[o * K + k] >= 0;
+    count[o] = n;
+  }
+}
+
+/* MAX backward, phase 1: the k of the first pair (map order) whose x equals
+ * y for each (o, c); NaN matches NaN (the forward let the first NaN win). */
+template <typename T>
+__global__ void vc_pool_winner_kernel(const int32_t *__restrict__ nbr_out,
+                                      int64_t n_out, int K, int64_t C,
+                                      const T *__restrict__ x,
+                                      const T *__restrict__ y,
+                                      int16_t *__restrict__ winner) {
+  const int64_t total = n_out * C;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t o = t / C;
+    const int64_t c = t - o * C;
+    const float yv = VcDtype<T>::load(y + t);
+    int16_t win = -1;
+    for (int k = 0; k < K; k++) {
+      const int32_t i = nbr_out[o * K + k];
+      if (i < 0)
+        continue;
+      const float xv = VcDtype<T>::load(x + (int64_t)i * C + c);
+      if (xv == yv || (xv != xv && yv != yv)) {
+        win = (int16_t)k;
+        break;
+      }
+    }
+    winner[t] = win;
+  }
+}
+
+/* MAX backward, phase 2: dx[i][c] = sum over k ascending of dy[o][c] where
+ * o = nbr_in[i][k] chose pair k for channel c. */
+template <typename T>
+__global__ void vc_pool_max_grad_kernel(const int32_t *__restrict__ nbr_in,
+                                        int64_t n_in, int K, int64_t C,
+                                        const int16_t *__restrict__ winner,
+                                        const T *__restrict__ dy,
+                                        T *__restrict__ dx) {
+  const int64_t total = n_in * C;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = t / C;
+    const int64_t c = t - i * C;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) {
+      const int32_t o = nbr_in[i * K + k];
+      if (o < 0)
+        continue;
+      if (winner[(int64_t)o * C + c] == k)
+        acc += VcDtype<T>::load(dy + (int64_t)o * C + c);
+    }
+    VcDtype<T>::store(dx + t, acc);
+  }
+}
+
+/* ---- host ---------------------------------------------------------------- */
+static const int kPoolBlock = 256;
+
+static unsigned vc_pool_grid(const voxconv_handle_t *h, int64_t n) {
+  const int64_t cap = (int64_t)vc_cuda_state(h)->sm_count * 32;
+  return vc_grid_1d(n, kPoolBlock, cap > 0 ? cap : 4096);
+}
+
+static voxconv_status_t vc_check_dtype(voxconv_handle_t *h, const char *func,
+                                       voxconv_dtype_t dt) {
+  if (dt == VOXCONV_DTYPE_F32 || dt == VOXCONV_DTYPE_F16 ||
+      dt == VOXCONV_DTYPE_BF16)
+    return VOXCONV_STATUS_SUCCESS;
+  return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                 "%s: dtype %s is not supported on CUDA (f32, f16, bf16; f64 "
+                 "is the CPU reference path)",
+                 func, voxconv_dtype_name(dt));
+}
+
+template <typename T>
+static voxconv_status_t vc_reduce_t(voxconv_handle_t *h, const int32_t *nbr,
+                                    int64_t n_rows, int K, int64_t C, int red,
+                                    const int32_t *count, const void *src,
+                                    void *dst) {
+  if (n_rows * C == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  vc_pool_reduce_kernel<T><<<vc_pool_grid(h, n_rows * C), kPoolBlock, 0,
+                             vc_cuda_stream(h)>>>(
+      nbr, n_rows, K, C, red, count, (const T *)src, (T *)dst);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_pool_reduce_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static voxconv_status_t vc_reduce(voxconv_handle_t *h, const char *func,
+                                  const int32_t *nbr, int64_t n_rows, int K,
+                                  int red, const int32_t *count,
+                                  const voxconv_feats_t *src,
+                                  const voxconv_feats_t *dst) {
+  const int64_t C = dst->channels;
+  switch (dst->dtype) {
+  case VOXCONV_DTYPE_F32:
+    return vc_reduce_t<float>(h, nbr, n_rows, K, C, red, count, src->data,
+                              dst->data);
+  case VOXCONV_DTYPE_F16:
+    return vc_reduce_t<__half>(h, nbr, n_rows, K, C, red, count, src->data,
+                               dst->data);
+  case VOXCONV_DTYPE_BF16:
+    return vc_reduce_t<__nv_bfloat16>(h, nbr, n_rows, K, C, red, count,
+                                      src->data, dst->data);
+  default:
+    return vc_check_dtype(h, func, dst->dtype);
+  }
+}
+
+template <typename T>
+static voxconv_status_t vc_max_backward_t(voxconv_handle_t *h,
+                                          const voxconv_kmap_t *km, int64_t C,
+                                          const void *x, const void *y,
+                                          const void *dy, void *dx) {
+  VcWorkspace ws(h);
+  int16_t *winner = NULL;
+  VC_CHECK(ws.get<int16_t>(km->n_out * C, &winner, "MAX pooling winners"));
+  if (km->n_out * C > 0) {
+    vc_pool_winner_kernel<T><<<vc_pool_grid(h, km->n_out * C), kPoolBlock, 0,
+                               vc_cuda_stream(h)>>>(
+        km->nbr_out, km->n_out, km->kvol, C, (const T *)x, (const T *)y,
+        winner);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_pool_winner_kernel");
+  }
+  if (km->n_in * C > 0) {
+    vc_pool_max_grad_kernel<T><<<vc_pool_grid(h, km->n_in * C), kPoolBlock, 0,
+                                 vc_cuda_stream(h)>>>(
+        km->nbr_in, km->n_in, km->kvol, C, winner, (const T *)dy, (T *)dx);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_pool_max_grad_kernel");
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" voxconv_status_t vc_cuda_pool_forward(voxconv_handle_t *h,
+                                                 const voxconv_kmap_t *kmap,
+                                                 voxconv_pool_mode_t mode,
+                                                 const voxconv_feats_t *x,
+                                                 const voxconv_feats_t *y) {
+  VC_CUDA_DEVICE_GUARD(h);
+  const int red = mode == VOXCONV_POOL_MAX   ? VC_RED_MAX
+                  : mode == VOXCONV_POOL_AVG ? VC_RED_AVG
+                                             : VC_RED_SUM;
+  return vc_reduce(h, "voxconv_pool_forward", kmap->nbr_out, kmap->n_out,
+                   kmap->kvol, red, NULL, x, y);
+}
+
+extern "C" voxconv_status_t vc_cuda_pool_backward(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, voxconv_pool_mode_t mode,
+    const voxconv_feats_t *x, const voxconv_feats_t *y,
+    const voxconv_feats_t *dy, const voxconv_feats_t *dx) {
+  static const char *const func = "voxconv_pool_backward";
+  VC_CUDA_DEVICE_GUARD(h);
+  VC_CHECK(vc_check_dtype(h, func, dx->dtype));
+  if (mode == VOXCONV_POOL_MAX) {
+    const int64_t C = dx->channels;
+    switch (dx->dtype) {
+    case VOXCONV_DTYPE_F32:
+      return vc_max_backward_t<float>(h, kmap, C, x->data, y->data, dy->data,
+                                      dx->data);
+    case VOXCONV_DTYPE_F16:
+      return vc_max_backward_t<__half>(h, kmap, C, x->data, y->data, dy->data,
+                                       dx->data);
+    default:
+      return vc_max_backward_t<__nv_bfloat16>(h, kmap, C, x->data, y->data,
+                                              dy->data, dx->data);
+    }
+  }
+  if (mode == VOXCONV_POOL_SUM)
+    return vc_reduce(h, func, kmap->nbr_in, kmap->n_in, kmap->kvol, VC_RED_SUM,
+                     NULL, dy, dx);
+  /* AVG: each output's gradient is shared equally by its pairs. */
+  VcWorkspace ws(h);
+  int32_t *count = NULL;
+  VC_CHECK(ws.get<int32_t>(kmap->n_out, &count, "AVG pooling counts"));
+  if (kmap->n_out > 0) {
+    vc_pool_count_kernel<<<vc_pool_grid(h, kmap->n_out), kPoolBlock, 0,
+                           vc_cuda_stream(h)>>>(kmap->nbr_out, kmap->n_out,
+                                                kmap->kvol, count);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_pool_count_kernel");
+  }
+  return vc_reduce(h, func, kmap->nbr_in, kmap->n_in, kmap->kvol, VC_RED_SUM,
+                   count, dy, dx);
+}
+
+extern "C" voxconv_status_t vc_cuda_unpool_forward(voxconv_handle_t *h,
+                                                   const voxconv_kmap_t *kmap,
+                                                   const voxconv_feats_t *x,
+                                                   const voxconv_feats_t *y) {
+  VC_CUDA_DEVICE_GUARD(h);
+  return vc_reduce(h, "voxconv_unpool_forward", kmap->nbr_in, kmap->n_in,
+                   kmap->kvol, VC_RED_SUM, NULL, x, y);
+}
+
+extern "C" voxconv_status_t vc_cuda_unpool_backward(voxconv_handle_t *h,
+                                                    const voxconv_kmap_t *kmap,
+                                                    const voxconv_feats_t *dy,
+                                                    const voxconv_feats_t *dx) {
+  VC_CUDA_DEVICE_GUARD(h);
+  return vc_reduce(h, "voxconv_unpool_backward", kmap->nbr_out, kmap->n_out,
+                   kmap->kvol, VC_RED_SUM, NULL, dy, dx);
+}
