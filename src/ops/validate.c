@@ -476,11 +476,11 @@ voxconv_status_t vc_validate_pool_backward(voxconv_handle_t *h,
   NULL_ARG(dx, "dx");
   vc_arg_t args[4];
   int n = 0;
-  args[n++] = arg_feats("dy", dy);
   if (need_xy) {
     args[n++] = arg_feats("x", x);
     args[n++] = arg_feats("y", y);
   }
+  args[n++] = arg_feats("dy", dy);
   args[n++] = arg_feats("dx", dx);
   VC_CHECK(check_dtypes_backend(h, fn, kmap, args, n));
   VC_CHECK(check_feats_sizes(h, fn, "dy", dy));
