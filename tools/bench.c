@@ -13,6 +13,7 @@
 #include "tool_common.h"
 
 #include <stdarg.h>
+#include <strings.h>
 #include <unistd.h>
 
 #define NET_LEVELS 7
@@ -149,6 +150,59 @@ static int parse_channel_list(const char *s, bench_opts_t *o) {
   return o->n_channels > 0;
 }
 
+/* 1 if every name in an --algo value ("name", "[a,b]", "auto", "all") is
+ * in the registry; otherwise lists the registry on stderr. Checked up front
+ * so that a typo is a usage error, not a failure halfway through a run. */
+static int algo_names_known(const char *spec) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", spec);
+  char *p = buf;
+  size_t len = strlen(p);
+  const int in_list = len >= 2 && p[0] == '[' && p[len - 1] == ']';
+  if (in_list) {
+    p[len - 1] = '\0';
+    p++;
+  }
+  int ok = 1;
+  for (char *tok = strtok(p, ","); tok; tok = strtok(NULL, ",")) {
+    while (*tok == ' ')
+      tok++;
+    for (char *e = tok + strlen(tok); e > tok && e[-1] == ' ';)
+      *--e = '\0';
+    if (strcasecmp(tok, "auto") == 0 || strcasecmp(tok, "all") == 0) {
+      if (in_list) {
+        fprintf(stderr, "voxconv bench: --algo: \"%s\" cannot be a list "
+                        "element\n",
+                tok);
+        ok = 0;
+      }
+      continue;
+    }
+    int found = 0;
+    for (int i = 0; i < voxconv_algo_count() && !found; i++) {
+      voxconv_algo_info_t ai;
+      if (voxconv_algo_get_info(i, &ai) == VOXCONV_STATUS_SUCCESS &&
+          ai.name && strcasecmp(ai.name, tok) == 0)
+        found = 1;
+    }
+    if (!found) {
+      fprintf(stderr, "voxconv bench: --algo: unknown algorithm \"%s\"\n",
+              tok);
+      ok = 0;
+    }
+  }
+  if (!ok) {
+    fprintf(stderr, "known algorithms (voxconv info --algos):");
+    for (int i = 0; i < voxconv_algo_count(); i++) {
+      voxconv_algo_info_t ai;
+      if (voxconv_algo_get_info(i, &ai) == VOXCONV_STATUS_SUCCESS)
+        fprintf(stderr, " %s", ai.name);
+    }
+    fprintf(stderr, ", auto, all\n");
+  }
+  return ok;
+}
+
 /* Returns -1 when parsed, else the exit code to return (0 for --help). */
 static int parse_options(int argc, char **argv, bench_opts_t *o) {
   memset(o, 0, sizeof *o);
@@ -209,6 +263,8 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
       o->warmup = (int)n;
     } else if (strcmp(a, "--algo") == 0) {
       NEED_VALUE();
+      if (!algo_names_known(v))
+        return VT_EXIT_USAGE;
       o->algo = v;
     } else if (strcmp(a, "--threads") == 0) {
       NEED_VALUE();

@@ -467,33 +467,93 @@ static void test_malformed(void) {
   }
 }
 
-/* Random byte flips over a valid ascii PCD and a binary PLY: every outcome
- * must be a clean success or a message (run under ASan in CI). */
+/* Random byte flips and truncations over valid files of every format
+ * (ascii PCD, binary_compressed PCD, binary and ascii PLY): every outcome
+ * must be a clean success or a message (this test runs under ASan+UBSan in
+ * the sanitizer build, which turns any out-of-bounds read into a failure). */
 static void test_fuzz_smoke(void) {
+  unsigned char templates[4][512];
+  size_t lens[4];
+  const char *names[4] = {"f.pcd", "f.pcd", "f.ply", "f.ply"};
   const char *pcd = "VERSION 0.7\nFIELDS x y z rgb\nSIZE 4 4 4 4\n"
                     "TYPE F F F U\nCOUNT 1 1 1 1\nWIDTH 2\nHEIGHT 1\n"
                     "POINTS 2\nDATA ascii\n1 2 3 255\n4 5 6 65280\n";
-  const size_t len = strlen(pcd);
-  unsigned char buf[256];
-  int ok = 0, silent = 0;
-  for (int trial = 0; trial < 3000; trial++) {
-    memcpy(buf, pcd, len);
-    const int flips = 1 + (int)vc_rand_range(0, 3);
-    for (int k = 0; k < flips; k++)
-      buf[vc_rand_range(0, (int64_t)len - 1)] = (unsigned char)vc_rand_range(0, 255);
-    const size_t cut = (size_t)vc_rand_range((int64_t)len / 2, (int64_t)len);
+  lens[0] = strlen(pcd);
+  memcpy(templates[0], pcd, lens[0]);
+  /* binary_compressed: a literal run then a back-reference (the 8 bytes
+   * of z repeat the 8 bytes of y). */
+  const char *hdr = "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 2\n"
+                    "DATA binary_compressed\n";
+  size_t at = put(templates[1], 0, hdr, strlen(hdr));
+  const float xy[4] = {1.f, 2.f, 3.f, 4.f};
+  unsigned char comp[32];
+  size_t c = 0;
+  comp[c++] = 15;
+  c = put(comp, c, xy, 16);
+  comp[c++] = (6u << 5) | 0u; /* length 6 + 2 = 8 */
+  comp[c++] = 7;              /* distance 8 */
+  const uint32_t sizes[2] = {(uint32_t)c, 24};
+  at = put(templates[1], at, sizes, 8);
+  lens[1] = put(templates[1], at, comp, c);
+  const char *ply = "ply\nformat binary_little_endian 1.0\n"
+                    "element vertex 2\nproperty float x\nproperty float y\n"
+                    "property float z\nproperty list uchar int idx\n"
+                    "end_header\n";
+  at = put(templates[2], 0, ply, strlen(ply));
+  for (int i = 0; i < 2; i++) {
+    at = put(templates[2], at, xy, 12);
+    const unsigned char one = 1;
+    const int32_t idx = 7;
+    at = put(templates[2], at, &one, 1);
+    at = put(templates[2], at, &idx, 4);
+  }
+  lens[2] = at;
+  const char *aply = "ply\nformat ascii 1.0\nelement vertex 2\n"
+                     "property float x\nproperty float y\nproperty float z\n"
+                     "element face 1\nproperty list uchar int v\n"
+                     "end_header\n1 2 3\n4 5 6\n2 0 1\n";
+  lens[3] = strlen(aply);
+  memcpy(templates[3], aply, lens[3]);
+
+  /* The unmutated templates must parse (else the fuzzing proves little). */
+  for (int t = 0; t < 4; t++) {
     vt_scan_t s;
     char err[256] = "";
-    if (vt_scan_parse(buf, cut, "f.pcd", 0, &s, err, sizeof err) == 0) {
+    const int r =
+        vt_scan_parse(templates[t], lens[t], names[t], 0, &s, err, sizeof err);
+    VC_EXPECT(r == 0 && s.n == 2, "template %d: %s", t, err);
+    if (r == 0) {
+      if (t == 1)
+        VC_EXPECT(s.data[2] == 3.f && s.data[5] == 4.f,
+                  "back-referenced z: %g %g", (double)s.data[2],
+                  (double)s.data[5]);
+      vt_scan_free(&s);
+    }
+  }
+  unsigned char buf[512];
+  int ok = 0, silent = 0;
+  const int trials = 8000;
+  for (int trial = 0; trial < trials; trial++) {
+    const int t = trial % 4;
+    memcpy(buf, templates[t], lens[t]);
+    const int flips = 1 + (int)vc_rand_range(0, 3);
+    for (int k = 0; k < flips; k++)
+      buf[vc_rand_range(0, (int64_t)lens[t] - 1)] =
+          (unsigned char)vc_rand_range(0, 255);
+    const size_t cut =
+        (size_t)vc_rand_range((int64_t)lens[t] / 2, (int64_t)lens[t]);
+    vt_scan_t s;
+    char err[256] = "";
+    if (vt_scan_parse(buf, cut, names[t], 0, &s, err, sizeof err) == 0) {
       ok++;
       vt_scan_free(&s);
     } else if (!err[0]) {
       silent++;
     }
   }
-  VC_EXPECT(silent == 0, "%d of 3000 mutated files rejected without a message",
-            silent);
-  printf("fuzz smoke: %d of 3000 mutated files still parse\n", ok);
+  VC_EXPECT(silent == 0, "%d of %d mutated files rejected without a message",
+            silent, trials);
+  printf("fuzz smoke: %d of %d mutated files still parse\n", ok, trials);
 }
 
 int main(void) {
