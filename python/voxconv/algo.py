@@ -119,11 +119,13 @@ def algo_string(value, enum_cls, argname="algo"):
         return None
     if isinstance(value, str) and not isinstance(value, enum.Enum):
         s = value.strip()
-        if s.startswith("[") or "," in s:
-            if s.startswith("[") != s.endswith("]"):
+        if s.startswith("[") or s.endswith("]") or "," in s:
+            # the C/environment form: brackets required, as VOXCONV_*_ALGO_MODE
+            if not (s.startswith("[") and s.endswith("]")):
                 raise errors.InvalidArgumentError(
-                    f"{argname}: malformed list {value!r} (expected \"[a, b]\")")
-            value = [p for p in s.strip("[]").split(",")]
+                    f"{argname}: malformed list {value!r} (expected \"[a, b]\" or a "
+                    f"Python list)")
+            value = [p for p in s[1:-1].split(",")]
             if any(not p.strip() for p in value):
                 raise errors.InvalidArgumentError(
                     f"{argname}: empty name in list {s!r}")
