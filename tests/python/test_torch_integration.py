@@ -1,0 +1,74 @@
+"""torch.library registration (torch >= 2.4): the ops exist as
+torch.ops.voxconv.*, pass torch.library.opcheck (schema, fake/meta
+implementation, autograd registration), and torch.compile traces around
+them with the same results. On older torch (Debian's 1.13) the plain
+autograd.Function path is used and these tests skip."""
+
+import pytest
+import torch
+
+import voxconv
+
+from conftest import DEVICES
+import ref
+
+pytestmark = pytest.mark.skipif(not voxconv.custom_ops_enabled(),
+                                reason=f"torch {torch.__version__}: no torch.library.custom_op "
+                                       f"(or VOXCONV_TORCH_CUSTOM_OPS=0)")
+
+
+def test_ops_are_registered():
+    for name in ("conv_forward", "conv_dgrad", "conv_wgrad", "depthwise_forward",
+                 "depthwise_dgrad", "depthwise_wgrad", "pool_forward", "pool_backward",
+                 "unpool_forward", "unpool_backward"):
+        assert hasattr(torch.ops.voxconv, name), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    coords = ref.rand_coords(200, 8).to(device)
+    x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords)
+    km, _ = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_STRIDED, (2, 2, 2),
+                                 (2, 2, 2), (1, 1, 1))
+    feats = x.feats.clone().requires_grad_()
+    w = torch.randn(8, 4, 5, device=device, requires_grad=True)
+    wd = torch.randn(8, 4, device=device, requires_grad=True)
+    ops = torch.ops.voxconv
+    cfg = (None, None, None, 0, 0)
+    torch.library.opcheck(ops.conv_forward, (feats, w, km.id, *cfg, False))
+    torch.library.opcheck(ops.depthwise_forward, (feats, wd, km.id, *cfg, False))
+    for mode in (0, 1, 2):
+        torch.library.opcheck(ops.pool_forward, (feats, km.id, mode))
+    coarse = torch.randn(km.n_out, 4, device=device, requires_grad=True)
+    torch.library.opcheck(ops.unpool_forward, (coarse, km.id))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = voxconv.nn.SparseConv3d(4, 8, 3)
+        self.d = voxconv.nn.SparseConv3d(8, 8, 2, stride=2)
+        self.u = voxconv.nn.SparseConvTranspose3d(8, 8, 2, stride=2)
+        self.dw = voxconv.nn.SparseDepthwiseConv3d(8, 3)
+
+    def forward(self, x):
+        h = self.a(x)
+        h = voxconv.cat([self.u(voxconv.sparse_max_pool(self.d(h), 1, 1)), h])
+        return self.dw(h).feats.relu().sum(1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_traces_around_the_ops(device):
+    coords = ref.rand_coords(500, 10).to(device)
+    x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords)
+    net = Net().to(device)
+    want = net(x)
+    want.sum().backward()
+    grads = [p.grad.clone() for p in net.parameters()]
+    net.zero_grad()
+    compiled = torch.compile(net, backend="aot_eager")
+    got = compiled(x)
+    got.sum().backward()
+    torch.testing.assert_close(got, want)
+    for p, g in zip(net.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)
