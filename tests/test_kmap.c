@@ -839,6 +839,23 @@ static void test_bad_inputs(voxconv_handle_t *h) {
       VC_EXPECT(m->n_pairs == 2, "limit coords: %lld pairs (centre only)",
                 (long long)m->n_pairs);
     voxconv_kmap_destroy(h, m);
+    /* Neighbours past a limit do not exist, even where the packed key of
+     * the cell past the limit would carry into the next field: y = MAX + 2
+     * would read as (x + 1, y = MIN), z = MAX + 2 as (y + 1, z = MIN). */
+    int32_t wrap[4 * 4] = {0, 5, VOXCONV_COORD_MAX, 0,
+                           0, 6, VOXCONV_COORD_MIN, 0,
+                           0, 5, 0, VOXCONV_COORD_MAX,
+                           0, 5, 1, VOXCONV_COORD_MIN};
+    voxconv_coords_t cw = {wrap, 4, {0, 0, 0}};
+    voxconv_kmap_desc_t dw = desc_of(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
+    dw.kernel_size[0] = 1;
+    dw.dilation[1] = dw.dilation[2] = 2;
+    VC_EXPECT_STATUS(h, voxconv_kmap_build(h, &dw, &cw, NULL, &m),
+                     VOXCONV_STATUS_SUCCESS);
+    if (m)
+      VC_EXPECT(m->n_pairs == 4, "cells past the limit alias real ones: "
+                "%lld pairs, want 4 (centres)", (long long)m->n_pairs);
+    voxconv_kmap_destroy(h, m);
     /* generated cells past the limit are an error */
     EXPECT_FAIL(h, voxconv_kmap_build(h, &ge, &c, NULL, &m),
                 VOXCONV_STATUS_OUT_OF_RANGE, "GENERATIVE output of in row 0");
