@@ -630,8 +630,16 @@ static int prepare_synthetic(bench_t *B) {
   const float origin[3] = {VT_SCENE_ORIGIN_X, VT_SCENE_ORIGIN_Y,
                            VT_SCENE_ORIGIN_Z};
   /* The grid covers the scene box [-80,80) x [-80,80) x [-2,6) m. */
-  const int32_t grid[3] = {(int32_t)ceil(160.0 / voxel - 1e-6),
-                           (int32_t)ceil(160.0 / voxel - 1e-6),
+  const double cells = ceil(160.0 / voxel - 1e-6);
+  if (cells > (double)VOXCONV_COORD_MAX) {
+    free(xyz);
+    fprintf(stderr,
+            "voxconv bench: --voxel %g: the 160 m scene needs %.0f cells per "
+            "axis, beyond the coordinate limit %d\n",
+            (double)voxel, cells, VOXCONV_COORD_MAX);
+    return VT_EXIT_USAGE;
+  }
+  const int32_t grid[3] = {(int32_t)cells, (int32_t)cells,
                            (int32_t)ceil(8.0 / voxel - 1e-6)};
   const int rc = voxelize_points(B, xyz, n, 3, origin, voxel, grid);
   free(xyz);
