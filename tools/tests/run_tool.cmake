@@ -2,7 +2,11 @@
 #   cmake -DTOOL=path -DARGS="a|b|c" [-DEXPECT_RC=0] [-DSTDOUT_MATCH=regex]
 #         [-DSTDERR_MATCH=regex] [-DJSON_EQ="a.b=1|c=x"]
 #         [-DJSON_POSITIVE="forward_ms|backward_ms"]
-#         [-DJSON_RANGE="input.voxels=7140:7160"] -P run_tool.cmake
+#         [-DJSON_RANGE="input.voxels=7140:7160"]
+#         [-DSKIP_IF_STDERR=regex] -P run_tool.cmake
+# A run whose stderr matches SKIP_IF_STDERR (e.g. no GPU) prints
+# VOXCONV_TOOL_TEST_SKIPPED, which the test's SKIP_REGULAR_EXPRESSION turns
+# into "skipped".
 # ARGS uses '|' between arguments (a ';' would be split by add_test).
 # JSON_EQ / JSON_POSITIVE parse stdout as JSON (string(JSON), CMake >= 3.19)
 # and compare members addressed by dotted paths.
@@ -12,6 +16,11 @@ endif()
 string(REPLACE "|" ";" arg_list "${ARGS}")
 execute_process(COMMAND ${TOOL} ${arg_list}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(DEFINED SKIP_IF_STDERR AND NOT "${rc}" STREQUAL "0" AND
+   err MATCHES "${SKIP_IF_STDERR}")
+  message(STATUS "VOXCONV_TOOL_TEST_SKIPPED: ${err}")
+  return()
+endif()
 set(failed "")
 if(NOT "${rc}" STREQUAL "${EXPECT_RC}")
   string(APPEND failed "exit code ${rc}, want ${EXPECT_RC}\n")
