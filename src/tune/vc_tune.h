@@ -152,6 +152,9 @@ int vc_cache_recommend_for(const char *ns, const vc_cache_key_t *like,
 int vc_cache_save_now(char *msg, size_t msg_size);
 /* Tests: drop the process table without saving (as a fresh process). */
 void vc_cache_forget(void);
+/* Tests: replaces the CPU clock of the benchmark runner (NULL = the
+ * monotonic clock), so that fake algorithms can take exact virtual time. */
+extern double (*vc_tune_test_clock_ms)(void);
 /* Tests: microseconds to sleep between writing halves of the temporary
  * file, to make "killed mid-save" reproducible. */
 extern volatile int vc_cache_test_slow_write_us;

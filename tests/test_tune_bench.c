@@ -1,0 +1,596 @@
+/* The benchmark runner and the cached choice: ranking helpers (median,
+ * leaders, tolerances, the reference check) against hand-computed values;
+ * then, with fake algorithms of known speed and known defects registered
+ * beside the library's own, that the fastest correct candidate wins, that
+ * wrong / non-finite / failing candidates are disqualified and recorded
+ * without breaking later ones, that the caller's output holds a correct
+ * result and inputs are untouched, that a second call (and a fresh process)
+ * answers from the cache, that search spaces are unified per configuration,
+ * the fp16-accumulator admission rules, key isolation (accumulator, dtype,
+ * device, deterministic), the progress line, and a real "all" search over
+ * the CPU gather-GEMM's parameters. */
+#include "tune_test_util.h"
+
+/* ---- pure helpers -------------------------------------------------------- */
+static void test_helpers(void) {
+  double v1[] = {5, 1, 3};
+  VC_EXPECT(vc_median(v1, 3) == 3, "median odd");
+  double v2[] = {4, 1, 3, 2};
+  VC_EXPECT(vc_median(v2, 4) == 2.5, "median even");
+  double v3[] = {7};
+  VC_EXPECT(vc_median(v3, 1) == 7, "median one");
+  VC_EXPECT(isnan(vc_median(v3, 0)), "median empty");
+
+  const double times[] = {10.0, 10.9, 11.1, 9.0, 9.8, 1.0};
+  const int ok[] = {1, 1, 1, 1, 1, 0}; /* the 1.0 is disqualified */
+  int idx[6];
+  const int n = vc_leaders(times, ok, 6, 0.10, idx);
+  /* best 9.0 -> within 9.9: 9.0 and 9.8 */
+  VC_EXPECT(n == 2 && idx[0] == 3 && idx[1] == 4, "leaders: n=%d", n);
+  const int none[] = {0, 0, 0, 0, 0, 0};
+  VC_EXPECT(vc_leaders(times, none, 6, 0.10, idx) == 0, "no leaders");
+
+  vc_tolerance_t t32 = vc_tune_tolerance(VOXCONV_DTYPE_F32, 0);
+  vc_tolerance_t t16 = vc_tune_tolerance(VOXCONV_DTYPE_F16, 0);
+  vc_tolerance_t t16a = vc_tune_tolerance(VOXCONV_DTYPE_F16, 1);
+  vc_tolerance_t t32a = vc_tune_tolerance(VOXCONV_DTYPE_F32, 1);
+  VC_EXPECT(t32.max_rel < t16.max_rel && t16.max_rel < t16a.max_rel,
+            "tolerances ordered: %g %g %g", t32.max_rel, t16.max_rel,
+            t16a.max_rel);
+  VC_EXPECT(t32a.max_rel == t32.max_rel, "f32 has no fp16-accumulator slack");
+  setenv("VOXCONV_AUTOTUNE_MAX_REL", "0.25", 1);
+  VC_EXPECT(vc_tune_tolerance(VOXCONV_DTYPE_F32, 0).max_rel == 0.25,
+            "VOXCONV_AUTOTUNE_MAX_REL");
+  unsetenv("VOXCONV_AUTOTUNE_MAX_REL");
+
+  /* check: ref = {3, -4, 0, 0} -> rms = 2.5, floor 0.025 */
+  float ref[] = {3, -4, 0, 0, NAN, INFINITY};
+  float got[] = {3.03f, -4, 0.025f, 0, NAN, INFINITY};
+  vc_check_t c = vc_check_host(got, ref, VOXCONV_DTYPE_F32, 6);
+  /* element 2: 0.025 / (0 + 0.01 * rms(finite ref) = 0.025) = 1.0 */
+  VC_EXPECT(fabs(c.max_rel - 1.0) < 1e-5, "max_rel %g", c.max_rel);
+  VC_EXPECT(c.n_nonfinite == 0, "same NaN/Inf on both sides is fine");
+  VC_EXPECT(fabs(c.norm_rel - sqrt((0.03 * 0.03 + 0.025 * 0.025) / 25.0)) <
+                1e-6,
+            "norm_rel %g", c.norm_rel);
+  got[4] = 1;           /* NaN -> finite */
+  got[5] = -INFINITY;   /* +Inf -> -Inf */
+  got[1] = NAN;         /* finite -> NaN */
+  c = vc_check_host(got, ref, VOXCONV_DTYPE_F32, 6);
+  VC_EXPECT(c.n_nonfinite == 3, "kind mismatches %lld",
+            (long long)c.n_nonfinite);
+  /* identical f16 buffers */
+  uint16_t h[4] = {0x3C00, 0xC000, 0, 0x7BFF};
+  c = vc_check_host(h, h, VOXCONV_DTYPE_F16, 4);
+  VC_EXPECT(c.max_rel == 0 && c.norm_rel == 0 && c.n_nonfinite == 0,
+            "identical");
+}
+
+/* ---- helpers for the runner tests ----------------------------------------- */
+static vc_cache_entry_t get_entry(const char *ns, tt_problem_t *t,
+                                  voxconv_pass_t pass, int acc, int det,
+                                  int *found) {
+  vc_conv_problem_t p = tt_as_problem(t, pass);
+  p.fp16_accum = acc;
+  p.deterministic = det;
+  vc_cache_key_t key;
+  vc_tune_make_key(t->h, &p, &key);
+  vc_cache_entry_t e;
+  memset(&e, 0, sizeof e);
+  *found = vc_cache_get(ns, &key, 0, &e);
+  return e;
+}
+
+static const vc_cache_row_t *row_of(const vc_cache_entry_t *e,
+                                    const char *algo, const char *params) {
+  return vc_cache_entry_find_row(e, algo, params);
+}
+
+/* Output of the last call against the fp64 reference. */
+static void expect_correct(tt_problem_t *t, voxconv_pass_t pass,
+                           const char *what) {
+  vc_conv_problem_t p = tt_as_problem(t, pass);
+  const int64_t n = tt_out_elems(t, pass);
+  double *ref = (double *)malloc((size_t)n * sizeof *ref);
+  tt_reference(&p, ref);
+  VC_EXPECT(vc_count_poison(t->out, t->dtype, n) == 0,
+            "%s: %lld output elements not written", what,
+            (long long)vc_count_poison(t->out, t->dtype, n));
+  vc_err_stats_t s = vc_compare(t->out, t->dtype, ref, n, 0.01);
+  const double tol = t->dtype == VOXCONV_DTYPE_F32 ? 1e-4 : 1e-2;
+  VC_EXPECT(s.max_rel <= tol && s.n_nonfinite_mismatch == 0,
+            "%s: output max_rel %g (worst at %lld), %lld non-finite", what,
+            s.max_rel, (long long)s.worst_index,
+            (long long)s.n_nonfinite_mismatch);
+  free(ref);
+}
+
+/* ---- runner: ranking, disqualification, output safety --------------------- */
+static void test_runner(void) {
+  tt_fresh_cache_dir();
+  static const int fakes[] = {TT_FAIL_I, TT_WRONG_I, TT_NAN_I, TT_TILES, -1};
+  tt_use_fakes(fakes);
+  tt_problem_t t;
+  if (tt_problem_make(&t, 8, 6, 7, VOXCONV_DTYPE_F32, 2) != 0) {
+    VC_EXPECT(0, "problem setup failed");
+    return;
+  }
+  const size_t es = voxconv_dtype_size(t.dtype);
+  void *x0 = malloc((size_t)(t.n * t.cin) * es);
+  void *w0 = malloc((size_t)(t.kmap->kvol * t.cin * t.cout) * es);
+  memcpy(x0, t.x, (size_t)(t.n * t.cin) * es);
+  memcpy(w0, t.w, (size_t)(t.kmap->kvol * t.cin * t.cout) * es);
+
+  const voxconv_pass_t passes[] = {VOXCONV_PASS_CONV_FWD,
+                                   VOXCONV_PASS_CONV_DGRAD,
+                                   VOXCONV_PASS_CONV_WGRAD};
+  for (int pi = 0; pi < 3; pi++) {
+    const voxconv_pass_t pass = passes[pi];
+    const char *ns = vc_cache_pass_namespace((int)pass);
+    tt_reset_runs();
+    voxconv_conv_options_t opt = {0};
+    /* The failing candidate comes first: it must not break the others. */
+    opt.fwd_algo = opt.bwd_algo =
+        "[fake_fail, fake_wrong, fake_nan, fake_tiles]";
+    const int64_t n_out = tt_out_elems(&t, pass);
+    vc_poison(t.out, t.dtype, n_out);
+    tt_capture_begin();
+    voxconv_status_t st = tt_run(&t, pass, &opt);
+    char *err = tt_capture_end();
+    VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s: %s", ns,
+              voxconv_get_last_error(t.h));
+    VC_EXPECT(err[0] == '\0', "VOXCONV_AUTOTUNE_LOG=0 must silence: %s", err);
+    free(err);
+    VC_EXPECT(voxconv_get_last_error(t.h)[0] == '\0',
+              "a successful call keeps no error message: %s",
+              voxconv_get_last_error(t.h));
+    voxconv_call_info_t info;
+    voxconv_get_last_call_info(t.h, &info);
+    VC_EXPECT(strcmp(info.algo, "fake_tiles") == 0 &&
+                  strcmp(info.params, "delay_ms=1") == 0,
+              "%s: winner %s %s, want fake_tiles delay_ms=1", ns, info.algo,
+              info.params);
+    VC_EXPECT(info.from_cache == 0 && info.time_ms == 1.0,
+              "%s: from_cache %d time %g", ns, info.from_cache, info.time_ms);
+    expect_correct(&t, pass, ns);
+    VC_EXPECT(memcmp(x0, t.x, (size_t)(t.n * t.cin) * es) == 0 &&
+                  memcmp(w0, t.w, (size_t)(t.kmap->kvol * t.cin * t.cout) *
+                                      es) == 0,
+              "%s: inputs modified", ns);
+    /* Each defective candidate ran once (warm-up) and no more. */
+    VC_EXPECT(atomic_load(&tt_runs[TT_FAIL_I]) == 1 &&
+                  atomic_load(&tt_runs[TT_WRONG_I]) == 1 &&
+                  atomic_load(&tt_runs[TT_NAN_I]) == 1,
+              "%s: defective candidates ran %d %d %d times", ns,
+              atomic_load(&tt_runs[TT_FAIL_I]),
+              atomic_load(&tt_runs[TT_WRONG_I]),
+              atomic_load(&tt_runs[TT_NAN_I]));
+
+    int found = 0;
+    vc_cache_entry_t e = get_entry(ns, &t, pass, 0, 0, &found);
+    VC_EXPECT(found && e.n_rows == 6, "%s: entry with %d rows", ns, e.n_rows);
+    if (found && e.n_rows == 6) {
+      const vc_cache_row_t *r;
+      VC_EXPECT((r = row_of(&e, "fake_fail", "-")) &&
+                    strcmp(r->status, "failed:VOXCONV_STATUS_INTERNAL") == 0,
+                "fake_fail row");
+      VC_EXPECT((r = row_of(&e, "fake_wrong", "-")) &&
+                    strcmp(r->status, "wrong") == 0 && r->max_rel > 0.5,
+                "fake_wrong row");
+      VC_EXPECT((r = row_of(&e, "fake_nan", "-")) &&
+                    strcmp(r->status, "nonfinite") == 0,
+                "fake_nan row");
+      /* ranked: delay 1, 3, 6, then the disqualified */
+      VC_EXPECT(strcmp(e.rows[0].params, "delay_ms=1") == 0 &&
+                    strcmp(e.rows[1].params, "delay_ms=3") == 0 &&
+                    strcmp(e.rows[2].params, "delay_ms=6") == 0 &&
+                    !vc_cache_row_ok(&e.rows[3]),
+                "%s: ranking %s %s %s", ns, e.rows[0].params,
+                e.rows[1].params, e.rows[2].params);
+      VC_EXPECT(e.rows[0].time_ms == 1.0 && e.rows[1].time_ms == 3.0 &&
+                    e.rows[2].time_ms == 6.0,
+                "%s: times %g %g", ns, e.rows[0].time_ms, e.rows[2].time_ms);
+      VC_EXPECT(e.coverage == 0, "a list search is not auto/all: %u",
+                e.coverage);
+    }
+    vc_cache_entry_free(&e);
+    /* per-algorithm namespaces: full parameter search of fake_tiles */
+    char sub[128];
+    snprintf(sub, sizeof sub, "%s/fake_tiles", ns);
+    e = get_entry(sub, &t, pass, 0, 0, &found);
+    VC_EXPECT(found && e.n_rows == 3 && (e.coverage & VC_COVER_FULL),
+              "%s: %d rows, coverage %u", sub, e.n_rows, e.coverage);
+    vc_cache_entry_free(&e);
+
+    /* Second call: from the cache, one run of the winner, nothing else. */
+    tt_reset_runs();
+    vc_poison(t.out, t.dtype, n_out);
+    VC_EXPECT_STATUS(t.h, tt_run(&t, pass, &opt), VOXCONV_STATUS_SUCCESS);
+    voxconv_get_last_call_info(t.h, &info);
+    VC_EXPECT(info.from_cache == 1 && strcmp(info.params, "delay_ms=1") == 0,
+              "%s: second call from_cache %d params %s", ns, info.from_cache,
+              info.params);
+    VC_EXPECT(atomic_load(&tt_runs[TT_TILES]) == 1 &&
+                  atomic_load(&tt_runs[TT_FAIL_I]) == 0,
+              "%s: cached call ran fake_tiles %d times", ns,
+              atomic_load(&tt_runs[TT_TILES]));
+    expect_correct(&t, pass, "cached call");
+  }
+
+  /* A fresh process: flush, forget, and the file answers. */
+  VC_EXPECT_STATUS(NULL, voxconv_cache_flush(), VOXCONV_STATUS_SUCCESS);
+  vc_cache_forget();
+  tt_reset_runs();
+  voxconv_conv_options_t opt = {0};
+  opt.fwd_algo = "[fake_fail, fake_wrong, fake_nan, fake_tiles]";
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_call_info_t info;
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(info.from_cache == 1 && atomic_load(&tt_runs[TT_TILES]) == 1,
+            "after reload: from_cache %d, %d runs", info.from_cache,
+            atomic_load(&tt_runs[TT_TILES]));
+
+  /* Every candidate disqualified: the reference output stands, warned
+   * once, and the call succeeds. */
+  opt.fwd_algo = "[fake_wrong, fake_nan, fake_fail]";
+  vc_poison(t.out, t.dtype, t.n * t.cout);
+  tt_capture_begin();
+  voxconv_status_t st = tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt);
+  vc_poison(t.out, t.dtype, t.n * t.cout);
+  voxconv_status_t st2 = tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt);
+  char *err = tt_capture_end();
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS && st2 == VOXCONV_STATUS_SUCCESS,
+            "all disqualified: %s", voxconv_get_last_error(t.h));
+  VC_EXPECT(tt_count(err, "passed the correctness check") == 1,
+            "one warning: %s", err);
+  free(err);
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(strcmp(info.algo, "cpu_gather_gemm") == 0,
+            "reference ran: %s", info.algo);
+  expect_correct(&t, VOXCONV_PASS_CONV_FWD, "all disqualified");
+  free(x0);
+  free(w0);
+  tt_problem_free(&t);
+  tt_use_fakes(NULL);
+}
+
+/* ---- unified search spaces ------------------------------------------------ */
+static void test_unified(void) {
+  tt_fresh_cache_dir();
+  static const int fakes[] = {TT_TILES, TT_FAST2, -1};
+  tt_use_fakes(fakes);
+  tt_problem_t t;
+  if (tt_problem_make(&t, 7, 4, 4, VOXCONV_DTYPE_F32, 1) != 0) {
+    VC_EXPECT(0, "problem setup failed");
+    return;
+  }
+  voxconv_conv_options_t opt = {0};
+  opt.fwd_algo = "fake_tiles";
+  tt_reset_runs();
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  const int tiles_runs = atomic_load(&tt_runs[TT_TILES]);
+  VC_EXPECT(tiles_runs >= 3 * 2, "fake_tiles benchmarked: %d runs",
+            tiles_runs);
+  /* Widening the list benchmarks only what is new. */
+  tt_reset_runs();
+  opt.fwd_algo = "[fake_tiles, fake_fast2]";
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_call_info_t info;
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(strcmp(info.algo, "fake_tiles") == 0 &&
+                strcmp(info.params, "delay_ms=1") == 0,
+            "winner across both: %s %s", info.algo, info.params);
+  VC_EXPECT(atomic_load(&tt_runs[TT_FAST2]) >= 2 &&
+                atomic_load(&tt_runs[TT_TILES]) == 1,
+            "only fake_fast2 benchmarked (%d runs); fake_tiles ran %d (the "
+            "winner's final run only)",
+            atomic_load(&tt_runs[TT_FAST2]), atomic_load(&tt_runs[TT_TILES]));
+  /* Both covered now: a call naming only fake_fast2 picks its best tile
+   * from the record without benchmarking. */
+  tt_reset_runs();
+  opt.fwd_algo = "fake_fast2";
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(info.from_cache == 1 && strcmp(info.params, "tile=1") == 0 &&
+                atomic_load(&tt_runs[TT_FAST2]) == 1,
+            "fake_fast2 from the record: %s, from_cache %d, %d runs",
+            info.params, info.from_cache, atomic_load(&tt_runs[TT_FAST2]));
+  /* "all" is a new search space: benchmarks what was never measured
+   * (cpu_gather_gemm's parameters) and records coverage all. */
+  opt.fwd_algo = "all";
+  tt_reset_runs();
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT(atomic_load(&tt_runs[TT_TILES]) <= 1 &&
+                atomic_load(&tt_runs[TT_FAST2]) <= 1,
+            "all re-ran known candidates: %d %d",
+            atomic_load(&tt_runs[TT_TILES]), atomic_load(&tt_runs[TT_FAST2]));
+  int found = 0;
+  vc_cache_entry_t e = get_entry("sparse_conv_forward", &t,
+                                 VOXCONV_PASS_CONV_FWD, 0, 0, &found);
+  VC_EXPECT(found && (e.coverage & VC_COVER_ALL) && e.n_rows == 3 + 2 + 5,
+            "all: %d rows, coverage %u", e.n_rows, e.coverage);
+  vc_cache_entry_free(&e);
+  /* auto after all: answered from the record (all covers auto). */
+  opt.fwd_algo = NULL;
+  tt_reset_runs();
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(info.from_cache == 1, "auto after all from the record");
+  expect_correct(&t, VOXCONV_PASS_CONV_FWD, "auto after all");
+  tt_problem_free(&t);
+  tt_use_fakes(NULL);
+}
+
+/* ---- fp16 accumulator admission ------------------------------------------- */
+static int count_acc_rows(const vc_cache_entry_t *e, int f16) {
+  int n = 0;
+  for (int i = 0; i < e->n_rows; i++)
+    if (strcmp(e->rows[i].algo, "fake_acc") == 0 &&
+        strstr(e->rows[i].params, f16 ? "accumulator_type=1"
+                                      : "accumulator_type=0"))
+      n++;
+  return n;
+}
+
+static void test_accumulator(void) {
+  tt_fresh_cache_dir();
+  static const int fakes[] = {TT_ACC, -1};
+  tt_use_fakes(fakes);
+  tt_problem_t t;
+  if (tt_problem_make(&t, 7, 8, 8, VOXCONV_DTYPE_F16, 1) != 0) {
+    VC_EXPECT(0, "problem setup failed");
+    return;
+  }
+  tt_reset_runs();
+  voxconv_call_info_t info;
+  voxconv_conv_options_t opt = {0};
+  /* Off (default): only the f32 tile -> a single candidate, not tuned. */
+  opt.fwd_algo = "fake_acc";
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(strstr(info.params, "accumulator_type=0") && info.time_ms < 0 &&
+                info.fp16_accum == 0,
+            "fp16 off: ran %s (time %g)", info.params, info.time_ms);
+  /* Per-call on: both tiles, the faster fp16 one wins, and it runs with a
+   * problem that allows fp16 accumulation. */
+  opt.fp16_accum = VOXCONV_TRUE;
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(strstr(info.params, "accumulator_type=1") && info.fp16_accum == 1,
+            "fp16 on: ran %s", info.params);
+  int found = 0;
+  vc_cache_entry_t e =
+      get_entry("sparse_conv_forward", &t, VOXCONV_PASS_CONV_FWD, 1, 0,
+                &found);
+  VC_EXPECT(found && count_acc_rows(&e, 1) == 1 && count_acc_rows(&e, 0) == 1,
+            "fp16 on: rows f16 %d f32 %d", count_acc_rows(&e, 1),
+            count_acc_rows(&e, 0));
+  vc_cache_entry_free(&e);
+  /* "all" admits fp16 tiles even when off; the key stays acc=0. */
+  opt.fp16_accum = VOXCONV_UNSET;
+  opt.fwd_algo = "all";
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  e = get_entry("sparse_conv_forward", &t, VOXCONV_PASS_CONV_FWD, 0, 0,
+                &found);
+  VC_EXPECT(found && count_acc_rows(&e, 1) == 1,
+            "all with fp16 off: f16 rows %d", found ? count_acc_rows(&e, 1) : -1);
+  vc_cache_entry_free(&e);
+  /* ... but auto with the same key must not pick that fp16 row. */
+  opt.fwd_algo = "auto";
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(!strstr(info.params, "accumulator_type=1"),
+            "auto after all picked an fp16 tile: %s %s", info.algo,
+            info.params);
+  /* wgrad never: all on a wgrad records no fp16 tile. */
+  opt.bwd_algo = "all";
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_WGRAD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  e = get_entry("sparse_conv_wgrad", &t, VOXCONV_PASS_CONV_WGRAD, 0, 0,
+                &found);
+  VC_EXPECT(found && count_acc_rows(&e, 1) == 0 && count_acc_rows(&e, 0) == 1,
+            "wgrad all: f16 rows %d", found ? count_acc_rows(&e, 1) : -1);
+  vc_cache_entry_free(&e);
+  /* Small-channel ceiling admits them for a list too. */
+  setenv("VOXCONV_F16ACC_SMALL_CH_CEIL", "8", 1);
+  opt.bwd_algo = "fake_acc";
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_DGRAD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  e = get_entry("sparse_conv_dgrad", &t, VOXCONV_PASS_CONV_DGRAD, 0, 0,
+                &found);
+  VC_EXPECT(found && count_acc_rows(&e, 1) == 1 && count_acc_rows(&e, 0) == 1,
+            "channels <= VOXCONV_F16ACC_SMALL_CH_CEIL admit fp16 tiles");
+  vc_cache_entry_free(&e);
+  opt.fwd_algo = "fake_acc";
+  setenv("VOXCONV_F16ACC_SMALL_CH_CEIL", "7", 1);
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(strstr(info.params, "accumulator_type=0") != NULL,
+            "above the ceiling: %s", info.params);
+  unsetenv("VOXCONV_F16ACC_SMALL_CH_CEIL");
+  VC_EXPECT(atomic_load(&tt_acc_violations) == 0,
+            "an fp16 tile ran with fp16_accum=0 (%d times)",
+            atomic_load(&tt_acc_violations));
+  tt_problem_free(&t);
+
+  /* f32 data: fp16 tiles never, not even under all. */
+  tt_problem_t t32;
+  if (tt_problem_make(&t32, 7, 8, 8, VOXCONV_DTYPE_F32, 1) == 0) {
+    opt.fp16_accum = VOXCONV_TRUE;
+    opt.fwd_algo = "all";
+    VC_EXPECT_STATUS(t32.h, tt_run(&t32, VOXCONV_PASS_CONV_FWD, &opt),
+                     VOXCONV_STATUS_SUCCESS);
+    e = get_entry("sparse_conv_forward", &t32, VOXCONV_PASS_CONV_FWD, 0, 0,
+                  &found);
+    VC_EXPECT(found && count_acc_rows(&e, 1) == 0,
+              "f32 all: f16 rows %d", found ? count_acc_rows(&e, 1) : -1);
+    vc_cache_entry_free(&e);
+    tt_problem_free(&t32);
+  }
+  tt_use_fakes(NULL);
+}
+
+/* ---- key isolation --------------------------------------------------------- */
+static void test_key_isolation(void) {
+  tt_fresh_cache_dir();
+  static const int fakes[] = {TT_TILES, -1};
+  tt_use_fakes(fakes);
+  tt_problem_t a;
+  if (tt_problem_make(&a, 6, 4, 4, VOXCONV_DTYPE_F16, 1) != 0) {
+    VC_EXPECT(0, "problem setup failed");
+    return;
+  }
+  voxconv_conv_options_t opt = {0};
+  opt.fwd_algo = "fake_tiles";
+  voxconv_call_info_t info;
+  typedef struct variant {
+    const char *what;
+    voxconv_tristate_t acc, det;
+  } variant_t;
+  const variant_t vars[] = {{"base", VOXCONV_UNSET, VOXCONV_UNSET},
+                            {"fp16 accumulator", VOXCONV_TRUE, VOXCONV_UNSET},
+                            {"deterministic", VOXCONV_UNSET, VOXCONV_TRUE}};
+  for (int v = 0; v < 3; v++) {
+    opt.fp16_accum = vars[v].acc;
+    opt.deterministic = vars[v].det;
+    VC_EXPECT_STATUS(a.h, tt_run(&a, VOXCONV_PASS_CONV_FWD, &opt),
+                     VOXCONV_STATUS_SUCCESS);
+    voxconv_get_last_call_info(a.h, &info);
+    VC_EXPECT(info.from_cache == 0, "%s: must be tuned, not taken from an "
+                                    "earlier key", vars[v].what);
+    VC_EXPECT_STATUS(a.h, tt_run(&a, VOXCONV_PASS_CONV_FWD, &opt),
+                     VOXCONV_STATUS_SUCCESS);
+    voxconv_get_last_call_info(a.h, &info);
+    VC_EXPECT(info.from_cache == 1, "%s: second call from the record",
+              vars[v].what);
+  }
+  /* Another device on the same problem: a second handle with another
+   * thread count (part of the CPU identity), then another device name. */
+  opt.fp16_accum = VOXCONV_UNSET;
+  opt.deterministic = VOXCONV_UNSET;
+  voxconv_handle_t *h1 = a.h, *h2 = NULL;
+  voxconv_handle_desc_t d = {0};
+  d.backend = VOXCONV_BACKEND_CPU;
+  d.num_threads = 2;
+  VC_EXPECT_STATUS(NULL, voxconv_create(&h2, &d), VOXCONV_STATUS_SUCCESS);
+  a.h = h2;
+  VC_EXPECT_STATUS(h2, tt_run(&a, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_get_last_call_info(h2, &info);
+  VC_EXPECT(info.from_cache == 0, "another device must not reuse a record");
+  snprintf(h2->tune_device_key, sizeof h2->tune_device_key,
+           "cuda:Imaginary GPU:cc9.9");
+  VC_EXPECT_STATUS(h2, tt_run(&a, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_get_last_call_info(h2, &info);
+  VC_EXPECT(info.from_cache == 0, "another device name");
+  a.h = h1;
+  voxconv_destroy(h2);
+  /* Another dtype on the same coordinates and shapes. */
+  a.dtype = VOXCONV_DTYPE_BF16;
+  vc_fill_normal(a.x, a.dtype, a.n * a.cin);
+  vc_fill_normal(a.w, a.dtype, a.kmap->kvol * a.cin * a.cout);
+  VC_EXPECT_STATUS(a.h, tt_run(&a, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_get_last_call_info(a.h, &info);
+  VC_EXPECT(info.from_cache == 0, "another dtype");
+  tt_problem_free(&a);
+  /* The keys differ exactly in the field that changed. */
+  VC_EXPECT_STATUS(NULL, voxconv_cache_flush(), VOXCONV_STATUS_SUCCESS);
+  voxconv_cache_t *snap = NULL;
+  VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, &snap),
+                   VOXCONV_STATUS_SUCCESS);
+  int n_sel = 0, n_acc = 0, n_det = 0, n_bf16 = 0, n_dev = 0, n_cpu2 = 0;
+  for (int i = 0; i < voxconv_cache_entry_count(snap); i++) {
+    voxconv_cache_entry_info_t e;
+    voxconv_cache_get_entry(snap, i, &e);
+    if (strcmp(e.namespace_name, "sparse_conv_forward") != 0)
+      continue;
+    n_sel++;
+    n_acc += e.fp16_accum;
+    n_det += e.deterministic;
+    n_bf16 += e.dtype == VOXCONV_DTYPE_BF16;
+    n_dev += strstr(e.device, "Imaginary") != NULL;
+    const size_t len = strlen(e.device);
+    n_cpu2 += len > 2 && strcmp(e.device + len - 2, ":2") == 0;
+  }
+  VC_EXPECT(n_sel == 6 && n_acc == 1 && n_det == 1 && n_bf16 == 1 &&
+                n_dev == 1 && n_cpu2 == 1,
+            "entries: %d (acc %d det %d bf16 %d dev %d cpu:2 %d)", n_sel,
+            n_acc, n_det, n_bf16, n_dev, n_cpu2);
+  voxconv_cache_close(snap);
+  tt_use_fakes(NULL);
+}
+
+/* ---- progress line and a real search --------------------------------------- */
+static void test_real_all_and_progress(void) {
+  tt_fresh_cache_dir();
+  tt_use_fakes(NULL);
+  tt_problem_t t;
+  if (tt_problem_make(&t, 10, 16, 24, VOXCONV_DTYPE_F32, 2) != 0) {
+    VC_EXPECT(0, "problem setup failed");
+    return;
+  }
+  unsetenv("VOXCONV_AUTOTUNE_LOG");
+  voxconv_conv_options_t opt = {0};
+  opt.fwd_algo = opt.bwd_algo = "all";
+  const voxconv_pass_t passes[] = {VOXCONV_PASS_CONV_FWD,
+                                   VOXCONV_PASS_CONV_DGRAD,
+                                   VOXCONV_PASS_CONV_WGRAD};
+  for (int i = 0; i < 3; i++) {
+    const char *ns = vc_cache_pass_namespace((int)passes[i]);
+    vc_poison(t.out, t.dtype, tt_out_elems(&t, passes[i]));
+    tt_capture_begin();
+    voxconv_status_t st = tt_run(&t, passes[i], &opt);
+    char *err = tt_capture_end();
+    VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s all: %s", ns,
+              voxconv_get_last_error(t.h));
+    char want[96];
+    snprintf(want, sizeof want, "voxconv: tuned %s", ns);
+    VC_EXPECT(strstr(err, want) && strstr(err, "5 candidates benchmarked") &&
+                  strstr(err, "[all]"),
+              "progress line for %s: %s", ns, err);
+    free(err);
+    expect_correct(&t, passes[i], ns);
+    int found = 0;
+    vc_cache_entry_t e = get_entry(ns, &t, passes[i], 0, 0, &found);
+    int ok = 0;
+    for (int r = 0; found && r < e.n_rows; r++)
+      ok += vc_cache_row_ok(&e.rows[r]);
+    VC_EXPECT(found && e.n_rows == 5 && ok == 5,
+              "%s: %d rows, %d ok (cpu_gather_gemm has 5 tiles)", ns, e.n_rows,
+              ok);
+    for (int r = 1; found && r < e.n_rows; r++)
+      VC_EXPECT(e.rows[r - 1].time_ms <= e.rows[r].time_ms, "ranked");
+    vc_cache_entry_free(&e);
+  }
+  setenv("VOXCONV_AUTOTUNE_LOG", "0", 1);
+  tt_problem_free(&t);
+}
+
+int main(void) {
+  vc_test_init("test_tune_bench");
+  setenv("VOXCONV_AUTOTUNE_LOG", "0", 1);
+  test_helpers();
+  /* The fakes take exact virtual time; the real algorithm real time. */
+  tt_virtual_clock(1);
+  test_runner();
+  test_unified();
+  test_accumulator();
+  test_key_isolation();
+  tt_virtual_clock(0);
+  test_real_all_and_progress();
+  tt_cleanup();
+  return vc_test_finish();
+}
