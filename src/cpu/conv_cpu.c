@@ -153,7 +153,15 @@ static voxconv_status_t pack_weights(voxconv_handle_t *h, const void *w,
 /* ---- forward / dgrad: blocks of destination rows ------------------------- */
 typedef struct rows_ctx {
   const vc_gemm_kernel_t *kern;
-  const int32_t *nbr; /* [n_rows][kvol] */
+  const voxconv_kmap_t *km;
+  /* Rows of a block come from the pair lists when the destination rows
+   * (dst_rows) are sorted within every offset: always for forward (pairs
+   * are sorted by output row), for dgrad when the input rows happen to be
+   * too (e.g. submanifold maps of sorted coordinates). Otherwise from the
+   * neighbour table nbr [n_rows][kvol]. */
+  int by_pairs;
+  const int32_t *dst_rows, *src_rows;
+  const int32_t *nbr;
   int64_t n_rows;
   int64_t kvol;
   const void *src; /* [*][kdim] in dtype */
@@ -169,13 +177,12 @@ typedef struct rows_ctx {
 } rows_ctx_t;
 
 typedef struct rows_scratch {
-  float *acc;        /* [block_rows][ldc] */
-  float *tile;       /* [block_rows][kdim], gathered rows (non-f32) */
+  float *acc;         /* [block_rows][ldc] */
+  float *tile;        /* [block_rows][kdim], gathered rows (non-f32) */
   const float **arow; /* [block_rows] */
-  int32_t *start;    /* [kvol + 1] */
-  int32_t *cursor;   /* [kvol] */
-  int32_t *loc;      /* [block_rows * kvol] local destination row */
-  int32_t *srcrow;   /* [block_rows * kvol] source row */
+  int32_t *count;     /* [kvol] rows of the block per offset */
+  int32_t *loc;       /* [kvol][block_rows] local destination row */
+  int32_t *srcrow;    /* [kvol][block_rows] source row (dgrad) */
 } rows_scratch_t;
 
 static size_t rows_scratch_layout(const rows_ctx_t *c, char *base,
@@ -191,71 +198,109 @@ static size_t rows_scratch_layout(const rows_ctx_t *c, char *base,
   CARVE(acc, float *, br * c->ldc);
   CARVE(tile, float *, c->dtype == VOXCONV_DTYPE_F32 ? 1 : br * c->kdim);
   CARVE(arow, const float **, br);
-  CARVE(start, int32_t *, c->kvol + 1);
-  CARVE(cursor, int32_t *, c->kvol);
-  CARVE(loc, int32_t *, br * c->kvol);
-  CARVE(srcrow, int32_t *, br * c->kvol);
+  CARVE(count, int32_t *, c->kvol);
+  CARVE(loc, int32_t *, c->by_pairs ? br : br * c->kvol);
+  CARVE(srcrow, int32_t *, c->by_pairs ? 1 : br * c->kvol);
 #undef CARVE
   return off;
+}
+
+/* Rows of the next register tile when `left` rows remain for `tiles`
+ * tiles: balanced tiles (28 rows with 12-row tiles: 10, 9, 9 rather than
+ * 12, 12, 4) keep enough independent accumulators in every tile. Tiling
+ * never changes the results. */
+static int64_t tile_len(int64_t left, int64_t tiles) {
+  return (left + tiles - 1) / tiles;
+}
+
+/* First index in [lo, hi) of the sorted rows[] that is >= v. */
+static int64_t lower_bound_i32(const int32_t *rows, int64_t lo, int64_t hi,
+                               int64_t v) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (rows[mid] < v)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* acc[loc[q]] += src[srcrow[q]] * B[k] for the m rows of offset k. */
+static void rows_block_offset(const rows_ctx_t *c, rows_scratch_t *s,
+                              int64_t k, int64_t m, const int32_t *srcrow,
+                              const int32_t *loc) {
+  const size_t esz = voxconv_dtype_size(c->dtype);
+  const int mr = c->kern->mr;
+  const int64_t nr = c->kern->nr;
+  if (c->dtype == VOXCONV_DTYPE_F32) {
+    /* f32 rows are used in place: a gathered copy would only add traffic */
+    for (int64_t q = 0; q < m; q++)
+      s->arow[q] = (const float *)c->src + (int64_t)srcrow[q] * c->kdim;
+  } else {
+    for (int64_t q = 0; q < m; q++) {
+      float *t = s->tile + q * c->kdim;
+      vc_cpu_load_f32((const char *)c->src +
+                          (size_t)((int64_t)srcrow[q] * c->kdim) * esz,
+                      c->dtype, c->kdim, t);
+      s->arow[q] = t;
+    }
+  }
+  /* Panel-outer: the B panel (kdim x nr) stays in L1 while every tile of
+   * rows passes over it; the gathered rows are reused per panel. */
+  for (int64_t j = 0; j < c->npanel; j++) {
+    const float *bp = c->bpack + (k * c->npanel + j) * c->kdim * nr;
+    float *cj = s->acc + j * nr;
+    const int64_t ntiles = (m + mr - 1) / mr;
+    for (int64_t t = 0, q = 0; t < ntiles; t++) {
+      const int64_t len = tile_len(m - q, ntiles - t);
+      c->kern->tile((int)len, c->kdim, s->arow + q, bp, nr, cj, c->ldc,
+                    loc + q);
+      q += len;
+    }
+  }
 }
 
 static void rows_block(const rows_ctx_t *c, rows_scratch_t *s, int64_t blk) {
   const int64_t kvol = c->kvol;
   const int64_t r0 = blk * c->block_rows;
   const int64_t nb = imin64(c->block_rows, c->n_rows - r0);
-  const int32_t *nbr = c->nbr + r0 * kvol;
   const size_t esz = voxconv_dtype_size(c->dtype);
-  const int mr = c->kern->mr;
-  const int64_t nr = c->kern->nr;
-
-  /* Group the block's (row, k) neighbours by k (counting sort): each k
-   * then becomes one small gathered GEMM. */
-  memset(s->start, 0, (size_t)(kvol + 1) * sizeof(int32_t));
-  for (int64_t r = 0; r < nb; r++)
-    for (int64_t k = 0; k < kvol; k++)
-      s->start[k + 1] += nbr[r * kvol + k] >= 0;
-  for (int64_t k = 0; k < kvol; k++) {
-    s->start[k + 1] += s->start[k];
-    s->cursor[k] = s->start[k];
-  }
-  for (int64_t r = 0; r < nb; r++)
-    for (int64_t k = 0; k < kvol; k++) {
-      const int32_t i = nbr[r * kvol + k];
-      if (i >= 0) {
-        const int32_t q = s->cursor[k]++;
-        s->loc[q] = (int32_t)r;
-        s->srcrow[q] = i;
-      }
-    }
 
   memset(s->acc, 0, (size_t)(nb * c->ldc) * sizeof(float));
-  for (int64_t k = 0; k < kvol; k++) {
-    const int64_t q0 = s->start[k], m = s->start[k + 1] - q0;
-    if (m == 0)
-      continue;
-    const int32_t *loc = s->loc + q0;
-    const int32_t *srcrow = s->srcrow + q0;
-    if (c->dtype == VOXCONV_DTYPE_F32) {
-      for (int64_t q = 0; q < m; q++)
-        s->arow[q] = (const float *)c->src + (int64_t)srcrow[q] * c->kdim;
-    } else {
-      for (int64_t q = 0; q < m; q++) {
-        float *t = s->tile + q * c->kdim;
-        vc_cpu_load_f32((const char *)c->src +
-                            (size_t)((int64_t)srcrow[q] * c->kdim) * esz,
-                        c->dtype, c->kdim, t);
-        s->arow[q] = t;
+  if (c->by_pairs) {
+    /* Within offset k the destination rows are sorted, so the block's
+     * pairs of k are one contiguous range of the pair list. */
+    const voxconv_kmap_t *km = c->km;
+    for (int64_t k = 0; k < kvol; k++) {
+      const int64_t lo = km->pair_offsets[k], hi = km->pair_offsets[k + 1];
+      const int64_t q0 = lower_bound_i32(c->dst_rows, lo, hi, r0);
+      const int64_t q1 = lower_bound_i32(c->dst_rows, q0, hi, r0 + nb);
+      if (q1 == q0)
+        continue;
+      for (int64_t q = q0; q < q1; q++)
+        s->loc[q - q0] = (int32_t)(c->dst_rows[q] - r0);
+      rows_block_offset(c, s, k, q1 - q0, c->src_rows + q0, s->loc);
+    }
+  } else {
+    /* Dgrad: one pass over the block's neighbour table groups its rows by
+     * offset (in ascending row order). */
+    const int32_t *nbr = c->nbr + r0 * kvol;
+    const int64_t br = c->block_rows;
+    memset(s->count, 0, (size_t)kvol * sizeof(int32_t));
+    for (int64_t r = 0; r < nb; r++)
+      for (int64_t k = 0; k < kvol; k++) {
+        const int32_t i = nbr[r * kvol + k];
+        if (i >= 0) {
+          const int64_t q = k * br + s->count[k]++;
+          s->loc[q] = (int32_t)r;
+          s->srcrow[q] = i;
+        }
       }
-    }
-    /* Panel-outer: the B panel (kdim x nr) stays in L1 while every tile
-     * of rows passes over it; the gathered rows are reused per panel. */
-    for (int64_t j = 0; j < c->npanel; j++) {
-      const float *bp = c->bpack + (k * c->npanel + j) * c->kdim * nr;
-      float *cj = s->acc + j * nr;
-      for (int64_t q = 0; q < m; q += mr)
-        c->kern->tile((int)imin64(mr, m - q), c->kdim, s->arow + q, bp, nr,
-                      cj, c->ldc, loc + q);
-    }
+    for (int64_t k = 0; k < kvol; k++)
+      if (s->count[k])
+        rows_block_offset(c, s, k, s->count[k], s->srcrow + k * br,
+                          s->loc + k * br);
   }
   for (int64_t r = 0; r < nb; r++)
     vc_cpu_store_f32((char *)c->dst + (size_t)((r0 + r) * c->ncols) * esz,
@@ -270,14 +315,27 @@ static void rows_task(void *vctx, int64_t b0, int64_t b1, int tid) {
     rows_block(c, &s, b);
 }
 
-static int64_t auto_block_rows(int64_t ldc) {
-  /* Aim at a ~64 KB accumulator block (L2-resident, big enough that each
-   * offset contributes a few full register tiles). */
-  int64_t br = 16384 / imax64(ldc, 1);
-  int64_t p2 = 32;
-  while (p2 * 2 <= br && p2 < 256)
-    p2 *= 2;
-  return p2;
+/* 1 if rows[] is strictly increasing within every offset's pair range. */
+static int pairs_sorted_by(const voxconv_kmap_t *km, const int32_t *rows) {
+  for (int64_t k = 0; k < km->kvol; k++)
+    for (int64_t q = km->pair_offsets[k] + 1; q < km->pair_offsets[k + 1]; q++)
+      if (rows[q] <= rows[q - 1])
+        return 0;
+  return 1;
+}
+
+static int64_t auto_block_rows(int64_t ldc, int64_t n_rows, int nthreads) {
+  /* Aim at a ~128 KB accumulator block (L2-resident, big enough that each
+   * offset of a sparse map still contributes full register tiles), but
+   * keep a few blocks per thread for load balance. The block size never
+   * changes the results. */
+  const int64_t want = 32768 / imax64(ldc, 1);
+  int64_t br = 32;
+  while (br * 2 <= want && br < 512)
+    br *= 2;
+  while (br > 32 && n_rows < br * 4 * (int64_t)nthreads)
+    br /= 2;
+  return br;
 }
 
 static int scratch_threads(const voxconv_handle_t *h, int64_t tasks) {
@@ -299,7 +357,11 @@ static voxconv_status_t rows_gemm(voxconv_handle_t *h,
   rows_ctx_t c;
   memset(&c, 0, sizeof c);
   c.kern = kern;
-  c.nbr = fwd ? km->nbr_out : km->nbr_in;
+  c.km = km;
+  c.by_pairs = fwd || pairs_sorted_by(km, km->in_rows);
+  c.dst_rows = fwd ? km->out_rows : km->in_rows;
+  c.src_rows = fwd ? km->in_rows : km->out_rows;
+  c.nbr = km->nbr_in;
   c.n_rows = fwd ? km->n_out : km->n_in;
   c.kvol = km->kvol;
   c.src = p->a;
@@ -311,7 +373,8 @@ static voxconv_status_t rows_gemm(voxconv_handle_t *h,
   c.dst = p->c;
   c.bpack = (const float *)ws;
   c.block_rows = params && params->v[0] > 0 ? params->v[0]
-                                            : auto_block_rows(c.ldc);
+                                            : auto_block_rows(c.ldc, c.n_rows,
+                                                              h->num_threads);
   if (c.n_rows == 0)
     return VOXCONV_STATUS_SUCCESS;
   VC_CHECK(pack_weights(h, p->b, p->dtype, km->kvol, p->cin, p->cout,
@@ -344,12 +407,9 @@ typedef struct wgrad_ctx {
 } wgrad_ctx_t;
 
 typedef struct wgrad_scratch {
-  float *acc;   /* [group_width][ldc] */
-  float *xt;    /* [group_width][chunk]: gathered x, transposed */
-  float *d;     /* [chunk][ldc]: gathered dy, zero-padded columns */
-  float *row;   /* [max(cin, cout)] conversion buffer */
-  const float **arow; /* [group_width] */
-  int32_t *ident;     /* [group_width]: 0, 1, 2, ... */
+  float *acc; /* [group_width][ldc] */
+  float *x;   /* [chunk][group_width]: gathered x (this task's channels) */
+  float *d;   /* [chunk][ldc]: gathered dy, zero-padded columns */
 } wgrad_scratch_t;
 
 static size_t wgrad_scratch_layout(const wgrad_ctx_t *c, char *base,
@@ -362,14 +422,13 @@ static size_t wgrad_scratch_layout(const wgrad_ctx_t *c, char *base,
     off += align_up((size_t)(count) * sizeof(*s->field));                      \
   } while (0)
   CARVE(acc, float *, c->group_width * c->ldc);
-  CARVE(xt, float *, c->group_width * c->chunk);
+  CARVE(x, float *, c->chunk * c->group_width);
   CARVE(d, float *, c->chunk * c->ldc);
-  CARVE(row, float *, imax64(c->cin, c->cout));
-  CARVE(arow, const float **, c->group_width);
-  CARVE(ident, int32_t *, c->group_width);
 #undef CARVE
   return off;
 }
+
+#define WGRAD_PREFETCH 8
 
 static void wgrad_one(const wgrad_ctx_t *c, wgrad_scratch_t *s, int64_t task) {
   const voxconv_kmap_t *km = c->km;
@@ -384,32 +443,38 @@ static void wgrad_one(const wgrad_ctx_t *c, wgrad_scratch_t *s, int64_t task) {
   const int64_t p_begin = km->pair_offsets[k], p_end = km->pair_offsets[k + 1];
 
   memset(s->acc, 0, (size_t)(cw * c->ldc) * sizeof(float));
-  for (int64_t r = 0; r < cw; r++) {
-    s->arow[r] = s->xt + r * c->chunk;
-    s->ident[r] = (int32_t)r;
-  }
   for (int64_t p0 = p_begin; p0 < p_end; p0 += c->chunk) {
     const int64_t n = imin64(c->chunk, p_end - p0);
+    /* Gather the chunk's rows contiguously (dtype -> f32): x restricted to
+     * this task's channels, dy whole. */
     for (int64_t q = 0; q < n; q++) {
       const int64_t i = km->in_rows[p0 + q], o = km->out_rows[p0 + q];
-      const float *xr;
-      if (c->dtype == VOXCONV_DTYPE_F32) {
-        xr = (const float *)c->x + i * c->cin + c0;
-      } else {
-        vc_cpu_load_f32((const char *)c->x + (size_t)(i * c->cin + c0) * esz,
-                        c->dtype, cw, s->row);
-        xr = s->row;
+      if (q + WGRAD_PREFETCH < n) {
+        /* The rows are scattered: ask for a later pair's rows now so that
+         * the copies do not wait on memory one row at a time. */
+        const int64_t pi = km->in_rows[p0 + q + WGRAD_PREFETCH];
+        const int64_t po = km->out_rows[p0 + q + WGRAD_PREFETCH];
+        const char *xr = (const char *)c->x + (size_t)(pi * c->cin + c0) * esz;
+        const char *dr = (const char *)c->dy + (size_t)(po * c->cout) * esz;
+        for (int64_t b = 0; b < (int64_t)((size_t)cw * esz); b += 64)
+          __builtin_prefetch(xr + b);
+        for (int64_t b = 0; b < (int64_t)((size_t)c->cout * esz); b += 64)
+          __builtin_prefetch(dr + b);
       }
-      for (int64_t r = 0; r < cw; r++)
-        s->xt[r * c->chunk + q] = xr[r];
+      vc_cpu_load_f32((const char *)c->x + (size_t)(i * c->cin + c0) * esz,
+                      c->dtype, cw, s->x + q * cw);
       vc_cpu_load_f32((const char *)c->dy + (size_t)(o * c->cout) * esz,
                       c->dtype, c->cout, s->d + q * c->ldc);
     }
+    /* dW[k][c0 + r][j*nr + t] += sum_q x[q][r] * dy[q][j*nr + t] */
+    const int64_t ntiles = (cw + mr - 1) / mr;
     for (int64_t j = 0; j < c->npanel; j++)
-      for (int64_t r = 0; r < cw; r += mr)
-        c->kern->tile((int)imin64(mr, cw - r), n, s->arow + r,
-                      s->d + j * nr, c->ldc, s->acc + j * nr, c->ldc,
-                      s->ident + r);
+      for (int64_t t = 0, r = 0; t < ntiles; t++) {
+        const int64_t len = tile_len(cw - r, ntiles - t);
+        c->kern->tile_at((int)len, n, s->x + r, cw, s->d + j * nr, c->ldc,
+                         s->acc + r * c->ldc + j * nr, c->ldc);
+        r += len;
+      }
   }
   for (int64_t r = 0; r < cw; r++)
     vc_cpu_store_f32((char *)c->dw +

@@ -24,10 +24,19 @@ typedef void (*vc_gemm_tile_fn)(int m, int64_t kdim, const float *const *arow,
                                 const float *b, int64_t ldb, float *c,
                                 int64_t ldc, const int32_t *crow);
 
+/* The transposed-A tile used by weight gradients: for r < m, t < nr,
+ *   c[r * ldc + t] += sum over p < kdim, in order, of
+ *                     a[p * lda + r] * b[p * ldb + t]
+ * (A and B are gathered chunks of pairs, rows of C consecutive). */
+typedef void (*vc_gemm_tile_at_fn)(int m, int64_t kdim, const float *a,
+                                   int64_t lda, const float *b, int64_t ldb,
+                                   float *c, int64_t ldc);
+
 typedef struct vc_gemm_kernel {
   const char *name; /* "portable", "avx2", "avx512" */
   int mr, nr;       /* rows and columns of one register tile */
   vc_gemm_tile_fn tile;
+  vc_gemm_tile_at_fn tile_at;
 } vc_gemm_kernel_t;
 
 /* The kernel to use: the best this CPU runs, or the one named by the
