@@ -1387,8 +1387,9 @@ static void print_human(const bench_t *B, FILE *f) {
     }
     fprintf(f, "%-14s %-14s %21s %11s %11lld %10.3f %10s%s\n", r->name, r->op,
             nn, cc, (long long)r->pairs, ms, rate, pct);
-    if (i + 1 < B->n_rows && r->phase != B->rows[i + 1].phase)
-      fprintf(f, "\n");
+    if (B->fwd_total && i + 1 < B->n_rows &&
+        r->phase != B->rows[i + 1].phase)
+      fprintf(f, "\n"); /* forward block, then backward block */
   }
   double fl[2] = {0, 0}, sum[2] = {0, 0};
   for (int i = 0; i < B->n_rows; i++) {
