@@ -475,12 +475,58 @@ static void test_shapes(void) {
   const voxconv_feats_t fyp = {y, g_n, 4, F32};
   EXPECT_FAIL(h, voxconv_pool_forward(h, m, VOXCONV_POOL_MAX, &fx, &fyp),
               VOXCONV_STATUS_DTYPE_MISMATCH, "f32", "f64");
-  /* Unknown algorithm name. */
-  voxconv_conv_options_t o;
-  memset(&o, 0, sizeof o);
-  o.fwd_algo = "no_such_algo";
-  EXPECT_FAIL(h, voxconv_conv_forward(h, m, &fx, &fw, &fy, &o),
-              VOXCONV_STATUS_INVALID_ARGUMENT, "no_such_algo");
+  /* Algorithm strings (header, "Algorithm choice"): every malformed
+   * choice is INVALID_ARGUMENT with a message listing the valid names. */
+  static const char *const bad_algos[] = {
+      "no_such_algo",                      /* unknown */
+      "cpu_depthwise",                     /* does not implement conv fwd */
+      "[]",                                /* empty list */
+      "[auto]",                            /* auto inside a list */
+      "[cpu_gather_gemm, all]",            /* all inside a list */
+      "cpu_gather_gemm, cpu_gather_gemm",  /* list without brackets */
+      "[cpu_gather_gemm",                  /* unclosed */
+  };
+  for (size_t i = 0; i < sizeof bad_algos / sizeof bad_algos[0]; i++) {
+    voxconv_conv_options_t o;
+    memset(&o, 0, sizeof o);
+    o.fwd_algo = bad_algos[i];
+    char what[96];
+    snprintf(what, sizeof what, "conv_forward with fwd_algo \"%s\"",
+             bad_algos[i]);
+    const char *const words[] = {"cpu_gather_gemm", NULL};
+    expect_fail_at(__LINE__, what, h,
+                   voxconv_conv_forward(h, m, &fx, &fw, &fy, &o),
+                   VOXCONV_STATUS_INVALID_ARGUMENT, words);
+  }
+  {
+    voxconv_conv_options_t o;
+    memset(&o, 0, sizeof o);
+    o.fwd_algo = "no_such_algo";
+    EXPECT_FAIL(h, voxconv_conv_forward(h, m, &fx, &fw, &fy, &o),
+                VOXCONV_STATUS_INVALID_ARGUMENT, "no_such_algo");
+    /* Case and blanks do not matter; a valid name runs. */
+    o.fwd_algo = "  CPU_Gather_GEMM ";
+    EXPECT_OK(voxconv_conv_forward(h, m, &fx, &fw, &fy, &o));
+    o.fwd_algo = "[ cpu_gather_gemm ]";
+    EXPECT_OK(voxconv_conv_forward(h, m, &fx, &fw, &fy, &o));
+    o.fwd_algo = NULL;
+    o.fp16_accum = (voxconv_tristate_t)5;
+    EXPECT_FAIL(h, voxconv_conv_forward(h, m, &fx, &fw, &fy, &o),
+                VOXCONV_STATUS_INVALID_ARGUMENT, "fp16_accum", "5");
+    o.fp16_accum = VOXCONV_UNSET;
+    o.deterministic = (voxconv_tristate_t)-1;
+    EXPECT_FAIL(h, voxconv_conv_forward(h, m, &fx, &fw, &fy, &o),
+                VOXCONV_STATUS_INVALID_ARGUMENT, "deterministic", "-1");
+  }
+  /* Output aliasing an input (the header is silent; the library refuses
+   * in-place operation, which is the safe answer). */
+  const voxconv_feats_t fy_alias = {x, g_n, 5, F64};
+  EXPECT_FAIL(h, voxconv_conv_forward(h, m, &fx, &fw, &fy_alias, NULL),
+              VOXCONV_STATUS_INVALID_ARGUMENT, "overlap");
+  /* Depthwise dtype mismatch. */
+  const voxconv_feats_t dw32 = {w, 27, 4, F32};
+  EXPECT_FAIL(h, voxconv_depthwise_forward(h, m, &fx, &dw32, &fy4, NULL),
+              VOXCONV_STATUS_DTYPE_MISMATCH, "f32", "f64");
   voxconv_kmap_destroy(h, m);
 }
 
@@ -584,6 +630,14 @@ static void test_kmap_mismatch(void) {
                      h, m, &fx_more, &(voxconv_feats_t){w, 27, 2, F64}, &fy,
                      NULL),
               VOXCONV_STATUS_KMAP_MISMATCH, nin, nmore);
+  /* Unpooling: coarse side has n_out rows, fine side n_in. */
+  EXPECT_FAIL(h, voxconv_unpool_forward(h, m, &fy_less, &fx),
+              VOXCONV_STATUS_KMAP_MISMATCH, nin, nless);
+  EXPECT_FAIL(h, voxconv_unpool_backward(h, m, &fx_more, &fy),
+              VOXCONV_STATUS_KMAP_MISMATCH, nin, nmore);
+  EXPECT_FAIL(h, voxconv_pool_backward(h, m, VOXCONV_POOL_SUM, NULL, NULL,
+                                       &fy_less, &fx),
+              VOXCONV_STATUS_KMAP_MISMATCH, nin, nless);
 
   /* verify: the same coordinates pass; different ones of the same count,
    * a permutation, or another count fail. */
