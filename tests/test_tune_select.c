@@ -644,6 +644,8 @@ static void test_env_initial_value(const char *self) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char err_path[] = "/tmp/voxconv-tune-env-XXXXXX";
     int fd = mkstemp(err_path);
+    fflush(stdout);
+    fflush(stderr);
     pid_t pid = fork();
     if (pid == 0) {
       dup2(fd, 2);

@@ -314,6 +314,16 @@ static int write_all(int fd, const char *buf, size_t len) {
   return 0;
 }
 
+/* Brings what is on disk into the process table (g_mu held). */
+static void merge_saved_db(vc_cache_db_t *dst, const vc_cache_db_t *disk) {
+  for (int i = 0; i < disk->n; i++) {
+    const vc_cache_entry_t *s = &disk->entries[i];
+    vc_cache_entry_t *d = vc_cache_db_upsert(dst, s->ns, &s->key);
+    if (d)
+      vc_cache_entry_merge_saved(d, s);
+  }
+}
+
 /* g_save_mu held. */
 static int save_locked(char *msg, size_t msg_size) {
   if (msg_size)
@@ -329,10 +339,30 @@ static int save_locked(char *msg, size_t msg_size) {
     return 0;
   }
   snprintf(path, sizeof path, "%s", g_path);
-  int oom = vc_cache_db_merge(&mine, &g_db, 1, 1) != 0;
+  /* Only what this process measured goes out: rows it merely read from the
+   * file may be stale copies of another process's newer ones. */
+  int oom = 0;
+  for (int i = 0; i < g_db.n && !oom; i++) {
+    vc_cache_entry_t *e = &g_db.entries[i];
+    if (!e->dirty)
+      continue;
+    vc_cache_entry_t *m = vc_cache_db_upsert(&mine, e->ns, &e->key);
+    if (!m) {
+      oom = 1;
+      break;
+    }
+    m->coverage = e->coverage;
+    for (int r = 0; r < e->n_rows && !oom; r++)
+      if (e->rows[r].dirty && vc_cache_entry_put_row(m, &e->rows[r]) != 0)
+        oom = 1;
+  }
   if (!oom)
-    for (int i = 0; i < g_db.n; i++)
-      g_db.entries[i].dirty = 0;
+    for (int i = 0; i < g_db.n; i++) {
+      vc_cache_entry_t *e = &g_db.entries[i];
+      e->dirty = 0;
+      for (int r = 0; r < e->n_rows; r++)
+        e->rows[r].dirty = 0;
+    }
   pthread_mutex_unlock(&g_mu);
   if (oom) {
     vc_cache_db_free(&mine);
@@ -400,17 +430,24 @@ out:
   pthread_mutex_lock(&g_mu);
   if (g_loaded && strcmp(path, g_path) == 0) {
     if (rc == 0) {
-      /* What other processes saved becomes visible here too; this
-       * process's newer rows (added during the save) win. */
-      vc_cache_db_merge(&g_db, &disk, 0, 0);
+      /* What other processes saved becomes visible here too; rows this
+       * process measured during the save (dirty again) stay. */
+      merge_saved_db(&g_db, &disk);
       g_stamp = st;
     } else {
       /* Keep the results for a later attempt. */
       for (int i = 0; i < mine.n; i++) {
-        vc_cache_entry_t *e =
-            vc_cache_db_find(&g_db, mine.entries[i].ns, &mine.entries[i].key);
-        if (e)
-          e->dirty = 1;
+        const vc_cache_entry_t *m = &mine.entries[i];
+        vc_cache_entry_t *e = vc_cache_db_find(&g_db, m->ns, &m->key);
+        if (!e)
+          continue;
+        e->dirty = 1;
+        for (int r = 0; r < m->n_rows; r++) {
+          vc_cache_row_t *row = (vc_cache_row_t *)vc_cache_entry_find_row(
+              e, m->rows[r].algo, m->rows[r].params);
+          if (row)
+            row->dirty = 1;
+        }
       }
     }
   }
@@ -498,7 +535,7 @@ int vc_cache_get(const char *ns, const vc_cache_key_t *key,
         vc_cache_db_t disk;
         char err[256];
         if (read_file(g_path, &disk, &now, err, sizeof err) > 0) {
-          vc_cache_db_merge(&g_db, &disk, 0, 0);
+          merge_saved_db(&g_db, &disk);
           g_stamp = now;
         }
         vc_cache_db_free(&disk);
@@ -518,7 +555,15 @@ void vc_cache_put(const vc_cache_entry_t *src) {
   pthread_mutex_lock(&g_mu);
   if (ensure_loaded_locked()) {
     vc_cache_entry_t *e = vc_cache_db_upsert(&g_db, src->ns, &src->key);
-    if (e && vc_cache_entry_merge(e, src, 1) == 0) {
+    int ok = e != NULL;
+    for (int r = 0; ok && r < src->n_rows; r++) {
+      vc_cache_row_t row = src->rows[r];
+      row.dirty = 1;
+      ok = vc_cache_entry_put_row(e, &row) == 0;
+    }
+    if (ok) {
+      e->coverage |= src->coverage;
+      vc_cache_entry_sort(e);
       e->dirty = 1;
       wake_saver_locked();
     }

@@ -251,6 +251,24 @@ int vc_cache_entry_merge(vc_cache_entry_t *dst, const vc_cache_entry_t *src,
   return 0;
 }
 
+int vc_cache_entry_merge_saved(vc_cache_entry_t *dst,
+                               const vc_cache_entry_t *src) {
+  for (int i = 0; i < src->n_rows; i++) {
+    const vc_cache_row_t *r = &src->rows[i];
+    const vc_cache_row_t *mine =
+        vc_cache_entry_find_row(dst, r->algo, r->params);
+    if (mine && mine->dirty)
+      continue;
+    vc_cache_row_t clean = *r;
+    clean.dirty = 0;
+    if (vc_cache_entry_put_row(dst, &clean) != 0)
+      return -1;
+  }
+  dst->coverage |= src->coverage;
+  vc_cache_entry_sort(dst);
+  return 0;
+}
+
 int vc_cache_db_merge(vc_cache_db_t *dst, const vc_cache_db_t *src,
                       int src_wins, int only_dirty) {
   for (int i = 0; i < src->n; i++) {

@@ -1102,12 +1102,6 @@ voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
       for (int r = 0; r < rec.n_rows; r++)
         if (strcmp(rec.rows[r].algo, pl.algos[i]->info.name) == 0)
           vc_cache_entry_put_row(&sub, &rec.rows[r]);
-      if (have_top)
-        for (int r = 0; r < top.n_rows; r++)
-          if (strcmp(top.rows[r].algo, pl.algos[i]->info.name) == 0 &&
-              !vc_cache_entry_find_row(&sub, top.rows[r].algo,
-                                       top.rows[r].params))
-            vc_cache_entry_put_row(&sub, &top.rows[r]);
       vc_cache_entry_sort(&sub);
       vc_cache_put(&sub);
       vc_cache_entry_free(&sub);

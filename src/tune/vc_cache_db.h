@@ -57,6 +57,7 @@ typedef struct vc_cache_row {
   double time_ms;                   /* < 0: not timed */
   char status[VC_CACHE_STATUS_MAX]; /* ok | wrong | nonfinite | failed:X */
   double max_rel;                   /* < 0: unknown */
+  int dirty; /* in memory only: measured by this process, not yet saved */
 } vc_cache_row_t;
 
 typedef struct vc_cache_entry {
@@ -111,6 +112,11 @@ void vc_cache_entry_sort(vc_cache_entry_t *e);
  * (src_wins) or only fill gaps; coverage ORed; rows re-ranked. -1 on OOM. */
 int vc_cache_entry_merge(vc_cache_entry_t *dst, const vc_cache_entry_t *src,
                          int src_wins);
+/* Merges what another process saved (src, from the file) into this
+ * process's entry: src replaces every row except those still unsaved here
+ * (dirty), coverage ORed, rows re-ranked. -1 on OOM. */
+int vc_cache_entry_merge_saved(vc_cache_entry_t *dst,
+                               const vc_cache_entry_t *src);
 /* Merges every entry of src into dst (entries marked dirty in src only when
  * only_dirty). -1 on OOM. */
 int vc_cache_db_merge(vc_cache_db_t *dst, const vc_cache_db_t *src,
