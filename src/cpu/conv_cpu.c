@@ -393,6 +393,13 @@ static voxconv_status_t rows_gemm(voxconv_handle_t *h,
 }
 
 /* ---- wgrad ------------------------------------------------------------- */
+/* One wgrad task: dW[k][c0 .. c0 + cw) over all pairs of k. */
+typedef struct wgrad_task {
+  int32_t k;
+  int32_t c0, cw;
+  int64_t work; /* pairs * cw, for ordering */
+} wgrad_task_t;
+
 typedef struct wgrad_ctx {
   const vc_gemm_kernel_t *kern;
   const voxconv_kmap_t *km;
@@ -400,21 +407,27 @@ typedef struct wgrad_ctx {
   void *dw;
   voxconv_dtype_t dtype;
   int64_t cin, cout, ldc, npanel;
-  int64_t ngroups, group_width; /* input channels split into groups */
-  int64_t chunk;                /* pairs per gathered chunk */
+  const wgrad_task_t *tasks; /* (offset, input-channel range), big first */
+  int64_t group_width;       /* widest channel range of a task */
+  int64_t chunk;             /* pairs per gathered chunk */
   char *scratch;
   size_t scratch_stride;
 } wgrad_ctx_t;
 
 typedef struct wgrad_scratch {
-  float *acc; /* [group_width][ldc] */
-  float *x;   /* [chunk][group_width]: gathered x (this task's channels) */
-  float *d;   /* [chunk][ldc]: gathered dy, zero-padded columns */
+  float *acc;          /* [group_width][ldc] */
+  float *x;            /* [chunk][group_width]: converted x (non-f32) */
+  float *d;            /* [chunk][ldc]: converted dy (non-f32) */
+  float *dtail;        /* [chunk][nr]: f32 dy columns of a ragged last panel */
+  const float **ap;    /* [chunk] x row of each pair (this task's channels) */
+  const float **bp;    /* [chunk] dy row of each pair */
+  const float **btail; /* [chunk] rows of dtail */
 } wgrad_scratch_t;
 
 static size_t wgrad_scratch_layout(const wgrad_ctx_t *c, char *base,
                                    wgrad_scratch_t *s) {
   size_t off = 0;
+  const int f32 = c->dtype == VOXCONV_DTYPE_F32;
 #define CARVE(field, type, count)                                              \
   do {                                                                         \
     if (base)                                                                  \
@@ -422,59 +435,71 @@ static size_t wgrad_scratch_layout(const wgrad_ctx_t *c, char *base,
     off += align_up((size_t)(count) * sizeof(*s->field));                      \
   } while (0)
   CARVE(acc, float *, c->group_width * c->ldc);
-  CARVE(x, float *, c->chunk * c->group_width);
-  CARVE(d, float *, c->chunk * c->ldc);
+  CARVE(x, float *, f32 ? 1 : c->chunk * c->group_width);
+  CARVE(d, float *, f32 ? 1 : c->chunk * c->ldc);
+  CARVE(dtail, float *, f32 ? c->chunk * c->kern->nr : 1);
+  CARVE(ap, const float **, c->chunk);
+  CARVE(bp, const float **, c->chunk);
+  CARVE(btail, const float **, c->chunk);
 #undef CARVE
   return off;
 }
 
-#define WGRAD_PREFETCH 8
-
-static void wgrad_one(const wgrad_ctx_t *c, wgrad_scratch_t *s, int64_t task) {
+static void wgrad_one(const wgrad_ctx_t *c, wgrad_scratch_t *s,
+                      const wgrad_task_t *task) {
   const voxconv_kmap_t *km = c->km;
-  const int64_t k = task / c->ngroups, g = task % c->ngroups;
-  const int64_t c0 = g * c->group_width;
-  const int64_t cw = imin64(c->group_width, c->cin - c0);
-  if (cw <= 0)
-    return;
+  const int64_t k = task->k, c0 = task->c0, cw = task->cw;
+  const int f32 = c->dtype == VOXCONV_DTYPE_F32;
   const size_t esz = voxconv_dtype_size(c->dtype);
   const int mr = c->kern->mr;
   const int64_t nr = c->kern->nr;
+  /* f32 rows are read in place, except the columns of a last panel that
+   * would run past the end of a dy row: those are copied, zero-padded. */
+  const int64_t tail0 = (c->cout / nr) * nr;
+  const int ragged = f32 && tail0 < c->cout;
   const int64_t p_begin = km->pair_offsets[k], p_end = km->pair_offsets[k + 1];
 
   memset(s->acc, 0, (size_t)(cw * c->ldc) * sizeof(float));
   for (int64_t p0 = p_begin; p0 < p_end; p0 += c->chunk) {
     const int64_t n = imin64(c->chunk, p_end - p0);
-    /* Gather the chunk's rows contiguously (dtype -> f32): x restricted to
-     * this task's channels, dy whole. */
     for (int64_t q = 0; q < n; q++) {
       const int64_t i = km->in_rows[p0 + q], o = km->out_rows[p0 + q];
-      if (q + WGRAD_PREFETCH < n) {
-        /* The rows are scattered: ask for a later pair's rows now so that
-         * the copies do not wait on memory one row at a time. */
-        const int64_t pi = km->in_rows[p0 + q + WGRAD_PREFETCH];
-        const int64_t po = km->out_rows[p0 + q + WGRAD_PREFETCH];
-        const char *xr = (const char *)c->x + (size_t)(pi * c->cin + c0) * esz;
-        const char *dr = (const char *)c->dy + (size_t)(po * c->cout) * esz;
-        for (int64_t b = 0; b < (int64_t)((size_t)cw * esz); b += 64)
+      const char *xr = (const char *)c->x + (size_t)(i * c->cin + c0) * esz;
+      const char *dr = (const char *)c->dy + (size_t)(o * c->cout) * esz;
+      if (f32) {
+        /* Rows are scattered: start fetching them all before the tiles
+         * sweep over the chunk. */
+        for (int64_t b = 0; b < cw * 4; b += 64)
           __builtin_prefetch(xr + b);
-        for (int64_t b = 0; b < (int64_t)((size_t)c->cout * esz); b += 64)
+        for (int64_t b = 0; b < c->cout * 4; b += 64)
           __builtin_prefetch(dr + b);
+        s->ap[q] = (const float *)(const void *)xr;
+        s->bp[q] = (const float *)(const void *)dr;
+        if (ragged) {
+          float *t = s->dtail + q * nr;
+          memcpy(t, s->bp[q] + tail0, (size_t)(c->cout - tail0) * 4);
+          s->btail[q] = t;
+        }
+      } else {
+        vc_cpu_load_f32(xr, c->dtype, cw, s->x + q * cw);
+        vc_cpu_load_f32(dr, c->dtype, c->cout, s->d + q * c->ldc);
+        s->ap[q] = s->x + q * cw;
+        s->bp[q] = s->d + q * c->ldc;
       }
-      vc_cpu_load_f32((const char *)c->x + (size_t)(i * c->cin + c0) * esz,
-                      c->dtype, cw, s->x + q * cw);
-      vc_cpu_load_f32((const char *)c->dy + (size_t)(o * c->cout) * esz,
-                      c->dtype, c->cout, s->d + q * c->ldc);
     }
     /* dW[k][c0 + r][j*nr + t] += sum_q x[q][r] * dy[q][j*nr + t] */
     const int64_t ntiles = (cw + mr - 1) / mr;
-    for (int64_t j = 0; j < c->npanel; j++)
+    for (int64_t j = 0; j < c->npanel; j++) {
+      const int tail = ragged && j * nr == tail0;
+      const float *const *b = tail ? s->btail : s->bp;
+      const int64_t boff = tail ? 0 : j * nr;
       for (int64_t t = 0, r = 0; t < ntiles; t++) {
         const int64_t len = tile_len(cw - r, ntiles - t);
-        c->kern->tile_at((int)len, n, s->x + r, cw, s->d + j * nr, c->ldc,
+        c->kern->tile_pp((int)len, n, s->ap, r, b, boff,
                          s->acc + r * c->ldc + j * nr, c->ldc);
         r += len;
       }
+    }
   }
   for (int64_t r = 0; r < cw; r++)
     vc_cpu_store_f32((char *)c->dw +
@@ -487,12 +512,26 @@ static void wgrad_task(void *vctx, int64_t t0, int64_t t1, int tid) {
   wgrad_scratch_t s = {0};
   char *base = c->scratch + (size_t)tid * c->scratch_stride;
   wgrad_scratch_layout(c, base, &s);
-  /* Padding columns of the gathered dy must be zero (they feed padding
-   * columns of acc that are never stored, but NaN garbage there would be
-   * harmless too; zero keeps the arithmetic clean). */
-  memset(s.d, 0, (size_t)(c->chunk * c->ldc) * sizeof(float));
+  /* Padding columns of the copied dy stay zero: they only feed padding
+   * columns of acc, which are never stored, but uninitialised memory
+   * there would be read. */
+  if (c->dtype == VOXCONV_DTYPE_F32)
+    memset(s.dtail, 0, (size_t)(c->chunk * c->kern->nr) * sizeof(float));
+  else
+    memset(s.d, 0, (size_t)(c->chunk * c->ldc) * sizeof(float));
   for (int64_t t = t0; t < t1; t++)
-    wgrad_one(c, &s, t);
+    wgrad_one(c, &s, &c->tasks[t]);
+}
+
+/* Largest work first (then offset, channel: a total order, so the task
+ * list is the same on every run). */
+static int wgrad_task_cmp(const void *pa, const void *pb) {
+  const wgrad_task_t *a = (const wgrad_task_t *)pa, *b = (const wgrad_task_t *)pb;
+  if (a->work != b->work)
+    return a->work > b->work ? -1 : 1;
+  if (a->k != b->k)
+    return a->k < b->k ? -1 : 1;
+  return a->c0 < b->c0 ? -1 : a->c0 > b->c0;
 }
 
 static voxconv_status_t wgrad_gemm(voxconv_handle_t *h,
@@ -514,26 +553,55 @@ static voxconv_status_t wgrad_gemm(voxconv_handle_t *h,
   c.npanel = (c.cout + kern->nr - 1) / kern->nr;
   c.ldc = c.npanel * kern->nr;
   c.chunk = params && params->v[0] > 0 ? params->v[0] : 256;
-  /* Enough tasks to keep every thread busy despite the uneven pair counts
-   * per offset; the grouping never changes the results (each dW element
-   * is one sequential sum over the pairs). */
+  /* Tasks: each offset's input channels split into groups so that no task
+   * holds much more than 1/(4 * threads) of the work (the centre offset of
+   * a submanifold map has ~1/4 of all pairs), largest first. Any split
+   * gives the same bits: each dW element is one sequential sum over the
+   * pairs of its offset. */
   const int64_t nt = h->num_threads > 0 ? h->num_threads : 1;
-  const int64_t want_groups = (4 * nt + km->kvol - 1) / km->kvol;
   const int64_t max_groups = (c.cin + kern->mr - 1) / kern->mr;
-  c.ngroups = imax64(1, imin64(want_groups, max_groups));
-  c.group_width = (c.cin + c.ngroups - 1) / c.ngroups;
-  c.group_width = (c.group_width + kern->mr - 1) / kern->mr * kern->mr;
-  c.ngroups = (c.cin + c.group_width - 1) / c.group_width;
-  const int64_t ntasks = km->kvol * c.ngroups;
+  const int64_t target =
+      nt == 1 ? imax64(1, km->n_pairs) : imax64(1, km->n_pairs / (4 * nt));
+  int64_t ntasks = 0;
+  for (int64_t k = 0; k < km->kvol; k++) {
+    const int64_t pk = km->pair_offsets[k + 1] - km->pair_offsets[k];
+    ntasks += imax64(1, imin64(max_groups, (pk + target - 1) / target));
+  }
+  void *tmem = NULL;
+  VC_CHECK(vc_host_alloc(h, (size_t)ntasks * sizeof(wgrad_task_t), &tmem,
+                         "cpu_gather_gemm wgrad tasks"));
+  wgrad_task_t *tasks = (wgrad_task_t *)tmem;
+  ntasks = 0;
+  c.group_width = 1;
+  for (int64_t k = 0; k < km->kvol; k++) {
+    const int64_t pk = km->pair_offsets[k + 1] - km->pair_offsets[k];
+    const int64_t groups =
+        imax64(1, imin64(max_groups, (pk + target - 1) / target));
+    for (int64_t g = 0, c0 = 0; g < groups; g++) {
+      const int64_t cw = tile_len(c.cin - c0, groups - g);
+      wgrad_task_t t = {(int32_t)k, (int32_t)c0, (int32_t)cw, pk * cw};
+      tasks[ntasks++] = t;
+      c.group_width = imax64(c.group_width, cw);
+      c0 += cw;
+    }
+  }
+  qsort(tasks, (size_t)ntasks, sizeof *tasks, wgrad_task_cmp);
+  c.tasks = tasks;
   const int nth = scratch_threads(h, ntasks);
   c.scratch_stride = align_up(wgrad_scratch_layout(&c, NULL, NULL));
   void *scratch = NULL;
-  VC_CHECK(vc_host_alloc(h, c.scratch_stride * (size_t)nth + VC_ALIGN,
-                         &scratch, "cpu_gather_gemm wgrad scratch"));
+  voxconv_status_t ast =
+      vc_host_alloc(h, c.scratch_stride * (size_t)nth + VC_ALIGN, &scratch,
+                    "cpu_gather_gemm wgrad scratch");
+  if (ast != VOXCONV_STATUS_SUCCESS) {
+    free(tmem);
+    return ast;
+  }
   c.scratch = (char *)(((uintptr_t)scratch + VC_ALIGN - 1) &
                        ~(uintptr_t)(VC_ALIGN - 1));
   voxconv_status_t st = vc_parallel_for(h, ntasks, 1, wgrad_task, &c);
   free(scratch);
+  free(tmem);
   return st;
 }
 

@@ -63,19 +63,20 @@ static void portable_tile(int m, int64_t kdim, const float *const *arow,
   }
 }
 
-VC_INLINE void portable_at_body(const int M, int64_t kdim, const float *a,
-                                int64_t lda, const float *b, int64_t ldb,
+VC_INLINE void portable_pp_body(const int M, int64_t kdim,
+                                const float *const *ap, int64_t aoff,
+                                const float *const *bp, int64_t boff,
                                 float *c, int64_t ldc) {
   float acc[PORT_MR][PORT_NR];
   for (int r = 0; r < M; r++)
     for (int t = 0; t < PORT_NR; t++)
       acc[r][t] = c[r * ldc + t];
   for (int64_t p = 0; p < kdim; p++) {
-    const float *ap = a + p * lda, *bp = b + p * ldb;
+    const float *a = ap[p] + aoff, *b = bp[p] + boff;
     for (int r = 0; r < M; r++) {
-      const float av = ap[r];
+      const float av = a[r];
       for (int t = 0; t < PORT_NR; t++)
-        acc[r][t] += av * bp[t];
+        acc[r][t] += av * b[t];
     }
   }
   for (int r = 0; r < M; r++)
@@ -83,20 +84,20 @@ VC_INLINE void portable_at_body(const int M, int64_t kdim, const float *a,
       c[r * ldc + t] = acc[r][t];
 }
 
-static void portable_tile_at(int m, int64_t kdim, const float *a, int64_t lda,
-                             const float *b, int64_t ldb, float *c,
-                             int64_t ldc) {
+static void portable_tile_pp(int m, int64_t kdim, const float *const *ap,
+                             int64_t aoff, const float *const *bp,
+                             int64_t boff, float *c, int64_t ldc) {
   switch (m) {
-  case 4: portable_at_body(4, kdim, a, lda, b, ldb, c, ldc); break;
-  case 3: portable_at_body(3, kdim, a, lda, b, ldb, c, ldc); break;
-  case 2: portable_at_body(2, kdim, a, lda, b, ldb, c, ldc); break;
-  case 1: portable_at_body(1, kdim, a, lda, b, ldb, c, ldc); break;
+  case 4: portable_pp_body(4, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 3: portable_pp_body(3, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 2: portable_pp_body(2, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 1: portable_pp_body(1, kdim, ap, aoff, bp, boff, c, ldc); break;
   default: break;
   }
 }
 
 static const vc_gemm_kernel_t k_portable = {"portable", PORT_MR, PORT_NR,
-                                            portable_tile, portable_tile_at};
+                                            portable_tile, portable_tile_pp};
 
 #if VC_X86
 /* ---- AVX2 + FMA: 6 x 16 -------------------------------------------------- */
@@ -150,10 +151,10 @@ VC_AVX2 static void avx2_tile(int m, int64_t kdim, const float *const *arow,
   }
 }
 
-VC_INLINE VC_AVX2 void avx2_at_body(const int M, int64_t kdim,
-                                    const float *a, int64_t lda,
-                                    const float *b, int64_t ldb, float *c,
-                                    int64_t ldc) {
+VC_INLINE VC_AVX2 void avx2_pp_body(const int M, int64_t kdim,
+                                    const float *const *ap, int64_t aoff,
+                                    const float *const *bp, int64_t boff,
+                                    float *c, int64_t ldc) {
   __m256 c0[AVX2_MR], c1[AVX2_MR];
 #pragma GCC unroll 8
   for (int r = 0; r < M; r++) {
@@ -161,16 +162,15 @@ VC_INLINE VC_AVX2 void avx2_at_body(const int M, int64_t kdim,
     c1[r] = _mm256_loadu_ps(c + r * ldc + 8);
   }
   for (int64_t p = 0; p < kdim; p++) {
+    const float *a = ap[p] + aoff, *b = bp[p] + boff;
     const __m256 b0 = _mm256_loadu_ps(b);
     const __m256 b1 = _mm256_loadu_ps(b + 8);
-    b += ldb;
 #pragma GCC unroll 8
     for (int r = 0; r < M; r++) {
       const __m256 av = _mm256_broadcast_ss(a + r);
       c0[r] = _mm256_fmadd_ps(av, b0, c0[r]);
       c1[r] = _mm256_fmadd_ps(av, b1, c1[r]);
     }
-    a += lda;
   }
 #pragma GCC unroll 8
   for (int r = 0; r < M; r++) {
@@ -179,22 +179,23 @@ VC_INLINE VC_AVX2 void avx2_at_body(const int M, int64_t kdim,
   }
 }
 
-VC_AVX2 static void avx2_tile_at(int m, int64_t kdim, const float *a,
-                                 int64_t lda, const float *b, int64_t ldb,
+VC_AVX2 static void avx2_tile_pp(int m, int64_t kdim,
+                                 const float *const *ap, int64_t aoff,
+                                 const float *const *bp, int64_t boff,
                                  float *c, int64_t ldc) {
   switch (m) {
-  case 6: avx2_at_body(6, kdim, a, lda, b, ldb, c, ldc); break;
-  case 5: avx2_at_body(5, kdim, a, lda, b, ldb, c, ldc); break;
-  case 4: avx2_at_body(4, kdim, a, lda, b, ldb, c, ldc); break;
-  case 3: avx2_at_body(3, kdim, a, lda, b, ldb, c, ldc); break;
-  case 2: avx2_at_body(2, kdim, a, lda, b, ldb, c, ldc); break;
-  case 1: avx2_at_body(1, kdim, a, lda, b, ldb, c, ldc); break;
+  case 6: avx2_pp_body(6, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 5: avx2_pp_body(5, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 4: avx2_pp_body(4, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 3: avx2_pp_body(3, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 2: avx2_pp_body(2, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 1: avx2_pp_body(1, kdim, ap, aoff, bp, boff, c, ldc); break;
   default: break;
   }
 }
 
 static const vc_gemm_kernel_t k_avx2 = {"avx2", AVX2_MR, AVX2_NR, avx2_tile,
-                                        avx2_tile_at};
+                                        avx2_tile_pp};
 
 /* ---- AVX-512F: 12 x 32 --------------------------------------------------- */
 #define AVX512_MR 12
@@ -254,10 +255,10 @@ VC_AVX512 static void avx512_tile(int m, int64_t kdim,
   }
 }
 
-VC_INLINE VC_AVX512 void avx512_at_body(const int M, int64_t kdim,
-                                        const float *a, int64_t lda,
-                                        const float *b, int64_t ldb, float *c,
-                                        int64_t ldc) {
+VC_INLINE VC_AVX512 void avx512_pp_body(const int M, int64_t kdim,
+                                        const float *const *ap, int64_t aoff,
+                                        const float *const *bp, int64_t boff,
+                                        float *c, int64_t ldc) {
   __m512 c0[AVX512_MR], c1[AVX512_MR];
 #pragma GCC unroll 16
   for (int r = 0; r < M; r++) {
@@ -265,16 +266,15 @@ VC_INLINE VC_AVX512 void avx512_at_body(const int M, int64_t kdim,
     c1[r] = _mm512_loadu_ps(c + r * ldc + 16);
   }
   for (int64_t p = 0; p < kdim; p++) {
+    const float *a = ap[p] + aoff, *b = bp[p] + boff;
     const __m512 b0 = _mm512_loadu_ps(b);
     const __m512 b1 = _mm512_loadu_ps(b + 16);
-    b += ldb;
 #pragma GCC unroll 16
     for (int r = 0; r < M; r++) {
       const __m512 av = _mm512_set1_ps(a[r]);
       c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);
       c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);
     }
-    a += lda;
   }
 #pragma GCC unroll 16
   for (int r = 0; r < M; r++) {
@@ -283,28 +283,29 @@ VC_INLINE VC_AVX512 void avx512_at_body(const int M, int64_t kdim,
   }
 }
 
-VC_AVX512 static void avx512_tile_at(int m, int64_t kdim, const float *a,
-                                     int64_t lda, const float *b, int64_t ldb,
+VC_AVX512 static void avx512_tile_pp(int m, int64_t kdim,
+                                     const float *const *ap, int64_t aoff,
+                                     const float *const *bp, int64_t boff,
                                      float *c, int64_t ldc) {
   switch (m) {
-  case 12: avx512_at_body(12, kdim, a, lda, b, ldb, c, ldc); break;
-  case 11: avx512_at_body(11, kdim, a, lda, b, ldb, c, ldc); break;
-  case 10: avx512_at_body(10, kdim, a, lda, b, ldb, c, ldc); break;
-  case 9: avx512_at_body(9, kdim, a, lda, b, ldb, c, ldc); break;
-  case 8: avx512_at_body(8, kdim, a, lda, b, ldb, c, ldc); break;
-  case 7: avx512_at_body(7, kdim, a, lda, b, ldb, c, ldc); break;
-  case 6: avx512_at_body(6, kdim, a, lda, b, ldb, c, ldc); break;
-  case 5: avx512_at_body(5, kdim, a, lda, b, ldb, c, ldc); break;
-  case 4: avx512_at_body(4, kdim, a, lda, b, ldb, c, ldc); break;
-  case 3: avx512_at_body(3, kdim, a, lda, b, ldb, c, ldc); break;
-  case 2: avx512_at_body(2, kdim, a, lda, b, ldb, c, ldc); break;
-  case 1: avx512_at_body(1, kdim, a, lda, b, ldb, c, ldc); break;
+  case 12: avx512_pp_body(12, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 11: avx512_pp_body(11, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 10: avx512_pp_body(10, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 9: avx512_pp_body(9, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 8: avx512_pp_body(8, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 7: avx512_pp_body(7, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 6: avx512_pp_body(6, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 5: avx512_pp_body(5, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 4: avx512_pp_body(4, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 3: avx512_pp_body(3, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 2: avx512_pp_body(2, kdim, ap, aoff, bp, boff, c, ldc); break;
+  case 1: avx512_pp_body(1, kdim, ap, aoff, bp, boff, c, ldc); break;
   default: break;
   }
 }
 
 static const vc_gemm_kernel_t k_avx512 = {"avx512", AVX512_MR, AVX512_NR,
-                                          avx512_tile, avx512_tile_at};
+                                          avx512_tile, avx512_tile_pp};
 
 static int cpu_has_avx2(void) {
   __builtin_cpu_init();

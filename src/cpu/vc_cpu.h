@@ -24,19 +24,21 @@ typedef void (*vc_gemm_tile_fn)(int m, int64_t kdim, const float *const *arow,
                                 const float *b, int64_t ldb, float *c,
                                 int64_t ldc, const int32_t *crow);
 
-/* The transposed-A tile used by weight gradients: for r < m, t < nr,
+/* The tile used by weight gradients, with one A row and one B row per
+ * reduction step p (the rows of a pair): for r < m, t < nr,
  *   c[r * ldc + t] += sum over p < kdim, in order, of
- *                     a[p * lda + r] * b[p * ldb + t]
- * (A and B are gathered chunks of pairs, rows of C consecutive). */
-typedef void (*vc_gemm_tile_at_fn)(int m, int64_t kdim, const float *a,
-                                   int64_t lda, const float *b, int64_t ldb,
+ *                     ap[p][aoff + r] * bp[p][boff + t]
+ * (rows of C consecutive). */
+typedef void (*vc_gemm_tile_pp_fn)(int m, int64_t kdim,
+                                   const float *const *ap, int64_t aoff,
+                                   const float *const *bp, int64_t boff,
                                    float *c, int64_t ldc);
 
 typedef struct vc_gemm_kernel {
   const char *name; /* "portable", "avx2", "avx512" */
   int mr, nr;       /* rows and columns of one register tile */
   vc_gemm_tile_fn tile;
-  vc_gemm_tile_at_fn tile_at;
+  vc_gemm_tile_pp_fn tile_pp;
 } vc_gemm_kernel_t;
 
 /* The kernel to use: the best this CPU runs, or the one named by the
