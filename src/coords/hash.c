@@ -25,12 +25,7 @@ static void clear_slots_task(void *ctx, int64_t begin, int64_t end, int tid) {
   memset(c->slots + begin, 0xFF, (size_t)(end - begin) * sizeof *c->slots);
 }
 
-/* Lookups are random over the whole table: with 4 KiB pages nearly every
- * probe of a large table also misses the TLB. Ask for transparent huge
- * pages on the 2 MiB-aligned interior (only for our own allocations: a
- * caller's allocator may manage its pages itself). */
-static void advise_huge_pages(const voxconv_handle_t *h, void *p,
-                              size_t bytes) {
+void vc_advise_huge_pages(const voxconv_handle_t *h, void *p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   const uintptr_t huge = (uintptr_t)2 << 20;
   if (h->has_allocator || h->backend != VOXCONV_BACKEND_CPU ||
@@ -52,7 +47,7 @@ static voxconv_status_t alloc_table(voxconv_handle_t *h, vc_hash_t *t,
   void *p = NULL;
   VC_CHECK(vc_alloc(h, (size_t)capacity * sizeof(vc_hash_slot_t), &p, what));
   t->slots = (vc_hash_slot_t *)p;
-  advise_huge_pages(h, p, (size_t)capacity * sizeof(vc_hash_slot_t));
+  vc_advise_huge_pages(h, p, (size_t)capacity * sizeof(vc_hash_slot_t));
   t->mask = capacity - 1;
   t->count = 0;
   t->h = h;

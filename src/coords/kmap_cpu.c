@@ -262,6 +262,7 @@ typedef struct {
   const voxconv_kmap_t *m;
   const vc_hash_t *in_hash;
   int64_t *chunk_counts; /* [n_chunks][kvol] */
+  int symmetric;         /* submanifold with an odd kernel */
 } lookup_ctx_t;
 
 /* Input coordinate paired with output coordinate o at offset k, per mode;
@@ -289,13 +290,13 @@ static inline int partner_coord(voxconv_kmap_mode_t mode, const int32_t *s,
   return 1;
 }
 
-/* Hashes the neighbourhood of output o into keys[]/slots[] and prefetches
- * the slots. */
+/* Hashes the partners of output o at offsets [0, k_end) into keys[] /
+ * slots[] and prefetches their slots. */
 static inline void lookup_prepare(const voxconv_kmap_t *m, const vc_hash_t *t,
-                                  int64_t o, uint64_t *keys,
+                                  int64_t o, int32_t k_end, uint64_t *keys,
                                   uint64_t *slots) {
   const int32_t *oc = m->out_coords + 4 * o;
-  for (int32_t k = 0; k < m->kvol; k++) {
+  for (int32_t k = 0; k < k_end; k++) {
     int32_t p[3];
     if (partner_coord(m->desc.mode, m->desc.stride, m->offsets[k], oc, p)) {
       keys[k] = vc_pack_key(oc[0], p[0], p[1], p[2]);
@@ -312,34 +313,78 @@ static inline void lookup_prepare(const voxconv_kmap_t *m, const vc_hash_t *t,
  * in flight is what sets the speed. Power of two. */
 #define LOOKUP_AHEAD 4
 
+/* Fills nbr_out rows [begin, end). General maps look up every offset and
+ * count pairs per (chunk, offset). Symmetric maps (submanifold, odd
+ * kernel) look up only the offsets before the centre: the centre pairs
+ * every row with itself and the offsets after it are mirrored from the
+ * looked-up half (mirror_task), which halves the random probes. */
 static void lookup_task(void *ctx, int64_t begin, int64_t end, int tid) {
   (void)tid;
   const lookup_ctx_t *c = (const lookup_ctx_t *)ctx;
   const voxconv_kmap_t *m = c->m;
   const vc_hash_t *t = c->in_hash;
   const int32_t kvol = m->kvol;
+  const int32_t k_look = c->symmetric ? kvol / 2 : kvol;
   int64_t *counts = c->chunk_counts + (begin / LOOKUP_GRAIN) * kvol;
   memset(counts, 0, (size_t)kvol * sizeof *counts);
   uint64_t keys[LOOKUP_AHEAD][VOXCONV_KERNEL_VOLUME_MAX];
   uint64_t slots[LOOKUP_AHEAD][VOXCONV_KERNEL_VOLUME_MAX];
   for (int64_t o = begin; o < end && o < begin + LOOKUP_AHEAD - 1; o++)
-    lookup_prepare(m, t, o, keys[o & (LOOKUP_AHEAD - 1)],
+    lookup_prepare(m, t, o, k_look, keys[o & (LOOKUP_AHEAD - 1)],
                    slots[o & (LOOKUP_AHEAD - 1)]);
   for (int64_t o = begin; o < end; o++) {
     const int64_t ahead = o + LOOKUP_AHEAD - 1;
     if (ahead < end)
-      lookup_prepare(m, t, ahead, keys[ahead & (LOOKUP_AHEAD - 1)],
+      lookup_prepare(m, t, ahead, k_look, keys[ahead & (LOOKUP_AHEAD - 1)],
                      slots[ahead & (LOOKUP_AHEAD - 1)]);
     const uint64_t *ok = keys[o & (LOOKUP_AHEAD - 1)];
     const uint64_t *os = slots[o & (LOOKUP_AHEAD - 1)];
     int32_t *nbr = m->nbr_out + o * kvol;
-    for (int32_t k = 0; k < kvol; k++) {
+    for (int32_t k = 0; k < k_look; k++) {
       int32_t i = -1;
       if (ok[k] != VC_KEY_EMPTY)
         i = vc_hash_find_at(t, ok[k], os[k]);
       nbr[k] = i;
       counts[k] += i >= 0;
     }
+    if (c->symmetric) {
+      nbr[k_look] = (int32_t)o;
+      for (int32_t k = k_look + 1; k < kvol; k++)
+        nbr[k] = -1;
+    }
+  }
+}
+
+/* Symmetric maps: pair (i, o) at k < centre is pair (o, i) at K-1-k.
+ * Each written element (i, K-1-k) has exactly one writer (o = i -
+ * off[K-1-k]) and no reader in this pass (readers touch k < centre), so
+ * chunks never race. */
+static void mirror_task(void *ctx, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  const lookup_ctx_t *c = (const lookup_ctx_t *)ctx;
+  const voxconv_kmap_t *m = c->m;
+  const int32_t kvol = m->kvol;
+  for (int64_t o = begin; o < end; o++) {
+    const int32_t *nbr = m->nbr_out + o * kvol;
+    for (int32_t k = 0; k < kvol / 2; k++)
+      if (nbr[k] >= 0)
+        m->nbr_out[(int64_t)nbr[k] * kvol + (kvol - 1 - k)] = (int32_t)o;
+  }
+}
+
+/* Symmetric maps: per-(chunk, offset) pair counts of the finished rows. */
+static void count_task(void *ctx, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  const lookup_ctx_t *c = (const lookup_ctx_t *)ctx;
+  const voxconv_kmap_t *m = c->m;
+  const int32_t kvol = m->kvol;
+  int64_t *counts = c->chunk_counts + (begin / LOOKUP_GRAIN) * kvol;
+  for (int32_t k = kvol / 2; k < kvol; k++)
+    counts[k] = 0;
+  for (int64_t o = begin; o < end; o++) {
+    const int32_t *nbr = m->nbr_out + o * kvol;
+    for (int32_t k = kvol / 2; k < kvol; k++)
+      counts[k] += nbr[k] >= 0;
   }
 }
 
@@ -397,8 +442,10 @@ static voxconv_status_t build_pairs(voxconv_handle_t *h, voxconv_kmap_t *m,
   const int64_t n_chunks = (n_out + LOOKUP_GRAIN - 1) / LOOKUP_GRAIN;
   VC_CHECK(vc_alloc(h, (size_t)n_out * kvol * sizeof(int32_t),
                     (void **)&m->nbr_out, "kernel-map nbr_out"));
+  vc_advise_huge_pages(h, m->nbr_out, (size_t)n_out * kvol * sizeof(int32_t));
   VC_CHECK(vc_alloc(h, (size_t)m->n_in * kvol * sizeof(int32_t),
                     (void **)&m->nbr_in, "kernel-map nbr_in"));
+  vc_advise_huge_pages(h, m->nbr_in, (size_t)m->n_in * kvol * sizeof(int32_t));
   VC_CHECK(vc_host_alloc(h, (size_t)(kvol + 1) * sizeof(int64_t),
                          (void **)&m->pair_offsets,
                          "kernel-map pair offsets"));
@@ -407,8 +454,17 @@ static voxconv_status_t build_pairs(voxconv_handle_t *h, voxconv_kmap_t *m,
                                 sizeof(int64_t),
                          (void **)&chunk, "kernel-map chunk counters"));
 
-  lookup_ctx_t lc = {m, in_hash, chunk};
+  int odd_kernel = 1;
+  for (int a = 0; a < 3; a++)
+    odd_kernel &= m->desc.kernel_size[a] & 1;
+  const int symmetric =
+      m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && odd_kernel;
+  lookup_ctx_t lc = {m, in_hash, chunk, symmetric};
   vc_parallel_for(h, n_out, LOOKUP_GRAIN, lookup_task, &lc);
+  if (symmetric) {
+    vc_parallel_for(h, n_out, LOOKUP_GRAIN, mirror_task, &lc);
+    vc_parallel_for(h, n_out, LOOKUP_GRAIN, count_task, &lc);
+  }
 
   /* Counts -> start positions, offset-major then chunk: pairs of offset k
    * are contiguous and ascend with the output row. */
@@ -433,11 +489,9 @@ static voxconv_status_t build_pairs(voxconv_handle_t *h, voxconv_kmap_t *m,
     free(chunk);
     return st;
   }
-  int odd_kernel = 1;
-  for (int a = 0; a < 3; a++)
-    odd_kernel &= m->desc.kernel_size[a] & 1;
-  const int reverse =
-      m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && odd_kernel;
+  vc_advise_huge_pages(h, m->in_rows, (size_t)total * sizeof(int32_t));
+  vc_advise_huge_pages(h, m->out_rows, (size_t)total * sizeof(int32_t));
+  const int reverse = symmetric;
   if (reverse)
     vc_parallel_for(h, m->n_in, LOOKUP_GRAIN, reverse_rows_task, m);
   else

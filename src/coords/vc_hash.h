@@ -117,6 +117,13 @@ static inline void vc_hash_prefetch(const vc_hash_t *t, uint64_t s) {
 #endif
 }
 
+/* Asks for transparent huge pages on the 2 MiB-aligned interior of a large
+ * fresh host buffer (Linux; a no-op elsewhere, for small buffers, and for
+ * memory from a caller's allocator, which may manage its pages itself).
+ * Random probes of a large table then rarely miss the TLB, and filling a
+ * large map buffer takes one page fault per 2 MiB instead of per 4 KiB. */
+void vc_advise_huge_pages(const voxconv_handle_t *h, void *p, size_t bytes);
+
 /* Copies the stored keys (in slot order, i.e. unordered) to keys[count]. */
 void vc_hash_keys(const vc_hash_t *t, uint64_t *keys);
 
