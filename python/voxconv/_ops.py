@@ -48,70 +48,70 @@ def _fs(t, what):
     return ctypes.byref(_runtime.feats_struct(t, what))
 
 
-def conv_forward_impl(x, w, kmap_id, fwd, dgrad, wgrad, fp16, det, inference):
+def conv_forward_impl(x, w, kmap_id, rows, fwd, dgrad, wgrad, fp16, det, inference):
     km = kmap_by_id(kmap_id)
-    y = x.new_empty((km.n_out, w.shape[2]))
+    y = x.new_empty((rows, w.shape[2]))
     _call(km, "voxconv_conv_forward", _fs(x, "input features"),
           ctypes.byref(_runtime.weights_struct(w)), _fs(y, "output"),
           ctypes.byref(_options(fwd, dgrad, wgrad, fp16, det, inference)))
     return y
 
 
-def conv_dgrad_impl(dy, w, kmap_id, fwd, dgrad, wgrad, fp16, det):
+def conv_dgrad_impl(dy, w, kmap_id, rows, fwd, dgrad, wgrad, fp16, det):
     km = kmap_by_id(kmap_id)
-    dx = dy.new_empty((km.n_in, w.shape[1]))
+    dx = dy.new_empty((rows, w.shape[1]))
     _call(km, "voxconv_conv_dgrad", _fs(dy, "output gradient"),
           ctypes.byref(_runtime.weights_struct(w)), _fs(dx, "input gradient"),
           ctypes.byref(_options(fwd, dgrad, wgrad, fp16, det, False)))
     return dx
 
 
-def conv_wgrad_impl(x, dy, kmap_id, fwd, dgrad, wgrad, fp16, det):
+def conv_wgrad_impl(x, dy, kmap_id, rows, fwd, dgrad, wgrad, fp16, det):
     km = kmap_by_id(kmap_id)
-    dw = x.new_empty((km.kernel_volume, x.shape[1], dy.shape[1]))
+    dw = x.new_empty((rows, x.shape[1], dy.shape[1]))
     _call(km, "voxconv_conv_wgrad", _fs(x, "input features"), _fs(dy, "output gradient"),
           ctypes.byref(_runtime.weights_struct(dw, "weight gradient")),
           ctypes.byref(_options(fwd, dgrad, wgrad, fp16, det, False)))
     return dw
 
 
-def depthwise_forward_impl(x, w, kmap_id, fwd, dgrad, wgrad, fp16, det, inference):
+def depthwise_forward_impl(x, w, kmap_id, rows, fwd, dgrad, wgrad, fp16, det, inference):
     km = kmap_by_id(kmap_id)
-    y = x.new_empty((km.n_out, x.shape[1]))
+    y = x.new_empty((rows, x.shape[1]))
     _call(km, "voxconv_depthwise_forward", _fs(x, "input features"),
           _fs(w, "depthwise weight"), _fs(y, "output"),
           ctypes.byref(_options(fwd, dgrad, wgrad, fp16, det, inference)))
     return y
 
 
-def depthwise_dgrad_impl(dy, w, kmap_id, fwd, dgrad, wgrad, fp16, det):
+def depthwise_dgrad_impl(dy, w, kmap_id, rows, fwd, dgrad, wgrad, fp16, det):
     km = kmap_by_id(kmap_id)
-    dx = dy.new_empty((km.n_in, dy.shape[1]))
+    dx = dy.new_empty((rows, dy.shape[1]))
     _call(km, "voxconv_depthwise_dgrad", _fs(dy, "output gradient"),
           _fs(w, "depthwise weight"), _fs(dx, "input gradient"),
           ctypes.byref(_options(fwd, dgrad, wgrad, fp16, det, False)))
     return dx
 
 
-def depthwise_wgrad_impl(x, dy, kmap_id, fwd, dgrad, wgrad, fp16, det):
+def depthwise_wgrad_impl(x, dy, kmap_id, rows, fwd, dgrad, wgrad, fp16, det):
     km = kmap_by_id(kmap_id)
-    dw = x.new_empty((km.kernel_volume, x.shape[1]))
+    dw = x.new_empty((rows, x.shape[1]))
     _call(km, "voxconv_depthwise_wgrad", _fs(x, "input features"),
           _fs(dy, "output gradient"), _fs(dw, "weight gradient"),
           ctypes.byref(_options(fwd, dgrad, wgrad, fp16, det, False)))
     return dw
 
 
-def pool_forward_impl(x, kmap_id, mode):
+def pool_forward_impl(x, kmap_id, rows, mode):
     km = kmap_by_id(kmap_id)
-    y = x.new_empty((km.n_out, x.shape[1]))
+    y = x.new_empty((rows, x.shape[1]))
     _call(km, "voxconv_pool_forward", mode, _fs(x, "input features"), _fs(y, "output"))
     return y
 
 
-def pool_backward_impl(x, y, dy, kmap_id, mode):
+def pool_backward_impl(x, y, dy, kmap_id, rows, mode):
     km = kmap_by_id(kmap_id)
-    dx = dy.new_empty((km.n_in, dy.shape[1]))
+    dx = dy.new_empty((rows, dy.shape[1]))
     if mode == _lib.POOL_MAX:
         xs, ys = _fs(x, "input features"), _fs(y, "pooled output")
     else:
@@ -121,22 +121,24 @@ def pool_backward_impl(x, y, dy, kmap_id, mode):
     return dx
 
 
-def unpool_forward_impl(x, kmap_id):
+def unpool_forward_impl(x, kmap_id, rows):
     km = kmap_by_id(kmap_id)
-    y = x.new_empty((km.n_in, x.shape[1]))
+    y = x.new_empty((rows, x.shape[1]))
     _call(km, "voxconv_unpool_forward", _fs(x, "coarse features"), _fs(y, "output"))
     return y
 
 
-def unpool_backward_impl(dy, kmap_id):
+def unpool_backward_impl(dy, kmap_id, rows):
     km = kmap_by_id(kmap_id)
-    dx = dy.new_empty((km.n_out, dy.shape[1]))
+    dx = dy.new_empty((rows, dy.shape[1]))
     _call(km, "voxconv_unpool_backward", _fs(dy, "output gradient"),
           _fs(dx, "coarse gradient"))
     return dx
 
 
 # ---- layer 2a: autograd.Function (any torch) ----------------------------------
+# `rows` is the leading dimension of each op's output (n_out, n_in or the
+# kernel volume): passed explicitly so that the shapes never need the map.
 
 
 class _ConvFn(torch.autograd.Function):
@@ -144,7 +146,7 @@ class _ConvFn(torch.autograd.Function):
     def forward(ctx, x, w, km, fwd, dgrad, wgrad, fp16, det, inference):
         ctx.save_for_backward(x, w)
         ctx.km, ctx.cfg = km, (fwd, dgrad, wgrad, fp16, det)
-        return conv_forward_impl(x, w, km.id, fwd, dgrad, wgrad, fp16, det, inference)
+        return conv_forward_impl(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16, det, inference)
 
     @staticmethod
     def backward(ctx, dy):
@@ -152,9 +154,9 @@ class _ConvFn(torch.autograd.Function):
         dy = dy.contiguous()
         dx = dw = None
         if ctx.needs_input_grad[0]:
-            dx = conv_dgrad_impl(dy, w, ctx.km.id, *ctx.cfg)
+            dx = conv_dgrad_impl(dy, w, ctx.km.id, x.shape[0], *ctx.cfg)
         if ctx.needs_input_grad[1]:
-            dw = conv_wgrad_impl(x, dy, ctx.km.id, *ctx.cfg)
+            dw = conv_wgrad_impl(x, dy, ctx.km.id, w.shape[0], *ctx.cfg)
         return dx, dw, None, None, None, None, None, None, None
 
 
@@ -163,7 +165,8 @@ class _DepthwiseFn(torch.autograd.Function):
     def forward(ctx, x, w, km, fwd, dgrad, wgrad, fp16, det, inference):
         ctx.save_for_backward(x, w)
         ctx.km, ctx.cfg = km, (fwd, dgrad, wgrad, fp16, det)
-        return depthwise_forward_impl(x, w, km.id, fwd, dgrad, wgrad, fp16, det, inference)
+        return depthwise_forward_impl(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16, det,
+                                      inference)
 
     @staticmethod
     def backward(ctx, dy):
@@ -171,19 +174,19 @@ class _DepthwiseFn(torch.autograd.Function):
         dy = dy.contiguous()
         dx = dw = None
         if ctx.needs_input_grad[0]:
-            dx = depthwise_dgrad_impl(dy, w, ctx.km.id, *ctx.cfg)
+            dx = depthwise_dgrad_impl(dy, w, ctx.km.id, x.shape[0], *ctx.cfg)
         if ctx.needs_input_grad[1]:
-            dw = depthwise_wgrad_impl(x, dy, ctx.km.id, *ctx.cfg)
+            dw = depthwise_wgrad_impl(x, dy, ctx.km.id, w.shape[0], *ctx.cfg)
         return dx, dw, None, None, None, None, None, None, None
 
 
 class _PoolFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, km, mode):
-        y = pool_forward_impl(x, km.id, mode)
+        y = pool_forward_impl(x, km.id, km.n_out, mode)
         if mode == _lib.POOL_MAX:
             ctx.save_for_backward(x, y)
-        ctx.km, ctx.mode = km, mode
+        ctx.km, ctx.mode, ctx.n_in = km, mode, x.shape[0]
         return y
 
     @staticmethod
@@ -191,149 +194,160 @@ class _PoolFn(torch.autograd.Function):
         x = y = None
         if ctx.mode == _lib.POOL_MAX:
             x, y = ctx.saved_tensors
-        return pool_backward_impl(x, y, dy.contiguous(), ctx.km.id, ctx.mode), None, None
+        return (pool_backward_impl(x, y, dy.contiguous(), ctx.km.id, ctx.n_in, ctx.mode),
+                None, None)
 
 
 class _UnpoolFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, km):
-        ctx.km = km
-        return unpool_forward_impl(x, km.id)
+        ctx.km, ctx.n_coarse = km, x.shape[0]
+        return unpool_forward_impl(x, km.id, km.n_in)
 
     @staticmethod
     def backward(ctx, dy):
-        return unpool_backward_impl(dy.contiguous(), ctx.km.id), None
+        return unpool_backward_impl(dy.contiguous(), ctx.km.id, ctx.n_coarse), None
 
 
 # ---- layer 2b: torch.library custom ops (torch >= 2.4) ------------------------
+# Under torch.compile the map id and row counts may be traced as symbolic
+# ints: fake implementations use only `rows` and the tensors' shapes, and the
+# autograd context keeps the KernelMap object only when the id is concrete
+# (eager mode; a compiled graph keeps its maps alive through the module's
+# coordinate manager, which the caller holds while it runs the graph).
 
-_custom = None  # namespace object with the registered ops, or None
+_custom = None  # True once torch.ops.voxconv.* are registered
+
+
+def _km_ref(kmap_id):
+    return kmap_by_id(kmap_id) if isinstance(kmap_id, int) else None
 
 
 def _register_custom_ops():
-    """Registers torch.ops.voxconv.*; returns a namespace of the wrappers."""
-    from typing import Optional  # noqa: F401 - used by the annotations below
+    from typing import Optional
 
     import torch.library as L
     T = torch.Tensor
     OS = Optional[str]
 
     @L.custom_op("voxconv::conv_forward", mutates_args=())
-    def conv_forward(x: T, w: T, kmap_id: int, fwd: OS, dgrad: OS, wgrad: OS,
+    def conv_forward(x: T, w: T, kmap_id: int, rows: int, fwd: OS, dgrad: OS, wgrad: OS,
                      fp16: int, det: int, inference: bool) -> T:
-        return conv_forward_impl(x, w, kmap_id, fwd, dgrad, wgrad, fp16, det, inference)
+        return conv_forward_impl(x, w, kmap_id, rows, fwd, dgrad, wgrad, fp16, det, inference)
 
     @L.custom_op("voxconv::conv_dgrad", mutates_args=())
-    def conv_dgrad(dy: T, w: T, kmap_id: int, fwd: OS, dgrad: OS, wgrad: OS,
+    def conv_dgrad(dy: T, w: T, kmap_id: int, rows: int, fwd: OS, dgrad: OS, wgrad: OS,
                    fp16: int, det: int) -> T:
-        return conv_dgrad_impl(dy, w, kmap_id, fwd, dgrad, wgrad, fp16, det)
+        return conv_dgrad_impl(dy, w, kmap_id, rows, fwd, dgrad, wgrad, fp16, det)
 
     @L.custom_op("voxconv::conv_wgrad", mutates_args=())
-    def conv_wgrad(x: T, dy: T, kmap_id: int, fwd: OS, dgrad: OS, wgrad: OS,
+    def conv_wgrad(x: T, dy: T, kmap_id: int, rows: int, fwd: OS, dgrad: OS, wgrad: OS,
                    fp16: int, det: int) -> T:
-        return conv_wgrad_impl(x, dy, kmap_id, fwd, dgrad, wgrad, fp16, det)
+        return conv_wgrad_impl(x, dy, kmap_id, rows, fwd, dgrad, wgrad, fp16, det)
 
     @L.custom_op("voxconv::depthwise_forward", mutates_args=())
-    def depthwise_forward(x: T, w: T, kmap_id: int, fwd: OS, dgrad: OS, wgrad: OS,
+    def depthwise_forward(x: T, w: T, kmap_id: int, rows: int, fwd: OS, dgrad: OS, wgrad: OS,
                           fp16: int, det: int, inference: bool) -> T:
-        return depthwise_forward_impl(x, w, kmap_id, fwd, dgrad, wgrad, fp16, det, inference)
+        return depthwise_forward_impl(x, w, kmap_id, rows, fwd, dgrad, wgrad, fp16, det,
+                                      inference)
 
     @L.custom_op("voxconv::depthwise_dgrad", mutates_args=())
-    def depthwise_dgrad(dy: T, w: T, kmap_id: int, fwd: OS, dgrad: OS, wgrad: OS,
+    def depthwise_dgrad(dy: T, w: T, kmap_id: int, rows: int, fwd: OS, dgrad: OS, wgrad: OS,
                         fp16: int, det: int) -> T:
-        return depthwise_dgrad_impl(dy, w, kmap_id, fwd, dgrad, wgrad, fp16, det)
+        return depthwise_dgrad_impl(dy, w, kmap_id, rows, fwd, dgrad, wgrad, fp16, det)
 
     @L.custom_op("voxconv::depthwise_wgrad", mutates_args=())
-    def depthwise_wgrad(x: T, dy: T, kmap_id: int, fwd: OS, dgrad: OS, wgrad: OS,
+    def depthwise_wgrad(x: T, dy: T, kmap_id: int, rows: int, fwd: OS, dgrad: OS, wgrad: OS,
                         fp16: int, det: int) -> T:
-        return depthwise_wgrad_impl(x, dy, kmap_id, fwd, dgrad, wgrad, fp16, det)
+        return depthwise_wgrad_impl(x, dy, kmap_id, rows, fwd, dgrad, wgrad, fp16, det)
 
     @L.custom_op("voxconv::pool_forward", mutates_args=())
-    def pool_forward(x: T, kmap_id: int, mode: int) -> T:
-        return pool_forward_impl(x, kmap_id, mode)
+    def pool_forward(x: T, kmap_id: int, rows: int, mode: int) -> T:
+        return pool_forward_impl(x, kmap_id, rows, mode)
 
     @L.custom_op("voxconv::pool_backward", mutates_args=())
-    def pool_backward(x: T, y: T, dy: T, kmap_id: int, mode: int) -> T:
-        return pool_backward_impl(x, y, dy, kmap_id, mode)
+    def pool_backward(x: T, y: T, dy: T, kmap_id: int, rows: int, mode: int) -> T:
+        return pool_backward_impl(x, y, dy, kmap_id, rows, mode)
 
     @L.custom_op("voxconv::unpool_forward", mutates_args=())
-    def unpool_forward(x: T, kmap_id: int) -> T:
-        return unpool_forward_impl(x, kmap_id)
+    def unpool_forward(x: T, kmap_id: int, rows: int) -> T:
+        return unpool_forward_impl(x, kmap_id, rows)
 
     @L.custom_op("voxconv::unpool_backward", mutates_args=())
-    def unpool_backward(dy: T, kmap_id: int) -> T:
-        return unpool_backward_impl(dy, kmap_id)
+    def unpool_backward(dy: T, kmap_id: int, rows: int) -> T:
+        return unpool_backward_impl(dy, kmap_id, rows)
 
     # Fake (meta) implementations: shapes only, no library call.
     @conv_forward.register_fake
-    def _(x, w, kmap_id, fwd, dgrad, wgrad, fp16, det, inference):
-        return x.new_empty((kmap_by_id(kmap_id).n_out, w.shape[2]))
+    def _(x, w, kmap_id, rows, *_cfg):
+        return x.new_empty((rows, w.shape[2]))
 
     @conv_dgrad.register_fake
-    def _(dy, w, kmap_id, fwd, dgrad, wgrad, fp16, det):
-        return dy.new_empty((kmap_by_id(kmap_id).n_in, w.shape[1]))
+    def _(dy, w, kmap_id, rows, *_cfg):
+        return dy.new_empty((rows, w.shape[1]))
 
     @conv_wgrad.register_fake
-    def _(x, dy, kmap_id, fwd, dgrad, wgrad, fp16, det):
-        return x.new_empty((kmap_by_id(kmap_id).kernel_volume, x.shape[1], dy.shape[1]))
+    def _(x, dy, kmap_id, rows, *_cfg):
+        return x.new_empty((rows, x.shape[1], dy.shape[1]))
 
     @depthwise_forward.register_fake
-    def _(x, w, kmap_id, fwd, dgrad, wgrad, fp16, det, inference):
-        return x.new_empty((kmap_by_id(kmap_id).n_out, x.shape[1]))
+    def _(x, w, kmap_id, rows, *_cfg):
+        return x.new_empty((rows, x.shape[1]))
 
     @depthwise_dgrad.register_fake
-    def _(dy, w, kmap_id, fwd, dgrad, wgrad, fp16, det):
-        return dy.new_empty((kmap_by_id(kmap_id).n_in, dy.shape[1]))
+    def _(dy, w, kmap_id, rows, *_cfg):
+        return dy.new_empty((rows, dy.shape[1]))
 
     @depthwise_wgrad.register_fake
-    def _(x, dy, kmap_id, fwd, dgrad, wgrad, fp16, det):
-        return x.new_empty((kmap_by_id(kmap_id).kernel_volume, x.shape[1]))
+    def _(x, dy, kmap_id, rows, *_cfg):
+        return x.new_empty((rows, x.shape[1]))
 
     @pool_forward.register_fake
-    def _(x, kmap_id, mode):
-        return x.new_empty((kmap_by_id(kmap_id).n_out, x.shape[1]))
+    def _(x, kmap_id, rows, mode):
+        return x.new_empty((rows, x.shape[1]))
 
     @pool_backward.register_fake
-    def _(x, y, dy, kmap_id, mode):
-        return dy.new_empty((kmap_by_id(kmap_id).n_in, dy.shape[1]))
+    def _(x, y, dy, kmap_id, rows, mode):
+        return dy.new_empty((rows, dy.shape[1]))
 
     @unpool_forward.register_fake
-    def _(x, kmap_id):
-        return x.new_empty((kmap_by_id(kmap_id).n_in, x.shape[1]))
+    def _(x, kmap_id, rows):
+        return x.new_empty((rows, x.shape[1]))
 
     @unpool_backward.register_fake
-    def _(dy, kmap_id):
-        return dy.new_empty((kmap_by_id(kmap_id).n_out, dy.shape[1]))
+    def _(dy, kmap_id, rows):
+        return dy.new_empty((rows, dy.shape[1]))
 
-    # Autograd. The context keeps the KernelMap object alive until backward.
+    # Autograd.
     def conv_setup(ctx, inputs, output):
-        x, w, kmap_id, fwd, dgrad, wgrad, fp16, det, _inf = inputs
+        x, w, kmap_id, _rows, fwd, dgrad, wgrad, fp16, det, _inf = inputs
         ctx.save_for_backward(x, w)
-        ctx.km, ctx.cfg = kmap_by_id(kmap_id), (fwd, dgrad, wgrad, fp16, det)
+        ctx.kmap_id, ctx.km = kmap_id, _km_ref(kmap_id)
+        ctx.cfg = (fwd, dgrad, wgrad, fp16, det)
 
     def conv_backward(ctx, dy):
         x, w = ctx.saved_tensors
         dy = dy.contiguous()
         dx = dw = None
         if ctx.needs_input_grad[0]:
-            dx = torch.ops.voxconv.conv_dgrad(dy, w, ctx.km.id, *ctx.cfg)
+            dx = torch.ops.voxconv.conv_dgrad(dy, w, ctx.kmap_id, x.shape[0], *ctx.cfg)
         if ctx.needs_input_grad[1]:
-            dw = torch.ops.voxconv.conv_wgrad(x, dy, ctx.km.id, *ctx.cfg)
-        return dx, dw, None, None, None, None, None, None, None
+            dw = torch.ops.voxconv.conv_wgrad(x, dy, ctx.kmap_id, w.shape[0], *ctx.cfg)
+        return dx, dw, None, None, None, None, None, None, None, None
 
     def dw_backward(ctx, dy):
         x, w = ctx.saved_tensors
         dy = dy.contiguous()
         dx = dw = None
         if ctx.needs_input_grad[0]:
-            dx = torch.ops.voxconv.depthwise_dgrad(dy, w, ctx.km.id, *ctx.cfg)
+            dx = torch.ops.voxconv.depthwise_dgrad(dy, w, ctx.kmap_id, x.shape[0], *ctx.cfg)
         if ctx.needs_input_grad[1]:
-            dw = torch.ops.voxconv.depthwise_wgrad(x, dy, ctx.km.id, *ctx.cfg)
-        return dx, dw, None, None, None, None, None, None, None
+            dw = torch.ops.voxconv.depthwise_wgrad(x, dy, ctx.kmap_id, w.shape[0], *ctx.cfg)
+        return dx, dw, None, None, None, None, None, None, None, None
 
     def pool_setup(ctx, inputs, output):
-        x, kmap_id, mode = inputs
-        ctx.km, ctx.mode = kmap_by_id(kmap_id), mode
+        x, kmap_id, _rows, mode = inputs
+        ctx.kmap_id, ctx.km, ctx.mode, ctx.n_in = kmap_id, _km_ref(kmap_id), mode, x.shape[0]
         if mode == _lib.POOL_MAX:
             ctx.save_for_backward(x, output)
 
@@ -342,14 +356,16 @@ def _register_custom_ops():
             x, y = ctx.saved_tensors
         else:  # AVG/SUM ignore x and y; pass dy for the schema's tensors
             x = y = dy
-        return torch.ops.voxconv.pool_backward(x, y, dy.contiguous(), ctx.km.id,
-                                               ctx.mode), None, None
+        return (torch.ops.voxconv.pool_backward(x, y, dy.contiguous(), ctx.kmap_id, ctx.n_in,
+                                                ctx.mode), None, None, None)
 
     def unpool_setup(ctx, inputs, output):
-        ctx.km = kmap_by_id(inputs[1])
+        x, kmap_id, _rows = inputs
+        ctx.kmap_id, ctx.km, ctx.n_coarse = kmap_id, _km_ref(kmap_id), x.shape[0]
 
     def unpool_bwd(ctx, dy):
-        return torch.ops.voxconv.unpool_backward(dy.contiguous(), ctx.km.id), None
+        return (torch.ops.voxconv.unpool_backward(dy.contiguous(), ctx.kmap_id, ctx.n_coarse),
+                None, None)
 
     conv_forward.register_autograd(conv_backward, setup_context=conv_setup)
     depthwise_forward.register_autograd(dw_backward, setup_context=conv_setup)
@@ -381,7 +397,8 @@ def conv(x, w, km, fwd, dgrad, wgrad, fp16, det):
     x, w = x.contiguous(), w.contiguous()
     inf = _inference()
     if _custom:
-        return torch.ops.voxconv.conv_forward(x, w, km.id, fwd, dgrad, wgrad, fp16, det, inf)
+        return torch.ops.voxconv.conv_forward(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16,
+                                              det, inf)
     return _ConvFn.apply(x, w, km, fwd, dgrad, wgrad, fp16, det, inf)
 
 
@@ -389,19 +406,20 @@ def depthwise(x, w, km, fwd, dgrad, wgrad, fp16, det):
     x, w = x.contiguous(), w.contiguous()
     inf = _inference()
     if _custom:
-        return torch.ops.voxconv.depthwise_forward(x, w, km.id, fwd, dgrad, wgrad, fp16, det, inf)
+        return torch.ops.voxconv.depthwise_forward(x, w, km.id, km.n_out, fwd, dgrad, wgrad,
+                                                   fp16, det, inf)
     return _DepthwiseFn.apply(x, w, km, fwd, dgrad, wgrad, fp16, det, inf)
 
 
 def pool(x, km, mode):
     x = x.contiguous()
     if _custom:
-        return torch.ops.voxconv.pool_forward(x, km.id, mode)
+        return torch.ops.voxconv.pool_forward(x, km.id, km.n_out, mode)
     return _PoolFn.apply(x, km, mode)
 
 
 def unpool(x, km):
     x = x.contiguous()
     if _custom:
-        return torch.ops.voxconv.unpool_forward(x, km.id)
+        return torch.ops.voxconv.unpool_forward(x, km.id, km.n_in)
     return _UnpoolFn.apply(x, km)

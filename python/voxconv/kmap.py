@@ -80,8 +80,8 @@ class KernelMap:
         src = ctypes.c_void_p()
         _lib.call("voxconv_kmap_out_coords", self.ptr, ctypes.byref(src))
         out = torch.empty((self.n_out, 4), dtype=torch.int32, device=self.device)
-        if self.n_out:
-            self.handle.call("voxconv_memcpy", _runtime.ptr(out), src,
+        if self.n_out:  # on the current stream, where `out` was allocated
+            _runtime.handle_for(self.device).call("voxconv_memcpy", _runtime.ptr(out), src,
                              self.n_out * 16, _lib.MEMCPY_BACKEND_TO_BACKEND)
         return out
 
@@ -92,7 +92,7 @@ class KernelMap:
         offsets = torch.empty(self.kernel_volume + 1, dtype=torch.int64)
         in_rows = torch.empty(self.n_pairs, dtype=torch.int32, device=self.device)
         out_rows = torch.empty(self.n_pairs, dtype=torch.int32, device=self.device)
-        self.handle.call("voxconv_kmap_get_pairs", ctypes.c_void_p(self.ptr),
+        _runtime.handle_for(self.device).call("voxconv_kmap_get_pairs", ctypes.c_void_p(self.ptr),
                          _runtime.ptr(offsets), _runtime.ptr(in_rows),
                          _runtime.ptr(out_rows))
         return offsets, in_rows, out_rows

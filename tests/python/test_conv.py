@@ -199,7 +199,10 @@ def test_modules_match_functional(device, kind):
         y = m(inp)
         y2 = voxconv.spatially_sparse_depthwise_conv(inp, m.weight, 3, bias=m.bias)
     assert torch.equal(y.coords, y2.coords)
-    torch.testing.assert_close(y.feats, y2.feats, rtol=0, atol=0)
+    # bitwise on the CPU; on the GPU the tuner may pick another algorithm
+    # (or summation order) for the second call
+    tol = 0 if device.type == "cpu" else 1e-5
+    torch.testing.assert_close(y.feats, y2.feats, rtol=tol, atol=tol)
     # parameters get gradients through the module
     y.feats.square().sum().backward()
     assert m.weight.grad is not None and torch.isfinite(m.weight.grad).all()

@@ -94,9 +94,14 @@ def test_gil_is_released_during_library_calls():
     keeps running Python: the longest pause it sees is far shorter than the
     call (with the GIL held through the call it would be the whole call)."""
     coords = ref.rand_coords(30000, 40)
-    inp = voxconv.SparseTensor(torch.randn(len(coords), 128), coords)
-    w = torch.randn(27, 128, 128)
-    voxconv.spatially_sparse_conv(inp, w)  # map built and cached beforehand
+    for c in (128, 256, 512):  # big enough to take >= 0.1 s on this machine
+        inp = voxconv.SparseTensor(torch.randn(len(coords), c), coords)
+        w = torch.randn(27, c, c)
+        voxconv.spatially_sparse_conv(inp, w)  # map built and cached beforehand
+        t = time.perf_counter()
+        voxconv.spatially_sparse_conv(inp, w)
+        if time.perf_counter() - t >= 0.1:
+            break
     started, done = threading.Event(), threading.Event()
     call_s = []
 
@@ -145,9 +150,11 @@ def test_pip_install_without_compiler_and_bundled_library(tmp_path):
             "c = torch.tensor([[0, 0, 0, 0]], dtype=torch.int32); "
             "y = voxconv.spatially_sparse_conv(voxconv.SparseTensor(torch.ones(1, 1), c), "
             "torch.full((27, 1, 1), 2.0)); print(y.feats.item())")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+    p = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True,
+                       text=True, env=env,
                        cwd=str(tmp_path), timeout=120)
-    assert p.returncode == 0, p.stderr
+    if p.returncode != 0:
+        pytest.fail(f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}", False)
     lib_path, value = p.stdout.split()[-2:]
     assert lib_path == str(installed / "lib" / "libvoxconv.so")
     assert float(value) == 2.0

@@ -66,6 +66,9 @@ def test_dense_places_voxels_and_is_differentiable():
 
 
 def _np_voxelize(p, vs, origin):
+    """The documented index, floor((p - origin) / voxel_size), in float32
+    as the library computes it (float64 would differ at cell borders)."""
+    p, vs, origin = (np.asarray(a, dtype=np.float32) for a in (p, vs, origin))
     idx = np.floor((p[:, :3] - origin) / vs).astype(np.int64)
     uniq, inv = np.unique(idx, axis=0, return_inverse=True)
     inv = inv.reshape(-1)
@@ -78,7 +81,7 @@ def test_voxelize_matches_numpy(device, reduce):
     p = (torch.rand(n, 4) * torch.tensor([8.0, 6.0, 3.0, 1.0]) - torch.tensor([4.0, 1.0, 0.5, 0]))
     vs, origin = (0.5, 0.25, 0.5), (-4.0, -1.0, -0.5)
     coords, feats, pv = voxconv.voxelize(p.to(device), vs, origin=origin, reduce=reduce, batch=3)
-    uniq, inv = _np_voxelize(p.numpy().astype(np.float64), np.array(vs), np.array(origin))
+    uniq, inv = _np_voxelize(p.numpy(), vs, origin)
     coords, feats, pv = coords.cpu(), feats.cpu(), pv.cpu()
     assert len(coords) == len(uniq)
     assert (coords[:, 0] == 3).all()

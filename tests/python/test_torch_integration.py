@@ -35,12 +35,12 @@ def test_opcheck(device):
     wd = torch.randn(8, 4, device=device, requires_grad=True)
     ops = torch.ops.voxconv
     cfg = (None, None, None, 0, 0)
-    torch.library.opcheck(ops.conv_forward, (feats, w, km.id, *cfg, False))
-    torch.library.opcheck(ops.depthwise_forward, (feats, wd, km.id, *cfg, False))
+    torch.library.opcheck(ops.conv_forward, (feats, w, km.id, km.n_out, *cfg, False))
+    torch.library.opcheck(ops.depthwise_forward, (feats, wd, km.id, km.n_out, *cfg, False))
     for mode in (0, 1, 2):
-        torch.library.opcheck(ops.pool_forward, (feats, km.id, mode))
+        torch.library.opcheck(ops.pool_forward, (feats, km.id, km.n_out, mode))
     coarse = torch.randn(km.n_out, 4, device=device, requires_grad=True)
-    torch.library.opcheck(ops.unpool_forward, (coarse, km.id))
+    torch.library.opcheck(ops.unpool_forward, (coarse, km.id, km.n_in))
 
 
 class Net(torch.nn.Module):
@@ -49,7 +49,7 @@ class Net(torch.nn.Module):
         self.a = voxconv.nn.SparseConv3d(4, 8, 3)
         self.d = voxconv.nn.SparseConv3d(8, 8, 2, stride=2)
         self.u = voxconv.nn.SparseConvTranspose3d(8, 8, 2, stride=2)
-        self.dw = voxconv.nn.SparseDepthwiseConv3d(8, 3)
+        self.dw = voxconv.nn.SparseDepthwiseConv3d(16, 3)
 
     def forward(self, x):
         h = self.a(x)
