@@ -191,3 +191,16 @@ def test_none_means_the_environment_default(var, expect):
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == expect
+
+
+@requires_call_info
+def test_deterministic_argument_reaches_the_library():
+    inp, _ = _problem()
+    w = torch.randn(27, 4, 3, dtype=torch.float64)
+    for flag in (True, False):
+        voxconv.spatially_sparse_conv(inp.detach(), w, deterministic=flag)
+        assert voxconv.get_last_call_info().deterministic is flag
+        m = voxconv.nn.SparseDepthwiseConv3d(4, deterministic=flag, dtype=torch.float64)
+        m(inp.detach())
+        info = voxconv.get_last_call_info()
+        assert info.pass_ == "depthwise_fwd" and info.deterministic is flag
