@@ -206,9 +206,13 @@ static voxconv_status_t generative_outputs(voxconv_handle_t *h,
                                            const int32_t *in) {
   const int32_t *s = m->desc.stride;
   vc_hash_t set;
-  /* Most generated cells are shared by several inputs; start at 4 per
-   * input and let the set grow for sparse inputs. */
-  VC_CHECK(vc_hash_create(h, &set, 4 * m->n_in, "generated output set"));
+  /* Along an axis, dense inputs generate about s cells each and isolated
+   * ones k: start from n_in * prod min(k, s) (exact for the usual k == s
+   * upsampling) and let the set grow for sparse inputs. */
+  int64_t expect = m->n_in;
+  for (int a = 0; a < 3; a++)
+    expect *= m->desc.kernel_size[a] < s[a] ? m->desc.kernel_size[a] : s[a];
+  VC_CHECK(vc_hash_create(h, &set, expect, "generated output set"));
   voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
   for (int64_t i = 0; i < m->n_in && st == VOXCONV_STATUS_SUCCESS; i++) {
     const int32_t *r = in + 4 * i;
@@ -265,47 +269,63 @@ typedef struct {
   int symmetric;         /* submanifold with an odd kernel */
 } lookup_ctx_t;
 
-/* Input coordinate paired with output coordinate o at offset k, per mode;
- * 0 when there is none (not on the stride lattice or outside the limits,
- * where no input can exist). */
-static inline int partner_coord(voxconv_kmap_mode_t mode, const int32_t *s,
-                                const int32_t *off, const int32_t *o,
-                                int32_t *c) {
-  for (int a = 0; a < 3; a++) {
-    int32_t v;
-    switch (mode) {
-    case VOXCONV_KMAP_SUBMANIFOLD: v = o[a + 1] + off[a]; break;
-    case VOXCONV_KMAP_STRIDED: v = s[a] * o[a + 1] + off[a]; break;
-    default: { /* TRANSPOSED, GENERATIVE: o = s*i + off */
-      const int32_t d = o[a + 1] - off[a];
-      if (d % s[a] != 0)
-        return 0;
-      v = d / s[a];
-    }
-    }
-    if (!vc_coord_in_range(v))
+/* Partner coordinate along one axis: the input coordinate paired with
+ * output coordinate oc at axis offset off, per mode; 0 when there is none
+ * (off the stride lattice, or outside the limits where no input exists). */
+static inline int partner_axis(voxconv_kmap_mode_t mode, int32_t s,
+                               int32_t off, int32_t oc, int32_t *v) {
+  switch (mode) {
+  case VOXCONV_KMAP_SUBMANIFOLD: *v = oc + off; break;
+  case VOXCONV_KMAP_STRIDED: *v = s * oc + off; break;
+  default: { /* TRANSPOSED, GENERATIVE: o = s*i + off */
+    const int32_t d = oc - off;
+    if (d % s != 0)
       return 0;
-    c[a] = v;
+    *v = d / s;
   }
-  return 1;
+  }
+  return vc_coord_in_range(*v);
 }
 
 /* Hashes the partners of output o at offsets [0, k_end) into keys[] /
- * slots[] and prefetches their slots. */
+ * slots[] and prefetches their slots. The partner is separable per axis,
+ * so each axis's candidates are computed (and packed into their key bits)
+ * once, not once per offset: a transposed map divides 3 * 3 times per
+ * output for a 3x3x3 kernel instead of 3 * 27. */
 static inline void lookup_prepare(const voxconv_kmap_t *m, const vc_hash_t *t,
                                   int64_t o, int32_t k_end, uint64_t *keys,
                                   uint64_t *slots) {
   const int32_t *oc = m->out_coords + 4 * o;
-  for (int32_t k = 0; k < k_end; k++) {
-    int32_t p[3];
-    if (partner_coord(m->desc.mode, m->desc.stride, m->offsets[k], oc, p)) {
-      keys[k] = vc_pack_key(oc[0], p[0], p[1], p[2]);
-      slots[k] = vc_hash_slot_of(t, keys[k]);
-      vc_hash_prefetch(t, slots[k]);
-    } else {
-      keys[k] = VC_KEY_EMPTY;
+  const int32_t *ks = m->desc.kernel_size;
+  /* Packed-key field of each axis candidate, VC_KEY_EMPTY if none. */
+  uint64_t part[3][VOXCONV_KERNEL_SIZE_MAX];
+  static const int shift[3] = {36, 18, 0};
+  for (int a = 0; a < 3; a++) {
+    const int32_t step = m->desc.dilation[a], first = -((ks[a] - 1) / 2) * step;
+    for (int32_t j = 0; j < ks[a]; j++) {
+      int32_t v;
+      part[a][j] = partner_axis(m->desc.mode, m->desc.stride[a],
+                                first + j * step, oc[a + 1], &v)
+                       ? (uint64_t)(uint32_t)(v + VC_COORD_BIAS) << shift[a]
+                       : VC_KEY_EMPTY;
     }
   }
+  const uint64_t batch = (uint64_t)(uint32_t)oc[0] << 54;
+  int32_t k = 0;
+  for (int32_t jx = 0; jx < ks[0]; jx++)
+    for (int32_t jy = 0; jy < ks[1]; jy++)
+      for (int32_t jz = 0; jz < ks[2]; jz++, k++) {
+        if (k >= k_end)
+          return;
+        const uint64_t px = part[0][jx], py = part[1][jy], pz = part[2][jz];
+        if (px == VC_KEY_EMPTY || py == VC_KEY_EMPTY || pz == VC_KEY_EMPTY) {
+          keys[k] = VC_KEY_EMPTY;
+          continue;
+        }
+        keys[k] = batch | px | py | pz;
+        slots[k] = vc_hash_slot_of(t, keys[k]);
+        vc_hash_prefetch(t, slots[k]);
+      }
 }
 
 /* Outputs hashed and prefetched ahead of the one being probed: the probes
