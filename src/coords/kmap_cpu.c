@@ -7,7 +7,14 @@
  * per offset); a prefix sum over (offset, chunk) then gives every chunk its
  * write positions, so the pair lists come out grouped by offset and sorted
  * by output row with no sort and no atomics, identical for any number of
- * threads. */
+ * threads. Submanifold maps with odd kernels (the common case) look up only
+ * the offsets before the centre and mirror the rest (pair (i, o) at k is
+ * pair (o, i) at K-1-k), and get nbr_in as nbr_out with reversed rows.
+ *
+ * Level 0 of BENCHMARKS.md workload A (913,903 voxels, 3x3x3) spends its
+ * time in the random hash probes and in the kernel zeroing the ~300 MB of
+ * fresh map buffers; huge pages (vc_advise_huge_pages) cut both the TLB
+ * misses of the probes and the page-fault count. */
 #include "vc_hash.h"
 
 #include <stdlib.h>
