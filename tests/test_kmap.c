@@ -132,9 +132,18 @@ static int pair_holds(voxconv_kmap_mode_t mode, const int32_t *s,
   for (int a = 0; a < 3; a++) {
     int64_t lhs, rhs;
     switch (mode) {
-    case VOXCONV_KMAP_SUBMANIFOLD: lhs = i[a + 1]; rhs = (int64_t)o[a + 1] + off[a]; break;
-    case VOXCONV_KMAP_STRIDED: lhs = i[a + 1]; rhs = (int64_t)s[a] * o[a + 1] + off[a]; break;
-    default: lhs = o[a + 1]; rhs = (int64_t)s[a] * i[a + 1] + off[a]; break;
+    case VOXCONV_KMAP_SUBMANIFOLD:
+      lhs = i[a + 1];
+      rhs = (int64_t)o[a + 1] + off[a];
+      break;
+    case VOXCONV_KMAP_STRIDED:
+      lhs = i[a + 1];
+      rhs = (int64_t)s[a] * o[a + 1] + off[a];
+      break;
+    default:
+      lhs = o[a + 1];
+      rhs = (int64_t)s[a] * i[a + 1] + off[a];
+      break;
     }
     if (lhs != rhs)
       return 0;
@@ -224,12 +233,11 @@ static int compare_map(voxconv_handle_t *h, const voxconv_kmap_t *m,
   VC_EXPECT_STATUS(h, voxconv_kmap_get_info(m, &info), VOXCONV_STATUS_SUCCESS);
   VC_EXPECT(info.kernel_volume == r->kvol, "%s: kvol %d want %d", what,
             info.kernel_volume, r->kvol);
-  VC_EXPECT(info.n_in == n_in && info.n_out == r->n_out &&
-                info.n_pairs == r->n_pairs,
-            "%s: n_in %lld n_out %lld n_pairs %lld, want %lld %lld %lld", what,
-            (long long)info.n_in, (long long)info.n_out,
-            (long long)info.n_pairs, (long long)n_in, (long long)r->n_out,
-            (long long)r->n_pairs);
+  VC_EXPECT(
+      info.n_in == n_in && info.n_out == r->n_out && info.n_pairs == r->n_pairs,
+      "%s: n_in %lld n_out %lld n_pairs %lld, want %lld %lld %lld", what,
+      (long long)info.n_in, (long long)info.n_out, (long long)info.n_pairs,
+      (long long)n_in, (long long)r->n_out, (long long)r->n_pairs);
   if (vc_test_failures != before)
     return 0;
   const int32_t *oc = NULL;
@@ -350,10 +358,12 @@ static void test_random_maps(voxconv_handle_t *h) {
         int64_t a_lo = (int64_t)s * lo[a] - 3;
         int64_t a_hi = (int64_t)s * (lo[a] + ext[a] - 1) + 3;
         /* clamping is monotone, so a_lo <= a_hi still holds */
-        a_lo = a_lo < VOXCONV_COORD_MIN ? VOXCONV_COORD_MIN
-               : a_lo > VOXCONV_COORD_MAX ? VOXCONV_COORD_MAX : a_lo;
-        a_hi = a_hi < VOXCONV_COORD_MIN ? VOXCONV_COORD_MIN
-               : a_hi > VOXCONV_COORD_MAX ? VOXCONV_COORD_MAX : a_hi;
+        a_lo = a_lo < VOXCONV_COORD_MIN   ? VOXCONV_COORD_MIN
+               : a_lo > VOXCONV_COORD_MAX ? VOXCONV_COORD_MAX
+                                          : a_lo;
+        a_hi = a_hi < VOXCONV_COORD_MIN   ? VOXCONV_COORD_MIN
+               : a_hi > VOXCONV_COORD_MAX ? VOXCONV_COORD_MAX
+                                          : a_hi;
         olo[a] = (int32_t)a_lo;
         oext[a] = (int32_t)(a_hi - a_lo + 1);
         cin.tensor_stride[a] = 2 * s; /* out stride 2: 2 * s == 2s */
@@ -398,11 +408,11 @@ static void test_random_maps(voxconv_handle_t *h) {
         for (int a = 0; a < 3; a++) {
           const int32_t s = d.stride[a] ? d.stride[a] : 1;
           const int32_t its = cin.tensor_stride[a] ? cin.tensor_stride[a] : 1;
-          const int32_t want =
-              mode == VOXCONV_KMAP_STRIDED      ? its * s
-              : mode == VOXCONV_KMAP_GENERATIVE ? its / s
-              : mode == VOXCONV_KMAP_TRANSPOSED ? cout.tensor_stride[a]
-                                                : its;
+          const int32_t want = mode == VOXCONV_KMAP_STRIDED      ? its * s
+                               : mode == VOXCONV_KMAP_GENERATIVE ? its / s
+                               : mode == VOXCONV_KMAP_TRANSPOSED
+                                   ? cout.tensor_stride[a]
+                                   : its;
           VC_EXPECT(info.in_tensor_stride[a] == its &&
                         info.out_tensor_stride[a] == want,
                     "%s: tensor strides axis %d: in %d out %d, want %d %d",
@@ -509,8 +519,10 @@ static void check_large_map(const voxconv_kmap_t *m,
           bad = o;
       }
     }
-  VC_EXPECT(bad < 0, "%s: neighbours of output %lld differ from the "
-            "binary-search reference", what, (long long)bad);
+  VC_EXPECT(bad < 0,
+            "%s: neighbours of output %lld differ from the "
+            "binary-search reference",
+            what, (long long)bad);
   int64_t total = 0;
   for (int k = 0; k < K; k++) {
     VC_EXPECT(m->pair_offsets[k] == total, "%s: pair_offsets[%d]", what, k);
@@ -537,8 +549,8 @@ static void check_large_map(const voxconv_kmap_t *m,
 }
 
 static int maps_identical(const voxconv_kmap_t *a, const voxconv_kmap_t *b) {
-  if (a->n_out != b->n_out || a->n_pairs != b->n_pairs ||
-      a->kvol != b->kvol || a->in_fingerprint != b->in_fingerprint)
+  if (a->n_out != b->n_out || a->n_pairs != b->n_pairs || a->kvol != b->kvol ||
+      a->in_fingerprint != b->in_fingerprint)
     return 0;
   const size_t K = (size_t)a->kvol;
   return memcmp(a->out_coords, b->out_coords, (size_t)a->n_out * 16) == 0 &&
@@ -558,7 +570,8 @@ static void test_large_and_threads(void) {
   int32_t *in = malloc((size_t)cap * 16);
   int64_t n = 0;
   for (int64_t t = 0; t < cap; t++) {
-    const double u = vc_rand_uniform() * 6.283185307, v = vc_rand_uniform() * 3.14159265;
+    const double u = vc_rand_uniform() * 6.283185307,
+                 v = vc_rand_uniform() * 3.14159265;
     const double rad = 28.0;
     int32_t *r = in + 4 * n++;
     r[0] = (int32_t)(t & 1);
@@ -630,7 +643,8 @@ static void test_large_and_threads(void) {
       for (int a = 0; a < 3; a++)
         cin.tensor_stride[a] = 2;
     }
-    const voxconv_coords_t *po = d.mode == VOXCONV_KMAP_TRANSPOSED ? &cout : NULL;
+    const voxconv_coords_t *po =
+        d.mode == VOXCONV_KMAP_TRANSPOSED ? &cout : NULL;
     voxconv_kmap_t *m1 = NULL, *m2 = NULL, *m3 = NULL;
     VC_EXPECT_STATUS(h1, voxconv_kmap_build(h1, &d, &cin, po, &m1),
                      VOXCONV_STATUS_SUCCESS);
@@ -639,8 +653,10 @@ static void test_large_and_threads(void) {
     VC_EXPECT_STATUS(h3, voxconv_kmap_build(h3, &d, &cin, po, &m3),
                      VOXCONV_STATUS_SUCCESS);
     if (m1 && m2 && m3) {
-      VC_EXPECT(m1->n_out > 2 * 1024, "%s: only %lld outputs, want several "
-                "chunks", what, (long long)m1->n_out);
+      VC_EXPECT(m1->n_out > 2 * 1024,
+                "%s: only %lld outputs, want several "
+                "chunks",
+                what, (long long)m1->n_out);
       VC_EXPECT(maps_identical(m1, m2), "%s: 1 and 2 threads differ", what);
       VC_EXPECT(maps_identical(m1, m3), "%s: 1 and 3 threads differ", what);
       /* Output set: independent definitions. */
@@ -658,7 +674,8 @@ static void test_large_and_threads(void) {
         int32_t *o = malloc((size_t)cap2 * 16);
         int64_t no = 0;
         for (int64_t i = 0; i < n; i++)
-          for (int k = 0; k < (d.mode == VOXCONV_KMAP_STRIDED ? 1 : r.kvol); k++) {
+          for (int k = 0; k < (d.mode == VOXCONV_KMAP_STRIDED ? 1 : r.kvol);
+               k++) {
             int32_t *g = o + 4 * no++;
             g[0] = in[4 * i];
             for (int a = 0; a < 3; a++)
@@ -713,7 +730,7 @@ static voxconv_kmap_desc_t desc_of(voxconv_kmap_mode_t mode, int k, int s) {
 }
 
 static void test_bad_inputs(voxconv_handle_t *h) {
-  int32_t rows[8 * 4] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1,
+  int32_t rows[8 * 4] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 0,  1,  0,  0, 0, 0, 1,
                          1, 0, 0, 0, 1, 5, 5, 5, 0, -3, -2, -1, 0, 2, 2, 2};
   voxconv_coords_t in = {rows, 8, {0, 0, 0}};
   voxconv_kmap_desc_t sub = desc_of(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
@@ -828,9 +845,13 @@ static void test_bad_inputs(voxconv_handle_t *h) {
   }
   /* the limits themselves are valid */
   {
-    int32_t lim[2 * 4] = {VOXCONV_BATCH_MAX, VOXCONV_COORD_MAX,
-                          VOXCONV_COORD_MIN, VOXCONV_COORD_MAX,
-                          0, VOXCONV_COORD_MIN, VOXCONV_COORD_MAX,
+    int32_t lim[2 * 4] = {VOXCONV_BATCH_MAX,
+                          VOXCONV_COORD_MAX,
+                          VOXCONV_COORD_MIN,
+                          VOXCONV_COORD_MAX,
+                          0,
+                          VOXCONV_COORD_MIN,
+                          VOXCONV_COORD_MAX,
                           VOXCONV_COORD_MIN};
     voxconv_coords_t c = {lim, 2, {2, 2, 2}};
     VC_EXPECT_STATUS(h, voxconv_kmap_build(h, &sub, &c, NULL, &m),
@@ -842,10 +863,9 @@ static void test_bad_inputs(voxconv_handle_t *h) {
     /* Neighbours past a limit do not exist, even where the packed key of
      * the cell past the limit would carry into the next field: y = MAX + 2
      * would read as (x + 1, y = MIN), z = MAX + 2 as (y + 1, z = MIN). */
-    int32_t wrap[4 * 4] = {0, 5, VOXCONV_COORD_MAX, 0,
-                           0, 6, VOXCONV_COORD_MIN, 0,
-                           0, 5, 0, VOXCONV_COORD_MAX,
-                           0, 5, 1, VOXCONV_COORD_MIN};
+    int32_t wrap[4 * 4] = {
+        0, 5, VOXCONV_COORD_MAX, 0, 0, 6, VOXCONV_COORD_MIN, 0, 0,
+        5, 0, VOXCONV_COORD_MAX, 0, 5, 1, VOXCONV_COORD_MIN};
     voxconv_coords_t cw = {wrap, 4, {0, 0, 0}};
     voxconv_kmap_desc_t dw = desc_of(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
     dw.kernel_size[0] = 1;
@@ -853,8 +873,10 @@ static void test_bad_inputs(voxconv_handle_t *h) {
     VC_EXPECT_STATUS(h, voxconv_kmap_build(h, &dw, &cw, NULL, &m),
                      VOXCONV_STATUS_SUCCESS);
     if (m)
-      VC_EXPECT(m->n_pairs == 4, "cells past the limit alias real ones: "
-                "%lld pairs, want 4 (centres)", (long long)m->n_pairs);
+      VC_EXPECT(m->n_pairs == 4,
+                "cells past the limit alias real ones: "
+                "%lld pairs, want 4 (centres)",
+                (long long)m->n_pairs);
     voxconv_kmap_destroy(h, m);
     /* generated cells past the limit are an error */
     EXPECT_FAIL(h, voxconv_kmap_build(h, &ge, &c, NULL, &m),
@@ -882,12 +904,11 @@ static void test_bad_inputs(voxconv_handle_t *h) {
                                     mode == VOXCONV_KMAP_SUBMANIFOLD ? 1 : 2);
     voxconv_coords_t empty = {NULL, 0, {2, 2, 2}};
     voxconv_coords_t cout = {rows, 8, {1, 1, 1}};
-    VC_EXPECT_STATUS(h,
-                     voxconv_kmap_build(h, &e, &empty,
-                                        mode == VOXCONV_KMAP_TRANSPOSED ? &cout
-                                                                        : NULL,
-                                        &m),
-                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(
+        h,
+        voxconv_kmap_build(h, &e, &empty,
+                           mode == VOXCONV_KMAP_TRANSPOSED ? &cout : NULL, &m),
+        VOXCONV_STATUS_SUCCESS);
     if (!m)
       continue;
     voxconv_kmap_get_info(m, &info);
@@ -945,7 +966,8 @@ static void test_bad_inputs(voxconv_handle_t *h) {
                 "differ");
     voxconv_coords_t fewer = {rows, 7, {0, 0, 0}};
     EXPECT_FAIL(h, voxconv_kmap_verify(h, m, &fewer),
-                VOXCONV_STATUS_KMAP_MISMATCH, "built from 8 input rows, given 7");
+                VOXCONV_STATUS_KMAP_MISMATCH,
+                "built from 8 input rows, given 7");
     voxconv_coords_t other_ts = {rows, 8, {2, 2, 2}};
     EXPECT_FAIL(h, voxconv_kmap_verify(h, m, &other_ts),
                 VOXCONV_STATUS_KMAP_MISMATCH, "tensor stride");
@@ -1011,12 +1033,11 @@ static void test_allocator(void) {
     voxconv_coords_t cin = c, cout = c;
     cin.tensor_stride[0] = cin.tensor_stride[1] = cin.tensor_stride[2] = 2;
     voxconv_kmap_t *m = NULL;
-    VC_EXPECT_STATUS(h,
-                     voxconv_kmap_build(h, &d, &cin,
-                                        mode == VOXCONV_KMAP_TRANSPOSED ? &cout
-                                                                        : NULL,
-                                        &m),
-                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(
+        h,
+        voxconv_kmap_build(h, &d, &cin,
+                           mode == VOXCONV_KMAP_TRANSPOSED ? &cout : NULL, &m),
+        VOXCONV_STATUS_SUCCESS);
     if (!m)
       continue;
     VC_EXPECT(allocated_by(&counter, m->out_coords) &&
@@ -1026,7 +1047,8 @@ static void test_allocator(void) {
                   allocated_by(&counter, m->nbr_in),
               "%s: map buffers come from the caller's allocator",
               mode_names[mode]);
-    VC_EXPECT(counter.live == 5, "%s: %d live allocations after the build "
+    VC_EXPECT(counter.live == 5,
+              "%s: %d live allocations after the build "
               "(want the map's 5; temporaries returned)",
               mode_names[mode], counter.live);
     voxconv_kmap_destroy(h, m);
@@ -1155,7 +1177,8 @@ static void test_voxelize_random(voxconv_handle_t *h) {
       int32_t c[4] = {use_batch ? batch[i] : d.batch, 0, 0, 0};
       int keep = 1;
       for (int a = 0; a < 3; a++) {
-        const float t = floorf((pts[i * fields + a] - d.origin[a]) / d.voxel_size[a]);
+        const float t =
+            floorf((pts[i * fields + a] - d.origin[a]) / d.voxel_size[a]);
         if (d.grid_size[a] > 0 && (t < 0 || t >= (float)d.grid_size[a]))
           keep = 0;
         c[a + 1] = (int32_t)t;
@@ -1175,9 +1198,9 @@ static void test_voxelize_random(voxconv_handle_t *h) {
     for (int64_t i = 0; i < n; i++)
       pv[i] = -99;
     int64_t nv = -1;
-    VC_EXPECT_STATUS(h, voxconv_voxelize(h, &d, &P, n_feat, coords, feats,
-                                         &nv, pv),
-                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(
+        h, voxconv_voxelize(h, &d, &P, n_feat, coords, feats, &nv, pv),
+        VOXCONV_STATUS_SUCCESS);
     int64_t v = -1, bad = -1;
     for (int64_t j = 0; j < kept && bad < 0; j++) {
       const int first = j == 0 || cmp_row(vr[j].c, vr[j - 1].c) != 0;
@@ -1328,9 +1351,9 @@ static void test_voxelize_errors(voxconv_handle_t *h) {
   VC_EXPECT(nv == 0, "no points, no voxels (%lld)", (long long)nv);
   /* hand-computed: two points share a cell, MEAN of their features */
   {
-    float q[3 * 4] = {0.05f, 0.05f, 0.05f, 1.0f,   /* cell (0,0,0) */
-                      -0.05f, 0.0f, 0.0f, 5.0f,    /* cell (-1,0,0) */
-                      0.09f, 0.01f, 0.02f, 2.0f};  /* cell (0,0,0) */
+    float q[3 * 4] = {0.05f,  0.05f, 0.05f, 1.0f,  /* cell (0,0,0) */
+                      -0.05f, 0.0f,  0.0f,  5.0f,  /* cell (-1,0,0) */
+                      0.09f,  0.01f, 0.02f, 2.0f}; /* cell (0,0,0) */
     voxconv_points_t Q = {q, 3, 4, NULL};
     d.reduce = VOXCONV_REDUCE_MEAN;
     int32_t qc[12];

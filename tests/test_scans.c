@@ -79,9 +79,9 @@ static int32_t *voxelize_scan(voxconv_handle_t *h, const scan_t *s,
   int64_t *pv = malloc((size_t)n * 8);
   vc_poison(feats, VOXCONV_DTYPE_F32, n * s->fields);
   int64_t nv = -1;
-  VC_EXPECT_STATUS(h, voxconv_voxelize(h, &d, &P, s->fields, coords, feats,
-                                       &nv, pv),
-                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(
+      h, voxconv_voxelize(h, &d, &P, s->fields, coords, feats, &nv, pv),
+      VOXCONV_STATUS_SUCCESS);
   /* independent: the MANIFEST's floor((p - min) / v), in float32 */
   int32_t *ref = malloc((size_t)n * 16);
   for (int64_t i = 0; i < n; i++) {
@@ -111,8 +111,8 @@ static int32_t *voxelize_scan(voxconv_handle_t *h, const scan_t *s,
       const double m = feats[v * s->fields + a];
       outside += m < lo - 1e-4 || m > lo + s->voxel + 1e-4;
     }
-  VC_EXPECT(outside == 0, "%s: %lld voxel means outside their voxel",
-            s->file, (long long)outside);
+  VC_EXPECT(outside == 0, "%s: %lld voxel means outside their voxel", s->file,
+            (long long)outside);
   const int64_t diff = nv - s->manifest_voxels;
   printf("%s at %.2f m: %lld points -> %lld voxels (independent sort-unique "
          "%lld); MANIFEST says %lld: %s (%+lld)\n",
@@ -155,7 +155,8 @@ static void check_submanifold_map(voxconv_handle_t *h, const int32_t *vox,
   VC_EXPECT_STATUS(h, voxconv_kmap_get_pairs(h, m, offs, NULL, NULL),
                    VOXCONV_STATUS_SUCCESS);
   const int64_t np = offs[K];
-  int32_t *ir = malloc((size_t)(np + 1) * 4), *orr = malloc((size_t)(np + 1) * 4);
+  int32_t *ir = malloc((size_t)(np + 1) * 4),
+          *orr = malloc((size_t)(np + 1) * 4);
   VC_EXPECT_STATUS(h, voxconv_kmap_get_pairs(h, m, NULL, ir, orr),
                    VOXCONV_STATUS_SUCCESS);
   /* every pair a true neighbour, sorted by output row within k */
@@ -187,7 +188,8 @@ static void check_submanifold_map(voxconv_handle_t *h, const int32_t *vox,
   for (int64_t o = 0; o < n; o++)
     for (int k = 0; k < K; k++) {
       const int32_t q[4] = {vox[4 * o], vox[4 * o + 1] + off[k][0],
-                            vox[4 * o + 2] + off[k][1], vox[4 * o + 3] + off[k][2]};
+                            vox[4 * o + 2] + off[k][1],
+                            vox[4 * o + 3] + off[k][2]};
       const int64_t i = find_sorted(vox, n, q);
       want += i >= 0;
       if (m->nbr_out[o * K + k] != (int32_t)i && bad_nbr < 0)
@@ -252,8 +254,10 @@ static void conv_crop_check(voxconv_handle_t *h, const int32_t *vox, int64_t n,
   }
   VC_EXPECT(memcmp(outc, m->out_coords, (size_t)n_out * 16) == 0,
             "conv crop: output coordinates differ from the definition");
-  double *x64 = malloc((size_t)nc * cin * 8), *w64 = malloc((size_t)K * cin * cout * 8);
-  float *x32 = malloc((size_t)nc * cin * 4), *w32 = malloc((size_t)K * cin * cout * 4);
+  double *x64 = malloc((size_t)nc * cin * 8),
+         *w64 = malloc((size_t)K * cin * cout * 8);
+  float *x32 = malloc((size_t)nc * cin * 4),
+        *w32 = malloc((size_t)K * cin * cout * 4);
   vc_fill_normal(x32, VOXCONV_DTYPE_F32, nc * cin);
   vc_fill_normal(w32, VOXCONV_DTYPE_F32, (int64_t)K * cin * cout);
   for (int64_t i = 0; i < nc * cin; i++)
@@ -299,11 +303,9 @@ static void conv_crop_check(voxconv_handle_t *h, const int32_t *vox, int64_t n,
     const vc_err_stats_t e = vc_compare(yd, dt, ref, n_out * cout, 0.01);
     /* f32: 16 x 27 products summed in f32; observed max ~6e-5 */
     const double tol = dt == VOXCONV_DTYPE_F32 ? 2e-4 : 1e-12;
-    VC_EXPECT(e.max_rel <= tol,
-              "conv crop %s %s: max_rel %.3g > %.0e at %lld",
+    VC_EXPECT(e.max_rel <= tol, "conv crop %s %s: max_rel %.3g > %.0e at %lld",
               mode == VOXCONV_KMAP_SUBMANIFOLD ? "subm3" : "stride2",
-              voxconv_dtype_name(dt), e.max_rel, tol,
-              (long long)e.worst_index);
+              voxconv_dtype_name(dt), e.max_rel, tol, (long long)e.worst_index);
     printf("conv on a crop (%lld -> %lld voxels, %s, %lldx%lld) %s vs fp64: "
            "max_rel %.2e, norm_rel %.2e\n",
            (long long)nc, (long long)n_out,

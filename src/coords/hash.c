@@ -28,8 +28,7 @@ static void clear_slots_task(void *ctx, int64_t begin, int64_t end, int tid) {
 void vc_advise_huge_pages(const voxconv_handle_t *h, void *p, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   const uintptr_t huge = (uintptr_t)2 << 20;
-  if (h->has_allocator || h->backend != VOXCONV_BACKEND_CPU ||
-      bytes < 4 * huge)
+  if (h->has_allocator || h->backend != VOXCONV_BACKEND_CPU || bytes < 4 * huge)
     return;
   const uintptr_t begin = ((uintptr_t)p + huge - 1) & ~(huge - 1);
   const uintptr_t end = ((uintptr_t)p + bytes) & ~(huge - 1);
@@ -53,8 +52,7 @@ static voxconv_status_t alloc_table(voxconv_handle_t *h, vc_hash_t *t,
   t->h = h;
   vc_clear_ctx_t c = {t->slots};
   if (capacity >= VC_HASH_PARALLEL_CLEAR_SLOTS)
-    return vc_parallel_for(h, (int64_t)capacity, 1 << 15, clear_slots_task,
-                           &c);
+    return vc_parallel_for(h, (int64_t)capacity, 1 << 15, clear_slots_task, &c);
   clear_slots_task(&c, 0, (int64_t)capacity, 0);
   return VOXCONV_STATUS_SUCCESS;
 }

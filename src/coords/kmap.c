@@ -14,10 +14,14 @@ static const char axis_names[3] = {'x', 'y', 'z'};
 
 static const char *mode_name(voxconv_kmap_mode_t mode) {
   switch (mode) {
-  case VOXCONV_KMAP_SUBMANIFOLD: return "SUBMANIFOLD";
-  case VOXCONV_KMAP_STRIDED: return "STRIDED";
-  case VOXCONV_KMAP_TRANSPOSED: return "TRANSPOSED";
-  case VOXCONV_KMAP_GENERATIVE: return "GENERATIVE";
+  case VOXCONV_KMAP_SUBMANIFOLD:
+    return "SUBMANIFOLD";
+  case VOXCONV_KMAP_STRIDED:
+    return "STRIDED";
+  case VOXCONV_KMAP_TRANSPOSED:
+    return "TRANSPOSED";
+  case VOXCONV_KMAP_GENERATIVE:
+    return "GENERATIVE";
   }
   return "?";
 }
@@ -52,8 +56,8 @@ void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap) {
 }
 
 /* A coordinate set's row count and data pointer. */
-static voxconv_status_t check_coords_arg(voxconv_handle_t *h,
-                                         const char *func, const char *name,
+static voxconv_status_t check_coords_arg(voxconv_handle_t *h, const char *func,
+                                         const char *name,
                                          const voxconv_coords_t *c) {
   if (c->n < 0)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT, "%s: %s->n=%lld < 0",
@@ -71,8 +75,8 @@ static voxconv_status_t check_coords_arg(voxconv_handle_t *h,
 }
 
 /* Tensor stride with 0 meaning 1; negative is an error. */
-static voxconv_status_t tensor_stride_of(voxconv_handle_t *h,
-                                         const char *func, const char *name,
+static voxconv_status_t tensor_stride_of(voxconv_handle_t *h, const char *func,
+                                         const char *name,
                                          const voxconv_coords_t *c,
                                          int32_t ts[3]) {
   for (int a = 0; a < 3; a++) {
@@ -93,12 +97,12 @@ static int same_backend(const voxconv_handle_t *h, const voxconv_kmap_t *m) {
 static voxconv_status_t check_owner(voxconv_handle_t *h, const char *func,
                                     const voxconv_kmap_t *m) {
   if (!same_backend(h, m))
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: the map was built on %s device %d, the handle is %s "
-                   "device %d",
-                   func, m->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU",
-                   m->device, h->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU",
-                   h->device);
+    return vc_fail(
+        h, VOXCONV_STATUS_INVALID_ARGUMENT,
+        "%s: the map was built on %s device %d, the handle is %s "
+        "device %d",
+        func, m->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU", m->device,
+        h->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU", h->device);
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -132,9 +136,8 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
       d.stride[a] = 1;
     if (d.stride[a] < 1 || d.stride[a] > VOXCONV_STRIDE_MAX)
       return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                     "%s: stride[%d] (%c) = %d outside 1..%d (0 means 1)",
-                     func, a, axis_names[a], (int)d.stride[a],
-                     VOXCONV_STRIDE_MAX);
+                     "%s: stride[%d] (%c) = %d outside 1..%d (0 means 1)", func,
+                     a, axis_names[a], (int)d.stride[a], VOXCONV_STRIDE_MAX);
     if (d.dilation[a] == 0)
       d.dilation[a] = 1;
     if (d.dilation[a] < 1 || d.dilation[a] > VOXCONV_DILATION_MAX)
@@ -370,8 +373,8 @@ static voxconv_status_t merge_cpu(voxconv_handle_t *h,
   if (st == VOXCONV_STATUS_SUCCESS)
     st = vc_alloc(h, (size_t)n * sizeof *rows, (void **)&rows, "merge rows");
   if (st == VOXCONV_STATUS_SUCCESS)
-    st = vc_cpu_coords_check(h, "voxconv_merge_duplicates", "coords",
-                             in->data, n, keys, NULL, 1);
+    st = vc_cpu_coords_check(h, "voxconv_merge_duplicates", "coords", in->data,
+                             n, keys, NULL, 1);
   if (st == VOXCONV_STATUS_SUCCESS) {
     for (int64_t i = 0; i < n; i++)
       rows[i] = i;
@@ -396,8 +399,7 @@ static voxconv_status_t merge_cpu(voxconv_handle_t *h,
 voxconv_status_t voxconv_merge_duplicates(voxconv_handle_t *h,
                                           const voxconv_coords_t *in,
                                           int32_t *out_coords,
-                                          int64_t *n_unique,
-                                          int64_t *row_map) {
+                                          int64_t *n_unique, int64_t *row_map) {
   static const char *const func = "voxconv_merge_duplicates";
   VC_CHECK_NULL(NULL, h, "handle");
   vc_clear_error(h);

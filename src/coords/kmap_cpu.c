@@ -50,8 +50,8 @@ static void bulk_task(void *ctx, int64_t begin, int64_t end, int tid) {
 
 /* Copies or fills with all threads: also spreads the first-touch page
  * faults of freshly allocated buffers, which dominate a plain memset. */
-static void parallel_copy(const voxconv_handle_t *h, void *dst,
-                          const void *src, int64_t n, size_t elem) {
+static void parallel_copy(const voxconv_handle_t *h, void *dst, const void *src,
+                          int64_t n, size_t elem) {
   bulk_ctx_t c = {dst, src, elem, -1};
   vc_parallel_for(h, n, 65536, bulk_task, &c);
 }
@@ -142,8 +142,8 @@ static voxconv_status_t hash_rows(voxconv_handle_t *h, const char *func,
                      "%s: %s rows %d and %lld are both (b,x,y,z) = "
                      "(%d,%d,%d,%d); merge them first "
                      "(voxconv_merge_duplicates)",
-                     func, which, (int)prev, (long long)i, (int)r[0],
-                     (int)r[1], (int)r[2], (int)r[3]);
+                     func, which, (int)prev, (long long)i, (int)r[0], (int)r[1],
+                     (int)r[2], (int)r[3]);
     }
   }
   return VOXCONV_STATUS_SUCCESS;
@@ -160,8 +160,7 @@ typedef struct {
   uint64_t *keys;
 } strided_ctx_t;
 
-static void strided_keys_task(void *ctx, int64_t begin, int64_t end,
-                              int tid) {
+static void strided_keys_task(void *ctx, int64_t begin, int64_t end, int tid) {
   (void)tid;
   const strided_ctx_t *c = (const strided_ctx_t *)ctx;
   for (int64_t i = begin; i < end; i++) {
@@ -173,9 +172,8 @@ static void strided_keys_task(void *ctx, int64_t begin, int64_t end,
 }
 
 /* Sorted unique keys -> out_coords (backend memory) and n_out. */
-static voxconv_status_t emit_out_coords(voxconv_handle_t *h,
-                                        voxconv_kmap_t *m, uint64_t *keys,
-                                        int64_t n_keys) {
+static voxconv_status_t emit_out_coords(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                        uint64_t *keys, int64_t n_keys) {
   int64_t n_out = 0;
   for (int64_t i = 0; i < n_keys; i++)
     if (i == 0 || keys[i] != keys[n_out - 1])
@@ -193,8 +191,7 @@ static voxconv_status_t emit_out_coords(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-static voxconv_status_t strided_outputs(voxconv_handle_t *h,
-                                        voxconv_kmap_t *m,
+static voxconv_status_t strided_outputs(voxconv_handle_t *h, voxconv_kmap_t *m,
                                         const int32_t *in) {
   uint64_t *keys = NULL;
   VC_CHECK(vc_alloc(h, (size_t)m->n_in * sizeof *keys, (void **)&keys,
@@ -208,9 +205,8 @@ static voxconv_status_t strided_outputs(voxconv_handle_t *h,
   return st;
 }
 
-static voxconv_status_t generative_outputs(voxconv_handle_t *h,
-                                           voxconv_kmap_t *m,
-                                           const int32_t *in) {
+static voxconv_status_t
+generative_outputs(voxconv_handle_t *h, voxconv_kmap_t *m, const int32_t *in) {
   const int32_t *s = m->desc.stride;
   vc_hash_t set;
   /* Along an axis, dense inputs generate about s cells each and isolated
@@ -239,9 +235,9 @@ static voxconv_status_t generative_outputs(voxconv_handle_t *h,
         st = vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
                      "voxconv_kmap_build: GENERATIVE output of in row %lld "
                      "(%d,%d,%d,%d) at offset %d: %s=%lld outside ±%d",
-                     (long long)i, (int)r[0], (int)r[1], (int)r[2],
-                     (int)r[3], (int)k, field_names[bad + 1],
-                     (long long)bad_value, VOXCONV_COORD_MAX);
+                     (long long)i, (int)r[0], (int)r[1], (int)r[2], (int)r[3],
+                     (int)k, field_names[bad + 1], (long long)bad_value,
+                     VOXCONV_COORD_MAX);
         break;
       }
       int32_t existing;
@@ -279,11 +275,15 @@ typedef struct {
 /* Partner coordinate along one axis: the input coordinate paired with
  * output coordinate oc at axis offset off, per mode; 0 when there is none
  * (off the stride lattice, or outside the limits where no input exists). */
-static inline int partner_axis(voxconv_kmap_mode_t mode, int32_t s,
-                               int32_t off, int32_t oc, int32_t *v) {
+static inline int partner_axis(voxconv_kmap_mode_t mode, int32_t s, int32_t off,
+                               int32_t oc, int32_t *v) {
   switch (mode) {
-  case VOXCONV_KMAP_SUBMANIFOLD: *v = oc + off; break;
-  case VOXCONV_KMAP_STRIDED: *v = s * oc + off; break;
+  case VOXCONV_KMAP_SUBMANIFOLD:
+    *v = oc + off;
+    break;
+  case VOXCONV_KMAP_STRIDED:
+    *v = s * oc + off;
+    break;
   default: { /* TRANSPOSED, GENERATIVE: o = s*i + off */
     const int32_t d = oc - off;
     if (d % s != 0)
@@ -449,8 +449,7 @@ static void fill_pairs_task(void *ctx, int64_t begin, int64_t end, int tid) {
  * outputs, so the output fed by (i, k) sits at i - off[k] = i + off[K-1-k]:
  * nbr_in[i][k] = nbr_out[i][K-1-k]. A sequential row reversal instead of a
  * random scatter. */
-static void reverse_rows_task(void *ctx, int64_t begin, int64_t end,
-                              int tid) {
+static void reverse_rows_task(void *ctx, int64_t begin, int64_t end, int tid) {
   (void)tid;
   const voxconv_kmap_t *m = (const voxconv_kmap_t *)ctx;
   const int32_t kvol = m->kvol;
@@ -474,18 +473,16 @@ static voxconv_status_t build_pairs(voxconv_handle_t *h, voxconv_kmap_t *m,
                     (void **)&m->nbr_in, "kernel-map nbr_in"));
   vc_advise_huge_pages(h, m->nbr_in, (size_t)m->n_in * kvol * sizeof(int32_t));
   VC_CHECK(vc_host_alloc(h, (size_t)(kvol + 1) * sizeof(int64_t),
-                         (void **)&m->pair_offsets,
-                         "kernel-map pair offsets"));
+                         (void **)&m->pair_offsets, "kernel-map pair offsets"));
   int64_t *chunk = NULL;
-  VC_CHECK(vc_host_alloc(h, (size_t)(n_chunks ? n_chunks : 1) * kvol *
-                                sizeof(int64_t),
-                         (void **)&chunk, "kernel-map chunk counters"));
+  VC_CHECK(vc_host_alloc(
+      h, (size_t)(n_chunks ? n_chunks : 1) * kvol * sizeof(int64_t),
+      (void **)&chunk, "kernel-map chunk counters"));
 
   int odd_kernel = 1;
   for (int a = 0; a < 3; a++)
     odd_kernel &= m->desc.kernel_size[a] & 1;
-  const int symmetric =
-      m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && odd_kernel;
+  const int symmetric = m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && odd_kernel;
   lookup_ctx_t lc = {m, in_hash, chunk, symmetric};
   vc_parallel_for(h, n_out, LOOKUP_GRAIN, lookup_task, &lc);
   if (symmetric) {
@@ -537,9 +534,8 @@ voxconv_status_t vc_cpu_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *m,
   const int64_t n_in = in->n;
   uint64_t *in_keys = NULL;
   vc_hash_t in_hash = {0};
-  voxconv_status_t st =
-      vc_alloc(h, (size_t)n_in * sizeof *in_keys, (void **)&in_keys,
-               "input coordinate keys");
+  voxconv_status_t st = vc_alloc(h, (size_t)n_in * sizeof *in_keys,
+                                 (void **)&in_keys, "input coordinate keys");
   if (st == VOXCONV_STATUS_SUCCESS)
     st = vc_cpu_coords_check(h, func, "in coords", in->data, n_in, in_keys,
                              &m->in_fingerprint, 1);
@@ -594,5 +590,6 @@ voxconv_status_t vc_cpu_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *m,
   if (st == VOXCONV_STATUS_SUCCESS)
     st = build_pairs(h, m, &in_hash);
 done:
-  vc_hash_destroy(&in_hash);  return st;
+  vc_hash_destroy(&in_hash);
+  return st;
 }

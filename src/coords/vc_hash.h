@@ -58,8 +58,7 @@ void vc_hash_destroy(vc_hash_t *t);
 /* Inserts key -> val unless the key is present. Returns the value already
  * stored for the key, or -1 after inserting. The table must have room
  * (count < capacity / 2, guaranteed when sized by vc_hash_create). */
-static inline int32_t vc_hash_insert(vc_hash_t *t, uint64_t key,
-                                     int32_t val) {
+static inline int32_t vc_hash_insert(vc_hash_t *t, uint64_t key, int32_t val) {
   uint64_t s = vc_hash_slot_of(t, key);
   for (;;) {
     vc_hash_slot_t *slot = &t->slots[s];

@@ -20,8 +20,8 @@ static const char axis_names[3] = {'x', 'y', 'z'};
 typedef struct {
   const voxconv_voxelize_desc_t *desc;
   const voxconv_points_t *points;
-  uint64_t *keys;      /* [n]: VC_KEY_EMPTY when dropped */
-  int64_t *first_bad;  /* [n_chunks] lowest failing point of a chunk or -1 */
+  uint64_t *keys;     /* [n]: VC_KEY_EMPTY when dropped */
+  int64_t *first_bad; /* [n_chunks] lowest failing point of a chunk or -1 */
 } voxel_key_ctx_t;
 
 typedef enum {
@@ -102,8 +102,8 @@ static voxconv_status_t point_error(voxconv_handle_t *h,
                    axis_names[axis], (double)value);
   case POINT_BAD_BATCH:
     return vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
-                   "%s: point %lld: batch=%d outside 0..%d", func,
-                   (long long)i, (int)pts->batch[i], VOXCONV_BATCH_MAX);
+                   "%s: point %lld: batch=%d outside 0..%d", func, (long long)i,
+                   (int)pts->batch[i], VOXCONV_BATCH_MAX);
   case POINT_BAD_INDEX:
     return vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
                    "%s: point %lld: voxel index %c=%.9g outside ±%d (no "
@@ -116,12 +116,10 @@ static voxconv_status_t point_error(voxconv_handle_t *h,
   }
 }
 
-static voxconv_status_t voxelize_cpu(voxconv_handle_t *h,
-                                     const voxconv_voxelize_desc_t *d,
-                                     const voxconv_points_t *pts,
-                                     int32_t n_feat, int32_t *coords_out,
-                                     float *feats_out, int64_t *n_voxels,
-                                     int64_t *point_voxel) {
+static voxconv_status_t
+voxelize_cpu(voxconv_handle_t *h, const voxconv_voxelize_desc_t *d,
+             const voxconv_points_t *pts, int32_t n_feat, int32_t *coords_out,
+             float *feats_out, int64_t *n_voxels, int64_t *point_voxel) {
   const int64_t n = pts->n;
   const int64_t n_chunks = (n + POINT_GRAIN - 1) / POINT_GRAIN;
   uint64_t *keys = NULL;
@@ -240,8 +238,8 @@ voxconv_status_t voxconv_voxelize(voxconv_handle_t *h,
                    "%s: n_feat=%d outside 0..points->fields (%d)", func,
                    (int)n_feat, (int)points->fields);
   if (points->n < 0)
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: points->n=%lld < 0", func, (long long)points->n);
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT, "%s: points->n=%lld < 0",
+                   func, (long long)points->n);
   if (points->batch == NULL &&
       (desc->batch < 0 || desc->batch > VOXCONV_BATCH_MAX))
     return vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
@@ -257,6 +255,6 @@ voxconv_status_t voxconv_voxelize(voxconv_handle_t *h,
     return vc_cuda_voxelize(h, desc, points, n_feat, coords_out, feats_out,
                             n_voxels, point_voxel);
 #endif
-  return voxelize_cpu(h, desc, points, n_feat, coords_out, feats_out,
-                      n_voxels, point_voxel);
+  return voxelize_cpu(h, desc, points, n_feat, coords_out, feats_out, n_voxels,
+                      point_voxel);
 }
