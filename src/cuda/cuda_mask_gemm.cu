@@ -130,20 +130,56 @@ const vc_param_space_t mg_space_fwd = {
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_FWD_TILES, 2, 2},
     {{0, 1, 2, 3, 4, 5, 6}, {32, 16}, {1, 0}}};
+/* split_k_slices 0 = adaptive: enough slices per offset that the grid
+ * fills the GPU twice over (a layer has only kvol x tiles blocks without
+ * splitting: 27 for C = 64, far below 132 SMs). */
 const vc_param_space_t mg_space_wgrad = {
     2,
     {"mma_tile", "split_k_slices"},
-    {VC_MG_WGRAD_TILES, 7},
-    {{0, 1, 2, 3}, {1, 2, 4, 8, 16, 32, 64}}};
+    {VC_MG_WGRAD_TILES, 8},
+    {{0, 1, 2, 3}, {0, 1, 2, 4, 8, 16, 32, 64}}};
+
+/* Wgrad tile shapes (M = cin, N = cout), indexed by tile ID. */
+const int kWgradTileMN[VC_MG_WGRAD_TILES][2] = {
+    {64, 64}, {32, 32}, {128, 128}, {64, 128}};
+
+/* Adaptive split count for a GPU with `sms` multiprocessors (monotone in
+ * sms, so the workspace is sized with an upper bound on it). */
+const int kMaxSmsForWorkspace = 512;
+
+int wgrad_splits(int sms, const vc_conv_problem_t *p,
+                 const vc_algo_params_t *prm) {
+  if (prm->v[1] >= 1)
+    return prm->v[1];
+  const int t = prm->v[0] >= 0 && prm->v[0] < VC_MG_WGRAD_TILES ? prm->v[0]
+                                                                 : 0;
+  const int64_t tiles = vc_ceil_div<int64_t>(p->cin, kWgradTileMN[t][0]) *
+                        vc_ceil_div<int64_t>(p->cout, kWgradTileMN[t][1]) *
+                        p->kmap->kvol;
+  int64_t s = vc_ceil_div<int64_t>(2 * (int64_t)sms, tiles);
+  /* keep at least ~512 pairs per slice on average */
+  const int64_t max_by_pairs =
+      p->kmap->n_pairs / (512 * (int64_t)p->kmap->kvol) + 1;
+  if (s > max_by_pairs)
+    s = max_by_pairs;
+  if (s > VC_MG_MAX_SPLITS)
+    s = VC_MG_MAX_SPLITS;
+  return s < 1 ? 1 : (int)s;
+}
 
 const vc_param_space_t *mg_param_space(voxconv_pass_t pass) {
   return pass == VOXCONV_PASS_CONV_WGRAD ? &mg_space_wgrad : &mg_space_fwd;
 }
 
+/* The handle (so the SM count) is not known here: sized for the split
+ * count of the largest GPU we size for; run() never exceeds it. */
 size_t mg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
-  if (p->pass != VOXCONV_PASS_CONV_WGRAD || prm->v[1] <= 1)
+  if (p->pass != VOXCONV_PASS_CONV_WGRAD)
     return 0;
-  return (size_t)prm->v[1] * (size_t)p->kmap->kvol * (size_t)p->cin *
+  const int splits = wgrad_splits(kMaxSmsForWorkspace, p, prm);
+  if (splits <= 1)
+    return 0;
+  return (size_t)splits * (size_t)p->kmap->kvol * (size_t)p->cin *
          (size_t)p->cout * sizeof(float);
 }
 
@@ -211,7 +247,9 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   const voxconv_kmap_t *m = p->kmap;
   const int tile = prm->v[0];
   if (p->pass == VOXCONV_PASS_CONV_WGRAD) {
-    const int splits = prm->v[1] < 1 ? 1 : prm->v[1];
+    const int sms = vc_cuda_state(h)->sm_count;
+    const int splits = wgrad_splits(
+        sms < kMaxSmsForWorkspace ? sms : kMaxSmsForWorkspace, p, prm);
     if (splits > VC_MG_MAX_SPLITS)
       return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                      "mask_gemm: split_k_slices=%d above %d", splits,
