@@ -57,6 +57,13 @@ typedef struct dw_ctx {
 } dw_ctx_t;
 
 #define DW_ROWS_GRAIN 64
+#define DW_PREFETCH_ROWS 2
+#define DW_PREFETCH_PAIRS 8
+
+static inline void prefetch_row(const char *p, size_t bytes) {
+  for (size_t b = 0; b < bytes; b += 64)
+    __builtin_prefetch(p + b);
+}
 
 static void dw_rows_f32(void *vctx, int64_t r0, int64_t r1, int tid) {
   const dw_ctx_t *c = (const dw_ctx_t *)vctx;
@@ -65,7 +72,17 @@ static void dw_rows_f32(void *vctx, int64_t r0, int64_t r1, int tid) {
   float *acc = (float *)(void *)(c->scratch + (size_t)tid * c->scratch_stride);
   float *tmp = acc + ch;
   const float *w = (const float *)c->w;
+  const size_t row_bytes = (size_t)ch * esz;
   for (int64_t r = r0; r < r1; r++) {
+    if (r + DW_PREFETCH_ROWS < r1) {
+      /* Gathered rows are scattered: request a later row's neighbours so
+       * that their loads overlap with this row's arithmetic. */
+      const int32_t *nf = c->nbr + (r + DW_PREFETCH_ROWS) * kvol;
+      for (int64_t k = 0; k < kvol; k++)
+        if (nf[k] >= 0)
+          prefetch_row((const char *)c->src + (size_t)nf[k] * row_bytes,
+                       row_bytes);
+    }
     for (int64_t e = 0; e < ch; e++)
       acc[e] = 0.0f;
     for (int64_t k = 0; k < kvol; k++) {
@@ -143,6 +160,14 @@ static void dw_wgrad_task(void *vctx, int64_t t0, int64_t t1, int tid) {
       acc[e] = 0.0f;
     for (int64_t q = q0; q < q1; q++) {
       const int64_t i = c->km->in_rows[q], o = c->km->out_rows[q];
+      if (q + DW_PREFETCH_PAIRS < q1) {
+        const int64_t pi = c->km->in_rows[q + DW_PREFETCH_PAIRS];
+        const int64_t po = c->km->out_rows[q + DW_PREFETCH_PAIRS];
+        prefetch_row((const char *)c->src + (size_t)(pi * ch + e0) * esz,
+                     (size_t)cw * esz);
+        prefetch_row((const char *)c->src2 + (size_t)(po * ch + e0) * esz,
+                     (size_t)cw * esz);
+      }
       const float *x, *dy;
       if (c->dtype == VOXCONV_DTYPE_F32) {
         x = (const float *)c->src + i * ch + e0;
