@@ -1,22 +1,30 @@
 /* cpu_gather_gemm: regular sparse convolution on the CPU.
  *
- * Forward and dgrad are the same computation on different tables: every
- * destination row d (output row for forward, input row for dgrad) is
- *   dst[d] = sum over k of src[nbr[d][k]] * B[k]
- * with nbr = kmap->nbr_out, B = W (forward) or nbr = kmap->nbr_in,
- * B = W^T (dgrad). Destination rows are cut into blocks; one block is one
- * task, so each row is written exactly once and no atomics are needed.
- * Inside a block, the rows that have a neighbour at offset k are gathered
- * (dtype -> f32) and multiplied by the packed B[k] with register tiles,
- * accumulating into an f32 block that is converted and stored at the end.
- * Every output element is the sequential sum over k ascending, then over
- * the channel ascending, so results do not depend on the block size or on
- * the number of threads.
+ * Forward and dgrad are the same computation seen from different sides:
+ * every destination row d (output row for forward, input row for dgrad) is
+ *   dst[d] = sum over k of src[s_k(d)] * B[k]
+ * with B = W (forward) or W^T (dgrad) and s_k(d) the row paired with d at
+ * offset k. Destination rows are cut into blocks; one block is one task,
+ * so each row is written exactly once (rows without pairs as 0) and no
+ * atomics are needed. A block finds its pairs of offset k as one range of
+ * the pair list when the destination rows are sorted within each offset
+ * (always for forward: pairs are sorted by output row; for dgrad when the
+ * input rows are too, e.g. submanifold maps of sorted coordinates), else
+ * by one pass over its rows of kmap->nbr_in. The block's rows of offset k
+ * are multiplied by the packed B[k] with register tiles (f32 rows read in
+ * place, f16/bf16 rows converted into a tile) into an f32 accumulator
+ * block, converted and stored at the end. Every output element is one
+ * sequential sum over k ascending, then over the channel ascending, so the
+ * results depend neither on the block size nor on the number of threads.
  *
  * Wgrad: dW[k] = X_k^T DY_k over the pairs of offset k, in map order. A
- * task owns (k, a group of input channels) and runs over all pairs of k in
+ * task owns (k, a range of input channels) and runs over all pairs of k in
  * chunks, so each dW element is again one sequential sum in pair order,
- * whatever the grouping or the thread count.
+ * whatever the split or the thread count.
+ *
+ * The tiles use fused multiply-add on AVX2/AVX-512 (and separate multiply
+ * and add on the portable path), so bits differ between kernels but never
+ * between runs or thread counts on one machine.
  *
  * f64 is the reference path: plain loops with the textbook summation
  * order and no fused multiply-add. */
@@ -39,9 +47,10 @@ static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* ---- parameter spaces ---------------------------------------------------- */
-/* 0 = chosen from the channel counts. */
+/* 0 = chosen from the channel counts and the number of rows. Neither
+ * parameter changes the results, only the speed. */
 static const vc_param_space_t rows_space = {
-    1, {"block_rows"}, {5}, {{0, 32, 64, 128, 256}}};
+    1, {"block_rows"}, {5}, {{0, 64, 128, 256, 512}}};
 static const vc_param_space_t wgrad_space = {
     1, {"pair_chunk"}, {5}, {{0, 64, 128, 256, 512}}};
 
