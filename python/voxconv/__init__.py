@@ -7,6 +7,12 @@ tour of the API.
 
 from dataclasses import dataclass
 
+# torch first: its CUDA libraries (cuBLAS, cudart) must be the ones loaded
+# when libvoxconv's dependencies are resolved. Loading a CUDA build of
+# libvoxconv before torch pulls in the system CUDA libraries, and torch's
+# import then crashes (seen with torch 2.11 + CUDA 13).
+import torch  # noqa: F401
+
 from . import _lib
 from ._lib import lib
 from . import errors
