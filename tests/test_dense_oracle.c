@@ -2,8 +2,8 @@
  * convolution / pooling in fp64, written only from include/voxconv.h.
  *
  * For each random case (grid 10..16 per axis, 1..3 batches, density 5..60%,
- * anisotropic kernels 1/2/3/4/5, strides 1..3, dilations 1..2, coordinates
- * that may be negative or sit at the coordinate limits):
+ * anisotropic kernels 1..5 and 7, strides 1..3, dilations 1..3,
+ * coordinates that may be negative or sit at the coordinate limits):
  *   - the map's output coordinates are compared with the set the header
  *     defines (SUBMANIFOLD: the inputs in order; STRIDED: sorted unique
  *     floor(c/s); TRANSPOSED: the given ones; GENERATIVE: sorted unique
@@ -11,16 +11,19 @@
  *   - the map's pairs are compared element for element with the pair
  *     definitions and the documented order (offset k, then output row);
  *   - conv and depthwise forward / dgrad / wgrad, pooling MAX/AVG/SUM
- *     forward / backward and unpooling forward / backward are compared with
- *     dense loops over the whole grid (inputs zero outside the active set,
- *     gradients by the adjoint loops), sampled at the active sites;
+ *     forward / backward (with and without ties) and unpooling forward /
+ *     backward are compared with dense loops over the whole grid (inputs
+ *     zero outside the active set, gradients by the adjoint loops), sampled
+ *     at the active sites;
  *   - in f64 (1e-12 relative to sum |terms|), and one of f32 (1e-5), f16 or
  *     bf16 (reference from the rounded inputs, + 2 ulps of the output);
- *   - with the default algorithm and with every registered CPU algorithm
- *     named explicitly;
+ *   - with the default path, the default path in deterministic mode, and
+ *     every registered CPU algorithm named explicitly;
  *   - every output is poisoned before the call and must be fully written;
  *     inputs must come back unchanged.
- * VOXCONV_ORACLE_CASES overrides the number of random cases. */
+ * A few large cases (24..40 per axis, 17..96 channels) use the pair list
+ * from the definitions as the reference instead of a dense grid.
+ * VOXCONV_ORACLE_CASES overrides the number of small random cases. */
 #include "dense_ref.h"
 #include "vc_test.h"
 
@@ -80,6 +83,12 @@ typedef struct ocase {
   int32_t *exp_in_rows, *exp_out_rows;
   int64_t exp_n_pairs;
   voxconv_kmap_t *kmap;
+  /* Large cases: the reference walks the pair list derived above from the
+   * definitions (validated against the dense grid on the small cases)
+   * instead of a dense grid, whose cost would be prohibitive; arrays are
+   * then indexed by row instead of by dense cell. */
+  int by_rows;
+  int64_t *ident_in, *ident_out;
   char tag[256];
 } ocase_t;
 
@@ -94,6 +103,8 @@ static void case_free(ocase_t *c) {
   free(c->exp_pair_off);
   free(c->exp_in_rows);
   free(c->exp_out_rows);
+  free(c->ident_in);
+  free(c->ident_out);
   memset(c, 0, sizeof *c);
 }
 
@@ -104,6 +115,12 @@ static void case_free(ocase_t *c) {
 typedef void (*triple_fn)(void *ctx, int64_t icell, int64_t ocell, int k);
 
 static void dense_relation(const ocase_t *c, triple_fn fn, void *ctx) {
+  if (c->by_rows) {
+    for (int k = 0; k < c->kvol; k++)
+      for (int64_t p = c->exp_pair_off[k]; p < c->exp_pair_off[k + 1]; p++)
+        fn(ctx, c->exp_in_rows[p], c->exp_out_rows[p], k);
+    return;
+  }
   if (!c->transposed) {
     const int64_t n = dr_box_cells(&c->outbox);
     for (int64_t oc = 0; oc < n; oc++) {
@@ -265,7 +282,8 @@ static void expected_map(ocase_t *c) {
 
 /* Random geometry; returns 0 when the dense work would be too large (the
  * caller draws again). */
-static int make_case(ocase_t *c, int id, voxconv_kmap_mode_t mode) {
+static int make_case(ocase_t *c, int id, voxconv_kmap_mode_t mode,
+                     int large) {
   memset(c, 0, sizeof *c);
   c->id = id;
   c->mode = mode;
@@ -294,10 +312,12 @@ static int make_case(ocase_t *c, int id, voxconv_kmap_mode_t mode) {
 
   const int B = (int)vc_rand_range(1, 3);
   int32_t dim[3], lo[3];
-  const double density = 0.05 + 0.55 * vc_rand_uniform();
+  const double density = large ? 0.03 + 0.12 * vc_rand_uniform()
+                               : 0.05 + 0.55 * vc_rand_uniform();
   const double place = vc_rand_uniform();
   for (int a = 0; a < 3; a++) {
-    dim[a] = (int32_t)vc_rand_range(10, 16);
+    dim[a] = large ? (int32_t)vc_rand_range(24, 40)
+                   : (int32_t)vc_rand_range(10, 16);
     lo[a] = (int32_t)vc_rand_range(-20, 8);
   }
   /* Now and then sit against a coordinate limit: neighbours beyond it
@@ -344,10 +364,19 @@ static int make_case(ocase_t *c, int id, voxconv_kmap_mode_t mode) {
   }
   /* Keep the dense loops affordable (also under sanitizers). */
   expected_map(c);
-  if (count_relation_upper(c) > 1500000 ||
-      dr_box_cells(&c->outbox) > 400000) {
+  if (!large && (count_relation_upper(c) > 1500000 ||
+                 dr_box_cells(&c->outbox) > 400000)) {
     case_free(c);
     return 0;
+  }
+  if (large) {
+    c->by_rows = 1;
+    c->ident_in = (int64_t *)dr_xmalloc((size_t)c->n_in * 8 + 8);
+    c->ident_out = (int64_t *)dr_xmalloc((size_t)c->n_out * 8 + 8);
+    for (int64_t i = 0; i < c->n_in; i++)
+      c->ident_in[i] = i;
+    for (int64_t i = 0; i < c->n_out; i++)
+      c->ident_out[i] = i;
   }
   make_tag(c);
   return 1;
@@ -596,6 +625,55 @@ static void gather_rows(const dr_box_t *box, const int32_t *coords, int64_t n,
   }
 }
 
+/* The reference's index spaces: dense cells, or rows for by_rows cases. */
+static int64_t ref_in_cells(const ocase_t *c) {
+  return c->by_rows ? c->n_in : dr_box_cells(&c->inbox);
+}
+static int64_t ref_out_cells(const ocase_t *c) {
+  return c->by_rows ? c->n_out : dr_box_cells(&c->outbox);
+}
+static const int64_t *ref_inrow(const ocase_t *c) {
+  return c->by_rows ? c->ident_in : c->inbox.row;
+}
+static const int64_t *ref_outrow(const ocase_t *c) {
+  return c->by_rows ? c->ident_out : c->outbox.row;
+}
+/* Reference index of output row o (-1: outside the dense box). */
+static int64_t out_cell(const ocase_t *c, int64_t o) {
+  if (c->by_rows)
+    return o;
+  const int32_t *c4 = c->exp_out + 4 * o;
+  return dr_box_cell(&c->outbox, c4[0], c4[1], c4[2], c4[3]);
+}
+static void scatter_in(const ocase_t *c, const double *rows, int64_t C,
+                       double *ref) {
+  if (c->by_rows)
+    memcpy(ref, rows, (size_t)(c->n_in * C) * sizeof(double));
+  else
+    scatter_rows(&c->inbox, c->in_c, c->n_in, rows, C, ref);
+}
+static void scatter_out(const ocase_t *c, const double *rows, int64_t C,
+                        double *ref) {
+  if (c->by_rows)
+    memcpy(ref, rows, (size_t)(c->n_out * C) * sizeof(double));
+  else
+    scatter_rows(&c->outbox, c->exp_out, c->n_out, rows, C, ref);
+}
+static void gather_in(const ocase_t *c, const double *ref, int64_t C,
+                      double *rows) {
+  if (c->by_rows)
+    memcpy(rows, ref, (size_t)(c->n_in * C) * sizeof(double));
+  else
+    gather_rows(&c->inbox, c->in_c, c->n_in, ref, C, rows);
+}
+static void gather_out(const ocase_t *c, const double *ref, int64_t C,
+                       double *rows) {
+  if (c->by_rows)
+    memcpy(rows, ref, (size_t)(c->n_out * C) * sizeof(double));
+  else
+    gather_rows(&c->outbox, c->exp_out, c->n_out, ref, C, rows);
+}
+
 /* Variant names: NULL = the default path (no options), DET_VARIANT = the
  * default path with opt->deterministic = TRUE, else an algorithm name. */
 static const char DET_VARIANT[] = "(deterministic)";
@@ -673,15 +751,15 @@ static void run_conv(ocase_t *c, voxconv_dtype_t dt, int64_t cin,
   void *dy0 = dup_bytes(dy, (size_t)(nout * cout) * es);
 
   /* Dense reference. */
-  const int64_t icells = dr_box_cells(&c->inbox), ocells = dr_box_cells(&c->outbox);
+  const int64_t icells = ref_in_cells(c), ocells = ref_out_cells(c);
   conv_ctx_t t;
   t.cin = cin;
   t.cout = cout;
-  t.inrow = c->inbox.row;
+  t.inrow = ref_inrow(c);
   double *xd = (double *)dr_xcalloc((size_t)(icells * cin), 8);
   double *dyd = (double *)dr_xcalloc((size_t)(ocells * cout), 8);
-  scatter_rows(&c->inbox, c->in_c, nin, xr, cin, xd);
-  scatter_rows(&c->outbox, c->exp_out, nout, dyr, cout, dyd);
+  scatter_in(c, xr, cin, xd);
+  scatter_out(c, dyr, cout, dyd);
   t.xd = xd;
   t.W = Wr;
   t.dyd = dyd;
@@ -698,7 +776,7 @@ static void run_conv(ocase_t *c, voxconv_dtype_t dt, int64_t cin,
 
   /* GENERATIVE: the output set is exactly the reachable cells, and the
    * dense transposed conv is zero everywhere else. */
-  if (c->mode == VOXCONV_KMAP_GENERATIVE) {
+  if (c->mode == VOXCONV_KMAP_GENERATIVE && !c->by_rows) {
     int64_t bad = -1;
     for (int64_t oc = 0; oc < ocells && bad < 0; oc++) {
       const int is_out = c->outbox.row[oc] >= 0;
@@ -724,10 +802,10 @@ static void run_conv(ocase_t *c, voxconv_dtype_t dt, int64_t cin,
   double *yabs = (double *)dr_xmalloc((size_t)(nout * cout) * 8 + 8);
   double *dxref = (double *)dr_xmalloc((size_t)(nin * cin) * 8 + 8);
   double *dxabs = (double *)dr_xmalloc((size_t)(nin * cin) * 8 + 8);
-  gather_rows(&c->outbox, c->exp_out, nout, t.yd, cout, yref);
-  gather_rows(&c->outbox, c->exp_out, nout, t.yabs, cout, yabs);
-  gather_rows(&c->inbox, c->in_c, nin, t.dxd, cin, dxref);
-  gather_rows(&c->inbox, c->in_c, nin, t.dxabs, cin, dxabs);
+  gather_out(c, t.yd, cout, yref);
+  gather_out(c, t.yabs, cout, yabs);
+  gather_in(c, t.dxd, cin, dxref);
+  gather_in(c, t.dxabs, cin, dxabs);
 
   void *y = dr_xmalloc((size_t)(nout * cout) * es + es);
   void *dx = dr_xmalloc((size_t)(nin * cin) * es + es);
@@ -832,13 +910,13 @@ static void run_depthwise(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
   void *x0 = dup_bytes(x, (size_t)(nin * C) * es);
   void *w0 = dup_bytes(w, (size_t)(kv * C) * es);
 
-  const int64_t icells = dr_box_cells(&c->inbox), ocells = dr_box_cells(&c->outbox);
+  const int64_t icells = ref_in_cells(c), ocells = ref_out_cells(c);
   dw_ctx_t t;
   t.C = C;
   double *xd = (double *)dr_xcalloc((size_t)(icells * C), 8);
   double *dyd = (double *)dr_xcalloc((size_t)(ocells * C), 8);
-  scatter_rows(&c->inbox, c->in_c, nin, xr, C, xd);
-  scatter_rows(&c->outbox, c->exp_out, nout, dyr, C, dyd);
+  scatter_in(c, xr, C, xd);
+  scatter_out(c, dyr, C, dyd);
   t.xd = xd;
   t.w = wr;
   t.dyd = dyd;
@@ -855,10 +933,10 @@ static void run_depthwise(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
   double *yabs = (double *)dr_xmalloc((size_t)(nout * C) * 8 + 8);
   double *dxref = (double *)dr_xmalloc((size_t)(nin * C) * 8);
   double *dxabs = (double *)dr_xmalloc((size_t)(nin * C) * 8);
-  gather_rows(&c->outbox, c->exp_out, nout, t.yd, C, yref);
-  gather_rows(&c->outbox, c->exp_out, nout, t.yabs, C, yabs);
-  gather_rows(&c->inbox, c->in_c, nin, t.dxd, C, dxref);
-  gather_rows(&c->inbox, c->in_c, nin, t.dxabs, C, dxabs);
+  gather_out(c, t.yd, C, yref);
+  gather_out(c, t.yabs, C, yabs);
+  gather_in(c, t.dxd, C, dxref);
+  gather_in(c, t.dxabs, C, dxabs);
 
   void *y = dr_xmalloc((size_t)(nout * C) * es + es);
   void *dx = dr_xmalloc((size_t)(nin * C) * es);
@@ -982,7 +1060,7 @@ static const char *pool_name(voxconv_pool_mode_t m) {
 static void run_pool(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
   const size_t es = dr_dtype_bytes(dt);
   const int64_t nin = c->n_in, nout = c->n_out;
-  const int64_t icells = dr_box_cells(&c->inbox), ocells = dr_box_cells(&c->outbox);
+  const int64_t icells = ref_in_cells(c), ocells = ref_out_cells(c);
   void *x = dr_xmalloc((size_t)(nin * C) * es);
   double *xr = (double *)dr_xmalloc((size_t)(nin * C) * 8);
   /* Half the time small integers: MAX then has ties in most windows, and
@@ -1001,12 +1079,12 @@ static void run_pool(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
   void *y = dr_xmalloc((size_t)(nout * C) * es + es);
   void *dx = dr_xmalloc((size_t)(nin * C) * es);
   double *xd = (double *)dr_xcalloc((size_t)(icells * C), 8);
-  scatter_rows(&c->inbox, c->in_c, nin, xr, C, xd);
+  scatter_in(c, xr, C, xd);
 
   pool_ctx_t t;
   memset(&t, 0, sizeof t);
   t.C = C;
-  t.inrow = c->inbox.row;
+  t.inrow = ref_inrow(c);
   t.xd = xd;
   t.sum = (double *)dr_xcalloc((size_t)(ocells * C), 8);
   t.sabs = (double *)dr_xcalloc((size_t)(ocells * C), 8);
@@ -1028,8 +1106,7 @@ static void run_pool(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
     const voxconv_pool_mode_t mode = (voxconv_pool_mode_t)m;
     char what[64];
     for (int64_t o = 0; o < nout; o++) {
-      const int32_t *c4 = c->exp_out + 4 * o;
-      const int64_t oc = dr_box_cell(&c->outbox, c4[0], c4[1], c4[2], c4[3]);
+      const int64_t oc = out_cell(c, o);
       const int64_t n = oc >= 0 ? t.count[oc] : 0;
       cnt[o] = (double)n;
       for (int64_t ch = 0; ch < C; ch++) {
@@ -1072,7 +1149,7 @@ static void run_pool(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
       double *ylib = (double *)dr_xmalloc((size_t)(nout * C) * 8 + 8);
       for (int64_t i = 0; i < nout * C; i++)
         ylib[i] = dr_load(y, dt, i);
-      scatter_rows(&c->outbox, c->exp_out, nout, ylib, C, yd);
+      scatter_out(c, ylib, C, yd);
       t.yd = yd;
       t.win_k = (int *)dr_xmalloc((size_t)(ocells * C) * sizeof(int));
       t.win_cell = (int64_t *)dr_xmalloc((size_t)(ocells * C) * 8);
@@ -1080,8 +1157,7 @@ static void run_pool(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
         t.win_k[j] = c->kvol + 1;
       dense_relation(c, pool_winner_fn, &t);
       for (int64_t o = 0; o < nout; o++) {
-        const int32_t *c4 = c->exp_out + 4 * o;
-        const int64_t oc = dr_box_cell(&c->outbox, c4[0], c4[1], c4[2], c4[3]);
+        const int64_t oc = out_cell(c, o);
         for (int64_t ch = 0; oc >= 0 && ch < C; ch++) {
           const int64_t j = oc * C + ch;
           if (t.win_k[j] <= c->kvol) {
@@ -1103,14 +1179,14 @@ static void run_pool(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
           dys[o * C + ch] = mode == VOXCONV_POOL_AVG
                                 ? (cnt[o] > 0 ? dyr[o * C + ch] / cnt[o] : 0)
                                 : dyr[o * C + ch];
-      scatter_rows(&c->outbox, c->exp_out, nout, dys, C, dyd);
-      unpool_ctx_t u = {C, c->inbox.row, c->outbox.row, dyd, dxd, dxa, 0};
+      scatter_out(c, dys, C, dyd);
+      unpool_ctx_t u = {C, ref_inrow(c), ref_outrow(c), dyd, dxd, dxa, 0};
       dense_relation(c, unpool_fn, &u);
       free(dyd);
       free(dys);
     }
-    gather_rows(&c->inbox, c->in_c, nin, dxd, C, dxref);
-    gather_rows(&c->inbox, c->in_c, nin, dxa, C, dxabs);
+    gather_in(c, dxd, C, dxref);
+    gather_in(c, dxa, C, dxabs);
     free(dxd);
     free(dxa);
     vc_poison(dx, dt, nin * C);
@@ -1130,11 +1206,11 @@ static void run_pool(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
     double *xcd = (double *)dr_xcalloc((size_t)(ocells * C), 8);
     double *yfd = (double *)dr_xcalloc((size_t)(icells * C), 8);
     double *yfa = (double *)dr_xcalloc((size_t)(icells * C), 8);
-    scatter_rows(&c->outbox, c->exp_out, nout, dyr, C, xcd);
-    unpool_ctx_t u = {C, c->inbox.row, c->outbox.row, xcd, yfd, yfa, 0};
+    scatter_out(c, dyr, C, xcd);
+    unpool_ctx_t u = {C, ref_inrow(c), ref_outrow(c), xcd, yfd, yfa, 0};
     dense_relation(c, unpool_fn, &u);
-    gather_rows(&c->inbox, c->in_c, nin, yfd, C, dxref);
-    gather_rows(&c->inbox, c->in_c, nin, yfa, C, dxabs);
+    gather_in(c, yfd, C, dxref);
+    gather_in(c, yfa, C, dxabs);
     const voxconv_feats_t fxc = {dy, nout, C, dt}, fyf = {dx, nin, C, dt};
     vc_poison(dx, dt, nin * C);
     voxconv_status_t st = voxconv_unpool_forward(g_h, c->kmap, &fxc, &fyf);
@@ -1151,11 +1227,11 @@ static void run_pool(ocase_t *c, voxconv_dtype_t dt, int64_t C) {
     double *dyf = (double *)dr_xcalloc((size_t)(icells * C), 8);
     double *dxc = (double *)dr_xcalloc((size_t)(ocells * C), 8);
     double *dxca = (double *)dr_xcalloc((size_t)(ocells * C), 8);
-    scatter_rows(&c->inbox, c->in_c, nin, xr, C, dyf);
-    unpool_ctx_t ub = {C, c->inbox.row, c->outbox.row, dyf, dxc, dxca, 1};
+    scatter_in(c, xr, C, dyf);
+    unpool_ctx_t ub = {C, ref_inrow(c), ref_outrow(c), dyf, dxc, dxca, 1};
     dense_relation(c, unpool_fn, &ub);
-    gather_rows(&c->outbox, c->exp_out, nout, dxc, C, ref);
-    gather_rows(&c->outbox, c->exp_out, nout, dxca, C, abs_);
+    gather_out(c, dxc, C, ref);
+    gather_out(c, dxca, C, abs_);
     const voxconv_feats_t fdyf = {x, nin, C, dt}, fdxc = {y, nout, C, dt};
     vc_poison(y, dt, nout * C);
     st = voxconv_unpool_backward(g_h, c->kmap, &fdyf, &fdxc);
@@ -1289,7 +1365,7 @@ int main(void) {
     const voxconv_kmap_mode_t mode = (voxconv_kmap_mode_t)(id % 4);
     ocase_t c;
     int tries = 0;
-    while (!make_case(&c, (int)id, mode) && ++tries < 100) {
+    while (!make_case(&c, (int)id, mode, 0) && ++tries < 100) {
     }
     if (tries >= 100)
       continue;
@@ -1320,7 +1396,7 @@ int main(void) {
     ocase_t c;
     int ok = 0;
     for (int tries = 0; tries < 100 && !ok; tries++) {
-      ok = make_case(&c, 1000 + i, VOXCONV_KMAP_STRIDED);
+      ok = make_case(&c, 1000 + i, VOXCONV_KMAP_STRIDED, 0);
       if (!ok)
         continue;
       /* Rebuild as the standard pool geometry on the drawn coordinates. */
@@ -1351,6 +1427,35 @@ int main(void) {
       const int64_t C = vc_rand_range(1, 16);
       run_pool(&c, VOXCONV_DTYPE_F64, C);
       run_pool(&c, low[i % 3], C);
+    }
+    case_free(&c);
+  }
+  /* Large, wide cases (pair-list reference): channel counts beyond one
+   * register tile (17..96), thousands of voxels, every dtype. */
+  for (int i = 0; i < 6; i++) {
+    const voxconv_kmap_mode_t mode = (voxconv_kmap_mode_t)(i % 3);
+    ocase_t c;
+    int tries = 0;
+    while (!make_case(&c, 2000 + i, mode, 1) && ++tries < 100) {
+    }
+    if (tries >= 100)
+      continue;
+    pairs_total += c.exp_n_pairs;
+    if (build_and_check_map(&c)) {
+      static const int64_t wide[] = {17, 24, 31, 32, 33, 48, 64, 65, 96};
+      const voxconv_dtype_t dts[2] = {VOXCONV_DTYPE_F32, low[1 + i % 2]};
+      for (int di = 0; di < 2; di++) {
+        int64_t cin = wide[vc_rand_range(0, 8)], cout = wide[vc_rand_range(0, 8)];
+        while (cin * cout * c.exp_n_pairs > 25000000 && (cin > 1 || cout > 1)) {
+          if (cin >= cout)
+            cin = cin * 3 / 4;
+          else
+            cout = cout * 3 / 4;
+        }
+        run_conv(&c, dts[di], cin, cout);
+      }
+      run_depthwise(&c, low[i % 3], wide[vc_rand_range(0, 8)]);
+      run_pool(&c, low[i % 3], wide[vc_rand_range(0, 8)]);
     }
     case_free(&c);
   }
