@@ -332,8 +332,8 @@ static int count_acc_rows(const vc_cache_entry_t *e, int f16) {
   int n = 0;
   for (int i = 0; i < e->n_rows; i++)
     if (strcmp(e->rows[i].algo, "fake_acc") == 0 &&
-        strstr(e->rows[i].params, f16 ? "accumulator_type=1"
-                                      : "accumulator_type=0"))
+        strstr(e->rows[i].params, f16 ? "accumulator_type=16"
+                                      : "accumulator_type=32"))
       n++;
   return n;
 }
@@ -355,7 +355,7 @@ static void test_accumulator(void) {
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
                    VOXCONV_STATUS_SUCCESS);
   voxconv_get_last_call_info(t.h, &info);
-  VC_EXPECT(strstr(info.params, "accumulator_type=0") && info.time_ms < 0 &&
+  VC_EXPECT(strstr(info.params, "accumulator_type=32") && info.time_ms < 0 &&
                 info.fp16_accum == 0,
             "fp16 off: ran %s (time %g)", info.params, info.time_ms);
   /* Per-call on: both tiles, the faster fp16 one wins, and it runs with a
@@ -364,7 +364,7 @@ static void test_accumulator(void) {
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
                    VOXCONV_STATUS_SUCCESS);
   voxconv_get_last_call_info(t.h, &info);
-  VC_EXPECT(strstr(info.params, "accumulator_type=1") && info.fp16_accum == 1,
+  VC_EXPECT(strstr(info.params, "accumulator_type=16") && info.fp16_accum == 1,
             "fp16 on: ran %s", info.params);
   int found = 0;
   vc_cache_entry_t e =
@@ -389,7 +389,7 @@ static void test_accumulator(void) {
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
                    VOXCONV_STATUS_SUCCESS);
   voxconv_get_last_call_info(t.h, &info);
-  VC_EXPECT(!strstr(info.params, "accumulator_type=1"),
+  VC_EXPECT(!strstr(info.params, "accumulator_type=16"),
             "auto after all picked an fp16 tile: %s %s", info.algo,
             info.params);
   /* wgrad never: all on a wgrad records no fp16 tile. */
@@ -416,7 +416,7 @@ static void test_accumulator(void) {
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
                    VOXCONV_STATUS_SUCCESS);
   voxconv_get_last_call_info(t.h, &info);
-  VC_EXPECT(strstr(info.params, "accumulator_type=0") != NULL,
+  VC_EXPECT(strstr(info.params, "accumulator_type=32") != NULL,
             "above the ceiling: %s", info.params);
   unsetenv("VOXCONV_F16ACC_SMALL_CH_CEIL");
   VC_EXPECT(atomic_load(&tt_acc_violations) == 0,

@@ -32,10 +32,11 @@ typedef struct vc_conv_problem {
 #define VC_MAX_PARAMS 4
 #define VC_MAX_PARAM_VALUES 16
 
-/* A parameter with this name selects the accumulator of a tile: value
- * VC_ACCUM_F32 (0) or VC_ACCUM_F16 (1). The tuner admits VC_ACCUM_F16
- * values only when the fp16 accumulator is allowed for the call (and then
- * hands the algorithm a problem with fp16_accum = 1); see voxconv.h. */
+/* A parameter with this name selects the accumulator of a tile: fp32 is
+ * VC_ACCUM_F32 (0) or 32, fp16 is VC_ACCUM_F16 (1) or 16 (both spellings
+ * are recognised). The tuner admits fp16 values only when the fp16
+ * accumulator is allowed for the call (and then hands the algorithm a
+ * problem with fp16_accum = 1); see voxconv.h. */
 #define VC_PARAM_ACCUMULATOR "accumulator_type"
 #define VC_ACCUM_F32 0
 #define VC_ACCUM_F16 1

@@ -360,7 +360,7 @@ int vc_params_f16_accum(const vc_algo_t *a, voxconv_pass_t pass,
     return 0;
   for (int i = 0; i < space_n(s); i++)
     if (s->names[i] && strcmp(s->names[i], VC_PARAM_ACCUMULATOR) == 0)
-      return params->v[i] == VC_ACCUM_F16;
+      return params->v[i] == VC_ACCUM_F16 || params->v[i] == 16;
   return 0;
 }
 

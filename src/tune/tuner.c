@@ -391,16 +391,23 @@ static int admissible_combos(const voxconv_handle_t *h, const vc_algo_t *a,
   return k;
 }
 
-/* The default of a: its first values, with an fp32 accumulator. */
+/* The default of a: its first values, with an fp32 accumulator (the
+ * first accumulator value that is not fp16). */
 static void default_params(const vc_algo_t *a, voxconv_pass_t pass,
                            vc_algo_params_t *params) {
   vc_algo_default_params(a, pass, params);
   const vc_param_space_t *s = a->param_space ? a->param_space(pass) : NULL;
   if (!s)
     return;
-  for (int i = 0; i < s->n && i < VC_MAX_PARAMS; i++)
-    if (s->names[i] && strcmp(s->names[i], VC_PARAM_ACCUMULATOR) == 0)
-      params->v[i] = VC_ACCUM_F32;
+  for (int i = 0; i < s->n && i < VC_MAX_PARAMS; i++) {
+    if (!s->names[i] || strcmp(s->names[i], VC_PARAM_ACCUMULATOR) != 0)
+      continue;
+    for (int j = 0; j < s->n_values[i] && j < VC_MAX_PARAM_VALUES; j++) {
+      params->v[i] = s->values[i][j];
+      if (!vc_params_f16_accum(a, pass, params))
+        break;
+    }
+  }
 }
 
 /* ---- running ----------------------------------------------------------- */
