@@ -57,7 +57,6 @@ typedef struct dw_ctx {
 } dw_ctx_t;
 
 #define DW_ROWS_GRAIN 64
-#define DW_PREFETCH_ROWS 2
 #define DW_PREFETCH_PAIRS 8
 
 static inline void prefetch_row(const char *p, size_t bytes) {
@@ -72,17 +71,7 @@ static void dw_rows_f32(void *vctx, int64_t r0, int64_t r1, int tid) {
   float *acc = (float *)(void *)(c->scratch + (size_t)tid * c->scratch_stride);
   float *tmp = acc + ch;
   const float *w = (const float *)c->w;
-  const size_t row_bytes = (size_t)ch * esz;
   for (int64_t r = r0; r < r1; r++) {
-    if (r + DW_PREFETCH_ROWS < r1) {
-      /* Gathered rows are scattered: request a later row's neighbours so
-       * that their loads overlap with this row's arithmetic. */
-      const int32_t *nf = c->nbr + (r + DW_PREFETCH_ROWS) * kvol;
-      for (int64_t k = 0; k < kvol; k++)
-        if (nf[k] >= 0)
-          prefetch_row((const char *)c->src + (size_t)nf[k] * row_bytes,
-                       row_bytes);
-    }
     for (int64_t e = 0; e < ch; e++)
       acc[e] = 0.0f;
     for (int64_t k = 0; k < kvol; k++) {
@@ -97,9 +86,7 @@ static void dw_rows_f32(void *vctx, int64_t r0, int64_t r1, int tid) {
                         c->dtype, ch, tmp);
         xr = tmp;
       }
-      const float *wk = w + k * ch;
-      for (int64_t e = 0; e < ch; e++)
-        acc[e] += xr[e] * wk[e];
+      vc_cpu_mul_acc(acc, xr, w + k * ch, ch);
     }
     vc_cpu_store_f32((char *)c->dst + (size_t)(r * ch) * esz, c->dtype, ch,
                      acc);
@@ -180,8 +167,7 @@ static void dw_wgrad_task(void *vctx, int64_t t0, int64_t t1, int tid) {
         x = tx;
         dy = td;
       }
-      for (int64_t e = 0; e < cw; e++)
-        acc[e] += x[e] * dy[e];
+      vc_cpu_mul_acc(acc, x, dy, cw);
     }
     vc_cpu_store_f32((char *)c->dst + (size_t)(k * ch + e0) * esz, c->dtype,
                      cw, acc);

@@ -388,6 +388,66 @@ voxconv_status_t vc_cpu_gemm_select(const voxconv_handle_t *h,
                  want, have);
 }
 
+/* ---- element-wise accumulation ------------------------------------------ */
+/* Separate multiply and add (never fused) in every variant, so the wider
+ * variants give exactly the bits of the portable loop. */
+static void mul_acc_portable(float *acc, const float *x, const float *w,
+                             int64_t n) {
+  for (int64_t e = 0; e < n; e++)
+    acc[e] += x[e] * w[e];
+}
+static void add_acc_portable(float *acc, const float *x, int64_t n) {
+  for (int64_t e = 0; e < n; e++)
+    acc[e] += x[e];
+}
+#if VC_X86
+__attribute__((target("avx"))) static void
+mul_acc_avx(float *acc, const float *x, const float *w, int64_t n) {
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8)
+    _mm256_storeu_ps(acc + e,
+                     _mm256_add_ps(_mm256_loadu_ps(acc + e),
+                                   _mm256_mul_ps(_mm256_loadu_ps(x + e),
+                                                 _mm256_loadu_ps(w + e))));
+  for (; e < n; e++)
+    acc[e] += x[e] * w[e];
+}
+__attribute__((target("avx"))) static void add_acc_avx(float *acc,
+                                                        const float *x,
+                                                        int64_t n) {
+  int64_t e = 0;
+  for (; e + 8 <= n; e += 8)
+    _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e),
+                                            _mm256_loadu_ps(x + e)));
+  for (; e < n; e++)
+    acc[e] += x[e];
+}
+static int cpu_has_avx(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx");
+}
+#endif
+
+void vc_cpu_mul_acc(float *acc, const float *x, const float *w, int64_t n) {
+#if VC_X86
+  if (cpu_has_avx()) {
+    mul_acc_avx(acc, x, w, n);
+    return;
+  }
+#endif
+  mul_acc_portable(acc, x, w, n);
+}
+
+void vc_cpu_add_acc(float *acc, const float *x, int64_t n) {
+#if VC_X86
+  if (cpu_has_avx()) {
+    add_acc_avx(acc, x, n);
+    return;
+  }
+#endif
+  add_acc_portable(acc, x, n);
+}
+
 /* ---- conversions ------------------------------------------------------- */
 #if VC_X86
 __attribute__((target("avx,f16c"))) static void

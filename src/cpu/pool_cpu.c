@@ -105,8 +105,7 @@ static void reduce_f32(void *vctx, int64_t r0, int64_t r1, int tid) {
         for (int64_t e = 0; e < ch; e++)
           acc[e] += v[e] / cnt;
       } else {
-        for (int64_t e = 0; e < ch; e++)
-          acc[e] += v[e];
+        vc_cpu_add_acc(acc, v, ch);
       }
       n++;
     }

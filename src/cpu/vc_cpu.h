@@ -60,6 +60,11 @@ void vc_cpu_load_f32(const void *src, voxconv_dtype_t dtype, int64_t n,
 void vc_cpu_store_f32(void *dst, voxconv_dtype_t dtype, int64_t n,
                       const float *src);
 
+/* acc[e] += x[e] * w[e] and acc[e] += x[e] for e < n, f32, multiply and
+ * add rounded separately (identical bits on every ISA variant). */
+void vc_cpu_mul_acc(float *acc, const float *x, const float *w, int64_t n);
+void vc_cpu_add_acc(float *acc, const float *x, int64_t n);
+
 /* ---- convolution algorithms (conv_cpu.c, depthwise_cpu.c) -------------- */
 /* vc_algo_cpu_gather_gemm and vc_algo_cpu_depthwise are declared in
  * vc_algo.h. */
