@@ -366,11 +366,23 @@ static vc_conv_problem_t cand_problem(const vc_conv_problem_t *p, int f16acc,
 static int admissible_combos(const voxconv_handle_t *h, const vc_algo_t *a,
                              const vc_conv_problem_t *p, vc_sel_mode_t mode,
                              vc_algo_params_t *out, int max) {
+  /* Sized to the space (most algorithms have a handful of combinations,
+   * and this runs on every call of a one-algorithm pool). */
+  int total = 1;
+  const vc_param_space_t *s = a->param_space ? a->param_space(p->pass) : NULL;
+  for (int i = 0; s && i < s->n && i < VC_MAX_PARAMS; i++)
+    if (s->n_values[i] > 1 && total < VC_PARAM_COMBOS_MAX)
+      total *= s->n_values[i] < VC_MAX_PARAM_VALUES ? s->n_values[i]
+                                                    : VC_MAX_PARAM_VALUES;
+  if (total > VC_PARAM_COMBOS_MAX)
+    total = VC_PARAM_COMBOS_MAX;
+  vc_algo_params_t stack[8];
   vc_algo_params_t *all =
-      (vc_algo_params_t *)malloc(VC_PARAM_COMBOS_MAX * sizeof *all);
+      total <= 8 ? stack
+                 : (vc_algo_params_t *)malloc((size_t)total * sizeof *all);
   if (!all)
     return 0;
-  const int n = vc_params_enumerate(a, p->pass, all, VC_PARAM_COMBOS_MAX);
+  const int n = vc_params_enumerate(a, p->pass, all, total);
   const int f16_ok = f16acc_admitted(p, mode);
   int f16_supported = -1;
   int k = 0;
@@ -387,7 +399,8 @@ static int admissible_combos(const voxconv_handle_t *h, const vc_algo_t *a,
     }
     out[k++] = all[i];
   }
-  free(all);
+  if (all != stack)
+    free(all);
   return k;
 }
 
