@@ -201,9 +201,32 @@ static void count_task(void *vctx, int64_t o0, int64_t o1, int tid) {
 }
 
 /* ---- MAX backward -------------------------------------------------------- */
+/* acc[e] += win[e] == k ? v[e] : +0.0. Unconditional loads and restrict
+ * let the compiler vectorise it (a load inside the condition would be
+ * control flow). */
+static void select_add(float *restrict acc, const float *restrict v,
+                       const int16_t *restrict win, int16_t k, int64_t n) {
+  for (int64_t e = 0; e < n; e++) {
+    const float t = v[e];
+    acc[e] += win[e] == k ? t : 0.0f;
+  }
+}
+
+/* win[e] = k where x[e] matches y[e] (equal, or both NaN). */
+static void mark_matches(int16_t *restrict win, const float *restrict x,
+                         const float *restrict y, int16_t k, int64_t n) {
+  for (int64_t e = 0; e < n; e++) {
+    const float a = x[e], b = y[e];
+    const int hit = (a == b) | ((a != a) & (b != b));
+    win[e] = hit ? k : win[e];
+  }
+}
+
 /* Phase 1, per output row: the k of the first pair (map order) whose x
  * equals y, for every channel (NaN matches NaN: the forward let the first
- * NaN win). */
+ * NaN win), -1 where none does. Offsets are visited last to first so that
+ * a plain select leaves the first match: branch-free, because which pair
+ * wins is data-dependent and would defeat branch prediction. */
 static void winner_task(void *vctx, int64_t o0, int64_t o1, int tid) {
   const pool_ctx_t *c = (const pool_ctx_t *)vctx;
   const int64_t ch = c->ch, kvol = c->kvol;
@@ -216,38 +239,45 @@ static void winner_task(void *vctx, int64_t o0, int64_t o1, int tid) {
     for (int64_t e = 0; e < ch; e++)
       win[e] = -1;
     const double *y64 = (const double *)c->y + o * ch;
-    if (!is64)
-      vc_cpu_load_f32((const char *)c->y + (size_t)(o * ch) * esz, c->dtype,
-                      ch, yrow);
-    int64_t open = ch; /* channels still without a winner */
-    for (int64_t k = 0; k < kvol && open > 0; k++) {
+    const float *y32 = yrow;
+    if (!is64) {
+      if (c->dtype == VOXCONV_DTYPE_F32)
+        y32 = (const float *)c->y + o * ch;
+      else
+        vc_cpu_load_f32((const char *)c->y + (size_t)(o * ch) * esz, c->dtype,
+                        ch, yrow);
+    }
+    for (int64_t k = kvol - 1; k >= 0; k--) {
       const int32_t i = c->nbr_out[o * kvol + k];
       if (i < 0)
         continue;
+      const int16_t kk = (int16_t)k;
       if (is64) {
         const double *x = (const double *)c->x + (int64_t)i * ch;
-        for (int64_t e = 0; e < ch; e++)
-          if (win[e] < 0 &&
-              (x[e] == y64[e] || (x[e] != x[e] && y64[e] != y64[e]))) {
-            win[e] = (int16_t)k;
-            open--;
-          }
+        for (int64_t e = 0; e < ch; e++) {
+          const double a = x[e], b = y64[e];
+          const int hit = (a == b) | ((a != a) & (b != b));
+          win[e] = hit ? kk : win[e];
+        }
       } else {
-        vc_cpu_load_f32((const char *)c->x + (size_t)((int64_t)i * ch) * esz,
-                        c->dtype, ch, xrow);
-        for (int64_t e = 0; e < ch; e++)
-          if (win[e] < 0 && (xrow[e] == yrow[e] ||
-                             (xrow[e] != xrow[e] && yrow[e] != yrow[e]))) {
-            win[e] = (int16_t)k;
-            open--;
-          }
+        const float *x = xrow;
+        if (c->dtype == VOXCONV_DTYPE_F32)
+          x = (const float *)c->x + (int64_t)i * ch;
+        else
+          vc_cpu_load_f32((const char *)c->x + (size_t)((int64_t)i * ch) * esz,
+                          c->dtype, ch, xrow);
+        mark_matches(win, x, y32, kk, ch);
       }
     }
   }
 }
 
+
+
 /* Phase 2, per input row: dx[i][c] = sum over k (ascending) of dy[o][c]
- * where o = nbr_in[i][k] chose pair k for channel c. */
+ * where o = nbr_in[i][k] chose pair k for channel c. Non-winners add +0.0,
+ * which leaves the sum's bits unchanged (it starts at +0.0 and so is never
+ * -0.0) and keeps a NaN of a non-winning dy out, as a branch would. */
 static void max_grad_task(void *vctx, int64_t i0, int64_t i1, int tid) {
   const pool_ctx_t *c = (const pool_ctx_t *)vctx;
   const int64_t ch = c->ch, kvol = c->kvol;
@@ -265,9 +295,10 @@ static void max_grad_task(void *vctx, int64_t i0, int64_t i1, int tid) {
           continue;
         const int16_t *win = c->winner + (int64_t)o * ch;
         const double *dy = (const double *)c->src + (int64_t)o * ch;
-        for (int64_t e = 0; e < ch; e++)
-          if (win[e] == k)
-            acc[e] += dy[e];
+        for (int64_t e = 0; e < ch; e++) {
+          const double t = dy[e];
+          acc[e] += win[e] == k ? t : 0.0;
+        }
       }
       continue;
     }
@@ -279,12 +310,13 @@ static void max_grad_task(void *vctx, int64_t i0, int64_t i1, int tid) {
       const int32_t o = c->nbr[i * kvol + k];
       if (o < 0)
         continue;
-      const int16_t *win = c->winner + (int64_t)o * ch;
-      vc_cpu_load_f32((const char *)c->src + (size_t)((int64_t)o * ch) * esz,
-                      c->dtype, ch, row);
-      for (int64_t e = 0; e < ch; e++)
-        if (win[e] == k)
-          acc[e] += row[e];
+      const float *dy = row;
+      if (c->dtype == VOXCONV_DTYPE_F32)
+        dy = (const float *)c->src + (int64_t)o * ch;
+      else
+        vc_cpu_load_f32((const char *)c->src + (size_t)((int64_t)o * ch) * esz,
+                        c->dtype, ch, row);
+      select_add(acc, dy, c->winner + (int64_t)o * ch, (int16_t)k, ch);
     }
     vc_cpu_store_f32((char *)c->dst + (size_t)(i * ch) * esz, c->dtype, ch,
                      acc);
