@@ -76,16 +76,6 @@ static int gg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
   return vc_dtype_valid(p->dtype) && p->cin > 0 && p->cout > 0;
 }
 
-/* The kernel whose tile width sizes the packed weights. Selection errors
- * are reported by run; here any kernel's width is a safe upper bound. */
-static int64_t packed_nr(void) {
-  const vc_gemm_kernel_t *k = NULL;
-  const char *want = vc_getenv("VOXCONV_CPU_ISA");
-  if (want && (k = vc_cpu_gemm_kernel_named(want)) != NULL)
-    return k->nr;
-  return 32; /* the widest tile */
-}
-
 /* Packed B for forward ([K][npanel][Cin][nr], columns = Cout) or dgrad
  * ([K][npanel][Cout][nr], columns = Cin), padded with zeros. */
 static size_t packed_b_floats(const vc_conv_problem_t *p, int64_t nr) {
@@ -105,8 +95,9 @@ static size_t gg_workspace_size(const vc_conv_problem_t *p,
     return p->pass == VOXCONV_PASS_CONV_DGRAD
                ? (size_t)(p->kmap->kvol * p->cin * p->cout) * sizeof(double)
                : 0;
-  const int64_t nr = imax64(packed_nr(), 32);
-  return packed_b_floats(p, nr) * sizeof(float);
+  /* Every kernel's tile width divides 32, so padding to 32 columns is an
+   * upper bound whichever kernel run() picks. */
+  return packed_b_floats(p, 32) * sizeof(float);
 }
 
 /* ---- weight packing ------------------------------------------------------ */
@@ -359,7 +350,7 @@ static voxconv_status_t rows_gemm(voxconv_handle_t *h,
   const voxconv_kmap_t *km = p->kmap;
   const int fwd = p->pass == VOXCONV_PASS_CONV_FWD;
   const vc_gemm_kernel_t *kern;
-  VC_CHECK(vc_cpu_gemm_select(h, &kern));
+  VC_CHECK(vc_cpu_gemm_select(h, fwd ? p->cout : p->cin, &kern));
   if (!ws)
     return vc_fail(h, VOXCONV_STATUS_INTERNAL,
                    "cpu_gather_gemm: no workspace for the packed weights");
@@ -548,7 +539,7 @@ static voxconv_status_t wgrad_gemm(voxconv_handle_t *h,
                                    const vc_algo_params_t *params) {
   const voxconv_kmap_t *km = p->kmap;
   const vc_gemm_kernel_t *kern;
-  VC_CHECK(vc_cpu_gemm_select(h, &kern));
+  VC_CHECK(vc_cpu_gemm_select(h, p->cout, &kern));
   wgrad_ctx_t c;
   memset(&c, 0, sizeof c);
   c.kern = kern;

@@ -41,11 +41,11 @@ typedef struct vc_gemm_kernel {
   vc_gemm_tile_pp_fn tile_pp;
 } vc_gemm_kernel_t;
 
-/* The kernel to use: the best this CPU runs, or the one named by the
- * VOXCONV_CPU_ISA environment variable (portable, avx2, avx512).
- * INVALID_ARGUMENT (message on h) for an unknown name or one this CPU
- * cannot run. */
-voxconv_status_t vc_cpu_gemm_select(const voxconv_handle_t *h,
+/* The kernel to use for a product with ncols output columns: the best
+ * this CPU runs for that width, or the one named by the VOXCONV_CPU_ISA
+ * environment variable (portable, avx2, avx512, auto). INVALID_ARGUMENT
+ * (message on h) for an unknown name or one this CPU cannot run. */
+voxconv_status_t vc_cpu_gemm_select(const voxconv_handle_t *h, int64_t ncols,
                                     const vc_gemm_kernel_t **kernel);
 /* A kernel by name if this CPU can run it, else NULL. */
 const vc_gemm_kernel_t *vc_cpu_gemm_kernel_named(const char *name);
