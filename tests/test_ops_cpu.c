@@ -6,8 +6,9 @@
  *     here (loops over (i, o, k) pairs, not over neighbour tables).
  *  2. Every op in f32 / f16 / bf16, on every GEMM kernel this CPU runs
  *     (VOXCONV_CPU_ISA), against the F64 path on the same (rounded) inputs:
- *     max relative error per element, rel = |got - ref| / (|ref| +
- *     FLOOR * rms(ref)), within the tolerances written below.
+ *     the error of every element within the bound written below (output
+ *     rounding of the dtype + f32 accumulation relative to the summed
+ *     magnitude).
  *  3. Poisoned outputs are fully written; outputs without pairs are 0.
  *  4. Bitwise-identical results with 1, 2 and 3 threads, and with every
  *     block size of the algorithm's parameter space.
