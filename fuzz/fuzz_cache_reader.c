@@ -41,8 +41,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
   /* The recommendation pass reads every entry: as each family. */
   vc_cache_row_t rec[8];
   for (int i = 0; i < db.n && i < 16; i++)
-    (void)vc_cache_recommend(&db, db.entries[i].ns, &db.entries[i].key, 0.05,
-                             1, rec, 8);
+    (void)vc_cache_recommend(&db, db.entries[i].ns, &db.entries[i].key, 0.05, 1,
+                             rec, 8);
   free(text);
   free(text2);
   vc_cache_db_free(&again);

@@ -40,10 +40,16 @@ static int run_file(const char *path, long mutations) {
     for (int e = 0; e < edits && len; e++) {
       const size_t at = (size_t)(next() % len);
       switch (next() % 4) {
-      case 0: m[at] = (unsigned char)next(); break;          /* flip */
-      case 1: len = at; break;                               /* truncate */
-      case 2: m[at] = (unsigned char)"\n \"=,-#0"[next() % 8]; break;
-      default:                                               /* duplicate */
+      case 0:
+        m[at] = (unsigned char)next();
+        break; /* flip */
+      case 1:
+        len = at;
+        break; /* truncate */
+      case 2:
+        m[at] = (unsigned char)"\n \"=,-#0"[next() % 8];
+        break;
+      default: /* duplicate */
         if (len + 8 < got + 64) {
           memmove(m + at + 8, m + at, len - at);
           len += 8;

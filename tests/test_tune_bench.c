@@ -53,9 +53,9 @@ static void test_helpers(void) {
   VC_EXPECT(fabs(c.norm_rel - sqrt((0.03 * 0.03 + 0.025 * 0.025) / 25.0)) <
                 1e-6,
             "norm_rel %g", c.norm_rel);
-  got[4] = 1;           /* NaN -> finite */
-  got[5] = -INFINITY;   /* +Inf -> -Inf */
-  got[1] = NAN;         /* finite -> NaN */
+  got[4] = 1;         /* NaN -> finite */
+  got[5] = -INFINITY; /* +Inf -> -Inf */
+  got[1] = NAN;       /* finite -> NaN */
   c = vc_check_host(got, ref, VOXCONV_DTYPE_F32, 6);
   VC_EXPECT(c.n_nonfinite == 3, "kind mismatches %lld",
             (long long)c.n_nonfinite);
@@ -66,7 +66,8 @@ static void test_helpers(void) {
             "identical");
 }
 
-/* ---- helpers for the runner tests ----------------------------------------- */
+/* ---- helpers for the runner tests -----------------------------------------
+ */
 static vc_cache_entry_t get_entry(const char *ns, tt_problem_t *t,
                                   voxconv_pass_t pass, int acc, int det,
                                   int *found) {
@@ -81,8 +82,8 @@ static vc_cache_entry_t get_entry(const char *ns, tt_problem_t *t,
   return e;
 }
 
-static const vc_cache_row_t *row_of(const vc_cache_entry_t *e,
-                                    const char *algo, const char *params) {
+static const vc_cache_row_t *row_of(const vc_cache_entry_t *e, const char *algo,
+                                    const char *params) {
   return vc_cache_entry_find_row(e, algo, params);
 }
 
@@ -105,7 +106,8 @@ static void expect_correct(tt_problem_t *t, voxconv_pass_t pass,
   free(ref);
 }
 
-/* ---- runner: ranking, disqualification, output safety --------------------- */
+/* ---- runner: ranking, disqualification, output safety ---------------------
+ */
 static void test_runner(void) {
   tt_fresh_cache_dir();
   static const int fakes[] = {TT_FAIL_I, TT_WRONG_I, TT_NAN_I, TT_TILES, -1};
@@ -121,9 +123,8 @@ static void test_runner(void) {
   memcpy(x0, t.x, (size_t)(t.n * t.cin) * es);
   memcpy(w0, t.w, (size_t)(t.kmap->kvol * t.cin * t.cout) * es);
 
-  const voxconv_pass_t passes[] = {VOXCONV_PASS_CONV_FWD,
-                                   VOXCONV_PASS_CONV_DGRAD,
-                                   VOXCONV_PASS_CONV_WGRAD};
+  const voxconv_pass_t passes[] = {
+      VOXCONV_PASS_CONV_FWD, VOXCONV_PASS_CONV_DGRAD, VOXCONV_PASS_CONV_WGRAD};
   for (int pi = 0; pi < 3; pi++) {
     const voxconv_pass_t pass = passes[pi];
     const char *ns = vc_cache_pass_namespace((int)pass);
@@ -153,10 +154,10 @@ static void test_runner(void) {
     VC_EXPECT(info.from_cache == 0 && info.time_ms == 1.0,
               "%s: from_cache %d time %g", ns, info.from_cache, info.time_ms);
     expect_correct(&t, pass, ns);
-    VC_EXPECT(memcmp(x0, t.x, (size_t)(t.n * t.cin) * es) == 0 &&
-                  memcmp(w0, t.w, (size_t)(t.kmap->kvol * t.cin * t.cout) *
-                                      es) == 0,
-              "%s: inputs modified", ns);
+    VC_EXPECT(
+        memcmp(x0, t.x, (size_t)(t.n * t.cin) * es) == 0 &&
+            memcmp(w0, t.w, (size_t)(t.kmap->kvol * t.cin * t.cout) * es) == 0,
+        "%s: inputs modified", ns);
     /* Each defective candidate ran once (warm-up) and no more. */
     VC_EXPECT(atomic_load(&tt_runs[TT_FAIL_I]) == 1 &&
                   atomic_load(&tt_runs[TT_WRONG_I]) == 1 &&
@@ -185,8 +186,8 @@ static void test_runner(void) {
                     strcmp(e.rows[1].params, "delay_ms=3") == 0 &&
                     strcmp(e.rows[2].params, "delay_ms=6") == 0 &&
                     !vc_cache_row_ok(&e.rows[3]),
-                "%s: ranking %s %s %s", ns, e.rows[0].params,
-                e.rows[1].params, e.rows[2].params);
+                "%s: ranking %s %s %s", ns, e.rows[0].params, e.rows[1].params,
+                e.rows[2].params);
       VC_EXPECT(e.rows[0].time_ms == 1.0 && e.rows[1].time_ms == 3.0 &&
                     e.rows[2].time_ms == 6.0,
                 "%s: times %g %g", ns, e.rows[0].time_ms, e.rows[2].time_ms);
@@ -246,8 +247,8 @@ static void test_runner(void) {
             "one warning: %s", err);
   free(err);
   voxconv_get_last_call_info(t.h, &info);
-  VC_EXPECT(strcmp(info.algo, "cpu_gather_gemm") == 0,
-            "reference ran: %s", info.algo);
+  VC_EXPECT(strcmp(info.algo, "cpu_gather_gemm") == 0, "reference ran: %s",
+            info.algo);
   expect_correct(&t, VOXCONV_PASS_CONV_FWD, "all disqualified");
   free(x0);
   free(w0);
@@ -255,7 +256,8 @@ static void test_runner(void) {
   tt_use_fakes(NULL);
 }
 
-/* ---- unified search spaces ------------------------------------------------ */
+/* ---- unified search spaces ------------------------------------------------
+ */
 static void test_unified(void) {
   tt_fresh_cache_dir();
   static const int fakes[] = {TT_TILES, TT_FAST2, -1};
@@ -271,8 +273,7 @@ static void test_unified(void) {
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
                    VOXCONV_STATUS_SUCCESS);
   const int tiles_runs = atomic_load(&tt_runs[TT_TILES]);
-  VC_EXPECT(tiles_runs >= 3 * 2, "fake_tiles benchmarked: %d runs",
-            tiles_runs);
+  VC_EXPECT(tiles_runs >= 3 * 2, "fake_tiles benchmarked: %d runs", tiles_runs);
   /* Widening the list benchmarks only what is new. */
   tt_reset_runs();
   opt.fwd_algo = "[fake_tiles, fake_fast2]";
@@ -310,8 +311,8 @@ static void test_unified(void) {
             "all re-ran known candidates: %d %d",
             atomic_load(&tt_runs[TT_TILES]), atomic_load(&tt_runs[TT_FAST2]));
   int found = 0;
-  vc_cache_entry_t e = get_entry("sparse_conv_forward", &t,
-                                 VOXCONV_PASS_CONV_FWD, 0, 0, &found);
+  vc_cache_entry_t e =
+      get_entry("sparse_conv_forward", &t, VOXCONV_PASS_CONV_FWD, 0, 0, &found);
   VC_EXPECT(found && (e.coverage & VC_COVER_ALL) && e.n_rows == 3 + 2 + 5,
             "all: %d rows, coverage %u", e.n_rows, e.coverage);
   vc_cache_entry_free(&e);
@@ -327,13 +328,14 @@ static void test_unified(void) {
   tt_use_fakes(NULL);
 }
 
-/* ---- fp16 accumulator admission ------------------------------------------- */
+/* ---- fp16 accumulator admission -------------------------------------------
+ */
 static int count_acc_rows(const vc_cache_entry_t *e, int f16) {
   int n = 0;
   for (int i = 0; i < e->n_rows; i++)
     if (strcmp(e->rows[i].algo, "fake_acc") == 0 &&
-        strstr(e->rows[i].params, f16 ? "accumulator_type=16"
-                                      : "accumulator_type=32"))
+        strstr(e->rows[i].params,
+               f16 ? "accumulator_type=16" : "accumulator_type=32"))
       n++;
   return n;
 }
@@ -368,8 +370,7 @@ static void test_accumulator(void) {
             "fp16 on: ran %s", info.params);
   int found = 0;
   vc_cache_entry_t e =
-      get_entry("sparse_conv_forward", &t, VOXCONV_PASS_CONV_FWD, 1, 0,
-                &found);
+      get_entry("sparse_conv_forward", &t, VOXCONV_PASS_CONV_FWD, 1, 0, &found);
   VC_EXPECT(found && count_acc_rows(&e, 1) == 1 && count_acc_rows(&e, 0) == 1,
             "fp16 on: rows f16 %d f32 %d", count_acc_rows(&e, 1),
             count_acc_rows(&e, 0));
@@ -379,10 +380,10 @@ static void test_accumulator(void) {
   opt.fwd_algo = "all";
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
                    VOXCONV_STATUS_SUCCESS);
-  e = get_entry("sparse_conv_forward", &t, VOXCONV_PASS_CONV_FWD, 0, 0,
-                &found);
+  e = get_entry("sparse_conv_forward", &t, VOXCONV_PASS_CONV_FWD, 0, 0, &found);
   VC_EXPECT(found && count_acc_rows(&e, 1) == 1,
-            "all with fp16 off: f16 rows %d", found ? count_acc_rows(&e, 1) : -1);
+            "all with fp16 off: f16 rows %d",
+            found ? count_acc_rows(&e, 1) : -1);
   vc_cache_entry_free(&e);
   /* ... but auto with the same key must not pick that fp16 row. */
   opt.fwd_algo = "auto";
@@ -396,8 +397,7 @@ static void test_accumulator(void) {
   opt.bwd_algo = "all";
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_WGRAD, &opt),
                    VOXCONV_STATUS_SUCCESS);
-  e = get_entry("sparse_conv_wgrad", &t, VOXCONV_PASS_CONV_WGRAD, 0, 0,
-                &found);
+  e = get_entry("sparse_conv_wgrad", &t, VOXCONV_PASS_CONV_WGRAD, 0, 0, &found);
   VC_EXPECT(found && count_acc_rows(&e, 1) == 0 && count_acc_rows(&e, 0) == 1,
             "wgrad all: f16 rows %d", found ? count_acc_rows(&e, 1) : -1);
   vc_cache_entry_free(&e);
@@ -406,8 +406,7 @@ static void test_accumulator(void) {
   opt.bwd_algo = "fake_acc";
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_DGRAD, &opt),
                    VOXCONV_STATUS_SUCCESS);
-  e = get_entry("sparse_conv_dgrad", &t, VOXCONV_PASS_CONV_DGRAD, 0, 0,
-                &found);
+  e = get_entry("sparse_conv_dgrad", &t, VOXCONV_PASS_CONV_DGRAD, 0, 0, &found);
   VC_EXPECT(found && count_acc_rows(&e, 1) == 1 && count_acc_rows(&e, 0) == 1,
             "channels <= VOXCONV_F16ACC_SMALL_CH_CEIL admit fp16 tiles");
   vc_cache_entry_free(&e);
@@ -433,15 +432,16 @@ static void test_accumulator(void) {
                      VOXCONV_STATUS_SUCCESS);
     e = get_entry("sparse_conv_forward", &t32, VOXCONV_PASS_CONV_FWD, 0, 0,
                   &found);
-    VC_EXPECT(found && count_acc_rows(&e, 1) == 0,
-              "f32 all: f16 rows %d", found ? count_acc_rows(&e, 1) : -1);
+    VC_EXPECT(found && count_acc_rows(&e, 1) == 0, "f32 all: f16 rows %d",
+              found ? count_acc_rows(&e, 1) : -1);
     vc_cache_entry_free(&e);
     tt_problem_free(&t32);
   }
   tt_use_fakes(NULL);
 }
 
-/* ---- key isolation --------------------------------------------------------- */
+/* ---- key isolation ---------------------------------------------------------
+ */
 static void test_key_isolation(void) {
   tt_fresh_cache_dir();
   static const int fakes[] = {TT_TILES, -1};
@@ -467,8 +467,10 @@ static void test_key_isolation(void) {
     VC_EXPECT_STATUS(a.h, tt_run(&a, VOXCONV_PASS_CONV_FWD, &opt),
                      VOXCONV_STATUS_SUCCESS);
     voxconv_get_last_call_info(a.h, &info);
-    VC_EXPECT(info.from_cache == 0, "%s: must be tuned, not taken from an "
-                                    "earlier key", vars[v].what);
+    VC_EXPECT(info.from_cache == 0,
+              "%s: must be tuned, not taken from an "
+              "earlier key",
+              vars[v].what);
     VC_EXPECT_STATUS(a.h, tt_run(&a, VOXCONV_PASS_CONV_FWD, &opt),
                      VOXCONV_STATUS_SUCCESS);
     voxconv_get_last_call_info(a.h, &info);
@@ -527,13 +529,14 @@ static void test_key_isolation(void) {
   }
   VC_EXPECT(n_sel == 6 && n_acc == 1 && n_det == 1 && n_bf16 == 1 &&
                 n_dev == 1 && n_cpu2 == 1,
-            "entries: %d (acc %d det %d bf16 %d dev %d cpu:2 %d)", n_sel,
-            n_acc, n_det, n_bf16, n_dev, n_cpu2);
+            "entries: %d (acc %d det %d bf16 %d dev %d cpu:2 %d)", n_sel, n_acc,
+            n_det, n_bf16, n_dev, n_cpu2);
   voxconv_cache_close(snap);
   tt_use_fakes(NULL);
 }
 
-/* ---- progress line and a real search --------------------------------------- */
+/* ---- progress line and a real search ---------------------------------------
+ */
 static void test_real_all_and_progress(void) {
   tt_fresh_cache_dir();
   tt_use_fakes(NULL);
@@ -545,9 +548,8 @@ static void test_real_all_and_progress(void) {
   unsetenv("VOXCONV_AUTOTUNE_LOG");
   voxconv_conv_options_t opt = {0};
   opt.fwd_algo = opt.bwd_algo = "all";
-  const voxconv_pass_t passes[] = {VOXCONV_PASS_CONV_FWD,
-                                   VOXCONV_PASS_CONV_DGRAD,
-                                   VOXCONV_PASS_CONV_WGRAD};
+  const voxconv_pass_t passes[] = {
+      VOXCONV_PASS_CONV_FWD, VOXCONV_PASS_CONV_DGRAD, VOXCONV_PASS_CONV_WGRAD};
   for (int i = 0; i < 3; i++) {
     const char *ns = vc_cache_pass_namespace((int)passes[i]);
     vc_poison(t.out, t.dtype, tt_out_elems(&t, passes[i]));

@@ -46,14 +46,15 @@ static int write_text(const char *path, const char *text, size_t len) {
   return fclose(f);
 }
 
-/* ---- round trip ------------------------------------------------------------ */
+/* ---- round trip ------------------------------------------------------------
+ */
 static void random_db(vc_cache_db_t *db, int n_entries) {
   static const char *const devices[] = {
       "cpu:AMD EPYC 7B13 64-Core Processor:2", "cuda:NVIDIA H200:cc9.0",
       "cuda:Tesla (prototype) #2 / rev:cc8.6"};
-  static const char *const statuses[] = {"ok", "ok", "ok", "wrong",
-                                         "nonfinite",
-                                         "failed:VOXCONV_STATUS_CUDA_ERROR"};
+  static const char *const statuses[] = {
+      "ok",    "ok",        "ok",
+      "wrong", "nonfinite", "failed:VOXCONV_STATUS_CUDA_ERROR"};
   vc_cache_db_init(db);
   for (int i = 0; i < n_entries; i++) {
     const int pass = (int)vc_rand_range(0, VOXCONV_PASS_COUNT - 1);
@@ -90,9 +91,8 @@ static void random_db(vc_cache_db_t *db, int n_entries) {
                  VC_PARAM_ACCUMULATOR, (int)vc_rand_range(0, 1));
       const char *st = statuses[vc_rand_range(0, 5)];
       const int ok = strcmp(st, "ok") == 0;
-      const double ms = ok || vc_rand_range(0, 1)
-                            ? vc_rand_uniform() * 1000.0
-                            : -1;
+      const double ms =
+          ok || vc_rand_range(0, 1) ? vc_rand_uniform() * 1000.0 : -1;
       const double rel = vc_rand_range(0, 4) ? vc_rand_uniform() * 1e-2 : -1;
       vc_cache_row_t row = make_row(algo, params, ms, st, rel);
       vc_cache_entry_put_row(e, &row);
@@ -119,7 +119,8 @@ static void test_round_trip(void) {
   VC_EXPECT(back.n == db.n, "entries %d vs %d", back.n, db.n);
   for (int i = 0; i < db.n && i < back.n; i++) {
     const vc_cache_entry_t *a = &db.entries[i], *b = &back.entries[i];
-    VC_EXPECT(strcmp(a->ns, b->ns) == 0 && vc_cache_key_equal(&a->key, &b->key) &&
+    VC_EXPECT(strcmp(a->ns, b->ns) == 0 &&
+                  vc_cache_key_equal(&a->key, &b->key) &&
                   a->coverage == b->coverage && a->n_rows == b->n_rows,
               "entry %d differs after the round trip", i);
     for (int r = 0; r < a->n_rows && r < b->n_rows; r++) {
@@ -130,8 +131,8 @@ static void test_round_trip(void) {
                     close_rel(y->time_ms, x->time_ms, 1e-5) &&
                     close_rel(y->max_rel, x->max_rel, 1e-3),
                 "entry %d row %d: %s %s %g %s %g vs %s %s %g %s %g", i, r,
-                x->algo, x->params, x->time_ms, x->status, x->max_rel,
-                y->algo, y->params, y->time_ms, y->status, y->max_rel);
+                x->algo, x->params, x->time_ms, x->status, x->max_rel, y->algo,
+                y->params, y->time_ms, y->status, y->max_rel);
     }
   }
   /* Text is a fixed point after one round. */
@@ -156,16 +157,12 @@ static void test_round_trip(void) {
     const int pass = vc_cache_ns_pass(a->ns, algo, sizeof algo);
     VC_EXPECT(strcmp(e.namespace_name, a->ns) == 0 && (int)e.pass == pass &&
                   strcmp(e.algo_namespace, algo) == 0 &&
-                  strcmp(e.device, a->key.device) == 0 &&
-                  e.cin == a->key.cin && e.cout == a->key.cout &&
-                  e.kernel_volume == a->key.kvol &&
-                  (int)e.dtype == a->key.dtype &&
-                  e.fp16_accum == a->key.acc &&
-                  e.deterministic == a->key.det &&
-                  (int)e.mode == a->key.mode &&
+                  strcmp(e.device, a->key.device) == 0 && e.cin == a->key.cin &&
+                  e.cout == a->key.cout && e.kernel_volume == a->key.kvol &&
+                  (int)e.dtype == a->key.dtype && e.fp16_accum == a->key.acc &&
+                  e.deterministic == a->key.det && (int)e.mode == a->key.mode &&
                   e.stride[2] == a->key.stride[2] &&
-                  e.n_in_log2 == a->key.nin &&
-                  e.n_candidates == a->n_rows,
+                  e.n_in_log2 == a->key.nin && e.n_candidates == a->n_rows,
               "snapshot entry %d", i);
     for (int r = 0; r < a->n_rows; r++) {
       voxconv_cache_candidate_t cand;
@@ -185,7 +182,8 @@ static void test_round_trip(void) {
   vc_cache_db_free(&back);
 }
 
-/* ---- the strict reader ------------------------------------------------------ */
+/* ---- the strict reader ------------------------------------------------------
+ */
 static const char k_valid[] =
     "voxconv-tuning-cache 1\n"
     "# a comment\n"
@@ -201,8 +199,8 @@ static const char k_valid[] =
 static void test_reader(void) {
   vc_cache_db_t db;
   char err[256];
-  VC_EXPECT(vc_cache_db_parse(&db, k_valid, strlen(k_valid), err,
-                              sizeof err) == 0 &&
+  VC_EXPECT(vc_cache_db_parse(&db, k_valid, strlen(k_valid), err, sizeof err) ==
+                    0 &&
                 db.n == 1 && db.entries[0].n_rows == 3 &&
                 db.entries[0].coverage == (VC_COVER_AUTO | VC_COVER_ALL),
             "valid text: %s", err);
@@ -215,8 +213,8 @@ static void test_reader(void) {
       crlf[m++] = '\r';
     crlf[m++] = *p;
   }
-  VC_EXPECT(vc_cache_db_parse(&db, crlf, m, err, sizeof err) == 0,
-            "CRLF: %s", err);
+  VC_EXPECT(vc_cache_db_parse(&db, crlf, m, err, sizeof err) == 0, "CRLF: %s",
+            err);
   vc_cache_db_free(&db);
 
   /* Every proper prefix is a truncated file. */
@@ -239,8 +237,7 @@ static void test_reader(void) {
       {"voxconv-tuning-cache 1", "voxconv-tuning-cache 2", "version"},
       {"voxconv-tuning-cache 1", "voxconv-tuning-cache x", "version"},
       {"voxconv-tuning-cache 1", "voxconv-tuning-kache 1", "first line"},
-      {"entry sparse_conv_forward", "entry sparse_conv_sideways",
-       "namespace"},
+      {"entry sparse_conv_forward", "entry sparse_conv_sideways", "namespace"},
       {"entry sparse_conv_forward", "entry sparse_conv_forward/", "namespace"},
       {"entry sparse_conv_forward", "entry sparse_conv_forward/a b",
        "without '='"},
@@ -349,8 +346,8 @@ static void test_reader(void) {
     const size_t len = (size_t)vc_rand_range(1, sizeof junk);
     for (size_t i = 0; i < len; i++)
       junk[i] = (unsigned char)vc_rand_u64();
-    junk_ok += vc_cache_db_parse(&db, (const char *)junk, len, err,
-                                 sizeof err) == 0;
+    junk_ok +=
+        vc_cache_db_parse(&db, (const char *)junk, len, err, sizeof err) == 0;
     vc_cache_db_free(&db);
   }
   VC_EXPECT(junk_ok == 0, "%d garbage buffers parsed", junk_ok);
@@ -378,7 +375,8 @@ static void test_reader(void) {
          mutated_ok);
 }
 
-/* ---- corrupt files on disk --------------------------------------------------- */
+/* ---- corrupt files on disk
+ * --------------------------------------------------- */
 static void put_one(const char *ns, int64_t cin, const char *algo, double ms) {
   vc_cache_entry_t e;
   memset(&e, 0, sizeof e);
@@ -458,15 +456,15 @@ static void test_corrupt_files(void) {
   tt_fresh_cache_dir();
   VC_EXPECT(write_text(tt_cache_file(), k_valid, half) == 0, "write");
   voxconv_cache_t *c = NULL;
-  VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, &c),
-                   VOXCONV_STATUS_IO_ERROR);
+  VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, &c), VOXCONV_STATUS_IO_ERROR);
   VC_EXPECT(strstr(voxconv_get_last_error(NULL), "line") &&
                 strstr(voxconv_get_last_error(NULL), tt_dir),
             "open message: %s", voxconv_get_last_error(NULL));
   VC_EXPECT(count_files(tt_dir, ".corrupt-") == 0, "open sets nothing aside");
 }
 
-/* ---- many processes ------------------------------------------------------- */
+/* ---- many processes -------------------------------------------------------
+ */
 #define N_PROCS 8
 #define N_UPDATES 200
 
@@ -516,8 +514,7 @@ static void test_concurrent_processes(void) {
       for (int r = 0; good && r < e.n_candidates; r++) {
         voxconv_cache_candidate_t cand;
         voxconv_cache_get_candidate(snap, i, r, &cand);
-        good = strncmp(cand.algo, "child", 5) == 0 &&
-               cand.time_ms == N_UPDATES;
+        good = strncmp(cand.algo, "child", 5) == 0 && cand.time_ms == N_UPDATES;
       }
       shared_ok = good;
       continue;
@@ -539,7 +536,8 @@ static void test_concurrent_processes(void) {
   voxconv_cache_close(snap);
 }
 
-/* ---- killed mid-save -------------------------------------------------------- */
+/* ---- killed mid-save --------------------------------------------------------
+ */
 static void test_killed_mid_save(void) {
   int rounds_mid_write = 0;
   for (int round = 0; round < 2; round++) {
@@ -574,8 +572,7 @@ static void test_killed_mid_save(void) {
     int status = 0;
     waitpid(pid, &status, 0);
     close(fds[0]);
-    VC_EXPECT(WIFSIGNALED(status), "child was not killed (status %d)",
-              status);
+    VC_EXPECT(WIFSIGNALED(status), "child was not killed (status %d)", status);
     rounds_mid_write += count_files(tt_dir, ".tmp.") > 0;
     voxconv_cache_t *snap = NULL;
     VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, &snap),
@@ -594,7 +591,8 @@ static void test_killed_mid_save(void) {
             "no round killed a save in the middle of its write");
 }
 
-/* ---- clear, path, snapshot API errors --------------------------------------- */
+/* ---- clear, path, snapshot API errors ---------------------------------------
+ */
 static void test_path_clear_api(void) {
   tt_fresh_cache_dir();
   char path[512];
@@ -613,10 +611,9 @@ static void test_path_clear_api(void) {
   setenv("HOME", "/nonexistent-home", 1);
   VC_EXPECT_STATUS(NULL, voxconv_cache_path(path, sizeof path),
                    VOXCONV_STATUS_SUCCESS);
-  VC_EXPECT(strcmp(path,
-                   "/nonexistent-home/.cache/voxconv/tuning-cache-v1.txt") ==
-                0,
-            "default path %s", path);
+  VC_EXPECT(
+      strcmp(path, "/nonexistent-home/.cache/voxconv/tuning-cache-v1.txt") == 0,
+      "default path %s", path);
   if (saved_home)
     setenv("HOME", saved_home, 1);
   setenv("VOXCONV_BENCHMARK_CACHE_DIR", saved, 1);
@@ -649,8 +646,7 @@ static void test_path_clear_api(void) {
   voxconv_cache_t *c = NULL;
   VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, NULL),
                    VOXCONV_STATUS_NULL_POINTER);
-  VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, &c),
-                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, &c), VOXCONV_STATUS_SUCCESS);
   VC_EXPECT(voxconv_cache_entry_count(c) == 0, "missing file = empty");
   voxconv_cache_entry_info_t e;
   voxconv_cache_candidate_t cand;
@@ -663,8 +659,7 @@ static void test_path_clear_api(void) {
                    VOXCONV_STATUS_INVALID_ARGUMENT);
   voxconv_cache_close(c);
   VC_EXPECT(write_text(tt_cache_file(), k_valid, strlen(k_valid)) == 0, "w");
-  VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, &c),
-                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, &c), VOXCONV_STATUS_SUCCESS);
   VC_EXPECT_STATUS(NULL, voxconv_cache_get_candidate(c, 0, 3, &cand),
                    VOXCONV_STATUS_INVALID_ARGUMENT);
   VC_EXPECT_STATUS(NULL, voxconv_cache_get_candidate(c, 0, -1, &cand),
@@ -686,7 +681,8 @@ static void test_path_clear_api(void) {
   VC_EXPECT(voxconv_cache_entry_count(NULL) == 0, "count(NULL)");
 }
 
-/* ---- recommended sets --------------------------------------------------------- */
+/* ---- recommended sets
+ * --------------------------------------------------------- */
 static void add_all_entry(vc_cache_db_t *db, const char *ns,
                           const vc_cache_key_t *k, const char *const *algos,
                           const double *ms, int n) {
@@ -744,8 +740,8 @@ static void test_recommend(void) {
                 strcmp(out[1].algo, "A") == 0,
             "recommended %d: %s %s", n, n > 0 ? out[0].algo : "",
             n > 1 ? out[1].algo : "");
-  VC_EXPECT(n >= 1 && fabs(out[0].time_ms - 1.015) < 1e-9,
-            "mean ratio %g", n >= 1 ? out[0].time_ms : -1);
+  VC_EXPECT(n >= 1 && fabs(out[0].time_ms - 1.015) < 1e-9, "mean ratio %g",
+            n >= 1 ? out[0].time_ms : -1);
   n = vc_cache_recommend(&db, ns, &like, 0.05, 2, out, 1);
   VC_EXPECT(n == 1 && strcmp(out[0].algo, "B") == 0, "capped at max");
   n = vc_cache_recommend(&db, ns, &like, 0.05, 4, out, 8);
@@ -811,13 +807,13 @@ static void test_auto_uses_recommendation(void) {
                    VOXCONV_STATUS_SUCCESS);
   vc_cache_entry_t e;
   VC_EXPECT(vc_cache_get("sparse_conv_forward", &key, 0, &e), "tuned entry");
-  VC_EXPECT(vc_cache_entry_find_row(&e, "fake_tiles", "delay_ms=3") &&
-                vc_cache_entry_find_row(&e, "fake_tiles", "delay_ms=6") &&
-                vc_cache_entry_find_row(&e, "cpu_gather_gemm",
-                                        "block_rows=0") &&
-                !vc_cache_entry_find_row(&e, "fake_tiles", "delay_ms=1") &&
-                e.n_rows == 3 && (e.coverage & VC_COVER_AUTO),
-            "auto pool = recorded set + defaults: %d rows", e.n_rows);
+  VC_EXPECT(
+      vc_cache_entry_find_row(&e, "fake_tiles", "delay_ms=3") &&
+          vc_cache_entry_find_row(&e, "fake_tiles", "delay_ms=6") &&
+          vc_cache_entry_find_row(&e, "cpu_gather_gemm", "block_rows=0") &&
+          !vc_cache_entry_find_row(&e, "fake_tiles", "delay_ms=1") &&
+          e.n_rows == 3 && (e.coverage & VC_COVER_AUTO),
+      "auto pool = recorded set + defaults: %d rows", e.n_rows);
   vc_cache_entry_free(&e);
   tt_problem_free(&t);
   tt_virtual_clock(0);

@@ -38,20 +38,32 @@ static void test_grammar(void) {
       {"cpu_gather_gemm", F, VC_SEL_LIST, {"cpu_gather_gemm"}},
       {"  CPU_Gather_GEMM ", F, VC_SEL_LIST, {"cpu_gather_gemm"}},
       {"[cpu_gather_gemm]", F, VC_SEL_LIST, {"cpu_gather_gemm"}},
-      {" [ fake_tiles , cpu_gather_gemm ] ", F, VC_SEL_LIST,
+      {" [ fake_tiles , cpu_gather_gemm ] ",
+       F,
+       VC_SEL_LIST,
        {"fake_tiles", "cpu_gather_gemm"}},
       {"[fake_tiles,fake_tiles]", F, VC_SEL_LIST, {"fake_tiles"}},
-      {"[FAKE_TILES,\tfake_fast2]", VOXCONV_PASS_CONV_WGRAD, VC_SEL_LIST,
+      {"[FAKE_TILES,\tfake_fast2]",
+       VOXCONV_PASS_CONV_WGRAD,
+       VC_SEL_LIST,
        {"fake_tiles", "fake_fast2"}},
       {"fake_gpu", F, VC_SEL_LIST, {"fake_gpu"}},
       {"explicit", DW, VC_SEL_LIST, {"depthwise_explicit"}},
-      {"IMPLICIT", VOXCONV_PASS_DEPTHWISE_WGRAD, VC_SEL_LIST,
+      {"IMPLICIT",
+       VOXCONV_PASS_DEPTHWISE_WGRAD,
+       VC_SEL_LIST,
        {"depthwise_implicit"}},
-      {"[explicit, implicit]", DW, VC_SEL_LIST,
+      {"[explicit, implicit]",
+       DW,
+       VC_SEL_LIST,
        {"depthwise_explicit", "depthwise_implicit"}},
-      {"depthwise_implicit", VOXCONV_PASS_DEPTHWISE_DGRAD, VC_SEL_LIST,
+      {"depthwise_implicit",
+       VOXCONV_PASS_DEPTHWISE_DGRAD,
+       VC_SEL_LIST,
        {"depthwise_implicit"}},
-      {"[cpu_depthwise, explicit]", DW, VC_SEL_LIST,
+      {"[cpu_depthwise, explicit]",
+       DW,
+       VC_SEL_LIST,
        {"cpu_depthwise", "depthwise_explicit"}},
       {"all", DW, VC_SEL_ALL, {NULL}},
   };
@@ -192,8 +204,7 @@ static void test_sources(void) {
         n++;
       for (int top = 0; top <= n; top++) {
         const char *src = NULL;
-        const char *text =
-            vc_algo_mode_text(&opt, (voxconv_pass_t)pass, &src);
+        const char *text = vc_algo_mode_text(&opt, (voxconv_pass_t)pass, &src);
         const char *want = top < n ? order[pass][top] : NULL;
         if (want) {
           VC_EXPECT(text && strcmp(text, want) == 0,
@@ -271,7 +282,7 @@ static void test_env_through_ops(void) {
        "implicit"},
   };
   const char *const malformed[] = {"[cpu_gather_gemm", "nope", "[]",
-                                   "[auto]", "a,b", "cpu gather"};
+                                   "[auto]",           "a,b",  "cpu gather"};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     const envcase_t *ec = &cases[c];
     const int64_t n_out = tt_out_elems(&t, ec->pass);
@@ -308,9 +319,8 @@ static void test_env_through_ops(void) {
                        VOXCONV_STATUS_SUCCESS);
       VC_EXPECT(info.pass == ec->pass, "info.pass %d", (int)info.pass);
       if (g == 2) {
-        const char *want = strcmp(ec->good, "implicit") == 0
-                               ? "depthwise_implicit"
-                               : ec->good;
+        const char *want =
+            strcmp(ec->good, "implicit") == 0 ? "depthwise_implicit" : ec->good;
         VC_EXPECT(strcmp(info.algo, want) == 0, "%s=%s ran %s", ec->var,
                   ec->good, info.algo);
         /* A per-call string beats the environment. */
@@ -326,8 +336,8 @@ static void test_env_through_ops(void) {
                          VOXCONV_STATUS_SUCCESS);
         voxconv_get_last_call_info(t.h, &info);
         VC_EXPECT(strcmp(info.algo, other) == 0,
-                  "per-call %s did not win over %s=%s: ran %s", other,
-                  ec->var, ec->good, info.algo);
+                  "per-call %s did not win over %s=%s: ran %s", other, ec->var,
+                  ec->good, info.algo);
       }
     }
   }
@@ -399,9 +409,9 @@ static void test_skip_warnings(void) {
   VC_EXPECT(strstr(err, "not deterministic") != NULL, "warning: %s", err);
   free(err);
   voxconv_get_last_call_info(t.h, &info);
-  VC_EXPECT(info.deterministic == 1 && strcmp(info.algo, "cpu_gather_gemm") == 0,
-            "deterministic call ran %s (det %d)", info.algo,
-            info.deterministic);
+  VC_EXPECT(
+      info.deterministic == 1 && strcmp(info.algo, "cpu_gather_gemm") == 0,
+      "deterministic call ran %s (det %d)", info.algo, info.deterministic);
   /* The handle's setting applies when the call leaves it unset. */
   opt.deterministic = VOXCONV_UNSET;
   voxconv_set_deterministic(t.h, 1);
@@ -423,27 +433,47 @@ static void test_skip_warnings(void) {
 
 /* ---- fp16 accumulator ---------------------------------------------------- */
 typedef enum {
-  G_ENV_UNSET, G_ENV_TRUE, G_ENV_FALSE, G_ENV_ON, G_ENV_ZERO, G_ENV_BAD,
-  G_SET_TRUE, G_SET_FALSE, G_COUNT
+  G_ENV_UNSET,
+  G_ENV_TRUE,
+  G_ENV_FALSE,
+  G_ENV_ON,
+  G_ENV_ZERO,
+  G_ENV_BAD,
+  G_SET_TRUE,
+  G_SET_FALSE,
+  G_COUNT
 } global_t;
 
 static const char *global_name(global_t g) {
-  static const char *const n[] = {"env unset", "env true",  "env false",
+  static const char *const n[] = {"env unset",  "env true", "env false",
                                   "env ' On '", "env 0",    "env garbage",
-                                  "set(1)",    "set(0)"};
+                                  "set(1)",     "set(0)"};
   return n[g];
 }
 
 /* Puts the global setting in state g; returns the expected global value. */
 static int set_global(global_t g) {
   switch (g) {
-  case G_ENV_UNSET: unsetenv("VOXCONV_USE_FP16_ACCUM"); break;
-  case G_ENV_TRUE: setenv("VOXCONV_USE_FP16_ACCUM", "true", 1); break;
-  case G_ENV_FALSE: setenv("VOXCONV_USE_FP16_ACCUM", "false", 1); break;
-  case G_ENV_ON: setenv("VOXCONV_USE_FP16_ACCUM", " On ", 1); break;
-  case G_ENV_ZERO: setenv("VOXCONV_USE_FP16_ACCUM", "0", 1); break;
-  case G_ENV_BAD: setenv("VOXCONV_USE_FP16_ACCUM", "perhaps", 1); break;
-  default: break;
+  case G_ENV_UNSET:
+    unsetenv("VOXCONV_USE_FP16_ACCUM");
+    break;
+  case G_ENV_TRUE:
+    setenv("VOXCONV_USE_FP16_ACCUM", "true", 1);
+    break;
+  case G_ENV_FALSE:
+    setenv("VOXCONV_USE_FP16_ACCUM", "false", 1);
+    break;
+  case G_ENV_ON:
+    setenv("VOXCONV_USE_FP16_ACCUM", " On ", 1);
+    break;
+  case G_ENV_ZERO:
+    setenv("VOXCONV_USE_FP16_ACCUM", "0", 1);
+    break;
+  case G_ENV_BAD:
+    setenv("VOXCONV_USE_FP16_ACCUM", "perhaps", 1);
+    break;
+  default:
+    break;
   }
   if (g <= G_ENV_BAD) {
     vc_fp16_accum_reset_from_env();
@@ -460,8 +490,7 @@ static int expected_fp16(voxconv_tristate_t call, int global, int inference,
     *keyword = "f32/f64";
     return 0;
   }
-  if (pass == VOXCONV_PASS_CONV_WGRAD ||
-      pass == VOXCONV_PASS_DEPTHWISE_WGRAD) {
+  if (pass == VOXCONV_PASS_CONV_WGRAD || pass == VOXCONV_PASS_DEPTHWISE_WGRAD) {
     *keyword = "weight gradients";
     return 0;
   }
@@ -508,20 +537,19 @@ static void test_precedence_table(void) {
               int got = -1;
               const char *reason = NULL;
               voxconv_status_t st = voxconv_resolve_fp16_accum(
-                  dtypes[d], (voxconv_pass_t)pass, null_opt ? NULL : &opt,
-                  &got, &reason);
+                  dtypes[d], (voxconv_pass_t)pass, null_opt ? NULL : &opt, &got,
+                  &reason);
               checked++;
-              VC_EXPECT(st == VOXCONV_STATUS_SUCCESS && got == want &&
-                            reason && strstr(reason, kw) &&
-                            strncmp(reason, want ? "on:" : "off:",
-                                    want ? 3 : 4) == 0,
-                        "%s, call %d, inference %d, %s, %s%s: got %d (%s), "
-                        "want %d (%s)",
-                        global_name((global_t)g), (int)calls[c], inf,
-                        voxconv_dtype_name(dtypes[d]),
-                        pass_name((voxconv_pass_t)pass),
-                        null_opt ? ", opt NULL" : "", got,
-                        reason ? reason : "(null)", want, kw);
+              VC_EXPECT(
+                  st == VOXCONV_STATUS_SUCCESS && got == want && reason &&
+                      strstr(reason, kw) &&
+                      strncmp(reason, want ? "on:" : "off:", want ? 3 : 4) == 0,
+                  "%s, call %d, inference %d, %s, %s%s: got %d (%s), "
+                  "want %d (%s)",
+                  global_name((global_t)g), (int)calls[c], inf,
+                  voxconv_dtype_name(dtypes[d]),
+                  pass_name((voxconv_pass_t)pass), null_opt ? ", opt NULL" : "",
+                  got, reason ? reason : "(null)", want, kw);
               /* The reason names the API when the API set the global. */
               if (want && strcmp(kw, "global") == 0)
                 VC_EXPECT(strstr(reason, g >= G_SET_TRUE
@@ -539,23 +567,26 @@ static void test_precedence_table(void) {
 
   /* bad arguments */
   int en = 0;
-  VC_EXPECT_STATUS(NULL, voxconv_resolve_fp16_accum(VOXCONV_DTYPE_F16,
-                                                    VOXCONV_PASS_CONV_FWD,
-                                                    NULL, NULL, NULL),
+  VC_EXPECT_STATUS(NULL,
+                   voxconv_resolve_fp16_accum(VOXCONV_DTYPE_F16,
+                                              VOXCONV_PASS_CONV_FWD, NULL, NULL,
+                                              NULL),
                    VOXCONV_STATUS_NULL_POINTER);
-  VC_EXPECT_STATUS(NULL, voxconv_resolve_fp16_accum((voxconv_dtype_t)9,
-                                                    VOXCONV_PASS_CONV_FWD,
-                                                    NULL, &en, NULL),
+  VC_EXPECT_STATUS(NULL,
+                   voxconv_resolve_fp16_accum((voxconv_dtype_t)9,
+                                              VOXCONV_PASS_CONV_FWD, NULL, &en,
+                                              NULL),
                    VOXCONV_STATUS_INVALID_ARGUMENT);
-  VC_EXPECT_STATUS(NULL, voxconv_resolve_fp16_accum(VOXCONV_DTYPE_F16,
-                                                    VOXCONV_PASS_COUNT, NULL,
-                                                    &en, NULL),
+  VC_EXPECT_STATUS(NULL,
+                   voxconv_resolve_fp16_accum(
+                       VOXCONV_DTYPE_F16, VOXCONV_PASS_COUNT, NULL, &en, NULL),
                    VOXCONV_STATUS_INVALID_ARGUMENT);
   voxconv_conv_options_t bad = {0};
   bad.fp16_accum = (voxconv_tristate_t)7;
-  VC_EXPECT_STATUS(NULL, voxconv_resolve_fp16_accum(VOXCONV_DTYPE_F16,
-                                                    VOXCONV_PASS_CONV_FWD,
-                                                    &bad, &en, NULL),
+  VC_EXPECT_STATUS(NULL,
+                   voxconv_resolve_fp16_accum(VOXCONV_DTYPE_F16,
+                                              VOXCONV_PASS_CONV_FWD, &bad, &en,
+                                              NULL),
                    VOXCONV_STATUS_INVALID_ARGUMENT);
   unsetenv("VOXCONV_USE_FP16_ACCUM");
   vc_fp16_accum_reset_from_env();
@@ -567,8 +598,7 @@ static void test_precedence_calls(void) {
   tt_use_fakes(NULL);
   const voxconv_dtype_t dtypes[] = {VOXCONV_DTYPE_F32, VOXCONV_DTYPE_F16,
                                     VOXCONV_DTYPE_BF16};
-  const global_t globals[] = {G_ENV_TRUE, G_ENV_FALSE, G_SET_TRUE,
-                              G_SET_FALSE};
+  const global_t globals[] = {G_ENV_TRUE, G_ENV_FALSE, G_SET_TRUE, G_SET_FALSE};
   int calls_made = 0;
   for (int d = 0; d < 3; d++) {
     tt_problem_t t;
@@ -604,16 +634,15 @@ static void test_precedence_calls(void) {
             memset(&info, 0, sizeof info);
             VC_EXPECT_STATUS(t.h, voxconv_get_last_call_info(t.h, &info),
                              VOXCONV_STATUS_SUCCESS);
-            VC_EXPECT(info.pass == (voxconv_pass_t)pass &&
-                          info.fp16_accum == want &&
-                          strstr(info.fp16_accum_reason, kw) &&
-                          info.algo[0] && info.deterministic == 0,
-                      "%s, call %d, inference %d, %s, %s: info fp16 %d "
-                      "(%s), algo '%s', want %d (%s)",
-                      global_name(globals[g]), c, inf,
-                      voxconv_dtype_name(dtypes[d]),
-                      pass_name((voxconv_pass_t)pass), info.fp16_accum,
-                      info.fp16_accum_reason, info.algo, want, kw);
+            VC_EXPECT(
+                info.pass == (voxconv_pass_t)pass && info.fp16_accum == want &&
+                    strstr(info.fp16_accum_reason, kw) && info.algo[0] &&
+                    info.deterministic == 0,
+                "%s, call %d, inference %d, %s, %s: info fp16 %d "
+                "(%s), algo '%s', want %d (%s)",
+                global_name(globals[g]), c, inf, voxconv_dtype_name(dtypes[d]),
+                pass_name((voxconv_pass_t)pass), info.fp16_accum,
+                info.fp16_accum_reason, info.algo, want, kw);
           }
     }
     tt_problem_free(&t);
@@ -636,11 +665,9 @@ static void test_env_initial_value(const char *self) {
     int want;
     int warns;
   } envinit_t;
-  const envinit_t cases[] = {{NULL, 0, 0},     {"true", 1, 0},
-                             {"false", 0, 0},  {" YES ", 1, 0},
-                             {"off", 0, 0},    {"1", 1, 0},
-                             {"2", 0, 1},      {"truee", 0, 1},
-                             {"", 0, 0}};
+  const envinit_t cases[] = {{NULL, 0, 0},    {"true", 1, 0},  {"false", 0, 0},
+                             {" YES ", 1, 0}, {"off", 0, 0},   {"1", 1, 0},
+                             {"2", 0, 1},     {"truee", 0, 1}, {"", 0, 0}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char err_path[] = "/tmp/voxconv-tune-env-XXXXXX";
     int fd = mkstemp(err_path);
@@ -674,11 +701,10 @@ static void test_env_initial_value(const char *self) {
               "%d)",
               cases[i].value ? cases[i].value : "(unset)", cases[i].want,
               status);
-    VC_EXPECT((strstr(text, "VOXCONV_USE_FP16_ACCUM") != NULL) ==
-                  cases[i].warns,
-              "VOXCONV_USE_FP16_ACCUM='%s': warning expected %d, stderr: %s",
-              cases[i].value ? cases[i].value : "(unset)", cases[i].warns,
-              text);
+    VC_EXPECT(
+        (strstr(text, "VOXCONV_USE_FP16_ACCUM") != NULL) == cases[i].warns,
+        "VOXCONV_USE_FP16_ACCUM='%s': warning expected %d, stderr: %s",
+        cases[i].value ? cases[i].value : "(unset)", cases[i].warns, text);
     free(text);
   }
 }

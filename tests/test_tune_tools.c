@@ -16,8 +16,7 @@ static char g_out[300], g_err[300];
  * exit code and leaves stdout in *out (malloc'd). */
 static int run_tool(const char *args, char **out) {
   char cmd[8192];
-  snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", g_tool, args, g_out,
-           g_err);
+  snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>'%s'", g_tool, args, g_out, g_err);
   fflush(stdout);
   fflush(stderr);
   const int status = system(cmd);
@@ -41,8 +40,8 @@ static int run_tool(const char *args, char **out) {
 }
 
 static void put(const char *ns, int64_t cin, int64_t cout, int nin,
-                unsigned coverage, const char *const *algos,
-                const double *ms, int n) {
+                unsigned coverage, const char *const *algos, const double *ms,
+                int n) {
   vc_cache_entry_t e;
   memset(&e, 0, sizeof e);
   snprintf(e.ns, sizeof e.ns, "%s", ns);
@@ -116,14 +115,12 @@ static void test_inspect(void) {
   contains(out, want, "inspect");
   struct stat st;
   stat(tt_cache_file(), &st);
-  snprintf(want, sizeof want, "size       : %lld bytes",
-           (long long)st.st_size);
+  snprintf(want, sizeof want, "size       : %lld bytes", (long long)st.st_size);
   contains(out, want, "inspect");
   contains(out, "modified   : ", "inspect");
   contains(out, "entries    : 5", "inspect");
   /* the tree: selection namespaces and their parameter-tuning children */
-  snprintf(want, sizeof want, "  %-40s %6d entries", "sparse_conv_forward",
-           3);
+  snprintf(want, sizeof want, "  %-40s %6d entries", "sparse_conv_forward", 3);
   contains(out, want, "tree");
   snprintf(want, sizeof want, "    %-38s %6d entry", "mask_gemm", 1);
   contains(out, want, "tree");
@@ -198,11 +195,11 @@ static void test_analyze(void) {
            "0.0", "66.7");
   contains(out, want, "candidate win rates");
   contains(out, "-- wins by channel pair (cin -> cout)", "groups");
-  snprintf(want, sizeof want, "  %-18s %-48s %6d", "48 -> 64",
-           "algo_b tile=0", 1);
+  snprintf(want, sizeof want, "  %-18s %-48s %6d", "48 -> 64", "algo_b tile=0",
+           1);
   contains(out, want, "channel groups");
-  snprintf(want, sizeof want, "  %-18s %-48s %6d", "kvol 27",
-           "algo_b tile=0", 2);
+  snprintf(want, sizeof want, "  %-18s %-48s %6d", "kvol 27", "algo_b tile=0",
+           2);
   contains(out, want, "kernel groups");
   snprintf(want, sizeof want, "  %-18s %-48s %6d", "n_out <= 2^15",
            "algo_a tile=0", 1);
@@ -291,8 +288,10 @@ static void test_tune(void) {
   contains(out, "entries (", "tune");
   const char *p = strstr(out, "entries (");
   const int fresh = p ? atoi(p + 9) : 0;
-  VC_EXPECT(fresh >= 3 * 7, "tune added %d entries (every conv layer's "
-                            "forward, dgrad and wgrad)", fresh);
+  VC_EXPECT(fresh >= 3 * 7,
+            "tune added %d entries (every conv layer's "
+            "forward, dgrad and wgrad)",
+            fresh);
   free(out);
   /* A second run adds nothing: every configuration is recorded. */
   VC_EXPECT(run_tool("tune --size tiny --backend cpu --threads 2", &out) == 0,

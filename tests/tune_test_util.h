@@ -22,8 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/vc_core.h"
 #include "coords/vc_kmap.h"
+#include "core/vc_core.h"
 #include "ops/vc_algo.h"
 #include "tune/vc_tune.h"
 
@@ -31,7 +31,7 @@
 static char tt_dir[256];
 
 static inline int tt_rm_cb(const char *path, const struct stat *sb, int flag,
-                    struct FTW *ftw) {
+                           struct FTW *ftw) {
   (void)sb, (void)flag, (void)ftw;
   return remove(path);
 }
@@ -117,8 +117,9 @@ typedef struct tt_problem {
 
 /* Random coordinates in a g^3 grid (density ~30%), submanifold 3^3 map on a
  * CPU handle with `threads` threads. */
-static inline int tt_problem_make(tt_problem_t *t, int g, int64_t cin, int64_t cout,
-                           voxconv_dtype_t dtype, int threads) {
+static inline int tt_problem_make(tt_problem_t *t, int g, int64_t cin,
+                                  int64_t cout, voxconv_dtype_t dtype,
+                                  int threads) {
   memset(t, 0, sizeof *t);
   voxconv_handle_desc_t d = {0};
   d.backend = VOXCONV_BACKEND_CPU;
@@ -134,8 +135,8 @@ static inline int tt_problem_make(tt_problem_t *t, int g, int64_t cin, int64_t c
           c[0] = 0, c[1] = x, c[2] = y, c[3] = z;
         }
   voxconv_coords_t in = {t->coords, t->n, {1, 1, 1}};
-  voxconv_kmap_desc_t kd = {VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1},
-                            {1, 1, 1}};
+  voxconv_kmap_desc_t kd = {
+      VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
   if (voxconv_kmap_build(t->h, &kd, &in, NULL, &t->kmap) !=
       VOXCONV_STATUS_SUCCESS) {
     fprintf(stderr, "kmap_build: %s\n", voxconv_get_last_error(t->h));
@@ -183,18 +184,23 @@ static inline int tt_is_depthwise(voxconv_pass_t pass) {
 static inline int64_t tt_out_elems(const tt_problem_t *t, voxconv_pass_t pass) {
   const int64_t kvol = t->kmap->kvol;
   switch (pass) {
-  case VOXCONV_PASS_CONV_FWD: return t->n * t->cout;
-  case VOXCONV_PASS_CONV_DGRAD: return t->n * t->cin;
-  case VOXCONV_PASS_CONV_WGRAD: return kvol * t->cin * t->cout;
+  case VOXCONV_PASS_CONV_FWD:
+    return t->n * t->cout;
+  case VOXCONV_PASS_CONV_DGRAD:
+    return t->n * t->cin;
+  case VOXCONV_PASS_CONV_WGRAD:
+    return kvol * t->cin * t->cout;
   case VOXCONV_PASS_DEPTHWISE_FWD:
-  case VOXCONV_PASS_DEPTHWISE_DGRAD: return t->n * t->cin;
-  default: return kvol * t->cin;
+  case VOXCONV_PASS_DEPTHWISE_DGRAD:
+    return t->n * t->cin;
+  default:
+    return kvol * t->cin;
   }
 }
 
 /* Runs a pass through the public API into t->out. */
 static inline voxconv_status_t tt_run(tt_problem_t *t, voxconv_pass_t pass,
-                               const voxconv_conv_options_t *opt) {
+                                      const voxconv_conv_options_t *opt) {
   const int64_t kvol = t->kmap->kvol;
   voxconv_feats_t x = {t->x, t->n, t->cin, t->dtype};
   voxconv_feats_t dy = {t->dy, t->n, t->cout, t->dtype};
@@ -235,12 +241,24 @@ static inline void tt_reference(const vc_conv_problem_t *p, double *out) {
   const int64_t ci = p->cin, co = p->cout;
   int64_t n_out;
   switch (p->pass) {
-  case VOXCONV_PASS_CONV_FWD: n_out = m->n_out * co; break;
-  case VOXCONV_PASS_CONV_DGRAD: n_out = m->n_in * ci; break;
-  case VOXCONV_PASS_CONV_WGRAD: n_out = (int64_t)m->kvol * ci * co; break;
-  case VOXCONV_PASS_DEPTHWISE_FWD: n_out = m->n_out * ci; break;
-  case VOXCONV_PASS_DEPTHWISE_DGRAD: n_out = m->n_in * ci; break;
-  default: n_out = (int64_t)m->kvol * ci; break;
+  case VOXCONV_PASS_CONV_FWD:
+    n_out = m->n_out * co;
+    break;
+  case VOXCONV_PASS_CONV_DGRAD:
+    n_out = m->n_in * ci;
+    break;
+  case VOXCONV_PASS_CONV_WGRAD:
+    n_out = (int64_t)m->kvol * ci * co;
+    break;
+  case VOXCONV_PASS_DEPTHWISE_FWD:
+    n_out = m->n_out * ci;
+    break;
+  case VOXCONV_PASS_DEPTHWISE_DGRAD:
+    n_out = m->n_in * ci;
+    break;
+  default:
+    n_out = (int64_t)m->kvol * ci;
+    break;
   }
   memset(out, 0, (size_t)n_out * sizeof *out);
   for (int k = 0; k < m->kvol; k++) {
@@ -293,7 +311,7 @@ static inline void tt_reference(const vc_conv_problem_t *p, double *out) {
 
 /* The problem of a public call on t, as the tuner sees it. */
 static inline vc_conv_problem_t tt_as_problem(const tt_problem_t *t,
-                                       voxconv_pass_t pass) {
+                                              voxconv_pass_t pass) {
   vc_conv_problem_t p;
   memset(&p, 0, sizeof p);
   p.pass = pass;
@@ -303,12 +321,24 @@ static inline vc_conv_problem_t tt_as_problem(const tt_problem_t *t,
   p.cout = tt_is_depthwise(pass) ? t->cin : t->cout;
   p.c = t->out;
   switch (pass) {
-  case VOXCONV_PASS_CONV_FWD: p.a = t->x, p.b = t->w; break;
-  case VOXCONV_PASS_CONV_DGRAD: p.a = t->dy, p.b = t->w; break;
-  case VOXCONV_PASS_CONV_WGRAD: p.a = t->x, p.b = t->dy; break;
-  case VOXCONV_PASS_DEPTHWISE_FWD: p.a = t->x, p.b = t->dw_w; break;
-  case VOXCONV_PASS_DEPTHWISE_DGRAD: p.a = t->dy, p.b = t->dw_w; break;
-  default: p.a = t->x, p.b = t->dy; break;
+  case VOXCONV_PASS_CONV_FWD:
+    p.a = t->x, p.b = t->w;
+    break;
+  case VOXCONV_PASS_CONV_DGRAD:
+    p.a = t->dy, p.b = t->w;
+    break;
+  case VOXCONV_PASS_CONV_WGRAD:
+    p.a = t->x, p.b = t->dy;
+    break;
+  case VOXCONV_PASS_DEPTHWISE_FWD:
+    p.a = t->x, p.b = t->dw_w;
+    break;
+  case VOXCONV_PASS_DEPTHWISE_DGRAD:
+    p.a = t->dy, p.b = t->dw_w;
+    break;
+  default:
+    p.a = t->x, p.b = t->dy;
+    break;
   }
   return p;
 }
@@ -337,25 +367,31 @@ static inline void tt_sleep_ms(double ms) {
     atomic_fetch_add(&tt_virtual_us, (long long)(ms * 1e3));
     return;
   }
-  struct timespec ts = {(time_t)(ms / 1e3),
-                        (long)(fmod(ms, 1e3) * 1e6)};
+  struct timespec ts = {(time_t)(ms / 1e3), (long)(fmod(ms, 1e3) * 1e6)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
   }
 }
 
-static inline void tt_store(const vc_conv_problem_t *p, const double *v, int64_t n) {
+static inline void tt_store(const vc_conv_problem_t *p, const double *v,
+                            int64_t n) {
   vc_store_f64(p->c, p->dtype, n, v);
 }
 
 static inline int64_t tt_problem_out(const vc_conv_problem_t *p) {
   const voxconv_kmap_t *m = p->kmap;
   switch (p->pass) {
-  case VOXCONV_PASS_CONV_FWD: return m->n_out * p->cout;
-  case VOXCONV_PASS_CONV_DGRAD: return m->n_in * p->cin;
-  case VOXCONV_PASS_CONV_WGRAD: return (int64_t)m->kvol * p->cin * p->cout;
-  case VOXCONV_PASS_DEPTHWISE_FWD: return m->n_out * p->cin;
-  case VOXCONV_PASS_DEPTHWISE_DGRAD: return m->n_in * p->cin;
-  default: return (int64_t)m->kvol * p->cin;
+  case VOXCONV_PASS_CONV_FWD:
+    return m->n_out * p->cout;
+  case VOXCONV_PASS_CONV_DGRAD:
+    return m->n_in * p->cin;
+  case VOXCONV_PASS_CONV_WGRAD:
+    return (int64_t)m->kvol * p->cin * p->cout;
+  case VOXCONV_PASS_DEPTHWISE_FWD:
+    return m->n_out * p->cin;
+  case VOXCONV_PASS_DEPTHWISE_DGRAD:
+    return m->n_in * p->cin;
+  default:
+    return (int64_t)m->kvol * p->cin;
   }
 }
 
@@ -363,9 +399,9 @@ static inline int64_t tt_problem_out(const vc_conv_problem_t *p) {
 enum { TT_CORRECT, TT_WRONG, TT_NAN, TT_FAIL };
 
 static inline voxconv_status_t tt_fake_body(voxconv_handle_t *h,
-                                     const vc_conv_problem_t *p, int index,
-                                     int behaviour, double delay_ms,
-                                     double noise) {
+                                            const vc_conv_problem_t *p,
+                                            int index, int behaviour,
+                                            double delay_ms, double noise) {
   atomic_fetch_add(&tt_runs[index], 1);
   const int64_t n = tt_problem_out(p);
   if (behaviour == TT_FAIL) {
@@ -392,25 +428,24 @@ static inline voxconv_status_t tt_fake_body(voxconv_handle_t *h,
 }
 
 static inline int tt_supports_cpu_regular(const voxconv_handle_t *h,
-                                   const vc_conv_problem_t *p) {
+                                          const vc_conv_problem_t *p) {
   return h->backend == VOXCONV_BACKEND_CPU && !tt_is_depthwise(p->pass);
 }
 static inline int tt_supports_cpu_dw(const voxconv_handle_t *h,
-                              const vc_conv_problem_t *p) {
+                                     const vc_conv_problem_t *p) {
   return h->backend == VOXCONV_BACKEND_CPU && tt_is_depthwise(p->pass);
 }
 static inline int tt_supports_any(const voxconv_handle_t *h,
-                           const vc_conv_problem_t *p) {
+                                  const vc_conv_problem_t *p) {
   (void)h, (void)p;
   return 1;
 }
 
 #define TT_REGULAR                                                             \
-  ((1u << VOXCONV_PASS_CONV_FWD) | (1u << VOXCONV_PASS_CONV_DGRAD) |          \
+  ((1u << VOXCONV_PASS_CONV_FWD) | (1u << VOXCONV_PASS_CONV_DGRAD) |           \
    (1u << VOXCONV_PASS_CONV_WGRAD))
 #define TT_DEPTHWISE                                                           \
-  ((1u << VOXCONV_PASS_DEPTHWISE_FWD) |                                        \
-   (1u << VOXCONV_PASS_DEPTHWISE_DGRAD) |                                      \
+  ((1u << VOXCONV_PASS_DEPTHWISE_FWD) | (1u << VOXCONV_PASS_DEPTHWISE_DGRAD) | \
    (1u << VOXCONV_PASS_DEPTHWISE_WGRAD))
 
 /* 0: fake_tiles, delay_ms in {6, 1, 3}: the 1 ms tile must win. */
@@ -421,37 +456,39 @@ static inline const vc_param_space_t *tt_tiles_ps(voxconv_pass_t pass) {
   return &tt_tiles_space;
 }
 static inline voxconv_status_t tt_tiles_run(voxconv_handle_t *h,
-                                     const vc_conv_problem_t *p,
-                                     const vc_algo_params_t *params,
-                                     void *ws) {
+                                            const vc_conv_problem_t *p,
+                                            const vc_algo_params_t *params,
+                                            void *ws) {
   (void)ws;
   return tt_fake_body(h, p, 0, TT_CORRECT, params->v[0], 0);
 }
 /* 1: fake_wrong (one outlier cell), 2: fake_nan, 3: fake_fail */
 static inline voxconv_status_t tt_wrong_run(voxconv_handle_t *h,
-                                     const vc_conv_problem_t *p,
-                                     const vc_algo_params_t *params,
-                                     void *ws) {
+                                            const vc_conv_problem_t *p,
+                                            const vc_algo_params_t *params,
+                                            void *ws) {
   (void)params, (void)ws;
   return tt_fake_body(h, p, 1, TT_WRONG, 0, 0);
 }
 static inline voxconv_status_t tt_nan_run(voxconv_handle_t *h,
-                                   const vc_conv_problem_t *p,
-                                   const vc_algo_params_t *params, void *ws) {
+                                          const vc_conv_problem_t *p,
+                                          const vc_algo_params_t *params,
+                                          void *ws) {
   (void)params, (void)ws;
   return tt_fake_body(h, p, 2, TT_NAN, 0, 0);
 }
 static inline voxconv_status_t tt_fail_run(voxconv_handle_t *h,
-                                    const vc_conv_problem_t *p,
-                                    const vc_algo_params_t *params, void *ws) {
+                                           const vc_conv_problem_t *p,
+                                           const vc_algo_params_t *params,
+                                           void *ws) {
   (void)params, (void)ws;
   return tt_fake_body(h, p, 3, TT_FAIL, 0, 0);
 }
 /* 4: fake_nondet: correct and fast, not deterministic */
 static inline voxconv_status_t tt_nondet_run(voxconv_handle_t *h,
-                                      const vc_conv_problem_t *p,
-                                      const vc_algo_params_t *params,
-                                      void *ws) {
+                                             const vc_conv_problem_t *p,
+                                             const vc_algo_params_t *params,
+                                             void *ws) {
   (void)params, (void)ws;
   return tt_fake_body(h, p, 4, TT_CORRECT, 0, 0);
 }
@@ -466,8 +503,9 @@ static inline const vc_param_space_t *tt_acc_ps(voxconv_pass_t pass) {
   return &tt_acc_space;
 }
 static inline voxconv_status_t tt_acc_run(voxconv_handle_t *h,
-                                   const vc_conv_problem_t *p,
-                                   const vc_algo_params_t *params, void *ws) {
+                                          const vc_conv_problem_t *p,
+                                          const vc_algo_params_t *params,
+                                          void *ws) {
   (void)ws;
   const int f16 = params->v[1] == 16;
   if (f16 && !p->fp16_accum)
@@ -477,21 +515,24 @@ static inline voxconv_status_t tt_acc_run(voxconv_handle_t *h,
 }
 /* 6: fake_gpu: a CUDA record (never runnable on a CPU handle) */
 static inline voxconv_status_t tt_gpu_run(voxconv_handle_t *h,
-                                   const vc_conv_problem_t *p,
-                                   const vc_algo_params_t *params, void *ws) {
+                                          const vc_conv_problem_t *p,
+                                          const vc_algo_params_t *params,
+                                          void *ws) {
   (void)params, (void)ws;
   return tt_fake_body(h, p, 6, TT_CORRECT, 0, 0);
 }
 /* 7, 8: depthwise_explicit / depthwise_implicit stand-ins */
 static inline voxconv_status_t tt_dwe_run(voxconv_handle_t *h,
-                                   const vc_conv_problem_t *p,
-                                   const vc_algo_params_t *params, void *ws) {
+                                          const vc_conv_problem_t *p,
+                                          const vc_algo_params_t *params,
+                                          void *ws) {
   (void)params, (void)ws;
   return tt_fake_body(h, p, 7, TT_CORRECT, 2, 0);
 }
 static inline voxconv_status_t tt_dwi_run(voxconv_handle_t *h,
-                                   const vc_conv_problem_t *p,
-                                   const vc_algo_params_t *params, void *ws) {
+                                          const vc_conv_problem_t *p,
+                                          const vc_algo_params_t *params,
+                                          void *ws) {
   (void)params, (void)ws;
   return tt_fake_body(h, p, 8, TT_CORRECT, 0, 0);
 }
@@ -502,15 +543,15 @@ static inline const vc_param_space_t *tt_fast2_ps(voxconv_pass_t pass) {
   return &tt_fast2_space;
 }
 static inline voxconv_status_t tt_fast2_run(voxconv_handle_t *h,
-                                     const vc_conv_problem_t *p,
-                                     const vc_algo_params_t *params,
-                                     void *ws) {
+                                            const vc_conv_problem_t *p,
+                                            const vc_algo_params_t *params,
+                                            void *ws) {
   (void)ws;
   return tt_fake_body(h, p, 9, TT_CORRECT, params->v[0] == 1 ? 2.0 : 4.0, 0);
 }
 
 #define TT_FAKE(name_, det_, passes_, backend_, sup_, ps_, run_)               \
-  {{name_, backend_, passes_, det_, "test fake"}, sup_, ps_, NULL, run_}
+  { {name_, backend_, passes_, det_, "test fake"}, sup_, ps_, NULL, run_ }
 
 static const vc_algo_t tt_fakes[] = {
     TT_FAKE("fake_tiles", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,
@@ -536,8 +577,16 @@ static const vc_algo_t tt_fakes[] = {
 };
 #define TT_N_FAKES ((int)(sizeof tt_fakes / sizeof tt_fakes[0]))
 enum {
-  TT_TILES, TT_WRONG_I, TT_NAN_I, TT_FAIL_I, TT_NONDET, TT_ACC, TT_GPU,
-  TT_DWE, TT_DWI, TT_FAST2
+  TT_TILES,
+  TT_WRONG_I,
+  TT_NAN_I,
+  TT_FAIL_I,
+  TT_NONDET,
+  TT_ACC,
+  TT_GPU,
+  TT_DWE,
+  TT_DWI,
+  TT_FAST2
 };
 
 static const vc_algo_t *tt_fake_ptrs[TT_N_FAKES];

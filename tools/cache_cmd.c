@@ -58,8 +58,7 @@ static int ns_matches(const char *ns, const char *want) {
   if (!want)
     return 1;
   const size_t n = strlen(want);
-  return strcmp(ns, want) == 0 ||
-         (strncmp(ns, want, n) == 0 && ns[n] == '/');
+  return strcmp(ns, want) == 0 || (strncmp(ns, want, n) == 0 && ns[n] == '/');
 }
 
 static void format_ms(double ms, char *buf, size_t size) {
@@ -197,8 +196,8 @@ static int cmd_inspect(int argc, char **argv) {
     for (int k = 0; k < n_ns; k++)
       if (strncmp(counts[k].name, counts[j].name, len) == 0 &&
           counts[k].name[len] == '/')
-        printf("    %-38s %6d entr%s\n", counts[k].name + len + 1,
-               counts[k].n, counts[k].n == 1 ? "y" : "ies");
+        printf("    %-38s %6d entr%s\n", counts[k].name + len + 1, counts[k].n,
+               counts[k].n == 1 ? "y" : "ies");
   }
   /* Children whose parent has no entry of its own. */
   for (int k = 0; k < n_ns; k++) {
@@ -226,14 +225,12 @@ static int cmd_inspect(int argc, char **argv) {
         !entry_matches_search(c, i, &e, terms, n_terms))
       continue;
     shown++;
-    printf("\n[%s] searched=%s\n  %s\n", e.namespace_name, e.searched,
-           e.key);
-    const int limit = top_k > 0 && top_k < e.n_candidates ? (int)top_k
-                                                          : e.n_candidates;
+    printf("\n[%s] searched=%s\n  %s\n", e.namespace_name, e.searched, e.key);
+    const int limit =
+        top_k > 0 && top_k < e.n_candidates ? (int)top_k : e.n_candidates;
     for (int r = 0; r < limit; r++) {
       voxconv_cache_candidate_t cand;
-      if (voxconv_cache_get_candidate(c, i, r, &cand) !=
-          VOXCONV_STATUS_SUCCESS)
+      if (voxconv_cache_get_candidate(c, i, r, &cand) != VOXCONV_STATUS_SUCCESS)
         break;
       char ms[32], rel[32];
       format_ms(cand.time_ms, ms, sizeof ms);
@@ -408,8 +405,8 @@ static int analyze_namespace(out_ctx_t *o, const voxconv_cache_t *c,
   int n_ch = 0, cap_ch = 0, n_k = 0, cap_k = 0, n_n = 0, cap_n = 0;
   int n_configs = 0;
   int margin_hist[5] = {0};
-  static const char *const margin_names[5] = {"< 1%", "1-5%", "5-10%",
-                                              "10-25%", ">= 25%"};
+  static const char *const margin_names[5] = {"< 1%", "1-5%", "5-10%", "10-25%",
+                                              ">= 25%"};
   double *margins = (double *)malloc(((size_t)n + 1) * sizeof *margins);
   int n_margins = 0;
   for (int i = 0; i < n; i++) {
@@ -459,14 +456,12 @@ static int analyze_namespace(out_ctx_t *o, const voxconv_cache_t *c,
             ar->top3++;
         }
         if (n_seen < 16)
-          snprintf(seen_algos[n_seen++], sizeof seen_algos[0], "%s",
-                   cand.algo);
+          snprintf(seen_algos[n_seen++], sizeof seen_algos[0], "%s", cand.algo);
       }
       ok_rank++;
     }
     char g[64];
-    snprintf(g, sizeof g, "%lld -> %lld", (long long)e.cin,
-             (long long)e.cout);
+    snprintf(g, sizeof g, "%lld -> %lld", (long long)e.cin, (long long)e.cout);
     group_add(&by_ch, &n_ch, &cap_ch, g, e.cin, e.cout, label);
     snprintf(g, sizeof g, "kvol %d", (int)e.kernel_volume);
     group_add(&by_k, &n_k, &cap_k, g, e.kernel_volume, 0, label);
@@ -479,8 +474,11 @@ static int analyze_namespace(out_ctx_t *o, const voxconv_cache_t *c,
       const double m = second.time_ms / best.time_ms - 1.0;
       if (margins)
         margins[n_margins++] = m;
-      margin_hist[m < 0.01 ? 0 : m < 0.05 ? 1 : m < 0.10 ? 2 : m < 0.25 ? 3
-                                                                        : 4]++;
+      margin_hist[m < 0.01   ? 0
+                  : m < 0.05 ? 1
+                  : m < 0.10 ? 2
+                  : m < 0.25 ? 3
+                             : 4]++;
     }
   }
   if (n_configs == 0) {
@@ -508,7 +506,8 @@ static int analyze_namespace(out_ctx_t *o, const voxconv_cache_t *c,
   } else {
     for (int b = 0; b < 5; b++) {
       if (o->md)
-        fprintf(o->f, "%s| %s | %d |\n", b == 0 ? "| margin | configs |\n|---|---:|\n" : "",
+        fprintf(o->f, "%s| %s | %d |\n",
+                b == 0 ? "| margin | configs |\n|---|---:|\n" : "",
                 margin_names[b], margin_hist[b]);
       else
         fprintf(o->f, "  %-8s %6d\n", margin_names[b], margin_hist[b]);
@@ -520,12 +519,13 @@ static int analyze_namespace(out_ctx_t *o, const voxconv_cache_t *c,
         margins[b] = margins[b - 1];
         margins[b - 1] = t;
       }
-    const double med = (n_margins & 1)
-                           ? margins[n_margins / 2]
-                           : 0.5 * (margins[n_margins / 2 - 1] +
-                                    margins[n_margins / 2]);
-    fprintf(o->f, "%smedian margin %.1f%% over %d configurations; %d within "
-                  "5%% (a cheaper search would rarely lose much there)\n",
+    const double med =
+        (n_margins & 1)
+            ? margins[n_margins / 2]
+            : 0.5 * (margins[n_margins / 2 - 1] + margins[n_margins / 2]);
+    fprintf(o->f,
+            "%smedian margin %.1f%% over %d configurations; %d within "
+            "5%% (a cheaper search would rarely lose much there)\n",
             o->md ? "\n" : "  ", 100.0 * med, n_margins,
             margin_hist[0] + margin_hist[1]);
   }
@@ -533,7 +533,7 @@ static int analyze_namespace(out_ctx_t *o, const voxconv_cache_t *c,
   heading(o, 2, "recommended reduced candidate sets (what 'auto' uses)");
   /* One line per family: device, dtype, accumulator, deterministic and the
    * ceil(log2) channel buckets, represented by its first entry. */
-  char (*families)[256] = (char (*)[256])calloc((size_t)n + 1, 256);
+  char(*families)[256] = (char(*)[256])calloc((size_t)n + 1, 256);
   int n_fam = 0, printed = 0;
   for (int i = 0; families && i < n; i++) {
     voxconv_cache_entry_info_t e;
@@ -554,8 +554,7 @@ static int analyze_namespace(out_ctx_t *o, const voxconv_cache_t *c,
     snprintf(families[n_fam++], 256, "%s", fam);
     voxconv_cache_candidate_t rec[8];
     int n_rec = 0;
-    if (voxconv_cache_recommend(c, i, rec, 8, &n_rec) !=
-        VOXCONV_STATUS_SUCCESS)
+    if (voxconv_cache_recommend(c, i, rec, 8, &n_rec) != VOXCONV_STATUS_SUCCESS)
       continue;
     if (o->md)
       fprintf(o->f, "* `%s`: ", fam);
@@ -574,8 +573,9 @@ static int analyze_namespace(out_ctx_t *o, const voxconv_cache_t *c,
   }
   if (o->md)
     fprintf(o->f, "\n");
-  fprintf(o->f, "%s%d of %d families have a recommended set (xR = mean time "
-                "relative to the best)\n",
+  fprintf(o->f,
+          "%s%d of %d families have a recommended set (xR = mean time "
+          "relative to the best)\n",
           o->md ? "" : "  ", printed, n_fam);
   free(families);
   free(margins);
@@ -629,11 +629,11 @@ static int cmd_analyze(int argc, char **argv) {
     fprintf(o.f, "# voxconv tuning cache analysis\n\nFile: `%s` (%d entries)\n",
             path, voxconv_cache_entry_count(c));
   else
-    fprintf(o.f, "voxconv tuning cache analysis\nfile: %s (%d entries)\n",
-            path, voxconv_cache_entry_count(c));
+    fprintf(o.f, "voxconv tuning cache analysis\nfile: %s (%d entries)\n", path,
+            voxconv_cache_entry_count(c));
   /* The selection namespaces present (or the one asked for). */
   const int n = voxconv_cache_entry_count(c);
-  char (*done)[96] = (char (*)[96])calloc((size_t)n + 1, 96);
+  char(*done)[96] = (char(*)[96])calloc((size_t)n + 1, 96);
   int n_done = 0, total = 0;
   for (int i = 0; done && i < n; i++) {
     voxconv_cache_entry_info_t e;
@@ -741,8 +741,7 @@ int vc_tool_tune_main(int argc, char **argv) {
                strcmp(argv[i], "--warmup") == 0 ||
                strcmp(argv[i], "--json") == 0) {
       free(bargv);
-      fprintf(stderr, "voxconv tune: %s is decided by tune itself\n",
-              argv[i]);
+      fprintf(stderr, "voxconv tune: %s is decided by tune itself\n", argv[i]);
       return VT_EXIT_USAGE;
     } else {
       bargv[bargc++] = argv[i];

@@ -55,8 +55,8 @@ extern "C" void vc_cuda_timer_discard(voxconv_handle_t *h, void *timer) {
   free(t);
 }
 
-extern "C" voxconv_status_t vc_cuda_timer_stop(voxconv_handle_t *h,
-                                               void *timer, double *ms) {
+extern "C" voxconv_status_t vc_cuda_timer_stop(voxconv_handle_t *h, void *timer,
+                                               double *ms) {
   VC_CUDA_DEVICE_GUARD(h);
   vc_cuda_timer_t *t = (vc_cuda_timer_t *)timer;
   voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
@@ -70,7 +70,8 @@ done:
   return st;
 }
 
-/* ---- reference check ------------------------------------------------------ */
+/* ---- reference check ------------------------------------------------------
+ */
 typedef struct vc_check_acc {
   double ss_ref;
   unsigned long long n_finite;
@@ -79,18 +80,25 @@ typedef struct vc_check_acc {
   unsigned long long n_nonfinite;
 } vc_check_acc_t;
 
-template <typename T> __device__ __forceinline__ double vc_load_d(const T *p, int64_t i);
-template <> __device__ __forceinline__ double vc_load_d<float>(const float *p, int64_t i) {
+template <typename T>
+__device__ __forceinline__ double vc_load_d(const T *p, int64_t i);
+template <>
+__device__ __forceinline__ double vc_load_d<float>(const float *p, int64_t i) {
   return (double)p[i];
 }
-template <> __device__ __forceinline__ double vc_load_d<double>(const double *p, int64_t i) {
+template <>
+__device__ __forceinline__ double vc_load_d<double>(const double *p,
+                                                    int64_t i) {
   return p[i];
 }
-template <> __device__ __forceinline__ double vc_load_d<__half>(const __half *p, int64_t i) {
+template <>
+__device__ __forceinline__ double vc_load_d<__half>(const __half *p,
+                                                    int64_t i) {
   return (double)__half2float(p[i]);
 }
 template <>
-__device__ __forceinline__ double vc_load_d<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) {
+__device__ __forceinline__ double
+vc_load_d<__nv_bfloat16>(const __nv_bfloat16 *p, int64_t i) {
   return (double)__bfloat162float(p[i]);
 }
 
@@ -186,11 +194,11 @@ static voxconv_status_t launch_check(voxconv_handle_t *h, const void *got,
                                      vc_check_acc_t *acc) {
   const cudaStream_t stream = vc_cuda_stream(h);
   const vc_cuda_state_t *s = vc_cuda_state(h);
-  const int64_t max_blocks = s && s->sm_count > 0 ? (int64_t)s->sm_count * 8
-                                                  : 1024;
+  const int64_t max_blocks =
+      s && s->sm_count > 0 ? (int64_t)s->sm_count * 8 : 1024;
   const unsigned grid = vc_grid_1d(n, VC_CHECK_BLOCK, max_blocks);
-  vc_check_pass1<T><<<grid, VC_CHECK_BLOCK, 0, stream>>>((const T *)ref, n,
-                                                         acc);
+  vc_check_pass1<T>
+      <<<grid, VC_CHECK_BLOCK, 0, stream>>>((const T *)ref, n, acc);
   VC_CUDA_LAUNCH_CHECK(h, "vc_check_pass1");
   vc_check_pass2<T><<<grid, VC_CHECK_BLOCK, 0, stream>>>(
       (const T *)got, (const T *)ref, n, acc);
@@ -198,13 +206,10 @@ static voxconv_status_t launch_check(voxconv_handle_t *h, const void *got,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-extern "C" voxconv_status_t vc_cuda_tune_check(voxconv_handle_t *h,
-                                               const void *got,
-                                               const void *ref,
-                                               voxconv_dtype_t dtype,
-                                               int64_t n, double *max_rel,
-                                               double *norm_rel,
-                                               int64_t *n_nonfinite) {
+extern "C" voxconv_status_t
+vc_cuda_tune_check(voxconv_handle_t *h, const void *got, const void *ref,
+                   voxconv_dtype_t dtype, int64_t n, double *max_rel,
+                   double *norm_rel, int64_t *n_nonfinite) {
   VC_CUDA_DEVICE_GUARD(h);
   *max_rel = 0;
   *norm_rel = 0;
@@ -217,21 +222,26 @@ extern "C" voxconv_status_t vc_cuda_tune_check(voxconv_handle_t *h,
   vc_check_acc_t *acc = (vc_check_acc_t *)dev;
   vc_check_acc_t host;
   voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
-  VC_CUDA_TRY_GOTO(h, st, done,
-                   cudaMemsetAsync(acc, 0, sizeof *acc, stream));
+  VC_CUDA_TRY_GOTO(h, st, done, cudaMemsetAsync(acc, 0, sizeof *acc, stream));
   switch (dtype) {
-  case VOXCONV_DTYPE_F32: st = launch_check<float>(h, got, ref, n, acc); break;
-  case VOXCONV_DTYPE_F16: st = launch_check<__half>(h, got, ref, n, acc); break;
+  case VOXCONV_DTYPE_F32:
+    st = launch_check<float>(h, got, ref, n, acc);
+    break;
+  case VOXCONV_DTYPE_F16:
+    st = launch_check<__half>(h, got, ref, n, acc);
+    break;
   case VOXCONV_DTYPE_BF16:
     st = launch_check<__nv_bfloat16>(h, got, ref, n, acc);
     break;
-  default: st = launch_check<double>(h, got, ref, n, acc); break;
+  default:
+    st = launch_check<double>(h, got, ref, n, acc);
+    break;
   }
   if (st != VOXCONV_STATUS_SUCCESS)
     goto done;
-  VC_CUDA_TRY_GOTO(h, st, done,
-                   cudaMemcpyAsync(&host, acc, sizeof host,
-                                   cudaMemcpyDeviceToHost, stream));
+  VC_CUDA_TRY_GOTO(
+      h, st, done,
+      cudaMemcpyAsync(&host, acc, sizeof host, cudaMemcpyDeviceToHost, stream));
   VC_CUDA_TRY_GOTO(h, st, done, cudaStreamSynchronize(stream));
   {
     double mr;

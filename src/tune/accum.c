@@ -2,14 +2,14 @@
  * setting, its environment initialisation, and the per-call precedence.
  * This is the single place that decides; src/ops/validate.c and the tuner
  * both call it. */
-#include "vc_tune.h"
 #include "../ops/vc_validate.h"
+#include "vc_tune.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
-static atomic_int g_fp16_global;       /* 0/1 */
-static atomic_int g_fp16_global_set;   /* 1: last set by the API */
+static atomic_int g_fp16_global;     /* 0/1 */
+static atomic_int g_fp16_global_set; /* 1: last set by the API */
 static pthread_once_t g_fp16_once = PTHREAD_ONCE_INIT;
 
 static void fp16_init_from_env(void) {
@@ -106,8 +106,7 @@ int vc_resolve_fp16_accum(const voxconv_conv_options_t *opt,
 voxconv_status_t voxconv_resolve_fp16_accum(voxconv_dtype_t dtype,
                                             voxconv_pass_t pass,
                                             const voxconv_conv_options_t *opt,
-                                            int *enabled,
-                                            const char **reason) {
+                                            int *enabled, const char **reason) {
   vc_clear_error(NULL);
   VC_CHECK_NULL(NULL, enabled, "enabled");
   if (!vc_dtype_valid(dtype))

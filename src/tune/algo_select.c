@@ -18,7 +18,9 @@ void vc_tune_set_extra_algos(const vc_algo_t *const *algos, int n) {
   g_n_extra = n > 0 ? n : 0;
 }
 
-int vc_tune_algo_count(void) { return vc_algo_table_size() + g_n_extra; }
+int vc_tune_algo_count(void) {
+  return vc_algo_table_size() + g_n_extra;
+}
 
 const vc_algo_t *vc_tune_algo_at(int index) {
   const int n_reg = vc_algo_table_size();
@@ -60,8 +62,7 @@ void vc_valid_algo_names(voxconv_pass_t pass, char *buf, size_t size) {
   buf[0] = '\0';
 #define VC_APPEND(s)                                                           \
   do {                                                                         \
-    int n_ = snprintf(buf + used, size - used, "%s%s", used ? ", " : "",      \
-                      (s));                                                    \
+    int n_ = snprintf(buf + used, size - used, "%s%s", used ? ", " : "", (s)); \
     if (n_ > 0 && (size_t)n_ < size - used)                                    \
       used += (size_t)n_;                                                      \
   } while (0)
@@ -124,8 +125,8 @@ const char *vc_algo_mode_text(const voxconv_conv_options_t *opt,
   case VOXCONV_PASS_DEPTHWISE_DGRAD:
   case VOXCONV_PASS_DEPTHWISE_WGRAD: {
     const int dgrad = pass == VOXCONV_PASS_DEPTHWISE_DGRAD;
-    const char *specific = opt ? (dgrad ? opt->dgrad_algo : opt->wgrad_algo)
-                               : NULL;
+    const char *specific =
+        opt ? (dgrad ? opt->dgrad_algo : opt->wgrad_algo) : NULL;
     if (opt && !blank(specific))
       call = specific,
       call_name = dgrad ? "opt->dgrad_algo" : "opt->wgrad_algo";
@@ -175,15 +176,14 @@ static voxconv_status_t bad_mode(const voxconv_handle_t *h, const char *text,
                                  const char *problem) {
   char names[512];
   vc_valid_algo_names(pass, names, sizeof names);
-  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                 "%s='%s' for %s: %s; valid: a name, a list [a,b], auto or "
-                 "all, with names %s%s",
-                 source, text, vc_cache_pass_namespace((int)pass), problem,
-                 names,
-                 voxconv_has_cuda()
-                     ? ""
-                     : " (this library was built without CUDA, so GPU "
-                       "algorithms are not registered)");
+  return vc_fail(
+      h, VOXCONV_STATUS_INVALID_ARGUMENT,
+      "%s='%s' for %s: %s; valid: a name, a list [a,b], auto or "
+      "all, with names %s%s",
+      source, text, vc_cache_pass_namespace((int)pass), problem, names,
+      voxconv_has_cuda() ? ""
+                         : " (this library was built without CUDA, so GPU "
+                           "algorithms are not registered)");
 }
 
 static voxconv_status_t add_name(const voxconv_handle_t *h, const char *text,
@@ -227,9 +227,8 @@ static voxconv_status_t add_name(const voxconv_handle_t *h, const char *text,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-voxconv_status_t vc_parse_algo_mode(const voxconv_handle_t *h,
-                                    const char *text, voxconv_pass_t pass,
-                                    const char *source,
+voxconv_status_t vc_parse_algo_mode(const voxconv_handle_t *h, const char *text,
+                                    voxconv_pass_t pass, const char *source,
                                     vc_algo_selection_t *sel) {
   memset(sel, 0, sizeof *sel);
   snprintf(sel->source, sizeof sel->source, "%s", source ? source : "?");
@@ -295,8 +294,7 @@ static int space_n(const vc_param_space_t *s) {
 }
 
 void vc_params_format(const vc_algo_t *a, voxconv_pass_t pass,
-                      const vc_algo_params_t *params, char *buf,
-                      size_t size) {
+                      const vc_algo_params_t *params, char *buf, size_t size) {
   const vc_param_space_t *s = space_of(a, pass);
   if (!s) {
     snprintf(buf, size, "-");

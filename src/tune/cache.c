@@ -44,11 +44,11 @@ static pthread_mutex_t g_save_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-static vc_cache_db_t g_db;     /* guarded by g_mu */
-static int g_loaded;           /* g_db holds the file at g_path */
+static vc_cache_db_t g_db; /* guarded by g_mu */
+static int g_loaded;       /* g_db holds the file at g_path */
 static char g_path[VC_PATH_MAX];
-static file_stamp_t g_stamp;   /* of the file when last read or written */
-static int g_pending;          /* entries await the saver */
+static file_stamp_t g_stamp; /* of the file when last read or written */
+static int g_pending;        /* entries await the saver */
 static int g_saver_started, g_saver_stop, g_atexit_registered;
 
 volatile int vc_cache_test_slow_write_us;
@@ -73,7 +73,9 @@ static void atfork_child(void) {
 static void init_once(void) {
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
-static void ensure_init(void) { pthread_once(&g_once, init_once); }
+static void ensure_init(void) {
+  pthread_once(&g_once, init_once);
+}
 
 /* ---- location --------------------------------------------------------- */
 int vc_cache_current_path(char *buf, size_t size) {
@@ -398,8 +400,7 @@ static int save_locked(char *msg, size_t msg_size) {
     goto out;
   }
   static unsigned counter;
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(),
-           counter++);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
   int out_fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (out_fd < 0) {
     snprintf(msg, msg_size, "cannot create %s: %s", tmp, strerror(errno));
@@ -519,8 +520,8 @@ static void wake_saver_locked(void) {
 }
 
 /* ---- the table -------------------------------------------------------- */
-int vc_cache_get(const char *ns, const vc_cache_key_t *key,
-                 int reload_on_miss, vc_cache_entry_t *out) {
+int vc_cache_get(const char *ns, const vc_cache_key_t *key, int reload_on_miss,
+                 vc_cache_entry_t *out) {
   ensure_init();
   flush_if_moved();
   int found = 0;
@@ -701,8 +702,8 @@ voxconv_status_t voxconv_cache_get_entry(const voxconv_cache_t *cache,
   const vc_cache_entry_t *e = &cache->db.entries[index];
   memset(info, 0, sizeof *info);
   snprintf(info->namespace_name, sizeof info->namespace_name, "%s", e->ns);
-  info->pass = (voxconv_pass_t)vc_cache_ns_pass(
-      e->ns, info->algo_namespace, sizeof info->algo_namespace);
+  info->pass = (voxconv_pass_t)vc_cache_ns_pass(e->ns, info->algo_namespace,
+                                                sizeof info->algo_namespace);
   vc_cache_key_format(&e->key, info->key, sizeof info->key);
   snprintf(info->device, sizeof info->device, "%s", e->key.device);
   snprintf(info->library_version, sizeof info->library_version, "%s",
@@ -768,8 +769,8 @@ voxconv_status_t voxconv_cache_recommend(const voxconv_cache_t *cache,
     return vc_fail(NULL, VOXCONV_STATUS_ALLOC_FAILED,
                    "voxconv_cache_recommend: out of host memory");
   const vc_cache_entry_t *e = &cache->db.entries[index];
-  const int n = vc_cache_recommend(&cache->db, e->ns, &e->key, 0.05, 2, rows,
-                                   max);
+  const int n =
+      vc_cache_recommend(&cache->db, e->ns, &e->key, 0.05, 2, rows, max);
   for (int i = 0; i < n; i++)
     row_to_candidate(&rows[i], &cands[i]);
   free(rows);

@@ -15,8 +15,8 @@
 
 /* ---- names ------------------------------------------------------------ */
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "f64"};
-static const char *const mode_names[] = {"submanifold", "strided",
-                                         "transposed", "generative"};
+static const char *const mode_names[] = {"submanifold", "strided", "transposed",
+                                         "generative"};
 static const char *const pass_namespaces[] = {
     "sparse_conv_forward",    "sparse_conv_dgrad",    "sparse_conv_wgrad",
     "depthwise_conv_forward", "depthwise_conv_dgrad", "depthwise_conv_wgrad"};
@@ -74,7 +74,9 @@ int vc_cache_ns_pass(const char *ns, char *algo_out, size_t algo_size) {
 }
 
 /* ---- db basics -------------------------------------------------------- */
-void vc_cache_db_init(vc_cache_db_t *db) { memset(db, 0, sizeof *db); }
+void vc_cache_db_init(vc_cache_db_t *db) {
+  memset(db, 0, sizeof *db);
+}
 
 void vc_cache_entry_free(vc_cache_entry_t *e) {
   free(e->rows);
@@ -103,9 +105,9 @@ uint64_t vc_cache_hash(const char *ns, const vc_cache_key_t *k) {
   h = fnv_bytes(h, ns, strlen(ns) + 1);
   h = fnv_bytes(h, k->device, strlen(k->device) + 1);
   h = fnv_bytes(h, k->lib, strlen(k->lib) + 1);
-  const int64_t v[] = {k->nin, k->nout, k->cin,  k->cout,      k->kvol,
-                       k->dtype, k->acc, k->det, k->mode,      k->stride[0],
-                       k->stride[1], k->stride[2]};
+  const int64_t v[] = {k->nin,  k->nout,      k->cin,       k->cout,
+                       k->kvol, k->dtype,     k->acc,       k->det,
+                       k->mode, k->stride[0], k->stride[1], k->stride[2]};
   return fnv_bytes(h, v, sizeof v);
 }
 
@@ -137,8 +139,8 @@ const char *vc_cache_coverage_format(unsigned cov, char *buf, size_t size) {
   for (int i = 0; i < 3; i++) {
     if (!(cov & (1u << i)))
       continue;
-    int n = snprintf(buf + used, size - used, "%s%s", used ? "," : "",
-                     names[i]);
+    int n =
+        snprintf(buf + used, size - used, "%s%s", used ? "," : "", names[i]);
     if (n < 0 || (size_t)n >= size - used)
       break;
     used += (size_t)n;
@@ -169,8 +171,8 @@ vc_cache_entry_t *vc_cache_db_upsert(vc_cache_db_t *db, const char *ns,
     return NULL;
   if (db->n == db->cap) {
     int cap = db->cap ? db->cap * 2 : 16;
-    vc_cache_entry_t *ne = (vc_cache_entry_t *)realloc(
-        db->entries, (size_t)cap * sizeof *ne);
+    vc_cache_entry_t *ne =
+        (vc_cache_entry_t *)realloc(db->entries, (size_t)cap * sizeof *ne);
     if (!ne)
       return NULL;
     db->entries = ne;
@@ -233,8 +235,7 @@ int vc_cache_row_compare(const void *pa, const void *pb) {
 
 void vc_cache_entry_sort(vc_cache_entry_t *e) {
   if (e->n_rows > 1)
-    qsort(e->rows, (size_t)e->n_rows, sizeof e->rows[0],
-          vc_cache_row_compare);
+    qsort(e->rows, (size_t)e->n_rows, sizeof e->rows[0], vc_cache_row_compare);
 }
 
 int vc_cache_entry_merge(vc_cache_entry_t *dst, const vc_cache_entry_t *src,
@@ -287,8 +288,8 @@ int vc_cache_entry_copy(vc_cache_entry_t *dst, const vc_cache_entry_t *src) {
   dst->rows = NULL;
   dst->cap_rows = 0;
   if (src->n_rows) {
-    dst->rows = (vc_cache_row_t *)malloc((size_t)src->n_rows *
-                                         sizeof *dst->rows);
+    dst->rows =
+        (vc_cache_row_t *)malloc((size_t)src->n_rows * sizeof *dst->rows);
     if (!dst->rows) {
       dst->n_rows = 0;
       return -1;
@@ -341,11 +342,10 @@ char *vc_cache_db_serialize(const vc_cache_db_t *db, size_t *len) {
     return NULL;
   s.buf[0] = '\0';
   sb_printf(&s, "%s %d\n", VC_CACHE_MAGIC, VC_CACHE_FORMAT_VERSION);
-  sb_printf(&s,
-            "# voxconv autotuning results (format in voxconv.h, \"Tuning "
-            "cache\").\n# entry NAMESPACE searched=... KEY, then its "
-            "candidates best first:\n#   cand ALGO PARAMS TIME_MS STATUS "
-            "MAX_REL\n");
+  sb_printf(&s, "# voxconv autotuning results (format in voxconv.h, \"Tuning "
+                "cache\").\n# entry NAMESPACE searched=... KEY, then its "
+                "candidates best first:\n#   cand ALGO PARAMS TIME_MS STATUS "
+                "MAX_REL\n");
   char key[512], cov[32];
   for (int i = 0; i < db->n; i++) {
     const vc_cache_entry_t *e = &db->entries[i];
@@ -468,13 +468,27 @@ static int copy_field(char *dst, size_t size, const char *src) {
 
 /* "k=v" tokens of an entry line into key and coverage. Returns NULL or a
  * static description of the problem. */
-static const char *parse_entry_fields(tokens_t *t, int first,
-                                      vc_cache_key_t *k, unsigned *coverage) {
-  enum { F_SEARCHED, F_DEVICE, F_LIB, F_NIN, F_NOUT, F_CIN, F_COUT, F_KVOL,
-         F_DTYPE, F_ACC, F_DET, F_MODE, F_STRIDE, F_COUNT };
+static const char *parse_entry_fields(tokens_t *t, int first, vc_cache_key_t *k,
+                                      unsigned *coverage) {
+  enum {
+    F_SEARCHED,
+    F_DEVICE,
+    F_LIB,
+    F_NIN,
+    F_NOUT,
+    F_CIN,
+    F_COUT,
+    F_KVOL,
+    F_DTYPE,
+    F_ACC,
+    F_DET,
+    F_MODE,
+    F_STRIDE,
+    F_COUNT
+  };
   static const char *const names[F_COUNT] = {
-      "searched", "device", "lib",  "nin", "nout", "cin",   "cout",
-      "kvol",     "dtype",  "acc",  "det", "mode", "stride"};
+      "searched", "device", "lib", "nin", "nout", "cin",   "cout",
+      "kvol",     "dtype",  "acc", "det", "mode", "stride"};
   int seen[F_COUNT] = {0};
   memset(k, 0, sizeof *k);
   *coverage = 0;
@@ -801,9 +815,8 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
       continue;
     const vc_cache_key_t *k = &e->key;
     if (strcmp(k->device, like->device) || strcmp(k->lib, like->lib) ||
-        k->dtype != like->dtype || k->acc != like->acc ||
-        k->det != like->det || ceil_log2_i64(k->cin) != lci ||
-        ceil_log2_i64(k->cout) != lco)
+        k->dtype != like->dtype || k->acc != like->acc || k->det != like->det ||
+        ceil_log2_i64(k->cin) != lci || ceil_log2_i64(k->cout) != lco)
       continue;
     if (e->n_rows == 0 || !vc_cache_row_ok(&e->rows[0]))
       continue;
@@ -825,9 +838,8 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
       continue;
     const vc_cache_key_t *k = &e->key;
     if (strcmp(k->device, like->device) || strcmp(k->lib, like->lib) ||
-        k->dtype != like->dtype || k->acc != like->acc ||
-        k->det != like->det || ceil_log2_i64(k->cin) != lci ||
-        ceil_log2_i64(k->cout) != lco)
+        k->dtype != like->dtype || k->acc != like->acc || k->det != like->det ||
+        ceil_log2_i64(k->cin) != lci || ceil_log2_i64(k->cout) != lco)
       continue;
     if (e->n_rows == 0 || !vc_cache_row_ok(&e->rows[0]))
       continue;
@@ -871,9 +883,8 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
         if (covered[f])
           continue;
         const vc_cache_entry_t *e = &db->entries[fam[f]];
-        const vc_cache_row_t *row =
-            vc_cache_entry_find_row(e, cands[c].row->algo,
-                                    cands[c].row->params);
+        const vc_cache_row_t *row = vc_cache_entry_find_row(
+            e, cands[c].row->algo, cands[c].row->params);
         if (row && vc_cache_row_ok(row) &&
             row->time_ms <= e->rows[0].time_ms * (1.0 + slack))
           cover++;
@@ -886,9 +897,8 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
       else if (cover == cands[best_c].n_cover) {
         double mc = cands[c].ratio_sum / cands[c].ratio_n;
         double mb = cands[best_c].ratio_sum / cands[best_c].ratio_n;
-        if (mc < mb || (mc == mb && vc_cache_row_compare(cands[c].row,
-                                                         cands[best_c].row) <
-                                        0))
+        if (mc < mb || (mc == mb && vc_cache_row_compare(
+                                        cands[c].row, cands[best_c].row) < 0))
           best_c = c;
       }
     }

@@ -14,7 +14,9 @@ static pthread_mutex_t g_warn_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t g_warned[VC_WARN_SLOTS];
 static int g_n_warned;
 
-FILE *vc_tune_stream(void) { return stderr; }
+FILE *vc_tune_stream(void) {
+  return stderr;
+}
 
 int vc_tune_log_enabled(void) {
   const char *v = vc_getenv("VOXCONV_AUTOTUNE_LOG");

@@ -65,10 +65,18 @@ vc_tolerance_t vc_tune_tolerance(voxconv_dtype_t dtype, int f16_accum) {
    * magnitude. fp16-accumulator tiles are noisy per cell by nature (see
    * BENCHMARKS.md), so they are gated by the norm. */
   switch (dtype) {
-  case VOXCONV_DTYPE_F64: t.max_rel = 1e-9, t.norm_rel = 1e-10; break;
-  case VOXCONV_DTYPE_F32: t.max_rel = 1e-3, t.norm_rel = 1e-4; break;
-  case VOXCONV_DTYPE_F16: t.max_rel = 1e-2, t.norm_rel = 2e-3; break;
-  default: t.max_rel = 5e-2, t.norm_rel = 1e-2; break;
+  case VOXCONV_DTYPE_F64:
+    t.max_rel = 1e-9, t.norm_rel = 1e-10;
+    break;
+  case VOXCONV_DTYPE_F32:
+    t.max_rel = 1e-3, t.norm_rel = 1e-4;
+    break;
+  case VOXCONV_DTYPE_F16:
+    t.max_rel = 1e-2, t.norm_rel = 2e-3;
+    break;
+  default:
+    t.max_rel = 5e-2, t.norm_rel = 1e-2;
+    break;
   }
   if (f16_accum && (dtype == VOXCONV_DTYPE_F16 || dtype == VOXCONV_DTYPE_BF16))
     t.max_rel = 1.0, t.norm_rel = 1e-2;
@@ -89,10 +97,14 @@ vc_tolerance_t vc_tune_tolerance(voxconv_dtype_t dtype, int f16_accum) {
 
 static double load_elem(const void *p, voxconv_dtype_t dtype, int64_t i) {
   switch (dtype) {
-  case VOXCONV_DTYPE_F32: return ((const float *)p)[i];
-  case VOXCONV_DTYPE_F16: return vc_f16_to_f32(((const uint16_t *)p)[i]);
-  case VOXCONV_DTYPE_BF16: return vc_bf16_to_f32(((const uint16_t *)p)[i]);
-  default: return ((const double *)p)[i];
+  case VOXCONV_DTYPE_F32:
+    return ((const float *)p)[i];
+  case VOXCONV_DTYPE_F16:
+    return vc_f16_to_f32(((const uint16_t *)p)[i]);
+  case VOXCONV_DTYPE_BF16:
+    return vc_bf16_to_f32(((const uint16_t *)p)[i]);
+  default:
+    return ((const double *)p)[i];
   }
 }
 
@@ -117,8 +129,8 @@ vc_check_t vc_check_host(const void *got, const void *ref,
       n_finite++;
     }
   }
-  const double floor_abs = n_finite ? 0.01 * sqrt(ss_ref / (double)n_finite)
-                                    : 0.0;
+  const double floor_abs =
+      n_finite ? 0.01 * sqrt(ss_ref / (double)n_finite) : 0.0;
   double ss_diff = 0;
   for (int64_t i = 0; i < n; i++) {
     const double g = load_elem(got, dtype, i);
@@ -137,8 +149,8 @@ vc_check_t vc_check_host(const void *got, const void *ref,
       c.max_rel = rel;
     ss_diff += d * d;
   }
-  c.norm_rel = ss_ref > 0 ? sqrt(ss_diff / ss_ref)
-                          : (ss_diff > 0 ? INFINITY : 0.0);
+  c.norm_rel =
+      ss_ref > 0 ? sqrt(ss_diff / ss_ref) : (ss_diff > 0 ? INFINITY : 0.0);
   return c;
 }
 
@@ -213,14 +225,14 @@ static const char *device_key(voxconv_handle_t *h) {
       snprintf(h->tune_device_key, sizeof h->tune_device_key,
                "cuda:%.100s:cc%d.%d", name, info.cc_major, info.cc_minor);
     } else {
-      snprintf(h->tune_device_key, sizeof h->tune_device_key,
-               "cuda:device%d", h->device);
+      snprintf(h->tune_device_key, sizeof h->tune_device_key, "cuda:device%d",
+               h->device);
     }
     vc_clear_error(NULL);
   } else {
     cpu_model(name, 101);
-    snprintf(h->tune_device_key, sizeof h->tune_device_key, "cpu:%.100s:%d", name,
-             h->num_threads);
+    snprintf(h->tune_device_key, sizeof h->tune_device_key, "cpu:%.100s:%d",
+             name, h->num_threads);
   }
   return h->tune_device_key;
 }
@@ -259,13 +271,20 @@ static int is_wgrad(voxconv_pass_t pass) {
 static int64_t output_elems(const vc_conv_problem_t *p) {
   const voxconv_kmap_t *m = p->kmap;
   switch (p->pass) {
-  case VOXCONV_PASS_CONV_FWD: return m->n_out * p->cout;
-  case VOXCONV_PASS_CONV_DGRAD: return m->n_in * p->cin;
-  case VOXCONV_PASS_CONV_WGRAD: return (int64_t)m->kvol * p->cin * p->cout;
-  case VOXCONV_PASS_DEPTHWISE_FWD: return m->n_out * p->cout;
-  case VOXCONV_PASS_DEPTHWISE_DGRAD: return m->n_in * p->cin;
-  case VOXCONV_PASS_DEPTHWISE_WGRAD: return (int64_t)m->kvol * p->cin;
-  default: return 0;
+  case VOXCONV_PASS_CONV_FWD:
+    return m->n_out * p->cout;
+  case VOXCONV_PASS_CONV_DGRAD:
+    return m->n_in * p->cin;
+  case VOXCONV_PASS_CONV_WGRAD:
+    return (int64_t)m->kvol * p->cin * p->cout;
+  case VOXCONV_PASS_DEPTHWISE_FWD:
+    return m->n_out * p->cout;
+  case VOXCONV_PASS_DEPTHWISE_DGRAD:
+    return m->n_in * p->cin;
+  case VOXCONV_PASS_DEPTHWISE_WGRAD:
+    return (int64_t)m->kvol * p->cin;
+  default:
+    return 0;
   }
 }
 
@@ -277,8 +296,7 @@ static int f16acc_admitted(const vc_conv_problem_t *p, vc_sel_mode_t mode) {
     return 0;
   if (p->fp16_accum || mode == VC_SEL_ALL)
     return 1;
-  const int ceil =
-      env_int("VOXCONV_F16ACC_SMALL_CH_CEIL", 0, 1 << 30, 0);
+  const int ceil = env_int("VOXCONV_F16ACC_SMALL_CH_CEIL", 0, 1 << 30, 0);
   const int64_t ch = p->cin > p->cout ? p->cin : p->cout;
   return ceil > 0 && ch <= ceil;
 }
@@ -288,8 +306,7 @@ static const char *cannot_run(const voxconv_handle_t *h, const vc_algo_t *a,
                               const vc_conv_problem_t *p) {
   if (!vc_algo_has_pass(a, p->pass))
     return "it does not implement this pass";
-  if (a->info.backend != h->backend &&
-      a->info.backend != VOXCONV_BACKEND_AUTO)
+  if (a->info.backend != h->backend && a->info.backend != VOXCONV_BACKEND_AUTO)
     return a->info.backend == VOXCONV_BACKEND_CUDA
                ? "it runs on CUDA and this handle is CPU"
                : "it runs on the CPU and this handle is CUDA";
@@ -477,8 +494,8 @@ static voxconv_status_t check_output(voxconv_handle_t *h, const void *got,
                                      int64_t n, vc_check_t *c) {
 #ifdef VOXCONV_HAVE_CUDA
   if (h->backend == VOXCONV_BACKEND_CUDA)
-    return vc_cuda_tune_check(h, got, ref, dtype, n, &c->max_rel,
-                              &c->norm_rel, &c->n_nonfinite);
+    return vc_cuda_tune_check(h, got, ref, dtype, n, &c->max_rel, &c->norm_rel,
+                              &c->n_nonfinite);
 #else
   (void)h;
 #endif
@@ -501,8 +518,8 @@ static void progress_update(progress_t *pr, int i, int n, const cand_t *c,
   int len = snprintf(line, sizeof line, "voxconv: tuning %s: %d/%d %s(%s)",
                      pr->what, i, n, c->algo->info.name, c->params_text);
   if (best)
-    len += snprintf(line + len, sizeof line - (size_t)len,
-                    "  best %s %.3f ms", best->algo->info.name, best_ms);
+    len += snprintf(line + len, sizeof line - (size_t)len, "  best %s %.3f ms",
+                    best->algo->info.name, best_ms);
   fprintf(vc_tune_stream(), "\r%-110.110s", line);
   fflush(vc_tune_stream());
   (void)len;
@@ -548,8 +565,8 @@ static void log_line(const progress_t *pr, const char *fmt, ...) {
 typedef struct ref_state {
   const vc_algo_t *algo; /* NULL: none ran */
   vc_algo_params_t params;
-  int ok;         /* p->c holds a correct output */
-  int from_cand;  /* the output came from candidate index (-1: reference) */
+  int ok;        /* p->c holds a correct output */
+  int from_cand; /* the output came from candidate index (-1: reference) */
 } ref_state_t;
 
 /* Runs the reference into p->c: the first deterministic algorithm that runs
@@ -589,9 +606,15 @@ static void row_from_cand(const cand_t *c, vc_cache_row_t *r) {
   r->time_ms = c->state == C_OK ? c->median_ms : -1;
   r->max_rel = c->max_rel;
   switch (c->state) {
-  case C_OK: snprintf(r->status, sizeof r->status, "ok"); break;
-  case C_WRONG: snprintf(r->status, sizeof r->status, "wrong"); break;
-  case C_NONFINITE: snprintf(r->status, sizeof r->status, "nonfinite"); break;
+  case C_OK:
+    snprintf(r->status, sizeof r->status, "ok");
+    break;
+  case C_WRONG:
+    snprintf(r->status, sizeof r->status, "wrong");
+    break;
+  case C_NONFINITE:
+    snprintf(r->status, sizeof r->status, "nonfinite");
+    break;
   default:
     snprintf(r->status, sizeof r->status, "failed:%s",
              voxconv_status_string(c->fail_status));
@@ -741,9 +764,8 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
     for (int l = 0; n_lead > 1 && l < n_lead; l++) {
       cand_t *c = &pl->c[todo[leaders[l]]];
       const vc_conv_problem_t q = cand_problem(p, c->f16acc, scratch);
-      size_t ws_bytes = c->algo->workspace_size
-                            ? c->algo->workspace_size(&q, &c->params)
-                            : 0;
+      size_t ws_bytes =
+          c->algo->workspace_size ? c->algo->workspace_size(&q, &c->params) : 0;
       void *ws = NULL;
       if (ws_bytes && vc_alloc(h, ws_bytes, &ws, "candidate workspace") !=
                           VOXCONV_STATUS_SUCCESS)
@@ -801,9 +823,8 @@ voxconv_status_t voxconv_get_last_call_info(const voxconv_handle_t *h,
 /* A cached row usable for this call (pool algorithm, current parameter
  * space, accumulator rule). */
 static const vc_algo_t *usable_row(const voxconv_handle_t *h,
-                                   const vc_conv_problem_t *p,
-                                   const pool_t *pl, vc_sel_mode_t mode,
-                                   const vc_cache_row_t *r,
+                                   const vc_conv_problem_t *p, const pool_t *pl,
+                                   vc_sel_mode_t mode, const vc_cache_row_t *r,
                                    vc_algo_params_t *params) {
   (void)h;
   if (!vc_cache_row_ok(r))
@@ -888,9 +909,9 @@ static void build_candidates(const voxconv_handle_t *h,
   /* CPU algorithms pick their parameters from the shape by default (their
    * first value), and a CPU benchmark costs as much as the op: there auto
    * means each algorithm's default unless records say otherwise. */
-  const int max = env_int("VOXCONV_AUTOTUNE_MAX_CANDIDATES", 1, VC_POOL_MAX,
-                          h->backend == VOXCONV_BACKEND_CUDA ? 24
-                                                             : pl->n_algos);
+  const int max =
+      env_int("VOXCONV_AUTOTUNE_MAX_CANDIDATES", 1, VC_POOL_MAX,
+              h->backend == VOXCONV_BACKEND_CUDA ? 24 : pl->n_algos);
   int counts[VC_SEL_MAX_ALGOS * 4];
   vc_algo_params_t *per[VC_SEL_MAX_ALGOS * 4];
   for (int i = 0; i < pl->n_algos; i++) {
@@ -918,8 +939,7 @@ static void build_candidates(const voxconv_handle_t *h,
 voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
                                   const voxconv_conv_options_t *opt) {
   const char *reason = "";
-  p->fp16_accum = vc_resolve_fp16_accum_reason(opt, p->dtype, p->pass,
-                                               &reason);
+  p->fp16_accum = vc_resolve_fp16_accum_reason(opt, p->dtype, p->pass, &reason);
   if (opt && opt->deterministic == VOXCONV_TRUE)
     p->deterministic = 1;
   else if (opt && opt->deterministic == VOXCONV_FALSE)
@@ -1019,9 +1039,9 @@ voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
   }
 
   build_candidates(h, p, ns, &key, mode, &pl);
-  if (pl.n == 1 && !(have_top && vc_cache_entry_find_row(
-                                     &top, pl.c[0].algo->info.name,
-                                     pl.c[0].params_text))) {
+  if (pl.n == 1 &&
+      !(have_top && vc_cache_entry_find_row(&top, pl.c[0].algo->info.name,
+                                            pl.c[0].params_text))) {
     /* One candidate: nothing to compare, nothing worth recording. */
     const vc_conv_problem_t q = cand_problem(p, pl.c[0].f16acc, p->c);
     st = run_with_workspace(h, pl.c[0].algo, &q, &pl.c[0].params);
@@ -1074,7 +1094,9 @@ voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
            ns, (long long)p->cin, (long long)p->cout, (int)key.nin,
            (int)key.nout, (int)key.kvol, voxconv_dtype_name(p->dtype),
            p->fp16_accum ? "f16" : "f32", p->deterministic ? " det" : "",
-           mode == VC_SEL_AUTO ? "auto" : mode == VC_SEL_ALL ? "all" : "list");
+           mode == VC_SEL_AUTO  ? "auto"
+           : mode == VC_SEL_ALL ? "all"
+                                : "list");
 
   ref_state_t ref;
   memset(&ref, 0, sizeof ref);
@@ -1095,7 +1117,7 @@ voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
   memset(&rec, 0, sizeof rec);
   snprintf(rec.ns, sizeof rec.ns, "%s", ns);
   rec.key = key;
-  rec.coverage = mode == VC_SEL_AUTO ? VC_COVER_AUTO
+  rec.coverage = mode == VC_SEL_AUTO  ? VC_COVER_AUTO
                  : mode == VC_SEL_ALL ? VC_COVER_ALL
                                       : 0;
   int any_ok = 0;
@@ -1116,7 +1138,7 @@ voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
       memset(&sub, 0, sizeof sub);
       snprintf(sub.ns, sizeof sub.ns, "%s/%s", ns, pl.algos[i]->info.name);
       sub.key = key;
-      sub.coverage = mode == VC_SEL_AUTO ? VC_COVER_AUTO
+      sub.coverage = mode == VC_SEL_AUTO  ? VC_COVER_AUTO
                      : mode == VC_SEL_ALL ? (VC_COVER_ALL | VC_COVER_FULL)
                                           : VC_COVER_FULL;
       for (int r = 0; r < rec.n_rows; r++)
@@ -1155,8 +1177,8 @@ voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
       st = run_with_workspace(h, win_algo, &q, &win_params);
     }
     if (st == VOXCONV_STATUS_SUCCESS)
-      record_call(h, p, win_algo->info.name, win->params, reason,
-                  win->time_ms, n_todo == 0);
+      record_call(h, p, win_algo->info.name, win->params, reason, win->time_ms,
+                  n_todo == 0);
   } else if (ref.ok && ref.algo) {
     /* Every candidate was disqualified: the reference output (already in
      * p->c) is correct, so the call still succeeds. */

@@ -34,8 +34,9 @@ extern "C" {
 /* Coverage bits ("searched="): which search spaces were benchmarked. */
 #define VC_COVER_AUTO 1u /* the auto pool */
 #define VC_COVER_ALL 2u  /* everything, fp16-accumulator tiles included */
-#define VC_COVER_FULL 4u /* (per-algorithm entries) every combination
-                            admissible without "all" */
+#define VC_COVER_FULL                                                          \
+  4u /* (per-algorithm entries) every combination                              \
+        admissible without "all" */
 
 /* The configuration part of a key (the namespace is kept beside it). */
 typedef struct vc_cache_key {
@@ -92,8 +93,7 @@ int vc_cache_key_equal(const vc_cache_key_t *a, const vc_cache_key_t *b);
 /* The key as written after the namespace and coverage in an entry line. */
 int vc_cache_key_format(const vc_cache_key_t *key, char *buf, size_t size);
 /* "auto,all,full" or "-"; returns buf. */
-const char *vc_cache_coverage_format(unsigned coverage, char *buf,
-                                     size_t size);
+const char *vc_cache_coverage_format(unsigned coverage, char *buf, size_t size);
 
 vc_cache_entry_t *vc_cache_db_find(const vc_cache_db_t *db, const char *ns,
                                    const vc_cache_key_t *key);

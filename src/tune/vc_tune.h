@@ -72,9 +72,8 @@ const char *vc_algo_mode_text(const voxconv_conv_options_t *opt,
                               voxconv_pass_t pass, const char **source);
 /* Parses one mode string for a pass. INVALID_ARGUMENT (on h) with the
  * valid names when malformed or unknown. */
-voxconv_status_t vc_parse_algo_mode(const voxconv_handle_t *h,
-                                    const char *text, voxconv_pass_t pass,
-                                    const char *source,
+voxconv_status_t vc_parse_algo_mode(const voxconv_handle_t *h, const char *text,
+                                    voxconv_pass_t pass, const char *source,
                                     vc_algo_selection_t *sel);
 /* Both of the above. */
 voxconv_status_t vc_algo_selection_for(const voxconv_handle_t *h,
@@ -140,8 +139,8 @@ int vc_cache_current_path(char *buf, size_t size);
  * vc_cache_entry_free). 1 when found. Loads the file at first use and
  * re-reads it when it changed on disk since (only when `reload_on_miss`
  * and the entry is missing from memory). */
-int vc_cache_get(const char *ns, const vc_cache_key_t *key,
-                 int reload_on_miss, vc_cache_entry_t *out);
+int vc_cache_get(const char *ns, const vc_cache_key_t *key, int reload_on_miss,
+                 vc_cache_entry_t *out);
 /* Merges e into the process table (its rows win), marks it for saving and
  * wakes the background saver. */
 void vc_cache_put(const vc_cache_entry_t *e);
