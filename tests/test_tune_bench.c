@@ -256,6 +256,45 @@ static void test_runner(void) {
   tt_use_fakes(NULL);
 }
 
+/* ---- leaders re-timed ------------------------------------------------------
+ */
+static void test_leaders_retimed(void) {
+  tt_fresh_cache_dir();
+  static const int fakes[] = {TT_CLOSE, -1};
+  tt_use_fakes(fakes);
+  tt_problem_t t;
+  if (tt_problem_make(&t, 6, 4, 4, VOXCONV_DTYPE_F32, 1) != 0) {
+    VC_EXPECT(0, "problem setup failed");
+    return;
+  }
+  tt_reset_runs();
+  voxconv_conv_options_t opt = {0};
+  opt.fwd_algo = opt.bwd_algo = "fake_close";
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  /* 1 warm-up + 5 timed runs each; the two leaders 5 more each; the
+   * winner once more into the output (it is not the reference). */
+  const int runs = atomic_load(&tt_runs[TT_CLOSE]);
+  VC_EXPECT(runs == 3 * 6 + 2 * 5 + 1, "fake_close ran %d times, want %d", runs,
+            3 * 6 + 2 * 5 + 1);
+  voxconv_call_info_t info;
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(strcmp(info.params, "centi_ms=100") == 0 && info.time_ms == 1.0,
+            "winner %s %g", info.params, info.time_ms);
+  /* VOXCONV_AUTOTUNE_RUNS and _WARMUP change the counts accordingly. */
+  setenv("VOXCONV_AUTOTUNE_RUNS", "3", 1);
+  setenv("VOXCONV_AUTOTUNE_WARMUP", "2", 1);
+  tt_reset_runs();
+  VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_DGRAD, &opt),
+                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT(atomic_load(&tt_runs[TT_CLOSE]) == 3 * (2 + 3) + 2 * 3 + 1,
+            "runs=3 warmup=2: %d runs", atomic_load(&tt_runs[TT_CLOSE]));
+  unsetenv("VOXCONV_AUTOTUNE_RUNS");
+  unsetenv("VOXCONV_AUTOTUNE_WARMUP");
+  tt_problem_free(&t);
+  tt_use_fakes(NULL);
+}
+
 /* ---- unified search spaces ------------------------------------------------
  */
 static void test_unified(void) {
@@ -588,6 +627,7 @@ int main(void) {
   /* The fakes take exact virtual time; the real algorithm real time. */
   tt_virtual_clock(1);
   test_runner();
+  test_leaders_retimed();
   test_unified();
   test_accumulator();
   test_key_isolation();

@@ -550,6 +550,22 @@ static inline voxconv_status_t tt_fast2_run(voxconv_handle_t *h,
   return tt_fake_body(h, p, 9, TT_CORRECT, params->v[0] == 1 ? 2.0 : 4.0, 0);
 }
 
+/* 10: fake_close: tiles of 1.00, 1.05 and 3.00 ms (value in 1/100 ms):
+ * the first two are within 10% of each other, so both are re-timed. */
+static const vc_param_space_t tt_close_space = {
+    1, {"centi_ms"}, {3}, {{100, 105, 300}}};
+static inline const vc_param_space_t *tt_close_ps(voxconv_pass_t pass) {
+  (void)pass;
+  return &tt_close_space;
+}
+static inline voxconv_status_t tt_close_run(voxconv_handle_t *h,
+                                            const vc_conv_problem_t *p,
+                                            const vc_algo_params_t *params,
+                                            void *ws) {
+  (void)ws;
+  return tt_fake_body(h, p, 10, TT_CORRECT, params->v[0] / 100.0, 0);
+}
+
 #define TT_FAKE(name_, det_, passes_, backend_, sup_, ps_, run_)               \
   { {name_, backend_, passes_, det_, "test fake"}, sup_, ps_, NULL, run_ }
 
@@ -574,6 +590,8 @@ static const vc_algo_t tt_fakes[] = {
             tt_supports_cpu_dw, NULL, tt_dwi_run),
     TT_FAKE("fake_fast2", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,
             tt_supports_cpu_regular, tt_fast2_ps, tt_fast2_run),
+    TT_FAKE("fake_close", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,
+            tt_supports_cpu_regular, tt_close_ps, tt_close_run),
 };
 #define TT_N_FAKES ((int)(sizeof tt_fakes / sizeof tt_fakes[0]))
 enum {
@@ -586,7 +604,8 @@ enum {
   TT_GPU,
   TT_DWE,
   TT_DWI,
-  TT_FAST2
+  TT_FAST2,
+  TT_CLOSE
 };
 
 static const vc_algo_t *tt_fake_ptrs[TT_N_FAKES];
