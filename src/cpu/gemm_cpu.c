@@ -10,11 +10,13 @@
  * time (__builtin_cpu_supports), so one binary runs everywhere. */
 #include "vc_cpu.h"
 
+#include <stdatomic.h>
 #include <string.h>
 #include <strings.h>
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define VC_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define VC_X86 0
@@ -316,8 +318,18 @@ static int cpu_has_avx512(void) {
   return __builtin_cpu_supports("avx512f");
 }
 static int cpu_has_f16c(void) {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  /* Not every compiler knows "f16c" for __builtin_cpu_supports: read the
+   * CPUID bit; "avx" covers the OS saving the ymm state. */
+  static atomic_int cached = -1; /* threads may race to fill it: same value */
+  int v = atomic_load_explicit(&cached, memory_order_relaxed);
+  if (v < 0) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    __builtin_cpu_init();
+    v = __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) &&
+        __builtin_cpu_supports("avx");
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+  }
+  return v;
 }
 #endif /* VC_X86 */
 
