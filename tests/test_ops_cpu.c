@@ -74,7 +74,8 @@ static double u_out(voxconv_dtype_t dt) {
 static voxconv_handle_t *g_h;     /* 2 threads */
 static voxconv_handle_t *g_ht[3]; /* 1, 2, 3 threads */
 
-/* ---- maps ----------------------------------------------------------------- */
+/* ---- maps -----------------------------------------------------------------
+ */
 typedef struct map_case {
   char name[96];
   voxconv_kmap_t *km;
@@ -150,8 +151,8 @@ static void fill_pairs(map_case_t *mc) {
     memcpy(mc->pin, km->in_rows, sizeof(int32_t) * (size_t)km->n_pairs);
     memcpy(mc->pout, km->out_rows, sizeof(int32_t) * (size_t)km->n_pairs);
   } else {
-    VC_EXPECT_STATUS(g_h, voxconv_kmap_get_pairs(g_h, km, mc->po, mc->pin,
-                                                 mc->pout),
+    VC_EXPECT_STATUS(g_h,
+                     voxconv_kmap_get_pairs(g_h, km, mc->po, mc->pin, mc->pout),
                      VOXCONV_STATUS_SUCCESS);
   }
 }
@@ -237,7 +238,9 @@ static int make_cases(map_case_t *cases, int max) {
     int64_t n_in, n_out;
     int kvol;
     double density;
-  } hm[] = {{300, 500, 7, 0.5}, {700, 200, 30, 0.25}, {64, 64, 1, 0.9},
+  } hm[] = {{300, 500, 7, 0.5},
+            {700, 200, 30, 0.25},
+            {64, 64, 1, 0.9},
             {400, 333, 13, 0.05}};
   for (size_t t = 0; t < sizeof hm / sizeof hm[0] && n < max; t++) {
     map_case_t *mc = &cases[n++];
@@ -275,13 +278,15 @@ typedef enum op {
 } op_t;
 
 static const char *const op_names[OP_COUNT] = {
-    "conv_forward",     "conv_dgrad",       "conv_wgrad",
-    "depthwise_forward", "depthwise_dgrad", "depthwise_wgrad",
-    "pool_forward MAX", "pool_forward AVG", "pool_forward SUM",
+    "conv_forward",      "conv_dgrad",        "conv_wgrad",
+    "depthwise_forward", "depthwise_dgrad",   "depthwise_wgrad",
+    "pool_forward MAX",  "pool_forward AVG",  "pool_forward SUM",
     "pool_backward MAX", "pool_backward AVG", "pool_backward SUM",
-    "unpool_forward",   "unpool_backward"};
+    "unpool_forward",    "unpool_backward"};
 
-static int op_is_conv(op_t op) { return op <= OP_CONV_WGRAD; }
+static int op_is_conv(op_t op) {
+  return op <= OP_CONV_WGRAD;
+}
 
 /* Rows of a tensor: which map dimension they follow. */
 typedef enum { R_IN, R_OUT, R_KVOL } rows_kind_t;
@@ -418,8 +423,9 @@ static voxconv_status_t call_op_ex(voxconv_handle_t *h,
   for (int j = 0; j <= io->n_in; j++) {
     f[j] = as_feats(&io->a[j]);
     w[j] = as_weights(&io->a[j]);
-    p[j] = (nulls >> j) & 1u ? NULL : io->a[j].is_w ? (const void *)&w[j]
-                                                     : (const void *)&f[j];
+    p[j] = (nulls >> j) & 1u ? NULL
+           : io->a[j].is_w   ? (const void *)&w[j]
+                             : (const void *)&f[j];
   }
 #define FP(j) ((const voxconv_feats_t *)p[j])
 #define WP(j) ((const voxconv_weights_t *)p[j])
@@ -427,21 +433,33 @@ static voxconv_status_t call_op_ex(voxconv_handle_t *h,
   if (mode_override >= 0)
     mode = (voxconv_pool_mode_t)mode_override;
   switch (io->op) {
-  case OP_CONV_FWD: return voxconv_conv_forward(h, km, FP(0), WP(1), FP(2), opt);
-  case OP_CONV_DGRAD: return voxconv_conv_dgrad(h, km, FP(0), WP(1), FP(2), opt);
-  case OP_CONV_WGRAD: return voxconv_conv_wgrad(h, km, FP(0), FP(1), WP(2), opt);
-  case OP_DW_FWD: return voxconv_depthwise_forward(h, km, FP(0), FP(1), FP(2), opt);
-  case OP_DW_DGRAD: return voxconv_depthwise_dgrad(h, km, FP(0), FP(1), FP(2), opt);
-  case OP_DW_WGRAD: return voxconv_depthwise_wgrad(h, km, FP(0), FP(1), FP(2), opt);
+  case OP_CONV_FWD:
+    return voxconv_conv_forward(h, km, FP(0), WP(1), FP(2), opt);
+  case OP_CONV_DGRAD:
+    return voxconv_conv_dgrad(h, km, FP(0), WP(1), FP(2), opt);
+  case OP_CONV_WGRAD:
+    return voxconv_conv_wgrad(h, km, FP(0), FP(1), WP(2), opt);
+  case OP_DW_FWD:
+    return voxconv_depthwise_forward(h, km, FP(0), FP(1), FP(2), opt);
+  case OP_DW_DGRAD:
+    return voxconv_depthwise_dgrad(h, km, FP(0), FP(1), FP(2), opt);
+  case OP_DW_WGRAD:
+    return voxconv_depthwise_wgrad(h, km, FP(0), FP(1), FP(2), opt);
   case OP_POOL_FWD_MAX:
   case OP_POOL_FWD_AVG:
-  case OP_POOL_FWD_SUM: return voxconv_pool_forward(h, km, mode, FP(0), FP(1));
-  case OP_POOL_BWD_MAX: return voxconv_pool_backward(h, km, mode, FP(0), FP(1), FP(2), FP(3));
+  case OP_POOL_FWD_SUM:
+    return voxconv_pool_forward(h, km, mode, FP(0), FP(1));
+  case OP_POOL_BWD_MAX:
+    return voxconv_pool_backward(h, km, mode, FP(0), FP(1), FP(2), FP(3));
   case OP_POOL_BWD_AVG:
-  case OP_POOL_BWD_SUM: return voxconv_pool_backward(h, km, mode, NULL, NULL, FP(0), FP(1));
-  case OP_UNPOOL_FWD: return voxconv_unpool_forward(h, km, FP(0), FP(1));
-  case OP_UNPOOL_BWD: return voxconv_unpool_backward(h, km, FP(0), FP(1));
-  default: return VOXCONV_STATUS_INTERNAL;
+  case OP_POOL_BWD_SUM:
+    return voxconv_pool_backward(h, km, mode, NULL, NULL, FP(0), FP(1));
+  case OP_UNPOOL_FWD:
+    return voxconv_unpool_forward(h, km, FP(0), FP(1));
+  case OP_UNPOOL_BWD:
+    return voxconv_unpool_backward(h, km, FP(0), FP(1));
+  default:
+    return VOXCONV_STATUS_INTERNAL;
   }
 #undef FP
 #undef WP
@@ -495,7 +513,9 @@ static io_t io_to_f64(const io_t *io) {
   return r;
 }
 
-static targ_t *out_of(io_t *io) { return &io->a[io->n_in]; }
+static targ_t *out_of(io_t *io) {
+  return &io->a[io->n_in];
+}
 
 /* S_e of the tolerance: the op in f64 on |inputs| (MAX backward keeps x and
  * y, which only choose the winners, and takes |dy|). Exact for every op
@@ -517,7 +537,7 @@ static double *abs_scale(const voxconv_kmap_t *km, const io_t *io) {
 }
 
 typedef struct bound_stats {
-  double worst;  /* max |got - ref| / bound */
+  double worst; /* max |got - ref| / bound */
   int64_t at, nonfinite_mismatch;
 } bound_stats_t;
 
@@ -541,10 +561,10 @@ static bound_stats_t check_bound(const void *got, voxconv_dtype_t dt,
       continue;
     }
     const double d = fabs(g - r);
-    const double bound =
-        exact ? 0.0
-              : u_out(dt) * fabs(r) + (dt == F16 ? SUB_F16 : 0.0) +
-                    TOL_ACC * fabs(scale[e]);
+    const double bound = exact ? 0.0
+                               : u_out(dt) * fabs(r) +
+                                     (dt == F16 ? SUB_F16 : 0.0) +
+                                     TOL_ACC * fabs(scale[e]);
     const double ratio = d == 0.0 ? 0.0 : bound > 0.0 ? d / bound : INFINITY;
     if (ratio > b.worst) {
       b.worst = ratio;
@@ -798,7 +818,7 @@ static void check_f64_reference(const map_case_t *mc, op_t op, int64_t cin,
   double *ref = pairs_reference(mc, &io);
   const vc_err_stats_t e = vc_compare(o->data, F64, ref, n, FLOOR);
   VC_EXPECT(e.max_rel <= TOL_F64 && e.n_nonfinite_mismatch == 0,
-            "%s f64 vs pair-list reference [%s]: max_rel %.3g at %lld", 
+            "%s f64 vs pair-list reference [%s]: max_rel %.3g at %lld",
             op_names[op], mc->name, e.max_rel, (long long)e.worst_index);
   free(ref);
   io_free(&io);
@@ -1047,15 +1067,18 @@ static void test_max_pool_ties(void) {
   const voxconv_feats_t fx = {x, 3, 3, F32}, fy = {y, 2, 3, F32};
   const voxconv_feats_t fdy = {dy, 2, 3, F32}, fdx = {dx, 3, 3, F32};
   vc_poison(y, F32, 6);
-  VC_EXPECT_STATUS(g_h, voxconv_pool_forward(g_h, km, VOXCONV_POOL_MAX, &fx, &fy),
+  VC_EXPECT_STATUS(g_h,
+                   voxconv_pool_forward(g_h, km, VOXCONV_POOL_MAX, &fx, &fy),
                    VOXCONV_STATUS_SUCCESS);
   VC_EXPECT(y[0] == 7 && isnan(y[1]) && y[2] == -1 && y[3] == 0 && y[4] == 0 &&
                 y[5] == 0,
-            "max pool: %g %g %g / %g %g %g", y[0], y[1], y[2], y[3], y[4], y[5]);
+            "max pool: %g %g %g / %g %g %g", y[0], y[1], y[2], y[3], y[4],
+            y[5]);
   vc_poison(dx, F32, 9);
-  VC_EXPECT_STATUS(g_h, voxconv_pool_backward(g_h, km, VOXCONV_POOL_MAX, &fx,
-                                              &fy, &fdy, &fdx),
-                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(
+      g_h,
+      voxconv_pool_backward(g_h, km, VOXCONV_POOL_MAX, &fx, &fy, &fdy, &fdx),
+      VOXCONV_STATUS_SUCCESS);
   const float want[9] = {0, 0, 30, 10, 20, 0, 0, 0, 0};
   VC_EXPECT(memcmp(dx, want, sizeof want) == 0,
             "max pool backward: %g %g %g | %g %g %g | %g %g %g", dx[0], dx[1],
@@ -1064,13 +1087,16 @@ static void test_max_pool_ties(void) {
   float ya[6];
   const voxconv_feats_t fya = {ya, 2, 3, F32};
   x[4] = 4;
-  VC_EXPECT_STATUS(g_h, voxconv_pool_forward(g_h, km, VOXCONV_POOL_AVG, &fx, &fya),
+  VC_EXPECT_STATUS(g_h,
+                   voxconv_pool_forward(g_h, km, VOXCONV_POOL_AVG, &fx, &fya),
                    VOXCONV_STATUS_SUCCESS);
-  VC_EXPECT(ya[0] == 19.0f / 3 && ya[1] == 5 && ya[2] == -5.0f / 3 && ya[3] == 0,
+  VC_EXPECT(ya[0] == 19.0f / 3 && ya[1] == 5 && ya[2] == -5.0f / 3 &&
+                ya[3] == 0,
             "avg pool: %g %g %g %g", ya[0], ya[1], ya[2], ya[3]);
-  VC_EXPECT_STATUS(g_h, voxconv_pool_backward(g_h, km, VOXCONV_POOL_AVG, NULL,
-                                              NULL, &fdy, &fdx),
-                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(
+      g_h,
+      voxconv_pool_backward(g_h, km, VOXCONV_POOL_AVG, NULL, NULL, &fdy, &fdx),
+      VOXCONV_STATUS_SUCCESS);
   VC_EXPECT(dx[0] == 10.0f / 3 && dx[4] == 20.0f / 3 && dx[8] == 30.0f / 3,
             "avg pool backward: %g %g %g", dx[0], dx[4], dx[8]);
   free(km);
@@ -1246,7 +1272,8 @@ static void test_bad_inputs(const map_case_t *mc) {
   VC_EXPECT(vc_resolve_fp16_accum(&o, F32, VOXCONV_PASS_CONV_FWD) == 0,
             "f32 never runs in fp16");
   VC_EXPECT(vc_resolve_fp16_accum(&o, F16, VOXCONV_PASS_CONV_WGRAD) == 0 &&
-                vc_resolve_fp16_accum(&o, F16, VOXCONV_PASS_DEPTHWISE_WGRAD) == 0,
+                vc_resolve_fp16_accum(&o, F16, VOXCONV_PASS_DEPTHWISE_WGRAD) ==
+                    0,
             "weight gradients always accumulate in f32");
   o.fp16_accum = VOXCONV_FALSE;
   VC_EXPECT(vc_resolve_fp16_accum(&o, F16, VOXCONV_PASS_CONV_FWD) == 0,
@@ -1263,7 +1290,8 @@ static void test_bad_inputs(const map_case_t *mc) {
   VC_EXPECT(vc_resolve_deterministic(g_h, &o) == 1, "TRUE overrides");
 }
 
-/* ---- 7. empty ------------------------------------------------------------- */
+/* ---- 7. empty -------------------------------------------------------------
+ */
 static void test_empty(void) {
   char what[128];
   /* n_in = n_out = 0: every op succeeds with NULL data; wgrad writes 0. */
@@ -1308,8 +1336,8 @@ static double clock_s(clockid_t id) {
 }
 
 static int run_bench(int argc, char **argv) {
-  const char *path = argc > 2 ? argv[2]
-                              : vc_data_path("scans/semantickitti_00_000000.bin");
+  const char *path =
+      argc > 2 ? argv[2] : vc_data_path("scans/semantickitti_00_000000.bin");
   const float voxel = argc > 3 ? (float)atof(argv[3]) : 0.05f;
   size_t bytes = 0;
   float *pts = (float *)vc_read_file(path, &bytes);
@@ -1318,8 +1346,8 @@ static int run_bench(int argc, char **argv) {
     return VC_TEST_SKIP;
   }
   int64_t nv = 0;
-  int32_t *coords = vc_voxels_from_points(pts, (int64_t)(bytes / 16), 4,
-                                          voxel, &nv);
+  int32_t *coords =
+      vc_voxels_from_points(pts, (int64_t)(bytes / 16), 4, voxel, &nv);
   free(pts);
   voxconv_kmap_desc_t d = desc_of(VOXCONV_KMAP_SUBMANIFOLD, 3, 3, 3, 1, 1);
   voxconv_coords_t in = {coords, nv, {1, 1, 1}};
@@ -1329,7 +1357,8 @@ static int run_bench(int argc, char **argv) {
   printf("bench: %s at %.3f m: %lld voxels, %lld pairs (%.1f per voxel), "
          "%d threads, kernel %s\n",
          path, voxel, (long long)nv, (long long)km->n_pairs,
-         (double)km->n_pairs / (double)nv, g_h->num_threads, isa ? isa : "auto");
+         (double)km->n_pairs / (double)nv, g_h->num_threads,
+         isa ? isa : "auto");
   const int64_t chans[3] = {32, 64, 128};
   const voxconv_dtype_t dts[2] = {F32, F16};
   for (int di = 0; di < 2; di++)
@@ -1356,7 +1385,9 @@ static int run_bench(int argc, char **argv) {
         }
         const double gflop = 2.0 * (double)km->n_pairs * (double)(c * c) * 1e-9;
         printf("  %s %7.1f ms %6.1f GFLOP/s (%5.1f per CPU-s)",
-               op == OP_CONV_FWD ? "fwd" : op == OP_CONV_DGRAD ? "dgrad" : "wgrad",
+               op == OP_CONV_FWD     ? "fwd"
+               : op == OP_CONV_DGRAD ? "dgrad"
+                                     : "wgrad",
                best * 1e3, gflop / best, gflop / best_cpu);
         io_free(&io);
       }

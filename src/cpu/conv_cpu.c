@@ -41,10 +41,16 @@
 
 #define VC_ALIGN 64
 
-static size_t align_up(size_t n) { return (n + VC_ALIGN - 1) & ~(size_t)(VC_ALIGN - 1); }
+static size_t align_up(size_t n) {
+  return (n + VC_ALIGN - 1) & ~(size_t)(VC_ALIGN - 1);
+}
 
-static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t imin64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+static int64_t imax64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
 
 /* ---- parameter spaces ---------------------------------------------------- */
 /* 0 = chosen from the channel counts and the number of rows. Neither
@@ -120,7 +126,8 @@ static void pack_task(void *vctx, int64_t k0, int64_t k1, int tid) {
     float *bk = c->out + k * c->npanel * kdim * c->nr;
     memset(bk, 0, (size_t)(c->npanel * kdim * c->nr) * sizeof(float));
     for (int64_t ci = 0; ci < c->cin; ci++) {
-      vc_cpu_load_f32((const char *)c->w + (size_t)((k * c->cin + ci) * c->cout) * esz,
+      vc_cpu_load_f32((const char *)c->w +
+                          (size_t)((k * c->cin + ci) * c->cout) * esz,
                       c->dtype, c->cout, row);
       if (!c->transpose) {
         for (int64_t co = 0; co < c->cout; co++)
@@ -139,8 +146,8 @@ static voxconv_status_t pack_weights(voxconv_handle_t *h, const void *w,
                                      int64_t cin, int64_t cout, int64_t nr,
                                      int transpose, float *out) {
   const int64_t ncols = transpose ? cin : cout;
-  pack_ctx_t c = {w, dtype, cin, cout, nr, (ncols + nr - 1) / nr, transpose,
-                  out, NULL};
+  pack_ctx_t c = {w,         dtype, cin, cout, nr, (ncols + nr - 1) / nr,
+                  transpose, out,   NULL};
   void *rows = NULL;
   VC_CHECK(vc_host_alloc(h, (size_t)(kvol * cout) * sizeof(float), &rows,
                          "weight packing rows"));
@@ -227,8 +234,8 @@ static int64_t lower_bound_i32(const int32_t *rows, int64_t lo, int64_t hi,
 }
 
 /* acc[loc[q]] += src[srcrow[q]] * B[k] for the m rows of offset k. */
-static void rows_block_offset(const rows_ctx_t *c, rows_scratch_t *s,
-                              int64_t k, int64_t m, const int32_t *srcrow,
+static void rows_block_offset(const rows_ctx_t *c, rows_scratch_t *s, int64_t k,
+                              int64_t m, const int32_t *srcrow,
                               const int32_t *loc) {
   const size_t esz = voxconv_dtype_size(c->dtype);
   const int mr = c->kern->mr;
@@ -372,19 +379,19 @@ static voxconv_status_t rows_gemm(voxconv_handle_t *h,
   c.ldc = c.npanel * kern->nr;
   c.dst = p->c;
   c.bpack = (const float *)ws;
-  c.block_rows = params && params->v[0] > 0 ? params->v[0]
-                                            : auto_block_rows(c.ldc, c.n_rows,
-                                                              h->num_threads);
+  c.block_rows = params && params->v[0] > 0
+                     ? params->v[0]
+                     : auto_block_rows(c.ldc, c.n_rows, h->num_threads);
   if (c.n_rows == 0)
     return VOXCONV_STATUS_SUCCESS;
-  VC_CHECK(pack_weights(h, p->b, p->dtype, km->kvol, p->cin, p->cout,
-                        kern->nr, !fwd, (float *)ws));
+  VC_CHECK(pack_weights(h, p->b, p->dtype, km->kvol, p->cin, p->cout, kern->nr,
+                        !fwd, (float *)ws));
   const int64_t nblocks = (c.n_rows + c.block_rows - 1) / c.block_rows;
   const int nt = scratch_threads(h, nblocks);
   c.scratch_stride = align_up(rows_scratch_layout(&c, NULL, NULL));
   void *scratch = NULL;
-  VC_CHECK(vc_host_alloc(h, c.scratch_stride * (size_t)nt + VC_ALIGN,
-                         &scratch, "cpu_gather_gemm thread scratch"));
+  VC_CHECK(vc_host_alloc(h, c.scratch_stride * (size_t)nt + VC_ALIGN, &scratch,
+                         "cpu_gather_gemm thread scratch"));
   c.scratch = (char *)(((uintptr_t)scratch + VC_ALIGN - 1) &
                        ~(uintptr_t)(VC_ALIGN - 1));
   voxconv_status_t st = vc_parallel_for(h, nblocks, 1, rows_task, &c);
@@ -526,7 +533,8 @@ static void wgrad_task(void *vctx, int64_t t0, int64_t t1, int tid) {
 /* Largest work first (then offset, channel: a total order, so the task
  * list is the same on every run). */
 static int wgrad_task_cmp(const void *pa, const void *pb) {
-  const wgrad_task_t *a = (const wgrad_task_t *)pa, *b = (const wgrad_task_t *)pb;
+  const wgrad_task_t *a = (const wgrad_task_t *)pa,
+                     *b = (const wgrad_task_t *)pb;
   if (a->work != b->work)
     return a->work > b->work ? -1 : 1;
   if (a->k != b->k)
@@ -688,11 +696,16 @@ static void f64_wgrad_task(void *vctx, int64_t k0, int64_t k1, int tid) {
   }
 }
 
-static voxconv_status_t run_f64(voxconv_handle_t *h,
-                                const vc_conv_problem_t *p, void *ws) {
+static voxconv_status_t run_f64(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                                void *ws) {
   const voxconv_kmap_t *km = p->kmap;
-  f64_ctx_t c = {km, (const double *)p->a, (const double *)p->b,
-                 (double *)p->c, NULL, p->cin, p->cout};
+  f64_ctx_t c = {km,
+                 (const double *)p->a,
+                 (const double *)p->b,
+                 (double *)p->c,
+                 NULL,
+                 p->cin,
+                 p->cout};
   switch (p->pass) {
   case VOXCONV_PASS_CONV_FWD:
     return vc_parallel_for(h, km->n_out, 64, f64_fwd_task, &c);
@@ -714,8 +727,7 @@ static voxconv_status_t run_f64(voxconv_handle_t *h,
     return vc_parallel_for(h, km->kvol, 1, f64_wgrad_task, &c);
   default:
     return vc_fail(h, VOXCONV_STATUS_INTERNAL,
-                   "cpu_gather_gemm: pass %d is not a conv pass",
-                   (int)p->pass);
+                   "cpu_gather_gemm: pass %d is not a conv pass", (int)p->pass);
   }
 }
 
@@ -731,8 +743,7 @@ static voxconv_status_t gg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
     return wgrad_gemm(h, p, params);
   default:
     return vc_fail(h, VOXCONV_STATUS_INTERNAL,
-                   "cpu_gather_gemm: pass %d is not a conv pass",
-                   (int)p->pass);
+                   "cpu_gather_gemm: pass %d is not a conv pass", (int)p->pass);
   }
 }
 

@@ -18,8 +18,12 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t imin64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+static int64_t imax64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
 
 static int dw_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
   if (!h || h->backend != VOXCONV_BACKEND_CPU || !p->kmap ||
@@ -38,8 +42,8 @@ static size_t dw_workspace_size(const vc_conv_problem_t *p,
   (void)params;
   if (p->pass == VOXCONV_PASS_DEPTHWISE_WGRAD)
     return 0;
-  const size_t el = p->dtype == VOXCONV_DTYPE_F64 ? sizeof(double)
-                                                  : sizeof(float);
+  const size_t el =
+      p->dtype == VOXCONV_DTYPE_F64 ? sizeof(double) : sizeof(float);
   return (size_t)(p->kmap->kvol * p->cin) * el;
 }
 
@@ -52,7 +56,7 @@ typedef struct dw_ctx {
   const void *w;          /* f32 or f64 weights, [kvol][ch] */
   void *dst;
   int64_t groups, group_width; /* wgrad channel groups */
-  char *scratch;              /* per thread: 3 rows of ch floats/doubles */
+  char *scratch;               /* per thread: 3 rows of ch floats/doubles */
   size_t scratch_stride;
 } dw_ctx_t;
 
@@ -169,8 +173,8 @@ static void dw_wgrad_task(void *vctx, int64_t t0, int64_t t1, int tid) {
       }
       vc_cpu_mul_acc(acc, x, dy, cw);
     }
-    vc_cpu_store_f32((char *)c->dst + (size_t)(k * ch + e0) * esz, c->dtype,
-                     cw, acc);
+    vc_cpu_store_f32((char *)c->dst + (size_t)(k * ch + e0) * esz, c->dtype, cw,
+                     acc);
   }
 }
 

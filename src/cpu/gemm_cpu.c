@@ -56,19 +56,30 @@ VC_INLINE void portable_body(const int M, int64_t kdim,
 static void portable_tile(int m, int64_t kdim, const float *const *arow,
                           const float *b, int64_t ldb, float *c, int64_t ldc,
                           const int32_t *crow) {
+  /* clang-format off: one line per tile height */
   switch (m) {
-  case 4: portable_body(4, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 3: portable_body(3, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 2: portable_body(2, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 1: portable_body(1, kdim, arow, b, ldb, c, ldc, crow); break;
-  default: break;
+  case 4:
+    portable_body(4, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 3:
+    portable_body(3, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 2:
+    portable_body(2, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 1:
+    portable_body(1, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  default:
+    break;
   }
+  /* clang-format on */
 }
 
 VC_INLINE void portable_pp_body(const int M, int64_t kdim,
                                 const float *const *ap, int64_t aoff,
-                                const float *const *bp, int64_t boff,
-                                float *c, int64_t ldc) {
+                                const float *const *bp, int64_t boff, float *c,
+                                int64_t ldc) {
   float acc[PORT_MR][PORT_NR];
   for (int r = 0; r < M; r++)
     for (int t = 0; t < PORT_NR; t++)
@@ -87,15 +98,26 @@ VC_INLINE void portable_pp_body(const int M, int64_t kdim,
 }
 
 static void portable_tile_pp(int m, int64_t kdim, const float *const *ap,
-                             int64_t aoff, const float *const *bp,
-                             int64_t boff, float *c, int64_t ldc) {
+                             int64_t aoff, const float *const *bp, int64_t boff,
+                             float *c, int64_t ldc) {
+  /* clang-format off: one line per tile height */
   switch (m) {
-  case 4: portable_pp_body(4, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 3: portable_pp_body(3, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 2: portable_pp_body(2, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 1: portable_pp_body(1, kdim, ap, aoff, bp, boff, c, ldc); break;
-  default: break;
+  case 4:
+    portable_pp_body(4, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 3:
+    portable_pp_body(3, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 2:
+    portable_pp_body(2, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 1:
+    portable_pp_body(1, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  default:
+    break;
   }
+  /* clang-format on */
 }
 
 static const vc_gemm_kernel_t k_portable = {"portable", PORT_MR, PORT_NR,
@@ -142,15 +164,30 @@ VC_INLINE VC_AVX2 void avx2_body(const int M, int64_t kdim,
 VC_AVX2 static void avx2_tile(int m, int64_t kdim, const float *const *arow,
                               const float *b, int64_t ldb, float *c,
                               int64_t ldc, const int32_t *crow) {
+  /* clang-format off: one line per tile height */
   switch (m) {
-  case 6: avx2_body(6, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 5: avx2_body(5, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 4: avx2_body(4, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 3: avx2_body(3, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 2: avx2_body(2, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 1: avx2_body(1, kdim, arow, b, ldb, c, ldc, crow); break;
-  default: break;
+  case 6:
+    avx2_body(6, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 5:
+    avx2_body(5, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 4:
+    avx2_body(4, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 3:
+    avx2_body(3, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 2:
+    avx2_body(2, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 1:
+    avx2_body(1, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  default:
+    break;
   }
+  /* clang-format on */
 }
 
 VC_INLINE VC_AVX2 void avx2_pp_body(const int M, int64_t kdim,
@@ -181,19 +218,33 @@ VC_INLINE VC_AVX2 void avx2_pp_body(const int M, int64_t kdim,
   }
 }
 
-VC_AVX2 static void avx2_tile_pp(int m, int64_t kdim,
-                                 const float *const *ap, int64_t aoff,
-                                 const float *const *bp, int64_t boff,
-                                 float *c, int64_t ldc) {
+VC_AVX2 static void avx2_tile_pp(int m, int64_t kdim, const float *const *ap,
+                                 int64_t aoff, const float *const *bp,
+                                 int64_t boff, float *c, int64_t ldc) {
+  /* clang-format off: one line per tile height */
   switch (m) {
-  case 6: avx2_pp_body(6, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 5: avx2_pp_body(5, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 4: avx2_pp_body(4, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 3: avx2_pp_body(3, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 2: avx2_pp_body(2, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 1: avx2_pp_body(1, kdim, ap, aoff, bp, boff, c, ldc); break;
-  default: break;
+  case 6:
+    avx2_pp_body(6, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 5:
+    avx2_pp_body(5, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 4:
+    avx2_pp_body(4, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 3:
+    avx2_pp_body(3, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 2:
+    avx2_pp_body(2, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 1:
+    avx2_pp_body(1, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  default:
+    break;
   }
+  /* clang-format on */
 }
 
 static const vc_gemm_kernel_t k_avx2 = {"avx2", AVX2_MR, AVX2_NR, avx2_tile,
@@ -236,25 +287,51 @@ VC_INLINE VC_AVX512 void avx512_body(const int M, int64_t kdim,
   }
 }
 
-VC_AVX512 static void avx512_tile(int m, int64_t kdim,
-                                  const float *const *arow, const float *b,
-                                  int64_t ldb, float *c, int64_t ldc,
-                                  const int32_t *crow) {
+VC_AVX512 static void avx512_tile(int m, int64_t kdim, const float *const *arow,
+                                  const float *b, int64_t ldb, float *c,
+                                  int64_t ldc, const int32_t *crow) {
+  /* clang-format off: one line per tile height */
   switch (m) {
-  case 12: avx512_body(12, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 11: avx512_body(11, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 10: avx512_body(10, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 9: avx512_body(9, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 8: avx512_body(8, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 7: avx512_body(7, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 6: avx512_body(6, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 5: avx512_body(5, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 4: avx512_body(4, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 3: avx512_body(3, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 2: avx512_body(2, kdim, arow, b, ldb, c, ldc, crow); break;
-  case 1: avx512_body(1, kdim, arow, b, ldb, c, ldc, crow); break;
-  default: break;
+  case 12:
+    avx512_body(12, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 11:
+    avx512_body(11, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 10:
+    avx512_body(10, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 9:
+    avx512_body(9, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 8:
+    avx512_body(8, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 7:
+    avx512_body(7, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 6:
+    avx512_body(6, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 5:
+    avx512_body(5, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 4:
+    avx512_body(4, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 3:
+    avx512_body(3, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 2:
+    avx512_body(2, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  case 1:
+    avx512_body(1, kdim, arow, b, ldb, c, ldc, crow);
+    break;
+  default:
+    break;
   }
+  /* clang-format on */
 }
 
 VC_INLINE VC_AVX512 void avx512_pp_body(const int M, int64_t kdim,
@@ -289,21 +366,48 @@ VC_AVX512 static void avx512_tile_pp(int m, int64_t kdim,
                                      const float *const *ap, int64_t aoff,
                                      const float *const *bp, int64_t boff,
                                      float *c, int64_t ldc) {
+  /* clang-format off: one line per tile height */
   switch (m) {
-  case 12: avx512_pp_body(12, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 11: avx512_pp_body(11, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 10: avx512_pp_body(10, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 9: avx512_pp_body(9, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 8: avx512_pp_body(8, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 7: avx512_pp_body(7, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 6: avx512_pp_body(6, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 5: avx512_pp_body(5, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 4: avx512_pp_body(4, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 3: avx512_pp_body(3, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 2: avx512_pp_body(2, kdim, ap, aoff, bp, boff, c, ldc); break;
-  case 1: avx512_pp_body(1, kdim, ap, aoff, bp, boff, c, ldc); break;
-  default: break;
+  case 12:
+    avx512_pp_body(12, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 11:
+    avx512_pp_body(11, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 10:
+    avx512_pp_body(10, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 9:
+    avx512_pp_body(9, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 8:
+    avx512_pp_body(8, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 7:
+    avx512_pp_body(7, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 6:
+    avx512_pp_body(6, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 5:
+    avx512_pp_body(5, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 4:
+    avx512_pp_body(4, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 3:
+    avx512_pp_body(3, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 2:
+    avx512_pp_body(2, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  case 1:
+    avx512_pp_body(1, kdim, ap, aoff, bp, boff, c, ldc);
+    break;
+  default:
+    break;
   }
+  /* clang-format on */
 }
 
 static const vc_gemm_kernel_t k_avx512 = {"avx512", AVX512_MR, AVX512_NR,
@@ -434,9 +538,8 @@ mul_acc_avx(float *acc, const float *x, const float *w, int64_t n) {
   for (; e < n; e++)
     acc[e] += x[e] * w[e];
 }
-__attribute__((target("avx"))) static void add_acc_avx(float *acc,
-                                                        const float *x,
-                                                        int64_t n) {
+__attribute__((target("avx"))) static void
+add_acc_avx(float *acc, const float *x, int64_t n) {
   int64_t e = 0;
   for (; e + 8 <= n; e += 8)
     _mm256_storeu_ps(acc + e, _mm256_add_ps(_mm256_loadu_ps(acc + e),
@@ -486,10 +589,10 @@ __attribute__((target("avx,f16c"))) static void
 store_f16_f16c(uint16_t *dst, int64_t n, const float *src) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128((__m128i *)(void *)(dst + i),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
-                                     _MM_FROUND_TO_NEAREST_INT |
-                                         _MM_FROUND_NO_EXC));
+    _mm_storeu_si128(
+        (__m128i *)(void *)(dst + i),
+        _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   for (; i < n; i++)
     dst[i] = vc_f32_to_f16(src[i]);
 }

@@ -21,8 +21,12 @@
 
 #define POOL_GRAIN 64
 
-static int64_t imin64(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t imax64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t imin64(int64_t a, int64_t b) {
+  return a < b ? a : b;
+}
+static int64_t imax64(int64_t a, int64_t b) {
+  return a > b ? a : b;
+}
 
 typedef enum { RED_SUM, RED_AVG, RED_MAX } reduce_t;
 
@@ -162,8 +166,8 @@ static void reduce_f64(void *vctx, int64_t r0, int64_t r1, int tid) {
 }
 
 static voxconv_status_t reduce_rows(voxconv_handle_t *h, const int32_t *nbr,
-                                    int64_t n_rows, int64_t kvol,
-                                    reduce_t red, const int32_t *count,
+                                    int64_t n_rows, int64_t kvol, reduce_t red,
+                                    const int32_t *count,
                                     const voxconv_feats_t *src,
                                     const voxconv_feats_t *dst) {
   pool_ctx_t c;
@@ -272,8 +276,6 @@ static void winner_task(void *vctx, int64_t o0, int64_t o1, int tid) {
   }
 }
 
-
-
 /* Phase 2, per input row: dx[i][c] = sum over k (ascending) of dy[o][c]
  * where o = nbr_in[i][k] chose pair k for channel c. Non-winners add +0.0,
  * which leaves the sum's bits unchanged (it starts at +0.0 and so is never
@@ -323,16 +325,14 @@ static void max_grad_task(void *vctx, int64_t i0, int64_t i1, int tid) {
   }
 }
 
-static voxconv_status_t max_backward(voxconv_handle_t *h,
-                                     const voxconv_kmap_t *km,
-                                     const voxconv_feats_t *x,
-                                     const voxconv_feats_t *y,
-                                     const voxconv_feats_t *dy,
-                                     const voxconv_feats_t *dx) {
+static voxconv_status_t
+max_backward(voxconv_handle_t *h, const voxconv_kmap_t *km,
+             const voxconv_feats_t *x, const voxconv_feats_t *y,
+             const voxconv_feats_t *dy, const voxconv_feats_t *dx) {
   const int64_t ch = dx->channels;
   void *winner = NULL;
-  VC_CHECK(vc_host_alloc(h, (size_t)(km->n_out * ch) * sizeof(int16_t),
-                         &winner, "MAX pooling winners"));
+  VC_CHECK(vc_host_alloc(h, (size_t)(km->n_out * ch) * sizeof(int16_t), &winner,
+                         "MAX pooling winners"));
   pool_ctx_t c;
   memset(&c, 0, sizeof c);
   c.kvol = km->kvol;
@@ -370,13 +370,11 @@ voxconv_status_t vc_cpu_pool_forward(voxconv_handle_t *h,
                      y);
 }
 
-voxconv_status_t vc_cpu_pool_backward(voxconv_handle_t *h,
-                                      const voxconv_kmap_t *kmap,
-                                      voxconv_pool_mode_t mode,
-                                      const voxconv_feats_t *x,
-                                      const voxconv_feats_t *y,
-                                      const voxconv_feats_t *dy,
-                                      const voxconv_feats_t *dx) {
+voxconv_status_t
+vc_cpu_pool_backward(voxconv_handle_t *h, const voxconv_kmap_t *kmap,
+                     voxconv_pool_mode_t mode, const voxconv_feats_t *x,
+                     const voxconv_feats_t *y, const voxconv_feats_t *dy,
+                     const voxconv_feats_t *dx) {
   if (mode == VOXCONV_POOL_MAX)
     return max_backward(h, kmap, x, y, dy, dx);
   if (mode == VOXCONV_POOL_SUM)
@@ -387,8 +385,7 @@ voxconv_status_t vc_cpu_pool_backward(voxconv_handle_t *h,
   VC_CHECK(vc_host_alloc(h, (size_t)kmap->n_out * sizeof(int32_t) + 1, &count,
                          "AVG pooling counts"));
   count_ctx_t cc = {kmap->nbr_out, kmap->kvol, (int32_t *)count};
-  voxconv_status_t st =
-      vc_parallel_for(h, kmap->n_out, 1024, count_task, &cc);
+  voxconv_status_t st = vc_parallel_for(h, kmap->n_out, 1024, count_task, &cc);
   if (st == VOXCONV_STATUS_SUCCESS)
     st = reduce_rows(h, kmap->nbr_in, kmap->n_in, kmap->kvol, RED_SUM,
                      (const int32_t *)count, dy, dx);

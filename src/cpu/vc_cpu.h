@@ -29,10 +29,9 @@ typedef void (*vc_gemm_tile_fn)(int m, int64_t kdim, const float *const *arow,
  *   c[r * ldc + t] += sum over p < kdim, in order, of
  *                     ap[p][aoff + r] * bp[p][boff + t]
  * (rows of C consecutive). */
-typedef void (*vc_gemm_tile_pp_fn)(int m, int64_t kdim,
-                                   const float *const *ap, int64_t aoff,
-                                   const float *const *bp, int64_t boff,
-                                   float *c, int64_t ldc);
+typedef void (*vc_gemm_tile_pp_fn)(int m, int64_t kdim, const float *const *ap,
+                                   int64_t aoff, const float *const *bp,
+                                   int64_t boff, float *c, int64_t ldc);
 
 typedef struct vc_gemm_kernel {
   const char *name; /* "portable", "avx2", "avx512" */
@@ -76,13 +75,11 @@ voxconv_status_t vc_cpu_pool_forward(voxconv_handle_t *h,
                                      const voxconv_feats_t *x,
                                      const voxconv_feats_t *y);
 /* x and y are NULL unless mode is MAX. */
-voxconv_status_t vc_cpu_pool_backward(voxconv_handle_t *h,
-                                      const voxconv_kmap_t *kmap,
-                                      voxconv_pool_mode_t mode,
-                                      const voxconv_feats_t *x,
-                                      const voxconv_feats_t *y,
-                                      const voxconv_feats_t *dy,
-                                      const voxconv_feats_t *dx);
+voxconv_status_t
+vc_cpu_pool_backward(voxconv_handle_t *h, const voxconv_kmap_t *kmap,
+                     voxconv_pool_mode_t mode, const voxconv_feats_t *x,
+                     const voxconv_feats_t *y, const voxconv_feats_t *dy,
+                     const voxconv_feats_t *dx);
 voxconv_status_t vc_cpu_unpool_forward(voxconv_handle_t *h,
                                        const voxconv_kmap_t *kmap,
                                        const voxconv_feats_t *x,

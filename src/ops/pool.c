@@ -32,13 +32,11 @@ voxconv_status_t voxconv_pool_forward(voxconv_handle_t *h,
   return vc_cpu_pool_forward(h, kmap, mode, x, y);
 }
 
-voxconv_status_t voxconv_pool_backward(voxconv_handle_t *h,
-                                       const voxconv_kmap_t *kmap,
-                                       voxconv_pool_mode_t mode,
-                                       const voxconv_feats_t *x,
-                                       const voxconv_feats_t *y,
-                                       const voxconv_feats_t *dy,
-                                       const voxconv_feats_t *dx) {
+voxconv_status_t
+voxconv_pool_backward(voxconv_handle_t *h, const voxconv_kmap_t *kmap,
+                      voxconv_pool_mode_t mode, const voxconv_feats_t *x,
+                      const voxconv_feats_t *y, const voxconv_feats_t *dy,
+                      const voxconv_feats_t *dx) {
   REQUIRE_HANDLE("voxconv_pool_backward");
   VC_CHECK(vc_validate_pool_backward(h, kmap, mode, x, y, dy, dx));
   if (vc_feats_elems(dx) == 0)

@@ -47,9 +47,12 @@ int64_t vc_feats_elems(const voxconv_feats_t *f) {
 
 static const char *backend_name(voxconv_backend_t b) {
   switch (b) {
-  case VOXCONV_BACKEND_CPU: return "CPU";
-  case VOXCONV_BACKEND_CUDA: return "CUDA";
-  default: return "AUTO";
+  case VOXCONV_BACKEND_CPU:
+    return "CPU";
+  case VOXCONV_BACKEND_CUDA:
+    return "CUDA";
+  default:
+    return "AUTO";
   }
 }
 
@@ -125,13 +128,13 @@ static voxconv_status_t check_feats_sizes(voxconv_handle_t *h, const char *fn,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-static voxconv_status_t check_weights_sizes(voxconv_handle_t *h,
-                                            const char *fn, const char *name,
+static voxconv_status_t check_weights_sizes(voxconv_handle_t *h, const char *fn,
+                                            const char *name,
                                             const voxconv_weights_t *w) {
   if (w->cin <= 0 || w->cout <= 0)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: %s has cin=%lld, cout=%lld; both must be > 0", fn,
-                   name, (long long)w->cin, (long long)w->cout);
+                   "%s: %s has cin=%lld, cout=%lld; both must be > 0", fn, name,
+                   (long long)w->cin, (long long)w->cout);
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -152,8 +155,8 @@ static voxconv_status_t check_channels(voxconv_handle_t *h, const char *fn,
                                        const char *what_b, int64_t b) {
   if (a != b)
     return vc_fail(h, VOXCONV_STATUS_SHAPE_MISMATCH,
-                   "%s: %s has %s=%lld but %s has %s=%lld", fn, name_a,
-                   what_a, (long long)a, name_b, what_b, (long long)b);
+                   "%s: %s has %s=%lld but %s has %s=%lld", fn, name_a, what_a,
+                   (long long)a, name_b, what_b, (long long)b);
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -242,18 +245,15 @@ static void fill_problem(vc_conv_problem_t *p, voxconv_handle_t *h,
 #define NULL_ARG(ptr, name)                                                    \
   do {                                                                         \
     if ((ptr) == NULL)                                                         \
-      return vc_fail(h, VOXCONV_STATUS_NULL_POINTER, "%s: %s is NULL", fn,    \
+      return vc_fail(h, VOXCONV_STATUS_NULL_POINTER, "%s: %s is NULL", fn,     \
                      (name));                                                  \
   } while (0)
 
 /* ---- regular convolution ---------------------------------------------- */
-voxconv_status_t vc_validate_conv_forward(voxconv_handle_t *h,
-                                          const voxconv_kmap_t *kmap,
-                                          const voxconv_feats_t *x,
-                                          const voxconv_weights_t *w,
-                                          const voxconv_feats_t *y,
-                                          const voxconv_conv_options_t *opt,
-                                          vc_conv_problem_t *p) {
+voxconv_status_t vc_validate_conv_forward(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_weights_t *w, const voxconv_feats_t *y,
+    const voxconv_conv_options_t *opt, vc_conv_problem_t *p) {
   const char *fn = "voxconv_conv_forward";
   NULL_ARG(kmap, "kmap");
   NULL_ARG(x, "x");
@@ -268,10 +268,10 @@ voxconv_status_t vc_validate_conv_forward(voxconv_handle_t *h,
   VC_CHECK(check_feats_sizes(h, fn, "y", y));
   VC_CHECK(check_rows(h, fn, "x", x, kmap->n_in, "input"));
   VC_CHECK(check_rows(h, fn, "y", y, kmap->n_out, "output"));
-  VC_CHECK(check_channels(h, fn, "w", "kvol", w->kvol, "kmap",
-                          "kernel volume", kmap->kvol));
-  VC_CHECK(check_channels(h, fn, "x", "channels", x->channels, "w", "cin",
-                          w->cin));
+  VC_CHECK(check_channels(h, fn, "w", "kvol", w->kvol, "kmap", "kernel volume",
+                          kmap->kvol));
+  VC_CHECK(
+      check_channels(h, fn, "x", "channels", x->channels, "w", "cin", w->cin));
   VC_CHECK(check_channels(h, fn, "y", "channels", y->channels, "w", "cout",
                           w->cout));
   VC_CHECK(check_data(h, fn, args, 3));
@@ -281,13 +281,10 @@ voxconv_status_t vc_validate_conv_forward(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-voxconv_status_t vc_validate_conv_dgrad(voxconv_handle_t *h,
-                                        const voxconv_kmap_t *kmap,
-                                        const voxconv_feats_t *dy,
-                                        const voxconv_weights_t *w,
-                                        const voxconv_feats_t *dx,
-                                        const voxconv_conv_options_t *opt,
-                                        vc_conv_problem_t *p) {
+voxconv_status_t vc_validate_conv_dgrad(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *dy,
+    const voxconv_weights_t *w, const voxconv_feats_t *dx,
+    const voxconv_conv_options_t *opt, vc_conv_problem_t *p) {
   const char *fn = "voxconv_conv_dgrad";
   NULL_ARG(kmap, "kmap");
   NULL_ARG(dy, "dy");
@@ -302,26 +299,23 @@ voxconv_status_t vc_validate_conv_dgrad(voxconv_handle_t *h,
   VC_CHECK(check_feats_sizes(h, fn, "dx", dx));
   VC_CHECK(check_rows(h, fn, "dy", dy, kmap->n_out, "output"));
   VC_CHECK(check_rows(h, fn, "dx", dx, kmap->n_in, "input"));
-  VC_CHECK(check_channels(h, fn, "w", "kvol", w->kvol, "kmap",
-                          "kernel volume", kmap->kvol));
+  VC_CHECK(check_channels(h, fn, "w", "kvol", w->kvol, "kmap", "kernel volume",
+                          kmap->kvol));
   VC_CHECK(check_channels(h, fn, "dy", "channels", dy->channels, "w", "cout",
                           w->cout));
   VC_CHECK(check_channels(h, fn, "dx", "channels", dx->channels, "w", "cin",
                           w->cin));
   VC_CHECK(check_data(h, fn, args, 3));
   VC_CHECK(check_overlap(h, fn, &args[2], args, 2));
-  fill_problem(p, h, VOXCONV_PASS_CONV_DGRAD, kmap, dy->dtype, w->cin,
-               w->cout, dy->data, w->data, dx->data, opt);
+  fill_problem(p, h, VOXCONV_PASS_CONV_DGRAD, kmap, dy->dtype, w->cin, w->cout,
+               dy->data, w->data, dx->data, opt);
   return VOXCONV_STATUS_SUCCESS;
 }
 
-voxconv_status_t vc_validate_conv_wgrad(voxconv_handle_t *h,
-                                        const voxconv_kmap_t *kmap,
-                                        const voxconv_feats_t *x,
-                                        const voxconv_feats_t *dy,
-                                        const voxconv_weights_t *dw,
-                                        const voxconv_conv_options_t *opt,
-                                        vc_conv_problem_t *p) {
+voxconv_status_t vc_validate_conv_wgrad(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_feats_t *dy, const voxconv_weights_t *dw,
+    const voxconv_conv_options_t *opt, vc_conv_problem_t *p) {
   const char *fn = "voxconv_conv_wgrad";
   NULL_ARG(kmap, "kmap");
   NULL_ARG(x, "x");
@@ -340,23 +334,21 @@ voxconv_status_t vc_validate_conv_wgrad(voxconv_handle_t *h,
                           "kernel volume", kmap->kvol));
   VC_CHECK(check_channels(h, fn, "x", "channels", x->channels, "dw", "cin",
                           dw->cin));
-  VC_CHECK(check_channels(h, fn, "dy", "channels", dy->channels, "dw",
-                          "cout", dw->cout));
+  VC_CHECK(check_channels(h, fn, "dy", "channels", dy->channels, "dw", "cout",
+                          dw->cout));
   VC_CHECK(check_data(h, fn, args, 3));
   VC_CHECK(check_overlap(h, fn, &args[2], args, 2));
-  fill_problem(p, h, VOXCONV_PASS_CONV_WGRAD, kmap, x->dtype, dw->cin,
-               dw->cout, x->data, dy->data, dw->data, opt);
+  fill_problem(p, h, VOXCONV_PASS_CONV_WGRAD, kmap, x->dtype, dw->cin, dw->cout,
+               x->data, dy->data, dw->data, opt);
   return VOXCONV_STATUS_SUCCESS;
 }
 
 /* ---- depthwise convolution -------------------------------------------- */
-voxconv_status_t vc_validate_depthwise(voxconv_handle_t *h, voxconv_pass_t pass,
-                                       const voxconv_kmap_t *kmap,
-                                       const voxconv_feats_t *a,
-                                       const voxconv_feats_t *b,
-                                       const voxconv_feats_t *c,
-                                       const voxconv_conv_options_t *opt,
-                                       vc_conv_problem_t *p) {
+voxconv_status_t
+vc_validate_depthwise(voxconv_handle_t *h, voxconv_pass_t pass,
+                      const voxconv_kmap_t *kmap, const voxconv_feats_t *a,
+                      const voxconv_feats_t *b, const voxconv_feats_t *c,
+                      const voxconv_conv_options_t *opt, vc_conv_problem_t *p) {
   /* Roles per pass (vc_algo.h): FWD a=x b=w c=y; DGRAD a=dy b=w c=dx;
    * WGRAD a=x b=dy c=dw. */
   const char *fn, *na, *nb, *nc;
@@ -404,10 +396,10 @@ voxconv_status_t vc_validate_depthwise(voxconv_handle_t *h, voxconv_pass_t pass,
                    "%s: %s has rows=%lld but the kmap's kernel volume is %d "
                    "(depthwise weights are [kvol][C])",
                    fn, n_w, (long long)w->rows, (int)kmap->kvol);
-  VC_CHECK(check_channels(h, fn, n_in_t, "channels", in_rows_t->channels,
-                          n_w, "channels", w->channels));
-  VC_CHECK(check_channels(h, fn, n_out_t, "channels", out_rows_t->channels,
-                          n_w, "channels", w->channels));
+  VC_CHECK(check_channels(h, fn, n_in_t, "channels", in_rows_t->channels, n_w,
+                          "channels", w->channels));
+  VC_CHECK(check_channels(h, fn, n_out_t, "channels", out_rows_t->channels, n_w,
+                          "channels", w->channels));
   VC_CHECK(check_data(h, fn, args, 3));
   VC_CHECK(check_overlap(h, fn, &args[2], args, 2));
   fill_problem(p, h, pass, kmap, a->dtype, w->channels, w->channels, a->data,
@@ -442,20 +434,18 @@ voxconv_status_t vc_validate_pool_forward(voxconv_handle_t *h,
   VC_CHECK(check_feats_sizes(h, fn, "y", y));
   VC_CHECK(check_rows(h, fn, "x", x, kmap->n_in, "input"));
   VC_CHECK(check_rows(h, fn, "y", y, kmap->n_out, "output"));
-  VC_CHECK(check_channels(h, fn, "x", "channels", x->channels, "y",
-                          "channels", y->channels));
+  VC_CHECK(check_channels(h, fn, "x", "channels", x->channels, "y", "channels",
+                          y->channels));
   VC_CHECK(check_data(h, fn, args, 2));
   VC_CHECK(check_overlap(h, fn, &args[1], args, 1));
   return VOXCONV_STATUS_SUCCESS;
 }
 
-voxconv_status_t vc_validate_pool_backward(voxconv_handle_t *h,
-                                           const voxconv_kmap_t *kmap,
-                                           voxconv_pool_mode_t mode,
-                                           const voxconv_feats_t *x,
-                                           const voxconv_feats_t *y,
-                                           const voxconv_feats_t *dy,
-                                           const voxconv_feats_t *dx) {
+voxconv_status_t
+vc_validate_pool_backward(voxconv_handle_t *h, const voxconv_kmap_t *kmap,
+                          voxconv_pool_mode_t mode, const voxconv_feats_t *x,
+                          const voxconv_feats_t *y, const voxconv_feats_t *dy,
+                          const voxconv_feats_t *dx) {
   const char *fn = "voxconv_pool_backward";
   NULL_ARG(kmap, "kmap");
   VC_CHECK(check_pool_mode(h, fn, mode));
@@ -512,8 +502,8 @@ voxconv_status_t vc_validate_unpool(voxconv_handle_t *h, int backward,
                                     const voxconv_kmap_t *kmap,
                                     const voxconv_feats_t *src,
                                     const voxconv_feats_t *dst) {
-  const char *fn = backward ? "voxconv_unpool_backward"
-                            : "voxconv_unpool_forward";
+  const char *fn =
+      backward ? "voxconv_unpool_backward" : "voxconv_unpool_forward";
   const char *ns = backward ? "dy" : "x";
   const char *nd = backward ? "dx" : "y";
   NULL_ARG(kmap, "kmap");
@@ -532,8 +522,8 @@ voxconv_status_t vc_validate_unpool(voxconv_handle_t *h, int backward,
     VC_CHECK(check_rows(h, fn, ns, src, kmap->n_in, "input (fine)"));
     VC_CHECK(check_rows(h, fn, nd, dst, kmap->n_out, "output (coarse)"));
   }
-  VC_CHECK(check_channels(h, fn, ns, "channels", src->channels, nd,
-                          "channels", dst->channels));
+  VC_CHECK(check_channels(h, fn, ns, "channels", src->channels, nd, "channels",
+                          dst->channels));
   VC_CHECK(check_data(h, fn, args, 2));
   VC_CHECK(check_overlap(h, fn, &args[1], args, 1));
   return VOXCONV_STATUS_SUCCESS;

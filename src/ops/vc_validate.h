@@ -29,36 +29,27 @@ int64_t vc_feats_elems(const voxconv_feats_t *f);
  * On success *p is filled (pass, kmap, dtype, channels, buffers, resolved
  * options). The caller still has to handle h == NULL before (the message
  * then goes to the thread). */
-voxconv_status_t vc_validate_conv_forward(voxconv_handle_t *h,
-                                          const voxconv_kmap_t *kmap,
-                                          const voxconv_feats_t *x,
-                                          const voxconv_weights_t *w,
-                                          const voxconv_feats_t *y,
-                                          const voxconv_conv_options_t *opt,
-                                          vc_conv_problem_t *p);
-voxconv_status_t vc_validate_conv_dgrad(voxconv_handle_t *h,
-                                        const voxconv_kmap_t *kmap,
-                                        const voxconv_feats_t *dy,
-                                        const voxconv_weights_t *w,
-                                        const voxconv_feats_t *dx,
-                                        const voxconv_conv_options_t *opt,
-                                        vc_conv_problem_t *p);
-voxconv_status_t vc_validate_conv_wgrad(voxconv_handle_t *h,
-                                        const voxconv_kmap_t *kmap,
-                                        const voxconv_feats_t *x,
-                                        const voxconv_feats_t *dy,
-                                        const voxconv_weights_t *dw,
-                                        const voxconv_conv_options_t *opt,
-                                        vc_conv_problem_t *p);
+voxconv_status_t vc_validate_conv_forward(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_weights_t *w, const voxconv_feats_t *y,
+    const voxconv_conv_options_t *opt, vc_conv_problem_t *p);
+voxconv_status_t
+vc_validate_conv_dgrad(voxconv_handle_t *h, const voxconv_kmap_t *kmap,
+                       const voxconv_feats_t *dy, const voxconv_weights_t *w,
+                       const voxconv_feats_t *dx,
+                       const voxconv_conv_options_t *opt, vc_conv_problem_t *p);
+voxconv_status_t
+vc_validate_conv_wgrad(voxconv_handle_t *h, const voxconv_kmap_t *kmap,
+                       const voxconv_feats_t *x, const voxconv_feats_t *dy,
+                       const voxconv_weights_t *dw,
+                       const voxconv_conv_options_t *opt, vc_conv_problem_t *p);
 
 /* Depthwise convolution; weights are feats {rows = kvol, channels = C}. */
-voxconv_status_t vc_validate_depthwise(voxconv_handle_t *h, voxconv_pass_t pass,
-                                       const voxconv_kmap_t *kmap,
-                                       const voxconv_feats_t *a,
-                                       const voxconv_feats_t *b,
-                                       const voxconv_feats_t *c,
-                                       const voxconv_conv_options_t *opt,
-                                       vc_conv_problem_t *p);
+voxconv_status_t
+vc_validate_depthwise(voxconv_handle_t *h, voxconv_pass_t pass,
+                      const voxconv_kmap_t *kmap, const voxconv_feats_t *a,
+                      const voxconv_feats_t *b, const voxconv_feats_t *c,
+                      const voxconv_conv_options_t *opt, vc_conv_problem_t *p);
 
 /* Pooling. x/y may be NULL for AVG and SUM backward. */
 voxconv_status_t vc_validate_pool_forward(voxconv_handle_t *h,
@@ -66,13 +57,11 @@ voxconv_status_t vc_validate_pool_forward(voxconv_handle_t *h,
                                           voxconv_pool_mode_t mode,
                                           const voxconv_feats_t *x,
                                           const voxconv_feats_t *y);
-voxconv_status_t vc_validate_pool_backward(voxconv_handle_t *h,
-                                           const voxconv_kmap_t *kmap,
-                                           voxconv_pool_mode_t mode,
-                                           const voxconv_feats_t *x,
-                                           const voxconv_feats_t *y,
-                                           const voxconv_feats_t *dy,
-                                           const voxconv_feats_t *dx);
+voxconv_status_t
+vc_validate_pool_backward(voxconv_handle_t *h, const voxconv_kmap_t *kmap,
+                          voxconv_pool_mode_t mode, const voxconv_feats_t *x,
+                          const voxconv_feats_t *y, const voxconv_feats_t *dy,
+                          const voxconv_feats_t *dx);
 /* Unpooling: forward x = coarse (n_out rows), y = fine (n_in rows);
  * backward dy = fine (n_in rows), dx = coarse (n_out rows). */
 voxconv_status_t vc_validate_unpool(voxconv_handle_t *h, int backward,
