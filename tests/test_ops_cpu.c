@@ -21,7 +21,8 @@
  * dilated, strided, transposed, generative) and hand-made random
  * matchings (arbitrary pairings, rows with no pairs, n_in != n_out).
  *
- * `test_ops_cpu --bench [scan.bin] [voxel_m]` instead times the CPU conv
+ * `test_ops_cpu --bench [scan.bin] [voxel_m] [floats_per_point] [threads]`
+ * instead times the CPU conv
  * passes on a voxelised scan (default SemanticKITTI 00/000000 at 0.05 m)
  * and prints useful GFLOP/s = 2 * pairs * Cin * Cout / time. */
 #include "vc_test.h"
@@ -1339,6 +1340,7 @@ static int run_bench(int argc, char **argv) {
   const char *path =
       argc > 2 ? argv[2] : vc_data_path("scans/semantickitti_00_000000.bin");
   const float voxel = argc > 3 ? (float)atof(argv[3]) : 0.05f;
+  const int fields = argc > 4 ? atoi(argv[4]) : 4; /* KITTI: x y z r */
   size_t bytes = 0;
   float *pts = (float *)vc_read_file(path, &bytes);
   if (!pts) {
@@ -1346,8 +1348,8 @@ static int run_bench(int argc, char **argv) {
     return VC_TEST_SKIP;
   }
   int64_t nv = 0;
-  int32_t *coords =
-      vc_voxels_from_points(pts, (int64_t)(bytes / 16), 4, voxel, &nv);
+  int32_t *coords = vc_voxels_from_points(
+      pts, (int64_t)(bytes / (4 * (size_t)fields)), fields, voxel, &nv);
   free(pts);
   voxconv_kmap_desc_t d = desc_of(VOXCONV_KMAP_SUBMANIFOLD, 3, 3, 3, 1, 1);
   voxconv_coords_t in = {coords, nv, {1, 1, 1}};
@@ -1407,8 +1409,8 @@ int main(int argc, char **argv) {
   desc.num_threads = 2;
   VC_REQUIRE_OK(NULL, voxconv_create(&g_h, &desc));
   if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
-    if (argc > 4)
-      g_h->num_threads = atoi(argv[4]);
+    if (argc > 5)
+      g_h->num_threads = atoi(argv[5]);
     const int rc = run_bench(argc, argv);
     voxconv_destroy(g_h);
     return rc;
