@@ -1330,6 +1330,11 @@ static void test_voxelize_errors(voxconv_handle_t *h) {
   d.grid_size[2] = -4;
   EXPECT_FAIL(h, voxconv_voxelize(h, &d, &P, 4, coords, feats, &nv, pv),
               VOXCONV_STATUS_INVALID_ARGUMENT, "grid_size[2] (z) = -4");
+  /* a grid larger than the coordinate range would let in-grid indices
+   * overflow their key fields (regression: used to return garbage) */
+  d.grid_size[2] = VOXCONV_COORD_MAX + 2;
+  EXPECT_FAIL(h, voxconv_voxelize(h, &d, &P, 4, coords, feats, &nv, pv),
+              VOXCONV_STATUS_OUT_OF_RANGE, "grid_size[2] (z) = 131073");
   d.grid_size[2] = 0;
   EXPECT_FAIL(h, voxconv_voxelize(h, NULL, &P, 4, coords, feats, &nv, pv),
               VOXCONV_STATUS_NULL_POINTER, "desc");

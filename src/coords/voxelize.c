@@ -223,6 +223,14 @@ voxconv_status_t voxconv_voxelize(voxconv_handle_t *h,
       return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                      "%s: grid_size[%d] (%c) = %d is negative (0 = no bound)",
                      func, a, axis_names[a], (int)desc->grid_size[a]);
+    /* Indices inside the grid must be valid coordinates, or they would be
+     * packed into keys of other cells. */
+    if (desc->grid_size[a] > VOXCONV_COORD_MAX + 1)
+      return vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
+                     "%s: grid_size[%d] (%c) = %d exceeds the coordinate "
+                     "limit (indices 0..%d)",
+                     func, a, axis_names[a], (int)desc->grid_size[a],
+                     VOXCONV_COORD_MAX);
   }
   if (desc->reduce != VOXCONV_REDUCE_FIRST &&
       desc->reduce != VOXCONV_REDUCE_MEAN)
