@@ -31,7 +31,8 @@
  * A wrong pair, row or offset gives errors of order 1.
  *
  * Environment: VOXCONV_TEST_SMALL=1 runs only the small cases (sanitizer
- * runs); VOXCONV_TEST_ALGO=a,b restricts the algorithms to those names;
+ * runs); VOXCONV_TEST_MAX_CASES=n stops after n conv/pool cases (racecheck);
+ * VOXCONV_TEST_ALGO=a,b restricts the algorithms to those names;
  * VOXCONV_TEST_SEED replays a seed. Exits 77 (skipped) without a GPU. */
 #include "vc_test.h"
 
@@ -590,8 +591,16 @@ static void cpu_references(const mapping_t *m, int depthwise, int64_t cin,
   }
 }
 
+static int g_max_cases; /* VOXCONV_TEST_MAX_CASES: 0 = all */
+
+static int case_budget_left(void) {
+  return !g_max_cases || g_case_counter < g_max_cases;
+}
+
 static void conv_case(const mapping_t *m, const char *case_name, int depthwise,
                       int64_t cin, int64_t cout) {
+  if (!case_budget_left())
+    return;
   const int64_t wel = m->kvol * cin * (depthwise ? 1 : cout);
   double *x = (double *)xmalloc(sizeof(double) * (size_t)(m->n_in * cin));
   double *w = (double *)xmalloc(sizeof(double) * (size_t)wel);
@@ -615,6 +624,9 @@ static void conv_case(const mapping_t *m, const char *case_name, int depthwise,
 
 /* ---- pooling ------------------------------------------------------------ */
 static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
+  if (!case_budget_left())
+    return;
+  g_case_counter++;
   static const voxconv_pool_mode_t modes[3] = {VOXCONV_POOL_MAX,
                                                VOXCONV_POOL_AVG,
                                                VOXCONV_POOL_SUM};
@@ -773,6 +785,8 @@ int main(void) {
   }
   g_small = vc_parse_bool(vc_getenv("VOXCONV_TEST_SMALL")) == 1;
   g_algo_filter = vc_getenv("VOXCONV_TEST_ALGO");
+  if (vc_getenv("VOXCONV_TEST_MAX_CASES"))
+    g_max_cases = atoi(vc_getenv("VOXCONV_TEST_MAX_CASES"));
   voxconv_handle_desc_t d;
   memset(&d, 0, sizeof d);
   d.backend = VOXCONV_BACKEND_CPU;

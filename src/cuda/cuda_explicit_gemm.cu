@@ -18,7 +18,15 @@
  *                                bitwise reproducible.
  *  wgrad (both):                 dW[k] = Xg_k^T DYg_k, one GEMM per offset
  *                                into fp32; cuBLAS GEMMs are reproducible
- *                                run to run, so both records are.
+ *                                run to run, so both records are. The
+ *                                operands are gathered as f32 for every
+ *                                dtype and multiplied by SGEMM (PEDANTIC):
+ *                                on the H200 (cuBLAS 13.0) f16/bf16 GemmEx
+ *                                with K = pairs of one offset (thousands)
+ *                                gave elements off by up to 32x the
+ *                                1e-3*rms floor (norm 6e-3) while the f32
+ *                                path was within 5e-4; cause not found,
+ *                                so tensor cores are not used here.
  *
  * Row-major A[M][K] B[K][N] = C[M][N] is the column-major product
  * C^T = B^T A^T: every cuBLAS call below swaps the operands accordingly. */
@@ -43,6 +51,43 @@ __global__ void eg_gather_kernel(const U *__restrict__ src,
     for (int u = threadIdx.x; u < units; u += 32)
       drow[u] = srow[u];
   }
+}
+
+/* dst[p][c] = (float)src[rows[p]][c]: the f32 gather of wgrad. */
+template <typename T>
+__global__ void eg_gather_f32_kernel(const T *__restrict__ src,
+                                     const int32_t *__restrict__ rows,
+                                     float *__restrict__ dst, int64_t n_pairs,
+                                     int channels, int64_t ld) {
+  for (int64_t p = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; p < n_pairs;
+       p += (int64_t)gridDim.x * blockDim.y) {
+    const T *srow = src + (int64_t)__ldg(rows + p) * channels;
+    float *drow = dst + p * ld;
+    for (int c = threadIdx.x; c < channels; c += 32)
+      drow[c] = vcc_ld(srow + c);
+  }
+}
+
+voxconv_status_t gather_rows_f32(voxconv_handle_t *h, voxconv_dtype_t dt,
+                                 const void *src, const int32_t *rows,
+                                 float *dst, int64_t n_pairs, int64_t channels,
+                                 int64_t ld) {
+  if (n_pairs <= 0)
+    return VOXCONV_STATUS_SUCCESS;
+  const dim3 block(32, 8);
+  const unsigned grid = vc_grid_1d(n_pairs, 8, 1 << 16);
+  const cudaStream_t st = vc_cuda_stream(h);
+  if (dt == VOXCONV_DTYPE_F32)
+    eg_gather_f32_kernel<float><<<grid, block, 0, st>>>(
+        (const float *)src, rows, dst, n_pairs, (int)channels, ld);
+  else if (dt == VOXCONV_DTYPE_F16)
+    eg_gather_f32_kernel<__half><<<grid, block, 0, st>>>(
+        (const __half *)src, rows, dst, n_pairs, (int)channels, ld);
+  else
+    eg_gather_f32_kernel<__nv_bfloat16><<<grid, block, 0, st>>>(
+        (const __nv_bfloat16 *)src, rows, dst, n_pairs, (int)channels, ld);
+  VC_CUDA_LAUNCH_CHECK(h, "eg_gather_f32_kernel");
+  return VOXCONV_STATUS_SUCCESS;
 }
 
 template <typename U>
@@ -133,6 +178,42 @@ __global__ void eg_gather_reduce_kernel(const float *__restrict__ g,
   }
 }
 
+/* The same with 4 channels per thread (channels % 4 == 0, G rows 16-byte
+ * aligned since ldg % 8 == 0): one thread per (row, 4 channels), the 27
+ * (pidx, G) loads of a row independent of each other. */
+template <typename T>
+__global__ void eg_gather_reduce4_kernel(const float *__restrict__ g,
+                                         const int32_t *__restrict__ pidx,
+                                         T *__restrict__ out, int64_t n_rows,
+                                         int kvol, int channels, int64_t ldg) {
+  const int vec = channels / 4;
+  const int64_t total = n_rows * vec;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = e / vec;
+    const int c = (int)(e - r * vec) * 4;
+    const int32_t *pr = pidx + r * kvol;
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 9
+    for (int k = 0; k < kvol; k++) {
+      const int32_t p = __ldg(pr + k);
+      if (p >= 0) {
+        const float4 v =
+            __ldg(reinterpret_cast<const float4 *>(g + (int64_t)p * ldg + c));
+        s.x += v.x;
+        s.y += v.y;
+        s.z += v.z;
+        s.w += v.w;
+      }
+    }
+    T *o = out + r * channels + c;
+    vcc_st(o, s.x);
+    vcc_st(o + 1, s.y);
+    vcc_st(o + 2, s.z);
+    vcc_st(o + 3, s.w);
+  }
+}
+
 /* ---- cuBLAS ------------------------------------------------------------- */
 cudaDataType_t cuda_type(voxconv_dtype_t dt) {
   return dt == VOXCONV_DTYPE_F32   ? CUDA_R_32F
@@ -180,10 +261,11 @@ void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
       L->acc = (float *)vcc_take(c, (size_t)(n_rows * o_ch) * sizeof(float));
     break;
   }
-  case VOXCONV_PASS_CONV_WGRAD:
-    L->gathered = (char *)vcc_take(c, (size_t)(P * vcc_padded_ld(p->cin)) * es);
-    L->gathered2 =
-        (char *)vcc_take(c, (size_t)(P * vcc_padded_ld(p->cout)) * es);
+  case VOXCONV_PASS_CONV_WGRAD: /* f32 operands, see the top comment */
+    L->gathered =
+        (char *)vcc_take(c, (size_t)(P * vcc_padded_ld(p->cin)) * sizeof(float));
+    L->gathered2 = (char *)vcc_take(
+        c, (size_t)(P * vcc_padded_ld(p->cout)) * sizeof(float));
     if (!f32)
       L->acc = (float *)vcc_take(
           c, (size_t)((int64_t)km->kvol * p->cin * p->cout) * sizeof(float));
@@ -258,8 +340,18 @@ voxconv_status_t eg_fwd_dgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
         dst_rows, po, km->kvol, L->pidx, P);
     VC_CUDA_LAUNCH_CHECK(h, "eg_pair_index_kernel");
 #define EG_REDUCE(T)                                                           \
-  eg_gather_reduce_kernel<T><<<vc_grid_1d(n_rows, 8, 1 << 16), block, 0, st>>>( \
-      L->gemm_out, L->pidx, (T *)p->c, n_rows, km->kvol, (int)o_ch, ldg)
+  do {                                                                         \
+    if (o_ch % 4 == 0)                                                         \
+      eg_gather_reduce4_kernel<T>                                              \
+          <<<vc_grid_1d(n_rows * (o_ch / 4), 256, 1 << 18), 256, 0, st>>>(     \
+              L->gemm_out, L->pidx, (T *)p->c, n_rows, km->kvol, (int)o_ch,    \
+              ldg);                                                            \
+    else                                                                       \
+      eg_gather_reduce_kernel<T>                                               \
+          <<<vc_grid_1d(n_rows, 8, 1 << 16), block, 0, st>>>(                  \
+              L->gemm_out, L->pidx, (T *)p->c, n_rows, km->kvol, (int)o_ch,    \
+              ldg);                                                            \
+  } while (0)
     if (p->dtype == VOXCONV_DTYPE_F32)
       EG_REDUCE(float);
     else if (p->dtype == VOXCONV_DTYPE_F16)
@@ -293,20 +385,21 @@ voxconv_status_t eg_wgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
   const int64_t cin = p->cin, cout = p->cout;
   const int64_t ldx = vcc_padded_ld(cin), ldy = vcc_padded_ld(cout);
   const int64_t P = km->n_pairs;
-  const size_t es = vcc_dtype_bytes(p->dtype);
+  const size_t es = sizeof(float); /* gathered operands are f32 */
   const int64_t wel = (int64_t)km->kvol * cin * cout;
   float *dw = p->dtype == VOXCONV_DTYPE_F32 ? (float *)p->c : L->acc;
 
   /* Offsets without pairs get zeros; the GEMMs overwrite the others. */
   VC_CUDA_TRY(h, cudaMemsetAsync(dw, 0, (size_t)wel * 4, st));
   if (P > 0) {
-    VC_CHECK(gather_rows(h, p->a, km->in_rows, L->gathered, P, cin, ldx, es));
-    VC_CHECK(
-        gather_rows(h, p->b, km->out_rows, L->gathered2, P, cout, ldy, es));
+    VC_CHECK(gather_rows_f32(h, p->dtype, p->a, km->in_rows,
+                             (float *)L->gathered, P, cin, ldx));
+    VC_CHECK(gather_rows_f32(h, p->dtype, p->b, km->out_rows,
+                             (float *)L->gathered2, P, cout, ldy));
     cublasHandle_t cb = vc_cuda_cublas(h);
     const float one = 1.f, zero = 0.f;
-    const cudaDataType_t ty = cuda_type(p->dtype);
-    const cublasComputeType_t ct = compute_type(p->dtype);
+    const cudaDataType_t ty = CUDA_R_32F;
+    const cublasComputeType_t ct = CUBLAS_COMPUTE_32F_PEDANTIC;
     for (int k = 0; k < km->kvol; k++) {
       const int64_t p0 = km->pair_offsets[k];
       const int64_t pk = km->pair_offsets[k + 1] - p0;

@@ -4,9 +4,13 @@
  * Forward  y[o]  = sum_k x[nbr_out[o][k]] . W[k]      (rows of y, no atomics)
  * Dgrad    dx[i] = sum_k dy[nbr_in[i][k]] . W[k]^T    (rows of dx, no atomics)
  * Wgrad    dW[k] = sum over pairs p of k: x[in[p]]^T dy[out[p]]
- *          split over `split_k_factor` pair ranges per offset; the partial
- *          tiles are added with float atomics (implicit_gemm) or stored and
- *          summed in split order (implicit_gemm_det).
+ *          every offset's pairs are cut into chunks of one common length L
+ *          (so the blocks carry equal work although the centre offset has
+ *          ~30x the pairs of a corner one); `split_k_factor` scales the
+ *          number of chunks. Partial tiles are added with float atomics
+ *          (implicit_gemm) or stored and summed in chunk order
+ *          (implicit_gemm_det). L is capped, which also bounds the length
+ *          of each thread's sequential fp32 sum (accuracy).
  *
  * Forward and dgrad share one kernel: a tile of BM gathered rows times BN
  * output channels per block, 256 threads each holding a TM x TN register
@@ -151,19 +155,26 @@ __global__ void igemm_transpose_w_kernel(const T *__restrict__ w,
   }
 }
 
-/* Weight gradient, one (offset, split, dW tile) per block:
- *   partial[m][n] = sum over pairs p in this block's range of offset k
+/* Chunk bookkeeping shared by the wgrad kernels: offset k has
+ * ceil(P_k / L) chunks; chunks are numbered offset by offset. */
+static __device__ __forceinline__ int64_t chunks_of(const vcc_pair_offsets_t &po,
+                                                    int k, int64_t L) {
+  return (po.po[k + 1] - po.po[k] + L - 1) / L;
+}
+
+/* Weight gradient, one (chunk of pairs, dW tile) per block:
+ *   partial[m][n] = sum over the chunk's pairs p (all of one offset k)
  *                   x[in[p]][m0+m] * dy[out[p]][n0+n]
  * ATOMIC: added into dst [kvol][cin][cout] (f32) with atomicAdd.
- * else:   stored to dst [split][kvol][cin][cout]; every element of the
- *         tile is written, empty ranges write zeros. */
+ * else:   stored to dst [chunk][cin][cout]; every element of the tile is
+ *         written. Grid: x = chunk, y = dW tile. */
 template <typename T, int BM, int BN, bool ATOMIC>
 __global__ void __launch_bounds__(kThreads)
     igemm_wgrad_kernel(const T *__restrict__ x, const T *__restrict__ dy,
                        const int32_t *__restrict__ in_rows,
                        const int32_t *__restrict__ out_rows,
                        const vcc_pair_offsets_t po, int kvol, int cin,
-                       int cout, int split, float *__restrict__ dst) {
+                       int cout, int64_t L, float *__restrict__ dst) {
   constexpr int TM = BM / 16, TN = BN / 16;
   __shared__ __align__(16) float As[kBK][BM + 4];
   __shared__ __align__(16) float Bs[kBK][BN + 4];
@@ -172,14 +183,18 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x;
   const int tx = tid % 16, ty = tid / 16;
   const int tiles_m = (cin + BM - 1) / BM;
-  const int m0 = (blockIdx.x % tiles_m) * BM;
-  const int n0 = (blockIdx.x / tiles_m) * BN;
-  const int k = blockIdx.y;
-  const int z = blockIdx.z;
-  const int64_t begin = po.po[k], count = po.po[k + 1] - begin;
-  const int64_t chunk = (count + split - 1) / split;
-  const int64_t pb = begin + z * chunk;
-  const int64_t pe = min(pb + chunk, begin + count);
+  const int m0 = (blockIdx.y % tiles_m) * BM;
+  const int n0 = (blockIdx.y / tiles_m) * BN;
+  const int64_t chunk = blockIdx.x;
+  /* Which offset this chunk belongs to (a walk over <= 343 offsets). */
+  int k = 0;
+  int64_t first = 0;
+  while (k < kvol - 1 && first + chunks_of(po, k, L) <= chunk) {
+    first += chunks_of(po, k, L);
+    k++;
+  }
+  const int64_t pb = po.po[k] + (chunk - first) * L;
+  const int64_t pe = min(pb + L, po.po[k + 1]);
 
   float acc[TM][TN];
 #pragma unroll
@@ -209,7 +224,7 @@ __global__ void __launch_bounds__(kThreads)
     }
 #pragma unroll
     for (int it = 0; it < kBK * BN / kThreads; it++) {
-        const int i = tid + it * kThreads;
+      const int i = tid + it * kThreads;
       const int kk = i / BN, n = i % BN;
       const int32_t s = orow[kk];
       float v = 0.f;
@@ -232,11 +247,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  if (ATOMIC && pb >= pe)
-    return; /* nothing to add */
   const int64_t slab = (int64_t)cin * cout;
-  float *base = ATOMIC ? dst + (int64_t)k * slab
-                       : dst + ((int64_t)z * kvol + k) * slab;
+  float *base = ATOMIC ? dst + (int64_t)k * slab : dst + chunk * slab;
 #pragma unroll
   for (int i = 0; i < TM; i++) {
     const int m = m0 + ty * TM + i;
@@ -255,16 +267,25 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/* dw[e] = sum over s = 0..split-1 (in that order) of part[s][e]. */
+/* dw[k][e] = sum over offset k's chunks c (in chunk order) of part[c][e];
+ * offsets without pairs get 0. */
 template <typename T>
 __global__ void igemm_wgrad_reduce_kernel(const float *__restrict__ part,
-                                          T *__restrict__ dw, int64_t elems,
-                                          int split) {
+                                          T *__restrict__ dw,
+                                          const vcc_pair_offsets_t po,
+                                          int kvol, int64_t slab, int64_t L) {
+  const int64_t elems = (int64_t)kvol * slab;
   for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < elems;
        e += (int64_t)gridDim.x * blockDim.x) {
+    const int k = (int)(e / slab);
+    const int64_t within = e - (int64_t)k * slab;
+    int64_t first = 0;
+    for (int j = 0; j < k; j++)
+      first += chunks_of(po, j, L);
+    const int64_t n = chunks_of(po, k, L);
     float s = 0.f;
-    for (int z = 0; z < split; z++)
-      s += part[(int64_t)z * elems + e];
+    for (int64_t c = 0; c < n; c++)
+      s += part[(first + c) * slab + within];
     vcc_st(dw + e, s);
   }
 }
@@ -274,8 +295,10 @@ __global__ void igemm_wgrad_reduce_kernel(const float *__restrict__ part,
  *   (16, 64 or 128) times up to 64 output channels; small b suits small
  *   maps, large b amortises the weight tile over more rows.
  * gemm_block_size g (wgrad): a block covers a 4g x 4g tile of dW[k].
- * split_k_factor s (wgrad): each offset's pairs are cut into s ranges, so
- *   kvol * s * tiles blocks run in parallel. */
+ * split_k_factor s (wgrad): the pairs are cut into about
+ *   2 * 132 * s / tiles chunks (132 = an H100/H200's SMs, fixed so that
+ *   the summation order does not depend on the device), each chunk of one
+ *   offset and at most kMaxChunk pairs: about 2*s waves of blocks. */
 const vc_param_space_t kRowsSpace = {
     1, {"fwd_block_size"}, {3}, {{16, 32, 4}}};
 const vc_param_space_t kWgradSpace = {
@@ -296,8 +319,35 @@ const vc_param_space_t *igemm_param_space(voxconv_pass_t pass) {
 int valid_block(int32_t b) { return b == 4 || b == 16 || b == 32; }
 int valid_split(int32_t s) { return s == 2 || s == 4 || s == 8; }
 
+constexpr int64_t kMaxChunk = 8192; /* pairs per wgrad block, at most */
+
+int tile_of(int32_t g) { return g == 4 ? 16 : g == 16 ? 64 : 128; }
+
+/* Common chunk length L of the wgrad pair chunks (see split_k_factor). */
+int64_t wgrad_chunk_len(const voxconv_kmap_t *km, int64_t cin, int64_t cout,
+                        int32_t g, int32_t split) {
+  const int64_t B = tile_of(g);
+  const int64_t tiles = ((cin + B - 1) / B) * ((cout + B - 1) / B);
+  int64_t target = (2 * 132 * (int64_t)split + tiles - 1) / tiles;
+  if (target < km->kvol)
+    target = km->kvol;
+  int64_t L = (km->n_pairs + target - 1) / target;
+  if (L < 64)
+    L = 64;
+  if (L > kMaxChunk)
+    L = kMaxChunk;
+  return L;
+}
+
+int64_t wgrad_chunks(const voxconv_kmap_t *km, int64_t L) {
+  int64_t n = 0;
+  for (int k = 0; k < km->kvol; k++)
+    n += (km->pair_offsets[k + 1] - km->pair_offsets[k] + L - 1) / L;
+  return n;
+}
+
 /* Workspace: dgrad W^T; wgrad f32 accumulator (atomic, non-f32 dtypes) or
- * split partials (deterministic). */
+ * chunk partials (deterministic). */
 size_t igemm_workspace(const vc_conv_problem_t *p,
                        const vc_algo_params_t *params, int deterministic) {
   const int64_t wel = (int64_t)p->kmap->kvol * p->cin * p->cout;
@@ -307,10 +357,12 @@ size_t igemm_workspace(const vc_conv_problem_t *p,
     vcc_take(&c, (size_t)wel * vcc_dtype_bytes(p->dtype));
     break;
   case VOXCONV_PASS_CONV_WGRAD: {
-    const int split = params ? params->v[1] : 4;
-    if (deterministic)
-      vcc_take(&c, (size_t)wel * (size_t)(split > 0 ? split : 1) * 4);
-    else if (p->dtype != VOXCONV_DTYPE_F32)
+    if (deterministic) {
+      const int64_t L = wgrad_chunk_len(p->kmap, p->cin, p->cout,
+                                        params ? params->v[0] : 16,
+                                        params ? params->v[1] : 4);
+      vcc_take(&c, (size_t)(wgrad_chunks(p->kmap, L) * p->cin * p->cout) * 4);
+    } else if (p->dtype != VOXCONV_DTYPE_F32)
       vcc_take(&c, (size_t)wel * 4);
     break;
   }
@@ -369,18 +421,25 @@ voxconv_status_t launch_rows(voxconv_handle_t *h, int32_t block_size,
 template <typename T, int B>
 voxconv_status_t launch_wgrad_b(voxconv_handle_t *h, const T *x, const T *dy,
                                  const voxconv_kmap_t *km, int cin, int cout,
-                                 int split, int atomic, float *dst) {
+                                 int64_t L, int atomic, float *dst) {
+  const int64_t chunks = wgrad_chunks(km, L);
+  if (chunks <= 0)
+    return VOXCONV_STATUS_SUCCESS;
+  if (chunks > 0x7FFFFFFF)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "implicit_gemm: %lld wgrad chunks exceed the grid limit",
+                   (long long)chunks);
   vcc_pair_offsets_t po;
   vcc_fill_pair_offsets(km, &po);
   const int tiles = vc_ceil_div(cin, B) * vc_ceil_div(cout, B);
-  const dim3 grid((unsigned)tiles, (unsigned)km->kvol, (unsigned)split);
+  const dim3 grid((unsigned)chunks, (unsigned)tiles);
   const cudaStream_t st = vc_cuda_stream(h);
   if (atomic)
     igemm_wgrad_kernel<T, B, B, true><<<grid, kThreads, 0, st>>>(
-        x, dy, km->in_rows, km->out_rows, po, km->kvol, cin, cout, split, dst);
+        x, dy, km->in_rows, km->out_rows, po, km->kvol, cin, cout, L, dst);
   else
     igemm_wgrad_kernel<T, B, B, false><<<grid, kThreads, 0, st>>>(
-        x, dy, km->in_rows, km->out_rows, po, km->kvol, cin, cout, split, dst);
+        x, dy, km->in_rows, km->out_rows, po, km->kvol, cin, cout, L, dst);
   VC_CUDA_LAUNCH_CHECK(h, "igemm_wgrad_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -414,9 +473,11 @@ voxconv_status_t igemm_run_t(voxconv_handle_t *h, const vc_conv_problem_t *p,
   case VOXCONV_PASS_CONV_WGRAD: {
     const int32_t g = params->v[0], split = params->v[1];
     const int64_t wel = (int64_t)kvol * cin * cout;
+    const int64_t L = wgrad_chunk_len(km, cin, cout, g, split);
     float *dst;
     if (deterministic) {
-      dst = (float *)vcc_take(&carve, (size_t)wel * split * 4);
+      dst = (float *)vcc_take(
+          &carve, (size_t)(wgrad_chunks(km, L) * cin * cout) * 4);
     } else if (p->dtype == VOXCONV_DTYPE_F32) {
       dst = (float *)p->c;
     } else {
@@ -427,17 +488,19 @@ voxconv_status_t igemm_run_t(voxconv_handle_t *h, const vc_conv_problem_t *p,
     voxconv_status_t s;
     if (g == 4)
       s = launch_wgrad_b<T, 16>(h, (const T *)p->a, (const T *)p->b, km, cin,
-                                cout, split, !deterministic, dst);
+                                cout, L, !deterministic, dst);
     else if (g == 16)
       s = launch_wgrad_b<T, 64>(h, (const T *)p->a, (const T *)p->b, km, cin,
-                                cout, split, !deterministic, dst);
+                                cout, L, !deterministic, dst);
     else
       s = launch_wgrad_b<T, 128>(h, (const T *)p->a, (const T *)p->b, km, cin,
-                                 cout, split, !deterministic, dst);
+                                 cout, L, !deterministic, dst);
     VC_CHECK(s);
     if (deterministic) {
+      vcc_pair_offsets_t po;
+      vcc_fill_pair_offsets(km, &po);
       igemm_wgrad_reduce_kernel<T><<<vc_grid_1d(wel, 256, 8192), 256, 0, st>>>(
-          dst, (T *)p->c, wel, split);
+          dst, (T *)p->c, po, kvol, (int64_t)cin * cout, L);
       VC_CUDA_LAUNCH_CHECK(h, "igemm_wgrad_reduce_kernel");
     } else if (p->dtype != VOXCONV_DTYPE_F32) {
       VC_CHECK(vcc_convert_f32<T>(h, dst, (T *)p->c, wel));
@@ -521,7 +584,7 @@ extern "C" const vc_algo_t vc_algo_cuda_implicit_gemm = {
 
 extern "C" const vc_algo_t vc_algo_cuda_implicit_gemm_det = {
     {"implicit_gemm_det", VOXCONV_BACKEND_CUDA, kConvPasses, 1,
-     "implicit_gemm with wgrad split-K partials summed in a fixed order "
+     "implicit_gemm with wgrad chunk partials summed in a fixed order "
      "(bitwise reproducible)"},
     igemm_supports_det,
     igemm_param_space,
