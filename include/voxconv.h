@@ -516,7 +516,10 @@ VOXCONV_API voxconv_status_t voxconv_kernel_get_info(voxconv_handle_t *h,
  * within 10% of the best re-timed. Times are CUDA events on the handle's
  * stream, the monotonic clock on the CPU. Every candidate's output is
  * compared with a reference output (the first deterministic algorithm that
- * runs the problem, default parameters, fp32 accumulation) by maximum
+ * runs the problem, default parameters, fp32 accumulation, confirmed by the
+ * next deterministic one; if those two disagree a third decides and the
+ * odd one out is named in a warning; with no majority a candidate agreeing
+ * with either passes) by maximum
  * relative error per element, rel = |y - ref| / (|ref| + 0.01 rms(ref)),
  * and by norm ||y - ref|| / ||ref||; a candidate that fails, writes a
  * non-finite value where the reference is finite, or exceeds the tolerance

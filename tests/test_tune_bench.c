@@ -275,8 +275,10 @@ static void test_leaders_retimed(void) {
   /* 1 warm-up + 5 timed runs each; the two leaders 5 more each; the
    * winner once more into the output (it is not the reference). */
   const int runs = atomic_load(&tt_runs[TT_CLOSE]);
-  VC_EXPECT(runs == 3 * 6 + 2 * 5 + 1, "fake_close ran %d times, want %d", runs,
-            3 * 6 + 2 * 5 + 1);
+  /* (+1: fake_close is deterministic, so it also gives the reference its
+   * second opinion.) */
+  VC_EXPECT(runs == 3 * 6 + 2 * 5 + 1 + 1, "fake_close ran %d times, want %d",
+            runs, 3 * 6 + 2 * 5 + 1 + 1);
   voxconv_call_info_t info;
   voxconv_get_last_call_info(t.h, &info);
   VC_EXPECT(strcmp(info.params, "centi_ms=100") == 0 && info.time_ms == 1.0,
@@ -287,10 +289,71 @@ static void test_leaders_retimed(void) {
   tt_reset_runs();
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_DGRAD, &opt),
                    VOXCONV_STATUS_SUCCESS);
-  VC_EXPECT(atomic_load(&tt_runs[TT_CLOSE]) == 3 * (2 + 3) + 2 * 3 + 1,
+  VC_EXPECT(atomic_load(&tt_runs[TT_CLOSE]) == 3 * (2 + 3) + 2 * 3 + 1 + 1,
             "runs=3 warmup=2: %d runs", atomic_load(&tt_runs[TT_CLOSE]));
   unsetenv("VOXCONV_AUTOTUNE_RUNS");
   unsetenv("VOXCONV_AUTOTUNE_WARMUP");
+  tt_problem_free(&t);
+  tt_use_fakes(NULL);
+}
+
+/* ---- a wrong reference is outvoted --------------------------------------- */
+static void test_reference_vote(void) {
+  tt_fresh_cache_dir();
+  /* fake_badref (deterministic, one wrong cell) comes first in the
+   * registry, so it would be the reference; fake_tiles and cpu_gather_gemm
+   * agree with each other and outvote it. */
+  static const int fakes[] = {TT_BADREF, TT_TILES, -1};
+  tt_use_fakes(fakes);
+  vc_tune_extra_first = 1;
+  tt_problem_t t;
+  if (tt_problem_make(&t, 7, 5, 6, VOXCONV_DTYPE_F32, 1) != 0) {
+    VC_EXPECT(0, "problem setup failed");
+    vc_tune_extra_first = 0;
+    return;
+  }
+  voxconv_conv_options_t opt = {0};
+  opt.fwd_algo = "[fake_badref, fake_tiles]";
+  vc_poison(t.out, t.dtype, t.n * t.cout);
+  tt_capture_begin();
+  voxconv_status_t st = tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt);
+  char *err = tt_capture_end();
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s", voxconv_get_last_error(t.h));
+  VC_EXPECT(strstr(err, "fake_badref (default parameters) disagrees with "
+                        "fake_tiles and cpu_gather_gemm") != NULL,
+            "the outvoted reference is named: %s", err);
+  free(err);
+  voxconv_call_info_t info;
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(strcmp(info.algo, "fake_tiles") == 0, "winner %s", info.algo);
+  expect_correct(&t, VOXCONV_PASS_CONV_FWD, "after the vote");
+  int found = 0;
+  vc_cache_entry_t e =
+      get_entry("sparse_conv_forward", &t, VOXCONV_PASS_CONV_FWD, 0, 0, &found);
+  const vc_cache_row_t *r = found ? row_of(&e, "fake_badref", "-") : NULL;
+  VC_EXPECT(r && strcmp(r->status, "wrong") == 0,
+            "fake_badref disqualified against the agreed reference");
+  vc_cache_entry_free(&e);
+  /* Only the bad one and one good one: no majority. Candidates that agree
+   * with either side pass, so the good algorithm still wins. */
+  static const int two[] = {TT_BADREF, -1};
+  tt_use_fakes(two);
+  opt.fwd_algo = "cpu_gather_gemm";
+  opt.fp16_accum = VOXCONV_FALSE; /* another key: tune again */
+  opt.deterministic = VOXCONV_TRUE;
+  tt_capture_begin();
+  st = tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt);
+  err = tt_capture_end();
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s", voxconv_get_last_error(t.h));
+  VC_EXPECT(strstr(err, "reference algorithms disagree (fake_badref vs "
+                        "cpu_gather_gemm") != NULL,
+            "a split vote is reported: %s", err);
+  free(err);
+  voxconv_get_last_call_info(t.h, &info);
+  VC_EXPECT(strcmp(info.algo, "cpu_gather_gemm") == 0, "split: winner %s",
+            info.algo);
+  expect_correct(&t, VOXCONV_PASS_CONV_FWD, "after a split vote");
+  vc_tune_extra_first = 0;
   tt_problem_free(&t);
   tt_use_fakes(NULL);
 }
@@ -324,9 +387,9 @@ static void test_unified(void) {
                 strcmp(info.params, "delay_ms=1") == 0,
             "winner across both: %s %s", info.algo, info.params);
   VC_EXPECT(atomic_load(&tt_runs[TT_FAST2]) >= 2 &&
-                atomic_load(&tt_runs[TT_TILES]) == 1,
+                atomic_load(&tt_runs[TT_TILES]) == 2,
             "only fake_fast2 benchmarked (%d runs); fake_tiles ran %d (the "
-            "winner's final run only)",
+            "reference's second opinion and the winner's final run only)",
             atomic_load(&tt_runs[TT_FAST2]), atomic_load(&tt_runs[TT_TILES]));
   /* Both covered now: a call naming only fake_fast2 picks its best tile
    * from the record without benchmarking. */
@@ -345,7 +408,7 @@ static void test_unified(void) {
   tt_reset_runs();
   VC_EXPECT_STATUS(t.h, tt_run(&t, VOXCONV_PASS_CONV_FWD, &opt),
                    VOXCONV_STATUS_SUCCESS);
-  VC_EXPECT(atomic_load(&tt_runs[TT_TILES]) <= 1 &&
+  VC_EXPECT(atomic_load(&tt_runs[TT_TILES]) <= 2 &&
                 atomic_load(&tt_runs[TT_FAST2]) <= 1,
             "all re-ran known candidates: %d %d",
             atomic_load(&tt_runs[TT_TILES]), atomic_load(&tt_runs[TT_FAST2]));
@@ -628,6 +691,7 @@ int main(void) {
   tt_virtual_clock(1);
   test_runner();
   test_leaders_retimed();
+  test_reference_vote();
   test_unified();
   test_accumulator();
   test_key_isolation();

@@ -462,7 +462,8 @@ static inline voxconv_status_t tt_tiles_run(voxconv_handle_t *h,
   (void)ws;
   return tt_fake_body(h, p, 0, TT_CORRECT, params->v[0], 0);
 }
-/* 1: fake_wrong (one outlier cell), 2: fake_nan, 3: fake_fail */
+/* 1: fake_wrong (one outlier cell), 2: fake_nan, 3: fake_fail; none is
+ * deterministic, so none is taken as a reference */
 static inline voxconv_status_t tt_wrong_run(voxconv_handle_t *h,
                                             const vc_conv_problem_t *p,
                                             const vc_algo_params_t *params,
@@ -566,17 +567,26 @@ static inline voxconv_status_t tt_close_run(voxconv_handle_t *h,
   return tt_fake_body(h, p, 10, TT_CORRECT, params->v[0] / 100.0, 0);
 }
 
+/* 11: fake_badref: deterministic but wrong (one outlier cell) */
+static inline voxconv_status_t tt_badref_run(voxconv_handle_t *h,
+                                             const vc_conv_problem_t *p,
+                                             const vc_algo_params_t *params,
+                                             void *ws) {
+  (void)params, (void)ws;
+  return tt_fake_body(h, p, 11, TT_WRONG, 0, 0);
+}
+
 #define TT_FAKE(name_, det_, passes_, backend_, sup_, ps_, run_)               \
   { {name_, backend_, passes_, det_, "test fake"}, sup_, ps_, NULL, run_ }
 
 static const vc_algo_t tt_fakes[] = {
     TT_FAKE("fake_tiles", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,
             tt_supports_cpu_regular, tt_tiles_ps, tt_tiles_run),
-    TT_FAKE("fake_wrong", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,
+    TT_FAKE("fake_wrong", 0, TT_REGULAR, VOXCONV_BACKEND_CPU,
             tt_supports_cpu_regular, NULL, tt_wrong_run),
-    TT_FAKE("fake_nan", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,
+    TT_FAKE("fake_nan", 0, TT_REGULAR, VOXCONV_BACKEND_CPU,
             tt_supports_cpu_regular, NULL, tt_nan_run),
-    TT_FAKE("fake_fail", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,
+    TT_FAKE("fake_fail", 0, TT_REGULAR, VOXCONV_BACKEND_CPU,
             tt_supports_cpu_regular, NULL, tt_fail_run),
     TT_FAKE("fake_nondet", 0, TT_REGULAR, VOXCONV_BACKEND_CPU,
             tt_supports_cpu_regular, NULL, tt_nondet_run),
@@ -592,6 +602,8 @@ static const vc_algo_t tt_fakes[] = {
             tt_supports_cpu_regular, tt_fast2_ps, tt_fast2_run),
     TT_FAKE("fake_close", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,
             tt_supports_cpu_regular, tt_close_ps, tt_close_run),
+    TT_FAKE("fake_badref", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,
+            tt_supports_cpu_regular, NULL, tt_badref_run),
 };
 #define TT_N_FAKES ((int)(sizeof tt_fakes / sizeof tt_fakes[0]))
 enum {
@@ -605,7 +617,8 @@ enum {
   TT_DWE,
   TT_DWI,
   TT_FAST2,
-  TT_CLOSE
+  TT_CLOSE,
+  TT_BADREF
 };
 
 static const vc_algo_t *tt_fake_ptrs[TT_N_FAKES];

@@ -12,6 +12,7 @@
 /* ---- registry view ---------------------------------------------------- */
 static const vc_algo_t *const *g_extra;
 static int g_n_extra;
+int vc_tune_extra_first;
 
 void vc_tune_set_extra_algos(const vc_algo_t *const *algos, int n) {
   g_extra = n > 0 ? algos : NULL;
@@ -24,6 +25,11 @@ int vc_tune_algo_count(void) {
 
 const vc_algo_t *vc_tune_algo_at(int index) {
   const int n_reg = vc_algo_table_size();
+  if (vc_tune_extra_first) {
+    if (index >= 0 && index < g_n_extra)
+      return g_extra[index];
+    return vc_algo_at(index - g_n_extra);
+  }
   if (index < n_reg)
     return vc_algo_at(index);
   index -= n_reg;

@@ -567,36 +567,135 @@ typedef struct ref_state {
   vc_algo_params_t params;
   int ok;        /* p->c holds a correct output */
   int from_cand; /* the output came from candidate index (-1: reference) */
+  /* When two reference algorithms disagree with no third to decide, the
+   * second one's output (backend memory, freed by the caller): a candidate
+   * that agrees with either is accepted. */
+  void *alt;
+  const vc_algo_t *alt_algo;
 } ref_state_t;
 
+static voxconv_status_t
+run_ref_algo(voxconv_handle_t *h, const vc_conv_problem_t *p,
+             const vc_algo_t *a, const vc_algo_params_t *params, void *out) {
+  vc_conv_problem_t q = cand_problem(p, 0, out);
+  q.fp16_accum = 0;
+  q.deterministic = 0;
+  return run_with_workspace(h, a, &q, params);
+}
+
+/* 1 when two outputs agree within the fp32-accumulator tolerance. */
+static int outputs_agree(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                         const void *x, const void *y, double *max_rel) {
+  vc_check_t c;
+  *max_rel = INFINITY;
+  if (check_output(h, x, y, p->dtype, output_elems(p), &c) !=
+      VOXCONV_STATUS_SUCCESS)
+    return 0;
+  const vc_tolerance_t tol = vc_tune_tolerance(p->dtype, 0);
+  *max_rel = c.max_rel;
+  return c.n_nonfinite == 0 && c.max_rel <= tol.max_rel &&
+         c.norm_rel <= tol.norm_rel;
+}
+
+/* The next algorithm of order[*idx..] that runs p into out (default
+ * parameters, fp32 accumulation); NULL when none does. */
+static const vc_algo_t *next_ref(voxconv_handle_t *h,
+                                 const vc_conv_problem_t *p,
+                                 const vc_algo_t *const *order, int n_order,
+                                 int *idx, vc_algo_params_t *params, void *out,
+                                 const progress_t *pr) {
+  while (*idx < n_order) {
+    const vc_algo_t *a = order[(*idx)++];
+    default_params(a, p->pass, params);
+    voxconv_status_t st = run_ref_algo(h, p, a, params, out);
+    if (st == VOXCONV_STATUS_SUCCESS)
+      return a;
+    log_line(pr, "reference %s failed (%s): %s", a->info.name,
+             voxconv_status_string(st), h->last_error);
+  }
+  return NULL;
+}
+
 /* Runs the reference into p->c: the first deterministic algorithm that runs
- * p with default parameters and fp32 accumulation, else the first one. */
+ * p (default parameters, fp32 accumulation), else the first one at all.
+ * A single implementation is not trusted blindly: the next deterministic
+ * algorithm gives a second opinion, and when the two disagree a third one
+ * decides (the two that agree win). `scratch` (output-sized) is used for
+ * the third opinion. */
 static void run_reference(voxconv_handle_t *h, const vc_conv_problem_t *p,
-                          ref_state_t *ref, const progress_t *pr) {
+                          ref_state_t *ref, const progress_t *pr,
+                          void *scratch) {
   memset(ref, 0, sizeof *ref);
   ref->from_cand = -1;
   vc_conv_problem_t q = cand_problem(p, 0, p->c);
   q.fp16_accum = 0;
   q.deterministic = 0;
-  for (int want_det = 1; want_det >= 0 && !ref->ok; want_det--) {
-    for (int i = 0; i < vc_tune_algo_count() && !ref->ok; i++) {
-      const vc_algo_t *a = vc_tune_algo_at(i);
-      if (want_det && !a->info.deterministic)
-        continue;
-      if (cannot_run(h, a, &q))
-        continue;
-      default_params(a, p->pass, &ref->params);
-      ref->algo = a;
-      voxconv_status_t st = run_with_workspace(h, a, &q, &ref->params);
-      if (st == VOXCONV_STATUS_SUCCESS)
-        ref->ok = 1;
-      else
-        log_line(pr, "reference %s failed (%s): %s", a->info.name,
-                 voxconv_status_string(st), h->last_error);
-    }
+  const vc_algo_t *det[VC_SEL_MAX_ALGOS], *any[VC_SEL_MAX_ALGOS];
+  int n_det = 0, n_any = 0;
+  for (int i = 0; i < vc_tune_algo_count(); i++) {
+    const vc_algo_t *a = vc_tune_algo_at(i);
+    if (cannot_run(h, a, &q))
+      continue;
+    if (a->info.deterministic && n_det < VC_SEL_MAX_ALGOS)
+      det[n_det++] = a;
+    else if (!a->info.deterministic && n_any < VC_SEL_MAX_ALGOS)
+      any[n_any++] = a;
   }
-  if (!ref->ok)
-    ref->algo = NULL;
+  int idx = 0;
+  ref->algo = next_ref(h, p, det, n_det, &idx, &ref->params, p->c, pr);
+  if (!ref->algo) {
+    int j = 0;
+    ref->algo = next_ref(h, p, any, n_any, &j, &ref->params, p->c, pr);
+    ref->ok = ref->algo != NULL;
+    return; /* no deterministic algorithm to confirm with */
+  }
+  ref->ok = 1;
+  if (idx >= n_det)
+    return;
+  const size_t bytes = (size_t)output_elems(p) * voxconv_dtype_size(p->dtype);
+  void *second = NULL;
+  if (vc_alloc(h, bytes, &second, "tuning second reference") !=
+      VOXCONV_STATUS_SUCCESS)
+    return;
+  vc_algo_params_t p2, p3;
+  const vc_algo_t *a2 = next_ref(h, p, det, n_det, &idx, &p2, second, pr);
+  double mr12 = 0;
+  if (!a2 || outputs_agree(h, p, second, p->c, &mr12)) {
+    vc_free(h, second);
+    return; /* confirmed (or nothing to confirm with) */
+  }
+  const char *ns = vc_cache_pass_namespace((int)p->pass);
+  char once[256];
+  const vc_algo_t *a3 = next_ref(h, p, det, n_det, &idx, &p3, scratch, pr);
+  double mr13 = 0, mr23 = 0;
+  const int ag13 = a3 && outputs_agree(h, p, scratch, p->c, &mr13);
+  const int ag23 = a3 && outputs_agree(h, p, scratch, second, &mr23);
+  if (ag23 && !ag13) {
+    /* The first reference is the odd one out: the other two are it. */
+    snprintf(once, sizeof once, "refvote:%s:%s", ns, ref->algo->info.name);
+    vc_tune_warn_once(once,
+                      "%s: %s (default parameters) disagrees with %s and %s "
+                      "(max_rel %.3g); they are used as the reference",
+                      ns, ref->algo->info.name, a2->info.name, a3->info.name,
+                      mr12);
+    if (voxconv_memcpy(h, p->c, second, bytes,
+                       VOXCONV_MEMCPY_BACKEND_TO_BACKEND) ==
+        VOXCONV_STATUS_SUCCESS) {
+      ref->algo = a2;
+      ref->params = p2;
+    }
+  } else if (!ag13) {
+    snprintf(once, sizeof once, "refsplit:%s:%s", ns, ref->algo->info.name);
+    vc_tune_warn_once(once,
+                      "%s: reference algorithms disagree (%s vs %s: max_rel "
+                      "%.3g%s%s); candidates agreeing with either pass",
+                      ns, ref->algo->info.name, a2->info.name, mr12,
+                      a3 ? ", third opinion " : "", a3 ? a3->info.name : "");
+    ref->alt = second;
+    ref->alt_algo = a2;
+    return;
+  }
+  vc_free(h, second);
 }
 
 static void row_from_cand(const cand_t *c, vc_cache_row_t *r) {
@@ -636,7 +735,7 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
   const int runs = env_int("VOXCONV_AUTOTUNE_RUNS", 1, VC_MAX_RUNS, 5);
   const int warmup = env_int("VOXCONV_AUTOTUNE_WARMUP", 0, VC_MAX_RUNS, 1);
 
-  run_reference(h, p, ref, pr);
+  run_reference(h, p, ref, pr, scratch);
   double best = best_known_ms > 0 ? best_known_ms : INFINITY;
   const cand_t *best_c = NULL;
   *n_bad = 0;
@@ -688,6 +787,15 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
         continue;
       }
       const vc_tolerance_t tol = vc_tune_tolerance(p->dtype, c->f16acc);
+      vc_check_t alt;
+      if (ref->alt &&
+          (chk.n_nonfinite > 0 || !(chk.max_rel <= tol.max_rel) ||
+           !(chk.norm_rel <= tol.norm_rel)) &&
+          check_output(h, scratch, ref->alt, p->dtype, n_out, &alt) ==
+              VOXCONV_STATUS_SUCCESS &&
+          alt.n_nonfinite == 0 && alt.max_rel <= tol.max_rel &&
+          alt.norm_rel <= tol.norm_rel)
+        chk = alt; /* agrees with the other side of a split reference */
       c->max_rel = chk.max_rel;
       if (chk.n_nonfinite > 0) {
         c->state = C_NONFINITE;
@@ -787,6 +895,8 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
   free(idx);
   free(times);
   vc_free(h, scratch);
+  vc_free(h, ref->alt);
+  ref->alt = NULL;
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -1163,8 +1273,18 @@ voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
       win = &rec.rows[r];
   }
   progress_done(&pr, n_todo, n_bad, win);
-  if (!win && !ref.ok)
-    run_reference(h, p, &ref, &pr); /* nothing usable was recorded */
+  if (!win && !ref.ok) {
+    /* nothing usable was recorded: the reference output is the answer */
+    void *scratch = NULL;
+    const size_t bytes = (size_t)output_elems(p) * voxconv_dtype_size(p->dtype);
+    if (vc_alloc(h, bytes, &scratch, "tuning scratch output") ==
+        VOXCONV_STATUS_SUCCESS) {
+      run_reference(h, p, &ref, &pr, scratch);
+      vc_free(h, scratch);
+      vc_free(h, ref.alt);
+      ref.alt = NULL;
+    }
+  }
 
   if (win) {
     const int win_f16 = vc_params_f16_accum(win_algo, p->pass, &win_params);

@@ -44,6 +44,8 @@ const vc_algo_t *vc_tune_algo_at(int index);
 const vc_algo_t *vc_tune_algo_find(const char *name, voxconv_pass_t pass);
 /* Tests only: extra records (NULL/0 removes them). Not thread-safe. */
 void vc_tune_set_extra_algos(const vc_algo_t *const *algos, int n);
+/* Tests only: 1 puts those records before the registry's. */
+extern int vc_tune_extra_first;
 
 static inline int vc_algo_has_pass(const vc_algo_t *a, voxconv_pass_t pass) {
   return (a->info.passes & (1u << (unsigned)pass)) != 0;
