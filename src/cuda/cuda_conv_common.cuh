@@ -73,6 +73,49 @@ static inline int64_t vcc_max_pairs_per_offset(const voxconv_kmap_t *kmap) {
   return m;
 }
 
+/* ---- pair chunks (weight gradients) -------------------------------------
+ * Offset k's pairs are cut into ceil(P_k / L) chunks of L pairs (the last
+ * one shorter); chunks are numbered offset by offset. A weight gradient
+ * computes one fp32 partial per chunk and sums them in chunk order, which
+ * bounds every sequential (or tensor-core) accumulation chain to L pairs
+ * and makes the result independent of scheduling. */
+static __host__ __device__ __forceinline__ int64_t
+vcc_chunks_of(const vcc_pair_offsets_t &po, int k, int64_t L) {
+  return (po.po[k + 1] - po.po[k] + L - 1) / L;
+}
+
+static inline int64_t vcc_total_chunks(const voxconv_kmap_t *km, int64_t L) {
+  int64_t n = 0;
+  for (int k = 0; k < km->kvol; k++)
+    n += (km->pair_offsets[k + 1] - km->pair_offsets[k] + L - 1) / L;
+  return n;
+}
+
+/* dw[k][e] = sum over offset k's chunks c (in chunk order) of
+ * part[c][e] (slab = cin * cout elements per chunk); offsets without
+ * pairs get 0. */
+template <typename T>
+static __global__ void vcc_chunk_reduce_kernel(const float *__restrict__ part,
+                                               T *__restrict__ dw,
+                                               const vcc_pair_offsets_t po,
+                                               int kvol, int64_t slab,
+                                               int64_t L) {
+  const int64_t elems = (int64_t)kvol * slab;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < elems;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int k = (int)(e / slab);
+    const int64_t within = e - (int64_t)k * slab;
+    int64_t first = 0;
+    for (int j = 0; j < k; j++)
+      first += vcc_chunks_of(po, j, L);
+    const int64_t n = vcc_chunks_of(po, k, L);
+    float s = 0.f;
+    for (int64_t c = 0; c < n; c++)
+      s += part[(first + c) * slab + within];
+    VcDtype<T>::store(dw + e, s);
+  }
+}
+
 /* ---- one workspace block, several aligned sub-buffers ------------------
  * workspace_size() and run() both walk the same sequence of take() calls:
  * with base == NULL it only measures, so the two can never disagree. */

@@ -16,18 +16,20 @@
  *                                workspace), then every output row sums its
  *                                G rows in offset order: written once,
  *                                bitwise reproducible.
- *  wgrad (both):                 dW[k] = Xg_k^T DYg_k, one GEMM per offset
- *                                into fp32; cuBLAS GEMMs are reproducible
- *                                run to run, so both records are. The
- *                                operands are gathered as f32 for every
- *                                dtype and multiplied by SGEMM (PEDANTIC):
- *                                on the H200 (cuBLAS 13.0) f16/bf16 GemmEx
- *                                with K = pairs of one offset (thousands)
- *                                gave elements off by up to 32x the
- *                                1e-3*rms floor (norm 6e-3) while the f32
- *                                path was within 5e-4; cause not found,
- *                                so tensor cores are not used here.
- *
+ *  wgrad (both):                 dW[k] = Xg_k^T DYg_k with fp32 results;
+ *                                cuBLAS GEMMs are reproducible run to run,
+ *                                so both records are.
+ *    f32:       one SGEMM (PEDANTIC) per offset, K = the offset's pairs.
+ *    f16/bf16:  tensor cores, but K cut into chunks of L pairs (L = 256,
+ *               raised only to keep the partials under 1 GiB): one
+ *               strided-batched GEMM per offset writes an fp32 partial per
+ *               chunk and a kernel sums them in chunk order. Measured on
+ *               the H200 (cuBLAS 13.0): one GemmEx over K = all pairs of
+ *               an offset (thousands) gave elements off by up to 32x the
+ *               1e-3*rms floor (norm 6e-3), mask_gemm's error also grew
+ *               with its K per slice, while K <= 160 (fwd/dgrad) was exact
+ *               to the output rounding: the tensor-core fp32 accumulator
+ *               loses precision over long K. *
  * Row-major A[M][K] B[K][N] = C[M][N] is the column-major product
  * C^T = B^T A^T: every cuBLAS call below swaps the operands accordingly. */
 #include "cuda_conv_common.cuh"
@@ -51,43 +53,6 @@ __global__ void eg_gather_kernel(const U *__restrict__ src,
     for (int u = threadIdx.x; u < units; u += 32)
       drow[u] = srow[u];
   }
-}
-
-/* dst[p][c] = (float)src[rows[p]][c]: the f32 gather of wgrad. */
-template <typename T>
-__global__ void eg_gather_f32_kernel(const T *__restrict__ src,
-                                     const int32_t *__restrict__ rows,
-                                     float *__restrict__ dst, int64_t n_pairs,
-                                     int channels, int64_t ld) {
-  for (int64_t p = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; p < n_pairs;
-       p += (int64_t)gridDim.x * blockDim.y) {
-    const T *srow = src + (int64_t)__ldg(rows + p) * channels;
-    float *drow = dst + p * ld;
-    for (int c = threadIdx.x; c < channels; c += 32)
-      drow[c] = vcc_ld(srow + c);
-  }
-}
-
-voxconv_status_t gather_rows_f32(voxconv_handle_t *h, voxconv_dtype_t dt,
-                                 const void *src, const int32_t *rows,
-                                 float *dst, int64_t n_pairs, int64_t channels,
-                                 int64_t ld) {
-  if (n_pairs <= 0)
-    return VOXCONV_STATUS_SUCCESS;
-  const dim3 block(32, 8);
-  const unsigned grid = vc_grid_1d(n_pairs, 8, 1 << 16);
-  const cudaStream_t st = vc_cuda_stream(h);
-  if (dt == VOXCONV_DTYPE_F32)
-    eg_gather_f32_kernel<float><<<grid, block, 0, st>>>(
-        (const float *)src, rows, dst, n_pairs, (int)channels, ld);
-  else if (dt == VOXCONV_DTYPE_F16)
-    eg_gather_f32_kernel<__half><<<grid, block, 0, st>>>(
-        (const __half *)src, rows, dst, n_pairs, (int)channels, ld);
-  else
-    eg_gather_f32_kernel<__nv_bfloat16><<<grid, block, 0, st>>>(
-        (const __nv_bfloat16 *)src, rows, dst, n_pairs, (int)channels, ld);
-  VC_CUDA_LAUNCH_CHECK(h, "eg_gather_f32_kernel");
-  return VOXCONV_STATUS_SUCCESS;
 }
 
 template <typename U>
@@ -236,6 +201,18 @@ typedef struct eg_layout {
   float *acc;      /* f32 accumulator (atomic fwd/dgrad, f16/bf16; wgrad) */
 } eg_layout_t;
 
+/* Pairs per tensor-core wgrad chunk: 256, doubled while the partials
+ * (one cin x cout fp32 slab per chunk) would exceed 1 GiB. */
+int64_t eg_wgrad_chunk(const vc_conv_problem_t *p) {
+  const int64_t slab = p->cin * p->cout * (int64_t)sizeof(float);
+  const int64_t budget = (int64_t)1 << 30;
+  int64_t L = 256;
+  while ((p->kmap->n_pairs / L + p->kmap->kvol) * slab > budget &&
+         L < ((int64_t)1 << 30))
+    L *= 2;
+  return L;
+}
+
 /* Both workspace_size() and run() carve through this, so they agree. */
 void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
               eg_layout_t *L) {
@@ -261,14 +238,15 @@ void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
       L->acc = (float *)vcc_take(c, (size_t)(n_rows * o_ch) * sizeof(float));
     break;
   }
-  case VOXCONV_PASS_CONV_WGRAD: /* f32 operands, see the top comment */
-    L->gathered =
-        (char *)vcc_take(c, (size_t)(P * vcc_padded_ld(p->cin)) * sizeof(float));
-    L->gathered2 = (char *)vcc_take(
-        c, (size_t)(P * vcc_padded_ld(p->cout)) * sizeof(float));
-    if (!f32)
+  case VOXCONV_PASS_CONV_WGRAD:
+    L->gathered = (char *)vcc_take(c, (size_t)(P * vcc_padded_ld(p->cin)) * es);
+    L->gathered2 =
+        (char *)vcc_take(c, (size_t)(P * vcc_padded_ld(p->cout)) * es);
+    if (!f32) /* chunk partials */
       L->acc = (float *)vcc_take(
-          c, (size_t)((int64_t)km->kvol * p->cin * p->cout) * sizeof(float));
+          c, (size_t)(vcc_total_chunks(km, eg_wgrad_chunk(p)) * p->cin *
+                      p->cout) *
+                 sizeof(float));
     break;
   default:
     break;
@@ -385,45 +363,78 @@ voxconv_status_t eg_wgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
   const int64_t cin = p->cin, cout = p->cout;
   const int64_t ldx = vcc_padded_ld(cin), ldy = vcc_padded_ld(cout);
   const int64_t P = km->n_pairs;
-  const size_t es = sizeof(float); /* gathered operands are f32 */
-  const int64_t wel = (int64_t)km->kvol * cin * cout;
-  float *dw = p->dtype == VOXCONV_DTYPE_F32 ? (float *)p->c : L->acc;
+  const size_t es = vcc_dtype_bytes(p->dtype);
+  const int64_t slab = cin * cout, wel = (int64_t)km->kvol * slab;
+  const int f32 = p->dtype == VOXCONV_DTYPE_F32;
 
-  /* Offsets without pairs get zeros; the GEMMs overwrite the others. */
-  VC_CUDA_TRY(h, cudaMemsetAsync(dw, 0, (size_t)wel * 4, st));
-  if (P > 0) {
-    VC_CHECK(gather_rows_f32(h, p->dtype, p->a, km->in_rows,
-                             (float *)L->gathered, P, cin, ldx));
-    VC_CHECK(gather_rows_f32(h, p->dtype, p->b, km->out_rows,
-                             (float *)L->gathered2, P, cout, ldy));
-    cublasHandle_t cb = vc_cuda_cublas(h);
-    const float one = 1.f, zero = 0.f;
-    const cudaDataType_t ty = CUDA_R_32F;
-    const cublasComputeType_t ct = CUBLAS_COMPUTE_32F_PEDANTIC;
+  if (P <= 0) {
+    VC_CUDA_TRY(h, cudaMemsetAsync(p->c, 0, (size_t)wel * es, st));
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  VC_CHECK(gather_rows(h, p->a, km->in_rows, L->gathered, P, cin, ldx, es));
+  VC_CHECK(gather_rows(h, p->b, km->out_rows, L->gathered2, P, cout, ldy, es));
+  cublasHandle_t cb = vc_cuda_cublas(h);
+  const float one = 1.f, zero = 0.f;
+  const cudaDataType_t ty = cuda_type(p->dtype);
+  const cublasComputeType_t ct = compute_type(p->dtype);
+
+  /* dW_k[cin][cout] = Xg_k^T[cin][pk] DYg_k[pk][cout]; column-major:
+   * dW_k^T[cout][cin] = DYg_k^T[cout][pk] Xg_k[pk][cin]. */
+  if (f32) {
+    float *dw = (float *)p->c;
+    /* Offsets without pairs get zeros; the GEMMs overwrite the others. */
+    VC_CUDA_TRY(h, cudaMemsetAsync(dw, 0, (size_t)wel * 4, st));
     for (int k = 0; k < km->kvol; k++) {
       const int64_t p0 = km->pair_offsets[k];
       const int64_t pk = km->pair_offsets[k + 1] - p0;
       if (pk <= 0)
         continue;
-      if (pk > 0x7FFFFFFF)
-        return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
-                       "explicit_gemm: offset %d has %lld pairs (> 2^31-1)", k,
-                       (long long)pk);
-      /* dW_k[cin][cout] = Xg_k^T[cin][pk] DYg_k[pk][cout]; column-major:
-       * dW_k^T[cout][cin] = DYg_k^T[cout][pk] Xg_k[pk][cin]. */
       const char *xk = L->gathered + (size_t)(p0 * ldx) * es;
       const char *yk = L->gathered2 + (size_t)(p0 * ldy) * es;
       VC_CUBLAS_TRY(h, cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout,
                                     (int)cin, (int)pk, &one, yk, ty, (int)ldy,
-                                    xk, ty, (int)ldx, &zero, dw + k * cin * cout,
+                                    xk, ty, (int)ldx, &zero, dw + k * slab,
                                     CUDA_R_32F, (int)cout, ct,
                                     CUBLAS_GEMM_DEFAULT));
     }
+    return VOXCONV_STATUS_SUCCESS;
   }
+
+  const int64_t chunk = eg_wgrad_chunk(p);
+  int64_t slot = 0;
+  for (int k = 0; k < km->kvol; k++) {
+    const int64_t p0 = km->pair_offsets[k];
+    const int64_t pk = km->pair_offsets[k + 1] - p0;
+    const int64_t nfull = pk / chunk, tail = pk - nfull * chunk;
+    const char *xk = L->gathered + (size_t)(p0 * ldx) * es;
+    const char *yk = L->gathered2 + (size_t)(p0 * ldy) * es;
+    if (nfull > 0)
+      VC_CUBLAS_TRY(h, cublasGemmStridedBatchedEx(
+                           cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
+                           (int)chunk, &one, yk, ty, (int)ldy,
+                           (long long)(chunk * ldy), xk, ty, (int)ldx,
+                           (long long)(chunk * ldx), &zero, L->acc + slot * slab,
+                           CUDA_R_32F, (int)cout, (long long)slab, (int)nfull,
+                           ct, CUBLAS_GEMM_DEFAULT));
+    if (tail > 0)
+      VC_CUBLAS_TRY(
+          h, cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
+                          (int)tail, &one, yk + (size_t)(nfull * chunk * ldy) * es,
+                          ty, (int)ldy, xk + (size_t)(nfull * chunk * ldx) * es,
+                          ty, (int)ldx, &zero, L->acc + (slot + nfull) * slab,
+                          CUDA_R_32F, (int)cout, ct, CUBLAS_GEMM_DEFAULT));
+    slot += nfull + (tail > 0);
+  }
+  vcc_pair_offsets_t po;
+  vcc_fill_pair_offsets(km, &po);
   if (p->dtype == VOXCONV_DTYPE_F16)
-    VC_CHECK(vcc_convert_f32<__half>(h, dw, (__half *)p->c, wel));
-  else if (p->dtype == VOXCONV_DTYPE_BF16)
-    VC_CHECK(vcc_convert_f32<__nv_bfloat16>(h, dw, (__nv_bfloat16 *)p->c, wel));
+    vcc_chunk_reduce_kernel<__half><<<vc_grid_1d(wel, 256, 8192), 256, 0, st>>>(
+        L->acc, (__half *)p->c, po, km->kvol, slab, chunk);
+  else
+    vcc_chunk_reduce_kernel<__nv_bfloat16>
+        <<<vc_grid_1d(wel, 256, 8192), 256, 0, st>>>(
+            L->acc, (__nv_bfloat16 *)p->c, po, km->kvol, slab, chunk);
+  VC_CUDA_LAUNCH_CHECK(h, "vcc_chunk_reduce_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
 

@@ -155,13 +155,6 @@ __global__ void igemm_transpose_w_kernel(const T *__restrict__ w,
   }
 }
 
-/* Chunk bookkeeping shared by the wgrad kernels: offset k has
- * ceil(P_k / L) chunks; chunks are numbered offset by offset. */
-static __device__ __forceinline__ int64_t chunks_of(const vcc_pair_offsets_t &po,
-                                                    int k, int64_t L) {
-  return (po.po[k + 1] - po.po[k] + L - 1) / L;
-}
-
 /* Weight gradient, one (chunk of pairs, dW tile) per block:
  *   partial[m][n] = sum over the chunk's pairs p (all of one offset k)
  *                   x[in[p]][m0+m] * dy[out[p]][n0+n]
@@ -189,8 +182,8 @@ __global__ void __launch_bounds__(kThreads)
   /* Which offset this chunk belongs to (a walk over <= 343 offsets). */
   int k = 0;
   int64_t first = 0;
-  while (k < kvol - 1 && first + chunks_of(po, k, L) <= chunk) {
-    first += chunks_of(po, k, L);
+  while (k < kvol - 1 && first + vcc_chunks_of(po, k, L) <= chunk) {
+    first += vcc_chunks_of(po, k, L);
     k++;
   }
   const int64_t pb = po.po[k] + (chunk - first) * L;
@@ -267,29 +260,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/* dw[k][e] = sum over offset k's chunks c (in chunk order) of part[c][e];
- * offsets without pairs get 0. */
-template <typename T>
-__global__ void igemm_wgrad_reduce_kernel(const float *__restrict__ part,
-                                          T *__restrict__ dw,
-                                          const vcc_pair_offsets_t po,
-                                          int kvol, int64_t slab, int64_t L) {
-  const int64_t elems = (int64_t)kvol * slab;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < elems;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int k = (int)(e / slab);
-    const int64_t within = e - (int64_t)k * slab;
-    int64_t first = 0;
-    for (int j = 0; j < k; j++)
-      first += chunks_of(po, j, L);
-    const int64_t n = chunks_of(po, k, L);
-    float s = 0.f;
-    for (int64_t c = 0; c < n; c++)
-      s += part[(first + c) * slab + within];
-    vcc_st(dw + e, s);
-  }
-}
-
 /* ---- parameters ---------------------------------------------------------
  * fwd_block_size b (fwd, dgrad): a block covers 4*b gathered rows
  *   (16, 64 or 128) times up to 64 output channels; small b suits small
@@ -319,7 +289,7 @@ const vc_param_space_t *igemm_param_space(voxconv_pass_t pass) {
 int valid_block(int32_t b) { return b == 4 || b == 16 || b == 32; }
 int valid_split(int32_t s) { return s == 2 || s == 4 || s == 8; }
 
-constexpr int64_t kMaxChunk = 8192; /* pairs per wgrad block, at most */
+constexpr int64_t kMaxChunk = 2048; /* pairs per wgrad block, at most */
 
 int tile_of(int32_t g) { return g == 4 ? 16 : g == 16 ? 64 : 128; }
 
@@ -340,10 +310,7 @@ int64_t wgrad_chunk_len(const voxconv_kmap_t *km, int64_t cin, int64_t cout,
 }
 
 int64_t wgrad_chunks(const voxconv_kmap_t *km, int64_t L) {
-  int64_t n = 0;
-  for (int k = 0; k < km->kvol; k++)
-    n += (km->pair_offsets[k + 1] - km->pair_offsets[k] + L - 1) / L;
-  return n;
+  return vcc_total_chunks(km, L);
 }
 
 /* Workspace: dgrad W^T; wgrad f32 accumulator (atomic, non-f32 dtypes) or
@@ -499,9 +466,9 @@ voxconv_status_t igemm_run_t(voxconv_handle_t *h, const vc_conv_problem_t *p,
     if (deterministic) {
       vcc_pair_offsets_t po;
       vcc_fill_pair_offsets(km, &po);
-      igemm_wgrad_reduce_kernel<T><<<vc_grid_1d(wel, 256, 8192), 256, 0, st>>>(
+      vcc_chunk_reduce_kernel<T><<<vc_grid_1d(wel, 256, 8192), 256, 0, st>>>(
           dst, (T *)p->c, po, kvol, (int64_t)cin * cout, L);
-      VC_CUDA_LAUNCH_CHECK(h, "igemm_wgrad_reduce_kernel");
+      VC_CUDA_LAUNCH_CHECK(h, "vcc_chunk_reduce_kernel");
     } else if (p->dtype != VOXCONV_DTYPE_F32) {
       VC_CHECK(vcc_convert_f32<T>(h, dst, (T *)p->c, wel));
     }
