@@ -57,15 +57,12 @@ static __device__ __forceinline__ int vc_dev_hash_insert(const VcGpuHash &t,
                                                          uint64_t key,
                                                          int32_t row) {
   uint64_t s = vc_dev_hash_slot(t, key);
+  /* CAS straight away: at load <= 0.5 the first slot is usually free, and
+   * a plain load first would add a dependent round trip to L2. */
   for (uint64_t probe = 0; probe <= t.mask; ++probe) {
-    unsigned long long cur = t.keys[s];
-    if (cur == VC_KEY_EMPTY) {
-      cur = atomicCAS(&t.keys[s], (unsigned long long)VC_KEY_EMPTY,
-                      (unsigned long long)key);
-      if (cur == VC_KEY_EMPTY)
-        cur = key; /* we claimed it */
-    }
-    if (cur == key) {
+    const unsigned long long cur = atomicCAS(
+        &t.keys[s], (unsigned long long)VC_KEY_EMPTY, (unsigned long long)key);
+    if (cur == VC_KEY_EMPTY || cur == key) {
       atomicMin(&t.vals[s], row);
       return 1;
     }
