@@ -666,7 +666,8 @@ VOXCONV_API voxconv_status_t voxconv_cache_get_candidate(
  * deterministic flags, and the same ceil(log2) of cin and of cout. Over the
  * recorded "all" searches of that family, a greedy cover: the fewest
  * candidates (at most `max`) such that every search had one of them within
- * 5% of its best. *count = 0 when fewer than 2 such searches exist (auto
+ * 5% of its best (fp16-accumulator tiles left out of fp32-accumulator
+ * families, best = their best fp32 tile). *count = 0 when fewer than 2 such searches exist (auto
  * then falls back to its default pool). */
 VOXCONV_API voxconv_status_t voxconv_cache_recommend(
     const voxconv_cache_t *cache, int index, voxconv_cache_candidate_t *cands,

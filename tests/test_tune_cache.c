@@ -753,6 +753,40 @@ static void test_recommend(void) {
   n = vc_cache_recommend(&db, ns, &k1, 0.25, 2, out, 8);
   VC_EXPECT(n == 1 && strcmp(out[0].algo, "A") == 0, "wider slack: %d", n);
 
+  /* fp16-accumulator tiles (from "all" searches) are left out of an fp32
+   * family's set, and the best is then the best fp32 tile. */
+  {
+    vc_cache_db_t d2;
+    vc_cache_db_init(&d2);
+    for (int i = 0; i < 2; i++) {
+      vc_cache_key_t k = make_key("cuda:G:cc9.0", 64, 64 - 8 * i);
+      vc_cache_entry_t *e = vc_cache_db_upsert(&d2, ns, &k);
+      e->coverage = VC_COVER_ALL;
+      vc_cache_row_t r16 =
+          make_row("mg", "tile=1,accumulator_type=16", 0.5, "ok", 0.2);
+      vc_cache_row_t r32 =
+          make_row("mg", "tile=1,accumulator_type=32", 1.0, "ok", 0);
+      vc_cache_row_t r32b =
+          make_row("mg", "tile=2,accumulator_type=32", 1.04, "ok", 0);
+      vc_cache_entry_put_row(e, &r16);
+      vc_cache_entry_put_row(e, &r32);
+      vc_cache_entry_put_row(e, &r32b);
+      vc_cache_entry_sort(e);
+    }
+    vc_cache_key_t fam32 = make_key("cuda:G:cc9.0", 64, 64);
+    n = vc_cache_recommend(&d2, ns, &fam32, 0.05, 2, out, 8);
+    VC_EXPECT(n == 1 &&
+                  strcmp(out[0].params, "tile=1,accumulator_type=32") == 0,
+              "fp32 family: %d, %s", n, n ? out[0].params : "");
+    vc_cache_row_t probe = make_row("x", "a=1,accumulator_type=1", 1, "ok", 0);
+    VC_EXPECT(vc_cache_row_f16acc(&probe), "value 1 is fp16");
+    probe = make_row("x", "xaccumulator_type=16", 1, "ok", 0);
+    VC_EXPECT(!vc_cache_row_f16acc(&probe), "only the exact parameter name");
+    probe = make_row("x", "accumulator_type=160", 1, "ok", 0);
+    VC_EXPECT(!vc_cache_row_f16acc(&probe), "only the exact value");
+    vc_cache_db_free(&d2);
+  }
+
   /* Through a file and the public API, as the analyze tool sees it. */
   tt_fresh_cache_dir();
   size_t len = 0;

@@ -795,6 +795,35 @@ static int ceil_log2_i64(int64_t v) {
   return r;
 }
 
+/* An fp16-accumulator tile: parameter "accumulator_type" (VC_PARAM_ACCUMULATOR
+ * in vc_algo.h) with value 16 or 1. */
+int vc_cache_row_f16acc(const vc_cache_row_t *r) {
+  static const char name[] = "accumulator_type=";
+  for (const char *p = strstr(r->params, name); p; p = strstr(p + 1, name)) {
+    if (p != r->params && p[-1] != ',')
+      continue;
+    const char *v = p + sizeof name - 1;
+    size_t n = strcspn(v, ",");
+    if ((n == 2 && strncmp(v, "16", 2) == 0) || (n == 1 && v[0] == '1'))
+      return 1;
+  }
+  return 0;
+}
+
+/* Rows auto may use for a family: ok, and no fp16-accumulator tile when
+ * the family's accumulator is fp32 (such rows come from "all" searches). */
+static int rec_usable(const vc_cache_key_t *like, const vc_cache_row_t *r) {
+  return vc_cache_row_ok(r) && (like->acc || !vc_cache_row_f16acc(r));
+}
+
+static const vc_cache_row_t *first_usable(const vc_cache_entry_t *e,
+                                          const vc_cache_key_t *like) {
+  for (int i = 0; i < e->n_rows; i++)
+    if (rec_usable(like, &e->rows[i]))
+      return &e->rows[i];
+  return NULL;
+}
+
 typedef struct {
   const vc_cache_row_t *row; /* identity (algo, params) */
   int n_cover;
@@ -818,7 +847,7 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
         k->dtype != like->dtype || k->acc != like->acc || k->det != like->det ||
         ceil_log2_i64(k->cin) != lci || ceil_log2_i64(k->cout) != lco)
       continue;
-    if (e->n_rows == 0 || !vc_cache_row_ok(&e->rows[0]))
+    if (!first_usable(e, like))
       continue;
     n_fam++;
   }
@@ -841,17 +870,18 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
         k->dtype != like->dtype || k->acc != like->acc || k->det != like->det ||
         ceil_log2_i64(k->cin) != lci || ceil_log2_i64(k->cout) != lco)
       continue;
-    if (e->n_rows == 0 || !vc_cache_row_ok(&e->rows[0]))
+    if (!first_usable(e, like))
       continue;
     fam[n_fam++] = i;
   }
   /* The distinct ok candidates of the family with their mean ratio. */
   for (int f = 0; f < n_fam; f++) {
     const vc_cache_entry_t *e = &db->entries[fam[f]];
-    const double best = e->rows[0].time_ms > 0 ? e->rows[0].time_ms : 1e-9;
+    const double b = first_usable(e, like)->time_ms;
+    const double best = b > 0 ? b : 1e-9;
     for (int r = 0; r < e->n_rows; r++) {
       const vc_cache_row_t *row = &e->rows[r];
-      if (!vc_cache_row_ok(row))
+      if (!rec_usable(like, row))
         continue;
       int c = 0;
       while (c < n_c && (strcmp(cands[c].row->algo, row->algo) ||
@@ -885,8 +915,8 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
         const vc_cache_entry_t *e = &db->entries[fam[f]];
         const vc_cache_row_t *row = vc_cache_entry_find_row(
             e, cands[c].row->algo, cands[c].row->params);
-        if (row && vc_cache_row_ok(row) &&
-            row->time_ms <= e->rows[0].time_ms * (1.0 + slack))
+        if (row && rec_usable(like, row) &&
+            row->time_ms <= first_usable(e, like)->time_ms * (1.0 + slack))
           cover++;
       }
       cands[c].n_cover = cover;
@@ -908,8 +938,8 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
       const vc_cache_entry_t *e = &db->entries[fam[f]];
       const vc_cache_row_t *row = vc_cache_entry_find_row(
           e, cands[best_c].row->algo, cands[best_c].row->params);
-      if (row && vc_cache_row_ok(row) &&
-          row->time_ms <= e->rows[0].time_ms * (1.0 + slack))
+      if (row && rec_usable(like, row) &&
+          row->time_ms <= first_usable(e, like)->time_ms * (1.0 + slack))
         covered[f] = 1;
     }
     vc_cache_row_t *o = &out[n_out++];

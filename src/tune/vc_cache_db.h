@@ -131,6 +131,11 @@ static inline int vc_cache_row_ok(const vc_cache_row_t *r) {
   return r->status[0] == 'o' && r->status[1] == 'k' && r->status[2] == '\0';
 }
 
+/* 1 when the row's parameters select an fp16-accumulator tile
+ * ("accumulator_type" = 16 or 1; see VC_PARAM_ACCUMULATOR in vc_algo.h).
+ * Recommendations for fp32-accumulator families leave such rows out. */
+int vc_cache_row_f16acc(const vc_cache_row_t *r);
+
 /* Names used in the file. NULL / -1 when unknown. */
 const char *vc_cache_dtype_name(int dtype);
 int vc_cache_dtype_parse(const char *s);
