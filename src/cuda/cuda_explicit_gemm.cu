@@ -1,10 +1,11 @@
 /* explicit_gemm / explicit_gemm_det: gather -> cuBLAS GEMM per kernel
  * offset -> scatter.
  *
- * All pairs of the map are gathered at once into a [P][ld] buffer (pairs
- * grouped by offset, so offset k's rows are the contiguous block
- * [po[k], po[k+1]) and its GEMM needs only a pointer offset: the per-offset
- * counts live on the host in kmap->pair_offsets, so no device->host sync).
+ * All pairs of the map are gathered at once into a [rows][ld] buffer (pairs
+ * grouped by offset, each offset's block padded to whole chunks of rows, so
+ * every chunk belongs to one offset and one batched GEMM covers them all;
+ * the per-offset counts live on the host in kmap->pair_offsets, so no
+ * device->host sync).
  * Each GEMM writes fp32 (CUBLAS_COMPUTE_32F; PEDANTIC for f32 inputs so no
  * TF32 ever enters), so the only rounding to a 16-bit dtype is the final
  * store: the sum over offsets happens in fp32 too.
@@ -21,9 +22,10 @@
  *                                so both records are.
  *    f32:       one SGEMM (PEDANTIC) per offset, K = the offset's pairs.
  *    f16/bf16:  tensor cores, but K cut into chunks of L pairs (L = 256,
- *               raised only to keep the partials under 1 GiB): one
- *               strided-batched GEMM per offset writes an fp32 partial per
- *               chunk and a kernel sums them in chunk order. Measured on
+ *               raised only to keep the partials under 1 GiB): the rows of
+ *               each offset are padded with zeros to whole chunks, one
+ *               strided-batched GEMM writes an fp32 partial per chunk and a
+ *               kernel sums each offset's partials in chunk order. Measured on
  *               the H200 (cuBLAS 13.0): one GemmEx over K = all pairs of
  *               an offset (thousands) gave elements off by up to 32x the
  *               1e-3*rms floor (norm 6e-3), mask_gemm's error also grew
@@ -86,37 +88,176 @@ voxconv_status_t gather_rows(voxconv_handle_t *h, const void *src,
   return gather_as<uint16_t>(h, src, rows, dst, n_pairs, rb, lb);
 }
 
-/* ---- scatter ----------------------------------------------------------- */
-/* acc[rows[p]][c] += g[p][c] (float atomics). */
-__global__ void eg_scatter_add_kernel(const float *__restrict__ g,
-                                      const int32_t *__restrict__ rows,
-                                      float *__restrict__ acc, int64_t n_pairs,
-                                      int channels, int64_t ldg) {
-  for (int64_t p = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; p < n_pairs;
-       p += (int64_t)gridDim.x * blockDim.y) {
-    const int64_t r = __ldg(rows + p);
-    for (int c = threadIdx.x; c < channels; c += 32)
-      atomicAdd(acc + r * channels + c, g[p * ldg + c]);
-  }
+/* ---- padded gather (tensor-core wgrad) ----------------------------------
+ * Offset k's pairs go to rows [ppo[k], ppo[k] + P_k) of the buffer, and
+ * ppo[k+1] - ppo[k] = ceil(P_k / L) * L, the rows in between are zero: then
+ * every chunk of L rows belongs to one offset, and one strided-batched GEMM
+ * over all chunks replaces two calls per offset (launch overhead dominated
+ * the small levels). 5.5 KB by value: CUDA >= 12.1 allows 32 KB of
+ * parameters. */
+typedef struct eg_padded_offsets {
+  int64_t po[VOXCONV_KERNEL_VOLUME_MAX + 1];
+  int64_t ppo[VOXCONV_KERNEL_VOLUME_MAX + 1];
+  int kvol;
+} eg_padded_offsets_t;
+
+static void eg_fill_padded(const voxconv_kmap_t *km, int64_t L,
+                           eg_padded_offsets_t *o) {
+  memset(o, 0, sizeof *o);
+  o->kvol = km->kvol;
+  for (int k = 0; k <= km->kvol; k++)
+    o->po[k] = km->pair_offsets[k];
+  for (int k = 0; k < km->kvol; k++)
+    o->ppo[k + 1] = o->ppo[k] + (o->po[k + 1] - o->po[k] + L - 1) / L * L;
 }
 
-/* pidx[rows[p] * kvol + k(p)] = p, k(p) found in the offsets by bisection.
- * Each (row, k) has at most one pair, so the writes never collide. */
-__global__ void eg_pair_index_kernel(const int32_t *__restrict__ rows,
-                                     const vcc_pair_offsets_t po, int kvol,
-                                     int32_t *__restrict__ pidx,
-                                     int64_t n_pairs) {
-  for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n_pairs;
-       p += (int64_t)gridDim.x * blockDim.x) {
-    int lo = 0, hi = kvol - 1; /* largest k with po[k] <= p */
+template <typename U>
+__global__ void eg_gather_padded_kernel(const U *__restrict__ src,
+                                        const int32_t *__restrict__ rows,
+                                        U *__restrict__ dst, int64_t n_pairs,
+                                        int units, int ld_units,
+                                        const eg_padded_offsets_t off) {
+  for (int64_t p = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; p < n_pairs;
+       p += (int64_t)gridDim.x * blockDim.y) {
+    int lo = 0, hi = off.kvol - 1; /* largest k with po[k] <= p */
     while (lo < hi) {
       const int mid = (lo + hi + 1) / 2;
-      if (po.po[mid] <= p)
+      if (off.po[mid] <= p)
         lo = mid;
       else
         hi = mid - 1;
     }
-    pidx[(int64_t)__ldg(rows + p) * kvol + lo] = (int32_t)p;
+    const int64_t s = __ldg(rows + p);
+    const U *srow = src + s * units;
+    U *drow = dst + (p - off.po[lo] + off.ppo[lo]) * ld_units;
+    for (int u = threadIdx.x; u < units; u += 32)
+      drow[u] = srow[u];
+  }
+}
+
+/* Zeros the pad rows of every offset (grid.y = offset). */
+template <typename U>
+__global__ void eg_zero_pad_kernel(U *__restrict__ dst, int ld_units,
+                                   const eg_padded_offsets_t off) {
+  const int k = blockIdx.y;
+  const int64_t end = off.ppo[k + 1];
+  for (int64_t r = off.ppo[k] + (off.po[k + 1] - off.po[k]) +
+                   (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+       r < end; r += (int64_t)gridDim.x * blockDim.y)
+    for (int u = threadIdx.x; u < ld_units; u += 32)
+      dst[r * ld_units + u] = U();
+}
+
+template <typename U>
+voxconv_status_t gather_padded_as(voxconv_handle_t *h, const void *src,
+                                  const int32_t *rows, void *dst,
+                                  int64_t n_pairs, int64_t row_bytes,
+                                  int64_t ld_bytes, int64_t L,
+                                  const eg_padded_offsets_t *off,
+                                  int zero_pad) {
+  const dim3 block(32, 8);
+  const cudaStream_t st = vc_cuda_stream(h);
+  const int units = (int)(row_bytes / sizeof(U)),
+            ld_units = (int)(ld_bytes / sizeof(U));
+  if (n_pairs > 0) {
+    eg_gather_padded_kernel<U><<<vc_grid_1d(n_pairs, 8, 1 << 16), block, 0, st>>>(
+        (const U *)src, rows, (U *)dst, n_pairs, units, ld_units, *off);
+    VC_CUDA_LAUNCH_CHECK(h, "eg_gather_padded_kernel");
+  }
+  if (zero_pad) {
+    const dim3 zgrid((unsigned)vc_ceil_div<int64_t>(L, 8),
+                     (unsigned)off->kvol);
+    eg_zero_pad_kernel<U><<<zgrid, block, 0, st>>>((U *)dst, ld_units, *off);
+    VC_CUDA_LAUNCH_CHECK(h, "eg_zero_pad_kernel");
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t gather_rows_padded(voxconv_handle_t *h, const void *src,
+                                    const int32_t *rows, void *dst,
+                                    int64_t n_pairs, int64_t channels,
+                                    int64_t ld, size_t es, int64_t L,
+                                    const eg_padded_offsets_t *off,
+                                    int zero_pad) {
+  const int64_t rb = channels * (int64_t)es, lb = ld * (int64_t)es;
+  const uintptr_t align = (uintptr_t)src | (uintptr_t)dst;
+  if (rb % 16 == 0 && lb % 16 == 0 && align % 16 == 0)
+    return gather_padded_as<uint4>(h, src, rows, dst, n_pairs, rb, lb, L, off, zero_pad);
+  if (rb % 8 == 0 && lb % 8 == 0 && align % 8 == 0)
+    return gather_padded_as<uint2>(h, src, rows, dst, n_pairs, rb, lb, L, off, zero_pad);
+  if (rb % 4 == 0 && lb % 4 == 0 && align % 4 == 0)
+    return gather_padded_as<uint32_t>(h, src, rows, dst, n_pairs, rb, lb, L,
+                                      off, zero_pad);
+  return gather_padded_as<uint16_t>(h, src, rows, dst, n_pairs, rb, lb, L, off, zero_pad);
+}
+
+/* ---- scatter ----------------------------------------------------------- */
+/* Largest k with off.po[k] <= p: the offset of pair p. */
+static __device__ __forceinline__ int eg_offset_of(const eg_padded_offsets_t &off,
+                                                  int64_t p) {
+  int lo = 0, hi = off.kvol - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (off.po[mid] <= p)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+/* acc[rows[p]][c] += g[padded(p)][c] (float atomics). */
+__global__ void eg_scatter_add_kernel(const float *__restrict__ g,
+                                      const int32_t *__restrict__ rows,
+                                      float *__restrict__ acc, int64_t n_pairs,
+                                      int channels, int64_t ldg,
+                                      const eg_padded_offsets_t off) {
+  for (int64_t p = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; p < n_pairs;
+       p += (int64_t)gridDim.x * blockDim.y) {
+    const int k = eg_offset_of(off, p);
+    const int64_t gp = p - off.po[k] + off.ppo[k];
+    const int64_t r = __ldg(rows + p);
+    for (int c = threadIdx.x; c < channels; c += 32)
+      atomicAdd(acc + r * channels + c, g[gp * ldg + c]);
+  }
+}
+
+/* pidx[rows[p] * kvol + k(p)] = padded(p), the G row of pair p. Each
+ * (row, k) has at most one pair, so the writes never collide. */
+__global__ void eg_pair_index_kernel(const int32_t *__restrict__ rows,
+                                     const eg_padded_offsets_t off,
+                                     int32_t *__restrict__ pidx,
+                                     int64_t n_pairs) {
+  for (int64_t p = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; p < n_pairs;
+       p += (int64_t)gridDim.x * blockDim.x) {
+    const int k = eg_offset_of(off, p);
+    pidx[(int64_t)__ldg(rows + p) * off.kvol + k] =
+        (int32_t)(p - off.po[k] + off.ppo[k]);
+  }
+}
+
+/* Pointer arrays of the batched forward/dgrad GEMM: chunk c (rows
+ * [c*L, (c+1)*L) of the padded buffers) uses the weights of its offset. */
+__global__ void eg_fill_ptrs_kernel(const char *w, int64_t w_bytes_per_k,
+                                    const char *a, int64_t a_bytes_per_chunk,
+                                    float *g, int64_t g_elems_per_chunk,
+                                    const eg_padded_offsets_t off, int64_t L,
+                                    int64_t n_chunks, const void **A,
+                                    const void **B, void **C) {
+  for (int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; c < n_chunks;
+       c += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t pos = c * L;
+    int lo = 0, hi = off.kvol - 1; /* largest k with ppo[k] <= pos */
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (off.ppo[mid] <= pos)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    A[c] = w + lo * w_bytes_per_k;
+    B[c] = a + c * a_bytes_per_chunk;
+    C[c] = g + c * g_elems_per_chunk;
   }
 }
 
@@ -199,6 +340,7 @@ typedef struct eg_layout {
   float *gemm_out; /* [P][ldg] f32 (fwd, dgrad) */
   int32_t *pidx;   /* [rows][kvol] (det fwd/dgrad) */
   float *acc;      /* f32 accumulator (atomic fwd/dgrad, f16/bf16; wgrad) */
+  void **ptrs;     /* [3][chunks] batched-GEMM pointers (fwd, dgrad) */
 } eg_layout_t;
 
 /* Pairs per tensor-core wgrad chunk: 256, doubled while the partials
@@ -211,6 +353,13 @@ int64_t eg_wgrad_chunk(const vc_conv_problem_t *p) {
          L < ((int64_t)1 << 30))
     L *= 2;
   return L;
+}
+
+/* Rows per batched GEMM of forward/dgrad: each offset's pairs are padded
+ * to whole chunks and all chunks go to one cublasGemmBatchedEx (one launch
+ * instead of one per offset, which dominated the small levels). */
+int64_t eg_rows_chunk(const voxconv_kmap_t *km) {
+  return km->n_pairs >= (int64_t)km->kvol * 4096 ? 1024 : 128;
 }
 
 /* Both workspace_size() and run() carve through this, so they agree. */
@@ -228,9 +377,13 @@ void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
     const int64_t r_ch = fwd ? p->cin : p->cout; /* reduction channels */
     const int64_t o_ch = fwd ? p->cout : p->cin; /* output channels */
     const int64_t n_rows = fwd ? km->n_out : km->n_in;
-    L->gathered = (char *)vcc_take(c, (size_t)(P * vcc_padded_ld(r_ch)) * es);
-    L->gemm_out =
-        (float *)vcc_take(c, (size_t)(P * vcc_padded_ld(o_ch)) * sizeof(float));
+    const int64_t chunk = eg_rows_chunk(km);
+    const int64_t chunks = vcc_total_chunks(km, chunk);
+    L->gathered =
+        (char *)vcc_take(c, (size_t)(chunks * chunk * vcc_padded_ld(r_ch)) * es);
+    L->gemm_out = (float *)vcc_take(
+        c, (size_t)(chunks * chunk * vcc_padded_ld(o_ch)) * sizeof(float));
+    L->ptrs = (void **)vcc_take(c, (size_t)(3 * chunks) * sizeof(void *));
     if (det)
       L->pidx =
           (int32_t *)vcc_take(c, (size_t)(n_rows * km->kvol) * sizeof(int32_t));
@@ -238,16 +391,19 @@ void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
       L->acc = (float *)vcc_take(c, (size_t)(n_rows * o_ch) * sizeof(float));
     break;
   }
-  case VOXCONV_PASS_CONV_WGRAD:
-    L->gathered = (char *)vcc_take(c, (size_t)(P * vcc_padded_ld(p->cin)) * es);
+  case VOXCONV_PASS_CONV_WGRAD: {
+    /* f16/bf16: rows padded per offset to whole chunks (see above) */
+    const int64_t chunks = f32 ? 0 : vcc_total_chunks(km, eg_wgrad_chunk(p));
+    const int64_t rows = f32 ? P : chunks * eg_wgrad_chunk(p);
+    L->gathered =
+        (char *)vcc_take(c, (size_t)(rows * vcc_padded_ld(p->cin)) * es);
     L->gathered2 =
-        (char *)vcc_take(c, (size_t)(P * vcc_padded_ld(p->cout)) * es);
+        (char *)vcc_take(c, (size_t)(rows * vcc_padded_ld(p->cout)) * es);
     if (!f32) /* chunk partials */
       L->acc = (float *)vcc_take(
-          c, (size_t)(vcc_total_chunks(km, eg_wgrad_chunk(p)) * p->cin *
-                      p->cout) *
-                 sizeof(float));
+          c, (size_t)(chunks * p->cin * p->cout) * sizeof(float));
     break;
+  }
   default:
     break;
   }
@@ -282,40 +438,68 @@ voxconv_status_t eg_fwd_dgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
     return VOXCONV_STATUS_SUCCESS;
   }
 
-  VC_CHECK(gather_rows(h, p->a, src_rows, L->gathered, P, r_ch, lda, es));
+  const int64_t chunk = eg_rows_chunk(km);
+  eg_padded_offsets_t off;
+  eg_fill_padded(km, chunk, &off);
+  const int64_t n_chunks = off.ppo[km->kvol] / chunk;
+  if (off.ppo[km->kvol] > 0x7FFFFFFF)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "explicit_gemm: %lld padded pairs exceed int32 indices",
+                   (long long)off.ppo[km->kvol]);
+  /* Pad rows stay uninitialised: their G rows are never read. */
+  VC_CHECK(gather_rows_padded(h, p->a, src_rows, L->gathered, P, r_ch, lda, es,
+                              chunk, &off, 0));
+  const void **A = (const void **)L->ptrs;
+  const void **B = (const void **)(L->ptrs + n_chunks);
+  void **C = L->ptrs + 2 * n_chunks;
+  eg_fill_ptrs_kernel<<<vc_grid_1d(n_chunks, 256, 4096), 256, 0, st>>>(
+      (const char *)p->b, (int64_t)(cin * cout * (int64_t)es), L->gathered,
+      (int64_t)(chunk * lda * (int64_t)es), L->gemm_out, chunk * ldg, off,
+      chunk, n_chunks, A, B, C);
+  VC_CUDA_LAUNCH_CHECK(h, "eg_fill_ptrs_kernel");
 
   cublasHandle_t cb = vc_cuda_cublas(h);
   const float one = 1.f, zero = 0.f;
   const cudaDataType_t ty = cuda_type(p->dtype);
   const cublasComputeType_t ct = compute_type(p->dtype);
-  for (int k = 0; k < km->kvol; k++) {
-    const int64_t p0 = km->pair_offsets[k];
-    const int64_t pk = km->pair_offsets[k + 1] - p0;
-    if (pk <= 0)
-      continue;
-    const char *wk = (const char *)p->b + (size_t)(k * cin * cout) * es;
-    const char *ak = L->gathered + (size_t)(p0 * lda) * es;
-    float *gk = L->gemm_out + p0 * ldg;
-    if (fwd) /* G_k[pk][cout] = Xg_k[pk][cin] W_k[cin][cout] */
-      VC_CUBLAS_TRY(h, cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_N, (int)cout,
-                                    (int)pk, (int)cin, &one, wk, ty, (int)cout,
-                                    ak, ty, (int)lda, &zero, gk, CUDA_R_32F,
-                                    (int)ldg, ct, CUBLAS_GEMM_DEFAULT));
-    else /* G_k[pk][cin] = DYg_k[pk][cout] W_k^T[cout][cin] */
-      VC_CUBLAS_TRY(h, cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, (int)cin,
-                                    (int)pk, (int)cout, &one, wk, ty, (int)cout,
-                                    ak, ty, (int)lda, &zero, gk, CUDA_R_32F,
-                                    (int)ldg, ct, CUBLAS_GEMM_DEFAULT));
+  /* fwd:   G_c[L][cout] = Xg_c[L][cin] W_k[cin][cout]
+   * dgrad: G_c[L][cin]  = DYg_c[L][cout] W_k^T[cout][cin] */
+  const int64_t max_batch = 32768;
+  const cublasOperation_t opw = fwd ? CUBLAS_OP_N : CUBLAS_OP_T;
+  cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+  for (int64_t c0 = 0; c0 < n_chunks && bs == CUBLAS_STATUS_SUCCESS;
+       c0 += max_batch) {
+    const int64_t nb = n_chunks - c0 < max_batch ? n_chunks - c0 : max_batch;
+    bs = cublasGemmBatchedEx(cb, opw, CUBLAS_OP_N, (int)o_ch, (int)chunk,
+                             (int)r_ch, &one, A + c0, ty, (int)cout, B + c0, ty,
+                             (int)lda, &zero, C + c0, CUDA_R_32F, (int)ldg,
+                             (int)nb, ct, CUBLAS_GEMM_DEFAULT);
+  }
+  if (bs == CUBLAS_STATUS_NOT_SUPPORTED) {
+    /* A cuBLAS without this batched type combination: one GEMM per offset
+     * over the same padded layout. */
+    for (int k = 0; k < km->kvol; k++) {
+      const int64_t rows = off.ppo[k + 1] - off.ppo[k];
+      if (rows <= 0)
+        continue;
+      VC_CUBLAS_TRY(h, cublasGemmEx(
+                           cb, opw, CUBLAS_OP_N, (int)o_ch, (int)rows, (int)r_ch,
+                           &one, (const char *)p->b + (size_t)(k * cin * cout) * es,
+                           ty, (int)cout,
+                           L->gathered + (size_t)(off.ppo[k] * lda) * es, ty,
+                           (int)lda, &zero, L->gemm_out + off.ppo[k] * ldg,
+                           CUDA_R_32F, (int)ldg, ct, CUBLAS_GEMM_DEFAULT));
+    }
+  } else if (bs != CUBLAS_STATUS_SUCCESS) {
+    return vc_cublas_fail(h, bs, "cublasGemmBatchedEx", __func__);
   }
 
   const dim3 block(32, 8);
   if (det) {
     VC_CUDA_TRY(h, cudaMemsetAsync(L->pidx, 0xFF,
                                    (size_t)(n_rows * km->kvol) * 4, st));
-    vcc_pair_offsets_t po;
-    vcc_fill_pair_offsets(km, &po);
     eg_pair_index_kernel<<<vc_grid_1d(P, 256, 1 << 16), 256, 0, st>>>(
-        dst_rows, po, km->kvol, L->pidx, P);
+        dst_rows, off, L->pidx, P);
     VC_CUDA_LAUNCH_CHECK(h, "eg_pair_index_kernel");
 #define EG_REDUCE(T)                                                           \
   do {                                                                         \
@@ -344,7 +528,7 @@ voxconv_status_t eg_fwd_dgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
   float *acc = f32 ? (float *)p->c : L->acc;
   VC_CUDA_TRY(h, cudaMemsetAsync(acc, 0, (size_t)(n_rows * o_ch) * 4, st));
   eg_scatter_add_kernel<<<vc_grid_1d(P, 8, 1 << 16), block, 0, st>>>(
-      L->gemm_out, dst_rows, acc, P, (int)o_ch, ldg);
+      L->gemm_out, dst_rows, acc, P, (int)o_ch, ldg, off);
   VC_CUDA_LAUNCH_CHECK(h, "eg_scatter_add_kernel");
   if (!f32) {
     if (p->dtype == VOXCONV_DTYPE_F16)
@@ -371,8 +555,6 @@ voxconv_status_t eg_wgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
     VC_CUDA_TRY(h, cudaMemsetAsync(p->c, 0, (size_t)wel * es, st));
     return VOXCONV_STATUS_SUCCESS;
   }
-  VC_CHECK(gather_rows(h, p->a, km->in_rows, L->gathered, P, cin, ldx, es));
-  VC_CHECK(gather_rows(h, p->b, km->out_rows, L->gathered2, P, cout, ldy, es));
   cublasHandle_t cb = vc_cuda_cublas(h);
   const float one = 1.f, zero = 0.f;
   const cudaDataType_t ty = cuda_type(p->dtype);
@@ -381,6 +563,9 @@ voxconv_status_t eg_wgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
   /* dW_k[cin][cout] = Xg_k^T[cin][pk] DYg_k[pk][cout]; column-major:
    * dW_k^T[cout][cin] = DYg_k^T[cout][pk] Xg_k[pk][cin]. */
   if (f32) {
+    VC_CHECK(gather_rows(h, p->a, km->in_rows, L->gathered, P, cin, ldx, es));
+    VC_CHECK(
+        gather_rows(h, p->b, km->out_rows, L->gathered2, P, cout, ldy, es));
     float *dw = (float *)p->c;
     /* Offsets without pairs get zeros; the GEMMs overwrite the others. */
     VC_CUDA_TRY(h, cudaMemsetAsync(dw, 0, (size_t)wel * 4, st));
@@ -401,29 +586,27 @@ voxconv_status_t eg_wgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
   }
 
   const int64_t chunk = eg_wgrad_chunk(p);
-  int64_t slot = 0;
-  for (int k = 0; k < km->kvol; k++) {
-    const int64_t p0 = km->pair_offsets[k];
-    const int64_t pk = km->pair_offsets[k + 1] - p0;
-    const int64_t nfull = pk / chunk, tail = pk - nfull * chunk;
-    const char *xk = L->gathered + (size_t)(p0 * ldx) * es;
-    const char *yk = L->gathered2 + (size_t)(p0 * ldy) * es;
-    if (nfull > 0)
-      VC_CUBLAS_TRY(h, cublasGemmStridedBatchedEx(
-                           cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
-                           (int)chunk, &one, yk, ty, (int)ldy,
-                           (long long)(chunk * ldy), xk, ty, (int)ldx,
-                           (long long)(chunk * ldx), &zero, L->acc + slot * slab,
-                           CUDA_R_32F, (int)cout, (long long)slab, (int)nfull,
-                           ct, CUBLAS_GEMM_DEFAULT));
-    if (tail > 0)
-      VC_CUBLAS_TRY(
-          h, cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
-                          (int)tail, &one, yk + (size_t)(nfull * chunk * ldy) * es,
-                          ty, (int)ldy, xk + (size_t)(nfull * chunk * ldx) * es,
-                          ty, (int)ldx, &zero, L->acc + (slot + nfull) * slab,
-                          CUDA_R_32F, (int)cout, ct, CUBLAS_GEMM_DEFAULT));
-    slot += nfull + (tail > 0);
+  eg_padded_offsets_t off;
+  eg_fill_padded(km, chunk, &off);
+  VC_CHECK(gather_rows_padded(h, p->a, km->in_rows, L->gathered, P, cin, ldx,
+                              es, chunk, &off, 1));
+  VC_CHECK(gather_rows_padded(h, p->b, km->out_rows, L->gathered2, P, cout,
+                              ldy, es, chunk, &off, 1));
+  /* All chunks of all offsets in strided batches (batch counts kept
+   * moderate); chunk c = rows [c*L, (c+1)*L) of both gathered buffers. */
+  const int64_t n_chunks = off.ppo[km->kvol] / chunk;
+  const int64_t max_batch = 32768;
+  for (int64_t c0 = 0; c0 < n_chunks; c0 += max_batch) {
+    const int64_t nb = n_chunks - c0 < max_batch ? n_chunks - c0 : max_batch;
+    VC_CUBLAS_TRY(h, cublasGemmStridedBatchedEx(
+                         cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
+                         (int)chunk, &one,
+                         L->gathered2 + (size_t)(c0 * chunk * ldy) * es, ty,
+                         (int)ldy, (long long)(chunk * ldy),
+                         L->gathered + (size_t)(c0 * chunk * ldx) * es, ty,
+                         (int)ldx, (long long)(chunk * ldx), &zero,
+                         L->acc + c0 * slab, CUDA_R_32F, (int)cout,
+                         (long long)slab, (int)nb, ct, CUBLAS_GEMM_DEFAULT));
   }
   vcc_pair_offsets_t po;
   vcc_fill_pair_offsets(km, &po);

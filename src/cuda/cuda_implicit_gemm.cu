@@ -226,6 +226,15 @@ __global__ void __launch_bounds__(kThreads)
       Bs[kk][n] = v;
     }
     __syncthreads();
+    /* Two-level sum where registers allow (<= 16 outputs per thread): the
+     * 16 products of a step are summed apart and then added, so the long
+     * chain over the chunk has 16x fewer roundings at large magnitude. */
+    float part[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; i++)
+#pragma unroll
+      for (int j = 0; j < TN; j++)
+        part[i][j] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk++) {
       float av[TM], bv[TN];
@@ -234,8 +243,19 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int i = 0; i < TM; i++)
 #pragma unroll
+        for (int j = 0; j < TN; j++) {
+          if constexpr (TM * TN <= 16)
+            part[i][j] = fmaf(av[i], bv[j], part[i][j]);
+          else
+            acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+    }
+    if constexpr (TM * TN <= 16) {
+#pragma unroll
+      for (int i = 0; i < TM; i++)
+#pragma unroll
         for (int j = 0; j < TN; j++)
-          acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+          acc[i][j] += part[i][j];
     }
     __syncthreads();
   }
