@@ -345,6 +345,8 @@ __global__ void __launch_bounds__(TL::THREADS)
 
 /* ---- wgrad -------------------------------------------------------------- */
 #define VC_MG_MAX_SPLITS 64
+/* Stages (of BK pairs) per tensor-core accumulator chain in wgrad. */
+#define WGRAD_PROMOTE_ITERS 8
 
 struct WgradArgs {
   const void *x;        /* [n_in][cin] */
@@ -409,12 +411,22 @@ __global__ void __launch_bounds__(TL::THREADS)
     }
   };
 
+  /* Tensor-core accumulation aligns and truncates (it is not a
+   * round-to-nearest fp32 sum), so one accumulator chain over ~10^5 pairs
+   * drifts by ~1e-2 relative. The mma accumulators therefore cover at most
+   * WGRAD_PROMOTE_ITERS stages and are then added into `total` with
+   * ordinary fp32 adds. */
   Acc<false> acc[TL::MI][TL::NI];
+  float total[TL::MI][TL::NI][4];
 #pragma unroll
   for (int i = 0; i < TL::MI; i++)
 #pragma unroll
-    for (int j = 0; j < TL::NI; j++)
+    for (int j = 0; j < TL::NI; j++) {
       acc[i][j].zero();
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        total[i][j][e] = 0.f;
+    }
 
 #pragma unroll
   for (int s = 0; s < TL::STAGES - 1; s++) {
@@ -429,6 +441,17 @@ __global__ void __launch_bounds__(TL::THREADS)
     if (next < iters)
       load_stage(next % TL::STAGES, next);
     cp_async_commit();
+    if (it % WGRAD_PROMOTE_ITERS == 0 && it > 0) {
+#pragma unroll
+      for (int i = 0; i < TL::MI; i++)
+#pragma unroll
+        for (int j = 0; j < TL::NI; j++) {
+#pragma unroll
+          for (int e = 0; e < 4; e++)
+            total[i][j][e] += acc[i][j].v[e];
+          acc[i][j].zero();
+        }
+    }
     const int stage = it % TL::STAGES;
     const T *a_s = sA + stage * TL::BK * A_PITCH_M;
     const T *b_s = sB + stage * TL::BK * TL::B_PITCH_N;
@@ -477,7 +500,8 @@ __global__ void __launch_bounds__(TL::THREADS)
         const int row = m0 + wm * TL::WM + mi * 16 + g + h * 8;
         if (row >= cin)
           continue;
-        const float a = acc[mi][ni].v[2 * h], b = acc[mi][ni].v[2 * h + 1];
+        const float a = total[mi][ni][2 * h] + acc[mi][ni].v[2 * h];
+        const float b = total[mi][ni][2 * h + 1] + acc[mi][ni].v[2 * h + 1];
         const int64_t off = (int64_t)k * wsk + (int64_t)row * cout + col;
         if (args.splits == 1) {
           Store2<T>::f32(reinterpret_cast<T *>(args.dw) + off, a, b);
