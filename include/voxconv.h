@@ -68,6 +68,29 @@
  * f32 unless the fp16 accumulator is resolved on for a call (see
  * voxconv_conv_options_t); weight gradients always accumulate in f32.
  * NaN and Inf in features propagate as in a dense convolution.
+ *
+ * ------------------------------------------------------------------------
+ * Environment variables (all optional; details next to each feature)
+ * ------------------------------------------------------------------------
+ *  VOXCONV_NUM_THREADS       CPU threads per handle (default: all cores)
+ *  VOXCONV_CPU_ISA           CPU kernels: auto | avx512 | avx2 | portable
+ *                            (an unknown or unsupported name makes the CPU
+ *                            conv return INVALID_ARGUMENT)
+ *  VOXCONV_FWD_ALGO_MODE, VOXCONV_BWD_ALGO_MODE, VOXCONV_DGRAD_ALGO_MODE,
+ *  VOXCONV_WGRAD_ALGO_MODE, VOXCONV_DEPTHWISE_CONV_FWD_ALGO_MODE,
+ *  VOXCONV_DEPTHWISE_CONV_BWD_ALGO_MODE
+ *                            default algorithm selection per pass (see
+ *                            "Autotuning" below)
+ *  VOXCONV_USE_FP16_ACCUM    initial global fp16-accumulator switch
+ *  VOXCONV_F16ACC_SMALL_CH_CEIL  channels up to which fp16-accumulator
+ *                            tiles join the pool anyway (default 0: never)
+ *  VOXCONV_BENCHMARK_CACHE_DIR   tuning-cache folder (~/.cache/voxconv)
+ *  VOXCONV_AUTOTUNE_LOG      0 silences the tuner's progress line (stderr)
+ *  VOXCONV_AUTOTUNE_RUNS, VOXCONV_AUTOTUNE_WARMUP,
+ *  VOXCONV_AUTOTUNE_MAX_CANDIDATES, VOXCONV_AUTOTUNE_MAX_REL
+ *                            tuner effort and its correctness threshold
+ *  VOXCONV_CUDA_HASH_TINY    testing only: start GPU hash tables tiny to
+ *                            exercise the overflow-and-retry path
  */
 #ifndef VOXCONV_H
 #define VOXCONV_H
