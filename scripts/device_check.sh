@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Everything a GPU change must pass, in one go, on a machine with an NVIDIA
+# GPU (the lent H100/H200): build with CUDA, run the GPU tests, run
+# compute-sanitizer (memcheck, racecheck) on reduced cases, and record the
+# benchmarks of BENCHMARKS.md. Results and logs go to $OUT.
+#
+#   scripts/device_check.sh [build] [test] [sanitize] [bench]   (default: all)
+#
+# Inputs: VOXCONV_DATA_DIR (default .devdata, filled by
+# scripts/stage_device_data.sh, since ../shared does not travel).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/voxconv-device}
+mkdir -p "$OUT"
+export VOXCONV_DATA_DIR=${VOXCONV_DATA_DIR:-$PWD/.devdata}
+export VOXCONV_BENCHMARK_CACHE_DIR=$OUT/tuning-cache
+steps=${*:-build test sanitize bench}
+B=build-gpu
+CS=/usr/local/cuda/bin/compute-sanitizer
+has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
+stamp() { echo "== $1 ($(date +%T))"; }
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
+  --format=csv,noheader | tee "$OUT/gpu.txt"
+git log -1 --format='commit %H %cd' 2>/dev/null | tee "$OUT/commit.txt"
+
+if has build; then
+  stamp build
+  cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release >"$OUT/cmake.txt" 2>&1
+  cmake --build $B -j"$(nproc)" >"$OUT/build.txt" 2>&1 ||
+    { grep -E "error" "$OUT/build.txt" | head -20; exit 1; }
+fi
+
+if has test; then
+  stamp "GPU tests"
+  (cd $B && VOXCONV_REPORT="$OUT/precision.md" ctest --output-on-failure \
+     -R "test_backend_ops|test_deterministic|test_cuda_kmap|test_mask_gemm|tool_bench_smoke_cuda") \
+    >"$OUT/ctest_gpu.txt" 2>&1
+  grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest_gpu.txt" | tail -12
+fi
+
+if has sanitize; then
+  for t in test_mask_gemm test_backend_ops test_cuda_kmap; do
+    for tool in memcheck racecheck; do
+      stamp "$tool $t"
+      VOXCONV_TEST_SMALL=1 timeout 240 $CS --tool $tool --error-exitcode 9 \
+        $B/tests/$t >"$OUT/${tool}_$t.txt" 2>&1
+      echo "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
+        "$OUT/${tool}_$t.txt" | tail -1)"
+    done
+  done
+fi
+
+if has bench; then
+  stamp "tiles (workload C, D)"
+  $B/bench_tiles --channels 32,64,128,256 --repeat 20 >"$OUT/bench_tiles.txt" 2>&1
+  grep -E "kmap build" "$OUT/bench_tiles.txt"
+  stamp "first-run autotuning of workload A (empty cache)"
+  rm -rf "$VOXCONV_BENCHMARK_CACHE_DIR"
+  /usr/bin/time -f "tune wall %e s" $B/voxconv tune --workload A \
+    >"$OUT/tune_A.txt" 2>&1
+  tail -3 "$OUT/tune_A.txt"
+  for w in A B C D; do
+    stamp "voxconv bench --workload $w"
+    $B/voxconv bench --workload $w --json >"$OUT/bench_$w.json" \
+      2>"$OUT/bench_$w.txt"
+    grep -E "forward|backward|kmap|total" "$OUT/bench_$w.txt" | tail -6
+  done
+fi
+stamp done
