@@ -38,7 +38,7 @@
  * upper bound) with the real count read from device memory, and nbr_out /
  * out_coords are cut to size after the sync.
  *
- * Hash overflow: tables are sized 2x (power of two) their keys, so an
+ * Hash overflow: tables are sized >= 4x (power of two) their keys, so an
  * insert cannot fail; the device still counts failed inserts and the build
  * retries with room for all keys when the count is non-zero, so a table
  * too small (the VOXCONV_CUDA_HASH_TINY=1 test knob starts them at 16
@@ -57,6 +57,15 @@
 
 #define VC_ROWS_PER_BLOCK 32 /* rows per tile (one warp) of the query and compaction */
 #define VC_HASH_TINY_SLOTS 16
+/* Table capacity: the power of two >= this many slots per key, i.e. load
+ * <= 0.25 (12 bytes a slot: 48-96 bytes of scratch per key). Most
+ * submanifold lookups miss (69% on workload A) and a miss walks to an empty
+ * slot: on workload A, 2 slots/key gave 3.07 probes per miss and a 0.71 ms
+ * build, 4 slots/key 1.60 probes and 0.56 ms (H200); 8 would give 1.24
+ * probes for twice the memory. */
+#ifndef VC_HASH_SLOTS_PER_KEY
+#define VC_HASH_SLOTS_PER_KEY 4
+#endif
 #define VC_NO_ROW ULLONG_MAX
 
 static const char *const vc_field_names[4] = {"batch", "x", "y", "z"};
@@ -427,12 +436,14 @@ __global__ void __launch_bounds__(VC_Q_WARPS_MAX * 32)
     const int rows = left <= 0 ? 0 : left < 32 ? (int)left : 32;
     int32_t *dst = q.nbr + row0 * K;
     int32_t *mir = q.mirror ? q.mirror + row0 * K : NULL;
+    /* Streaming stores (evict-first): ~200 MB of tables pass through L2
+     * during this kernel and would otherwise push the hash table out. */
     for (int i = lane; i < rows * K; i += 32) {
       const int r = i / K;
       const int col = i - r * K;
-      dst[i] = stage[r * pitch + col];
+      __stcs(dst + i, stage[r * pitch + col]);
       if (mir)
-        mir[i] = stage[r * pitch + (K - 1 - col)];
+        __stcs(mir + i, stage[r * pitch + (K - 1 - col)]);
     }
     __syncwarp();
   }
@@ -486,8 +497,8 @@ __global__ void __launch_bounds__(VC_Q_WARPS_MAX * 32)
         const long long base = __shfl_sync(0xFFFFFFFFu, my_base, j);
         if (v >= 0) {
           const int64_t pos = base + __popc(hits & ((1u << lane) - 1u));
-          in_rows[pos] = v;
-          out_rows[pos] = (int32_t)(row0 + lane);
+          __stcs(in_rows + pos, v);
+          __stcs(out_rows + pos, (int32_t)(row0 + lane));
         }
       }
     }
@@ -913,7 +924,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * 4, &m->out_coords,
                                       "kernel-map output coords"));
     VC_CHECK(vc_unpack_keys(h, uniq, n_out, m->out_coords));
-    VC_CHECK(vc_make_hash(ws, h, vc_pow2_at_least(2 * (uint64_t)n_out + 2),
+    VC_CHECK(vc_make_hash(ws, h,
+                          vc_pow2_at_least(VC_HASH_SLOTS_PER_KEY *
+                                               (uint64_t)n_out + 2),
                           &out_hash, "output coordinate hash"));
     if (n_out > 0) {
       vc_insert_rows_kernel<<<vc_grid_rows(h, n_out), kBlock, 0, stream>>>(
@@ -1102,8 +1115,10 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
   b.g.K = m->kvol;
   const int64_t n_out_keys =
       m->desc.mode == VOXCONV_KMAP_TRANSPOSED ? out->n : in->n;
-  const uint64_t full_in = vc_pow2_at_least(2 * (uint64_t)in->n + 2);
-  const uint64_t full_out = vc_pow2_at_least(2 * (uint64_t)n_out_keys + 2);
+  const uint64_t full_in =
+      vc_pow2_at_least(VC_HASH_SLOTS_PER_KEY * (uint64_t)in->n + 2);
+  const uint64_t full_out =
+      vc_pow2_at_least(VC_HASH_SLOTS_PER_KEY * (uint64_t)n_out_keys + 2);
   const int tiny = vc_cuda_state(h)->hash_debug_tiny;
   b.cap_in = tiny ? VC_HASH_TINY_SLOTS : full_in;
   b.cap_out = tiny ? VC_HASH_TINY_SLOTS : full_out;
