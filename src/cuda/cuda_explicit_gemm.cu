@@ -32,6 +32,17 @@
  *               with its K per slice, while K <= 160 (fwd/dgrad) was exact
  *               to the output rounding: the tensor-core fp32 accumulator
  *               loses precision over long K. *
+ * Narrow inputs (cin <= 8, e.g. the 3 channels of a network's first layer)
+ * take an im2col route instead, through the neighbour tables:
+ *   Xexp[o][k*cin + c] = x[nbr_out[o][k]][c] (0 where there is none),
+ *   fwd:   y = Xexp . W            (W is [kvol*cin][cout] row-major)
+ *   dgrad: Z = dy . W^T, dx[i][c] = sum_k Z[nbr_in[i][k]][k*cin + c]
+ *   wgrad: dW = Xexp^T . dy        (K = n_out in chunks of 256, fp32
+ *                                   partials summed in order)
+ * Xexp has kvol*cin values per output row instead of the 8-byte-per-pair
+ * x gather plus the cout-wide gathers and fp32 G buffers of the pair path:
+ * for 3 -> 64 at workload A's level 0 that is ~0.15 GB instead of ~4 GB.
+ *
  * Row-major A[M][K] B[K][N] = C[M][N] is the column-major product
  * C^T = B^T A^T: every cuBLAS call below swaps the operands accordingly. */
 #include "cuda_conv_common.cuh"
@@ -320,6 +331,53 @@ __global__ void eg_gather_reduce4_kernel(const float *__restrict__ g,
   }
 }
 
+/* ---- im2col route (narrow inputs) ---------------------------------------- */
+/* xe[o][k*cin + c] = x[nbr[o][k]][c] or 0; rows ld_e elements apart (the
+ * pad columns are zeroed too, so a GEMM may read them). */
+template <typename T>
+__global__ void eg_im2col_kernel(const T *__restrict__ x,
+                                 const int32_t *__restrict__ nbr,
+                                 T *__restrict__ xe, int64_t n_rows, int kvol,
+                                 int cin, int64_t ld_e) {
+  const int64_t total = n_rows * ld_e;
+  const int kc = kvol * cin;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t o = e / ld_e;
+    const int j = (int)(e - o * ld_e);
+    float v = 0.f;
+    if (j < kc) {
+      const int k = j / cin, c = j - k * cin;
+      const int32_t s = __ldg(nbr + o * kvol + k);
+      if (s >= 0)
+        v = vcc_ld(x + (int64_t)s * cin + c);
+    }
+    vcc_st(xe + e, v);
+  }
+}
+
+/* dx[i][c] = sum over k (in order) of z[nbr_in[i][k]][k*cin + c]. */
+template <typename T>
+__global__ void eg_col2im_kernel(const float *__restrict__ z,
+                                 const int32_t *__restrict__ nbr,
+                                 T *__restrict__ dx, int64_t n_rows, int kvol,
+                                 int cin, int64_t ld_z) {
+  const int64_t total = n_rows * cin;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = e / cin;
+    const int c = (int)(e - i * cin);
+    const int32_t *nr = nbr + i * kvol;
+    float s = 0.f;
+    for (int k = 0; k < kvol; k++) {
+      const int32_t o = __ldg(nr + k);
+      if (o >= 0)
+        s += z[(int64_t)o * ld_z + k * cin + c];
+    }
+    vcc_st(dx + e, s);
+  }
+}
+
 /* ---- cuBLAS ------------------------------------------------------------- */
 cudaDataType_t cuda_type(voxconv_dtype_t dt) {
   return dt == VOXCONV_DTYPE_F32   ? CUDA_R_32F
@@ -341,6 +399,8 @@ typedef struct eg_layout {
   int32_t *pidx;   /* [rows][kvol] (det fwd/dgrad) */
   float *acc;      /* f32 accumulator (atomic fwd/dgrad, f16/bf16; wgrad) */
   void **ptrs;     /* [3][chunks] batched-GEMM pointers (fwd, dgrad) */
+  char *xexp;      /* im2col: [n_out][ld_e] dtype (fwd, wgrad) */
+  float *z;        /* im2col: [n_out][ld_e] f32 (dgrad) */
 } eg_layout_t;
 
 /* Pairs per tensor-core wgrad chunk: 256, doubled while the partials
@@ -362,6 +422,22 @@ int64_t eg_rows_chunk(const voxconv_kmap_t *km) {
   return km->n_pairs >= (int64_t)km->kvol * 4096 ? 1024 : 128;
 }
 
+/* The im2col route for narrow inputs (see the top comment). */
+int eg_use_im2col(const vc_conv_problem_t *p) {
+  return p->cin <= 8 && p->kmap->n_out <= 0x7FFFFFFF &&
+         (int64_t)p->kmap->kvol * p->cin <= 0x7FFFFFF;
+}
+int64_t eg_im2col_ld(const vc_conv_problem_t *p) {
+  return vcc_padded_ld((int64_t)p->kmap->kvol * p->cin);
+}
+constexpr int64_t kIm2colChunk = 256; /* output rows per wgrad K chunk */
+
+/* Big maps: one GEMM per offset (large GEMMs run at full rate); small
+ * ones: one batched call over padded chunks (launches dominate there). */
+int eg_per_offset(const voxconv_kmap_t *km) {
+  return km->n_pairs >= (int64_t)km->kvol * 16384;
+}
+
 /* Both workspace_size() and run() carve through this, so they agree. */
 void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
               eg_layout_t *L) {
@@ -370,6 +446,20 @@ void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
   const size_t es = vcc_dtype_bytes(p->dtype);
   const int f32 = p->dtype == VOXCONV_DTYPE_F32;
   memset(L, 0, sizeof *L);
+  if (eg_use_im2col(p)) {
+    const int64_t rows = km->n_out, ld_e = eg_im2col_ld(p);
+    if (p->pass == VOXCONV_PASS_CONV_DGRAD) {
+      L->z = (float *)vcc_take(c, (size_t)(rows * ld_e) * sizeof(float));
+    } else {
+      L->xexp = (char *)vcc_take(c, (size_t)(rows * ld_e) * es);
+      if (p->pass == VOXCONV_PASS_CONV_WGRAD && !f32)
+        L->acc = (float *)vcc_take(
+            c, (size_t)(((rows + kIm2colChunk - 1) / kIm2colChunk) *
+                        km->kvol * p->cin * p->cout) *
+                   sizeof(float));
+    }
+    return;
+  }
   switch (p->pass) {
   case VOXCONV_PASS_CONV_FWD:
   case VOXCONV_PASS_CONV_DGRAD: {
@@ -449,14 +539,17 @@ voxconv_status_t eg_fwd_dgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
   /* Pad rows stay uninitialised: their G rows are never read. */
   VC_CHECK(gather_rows_padded(h, p->a, src_rows, L->gathered, P, r_ch, lda, es,
                               chunk, &off, 0));
+  const int per_offset = eg_per_offset(km);
   const void **A = (const void **)L->ptrs;
   const void **B = (const void **)(L->ptrs + n_chunks);
   void **C = L->ptrs + 2 * n_chunks;
-  eg_fill_ptrs_kernel<<<vc_grid_1d(n_chunks, 256, 4096), 256, 0, st>>>(
-      (const char *)p->b, (int64_t)(cin * cout * (int64_t)es), L->gathered,
-      (int64_t)(chunk * lda * (int64_t)es), L->gemm_out, chunk * ldg, off,
-      chunk, n_chunks, A, B, C);
-  VC_CUDA_LAUNCH_CHECK(h, "eg_fill_ptrs_kernel");
+  if (!per_offset) {
+    eg_fill_ptrs_kernel<<<vc_grid_1d(n_chunks, 256, 4096), 256, 0, st>>>(
+        (const char *)p->b, (int64_t)(cin * cout * (int64_t)es), L->gathered,
+        (int64_t)(chunk * lda * (int64_t)es), L->gemm_out, chunk * ldg, off,
+        chunk, n_chunks, A, B, C);
+    VC_CUDA_LAUNCH_CHECK(h, "eg_fill_ptrs_kernel");
+  }
 
   cublasHandle_t cb = vc_cuda_cublas(h);
   const float one = 1.f, zero = 0.f;
@@ -466,7 +559,8 @@ voxconv_status_t eg_fwd_dgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
    * dgrad: G_c[L][cin]  = DYg_c[L][cout] W_k^T[cout][cin] */
   const int64_t max_batch = 32768;
   const cublasOperation_t opw = fwd ? CUBLAS_OP_N : CUBLAS_OP_T;
-  cublasStatus_t bs = CUBLAS_STATUS_SUCCESS;
+  cublasStatus_t bs =
+      per_offset ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
   for (int64_t c0 = 0; c0 < n_chunks && bs == CUBLAS_STATUS_SUCCESS;
        c0 += max_batch) {
     const int64_t nb = n_chunks - c0 < max_batch ? n_chunks - c0 : max_batch;
@@ -476,8 +570,8 @@ voxconv_status_t eg_fwd_dgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
                              (int)nb, ct, CUBLAS_GEMM_DEFAULT);
   }
   if (bs == CUBLAS_STATUS_NOT_SUPPORTED) {
-    /* A cuBLAS without this batched type combination: one GEMM per offset
-     * over the same padded layout. */
+    /* Big maps (or a cuBLAS without this batched type combination): one
+     * GEMM per offset over the same padded layout. */
     for (int k = 0; k < km->kvol; k++) {
       const int64_t rows = off.ppo[k + 1] - off.ppo[k];
       if (rows <= 0)
@@ -596,7 +690,24 @@ voxconv_status_t eg_wgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
    * moderate); chunk c = rows [c*L, (c+1)*L) of both gathered buffers. */
   const int64_t n_chunks = off.ppo[km->kvol] / chunk;
   const int64_t max_batch = 32768;
-  for (int64_t c0 = 0; c0 < n_chunks; c0 += max_batch) {
+  /* Big maps: one strided batch per offset (measured faster there than a
+   * single batch over everything); small maps: one call in all. */
+  const int per_offset = eg_per_offset(km);
+  for (int k = 0; per_offset && k < km->kvol; k++) {
+    const int64_t c0 = off.ppo[k] / chunk, nb = (off.ppo[k + 1] - off.ppo[k]) / chunk;
+    if (nb <= 0)
+      continue;
+    VC_CUBLAS_TRY(h, cublasGemmStridedBatchedEx(
+                         cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
+                         (int)chunk, &one,
+                         L->gathered2 + (size_t)(c0 * chunk * ldy) * es, ty,
+                         (int)ldy, (long long)(chunk * ldy),
+                         L->gathered + (size_t)(c0 * chunk * ldx) * es, ty,
+                         (int)ldx, (long long)(chunk * ldx), &zero,
+                         L->acc + c0 * slab, CUDA_R_32F, (int)cout,
+                         (long long)slab, (int)nb, ct, CUBLAS_GEMM_DEFAULT));
+  }
+  for (int64_t c0 = 0; !per_offset && c0 < n_chunks; c0 += max_batch) {
     const int64_t nb = n_chunks - c0 < max_batch ? n_chunks - c0 : max_batch;
     VC_CUBLAS_TRY(h, cublasGemmStridedBatchedEx(
                          cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
@@ -621,6 +732,101 @@ voxconv_status_t eg_wgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+template <typename T>
+voxconv_status_t eg_im2col_t(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                             const eg_layout_t *L) {
+  const voxconv_kmap_t *km = p->kmap;
+  const cudaStream_t st = vc_cuda_stream(h);
+  const int64_t cin = p->cin, cout = p->cout, n_out = km->n_out;
+  const int kc = km->kvol * (int)cin;
+  const int64_t ld_e = eg_im2col_ld(p);
+  const float one = 1.f, zero = 0.f;
+  const cudaDataType_t ty = cuda_type(p->dtype);
+  const cublasComputeType_t ct = compute_type(p->dtype);
+  const int f32 = p->dtype == VOXCONV_DTYPE_F32;
+
+  if (p->pass == VOXCONV_PASS_CONV_DGRAD) {
+    if (km->n_in <= 0)
+      return VOXCONV_STATUS_SUCCESS;
+    if (n_out > 0) {
+      /* Z[o][j] = sum_n dy[o][n] W[j][n]: column-major Z^T = W^T-op . dy */
+      cublasHandle_t cb = vc_cuda_cublas(h);
+      VC_CUBLAS_TRY(h, cublasGemmEx(cb, CUBLAS_OP_T, CUBLAS_OP_N, kc,
+                                    (int)n_out, (int)cout, &one, p->b, ty,
+                                    (int)cout, p->a, ty, (int)cout, &zero, L->z,
+                                    CUDA_R_32F, (int)ld_e, ct,
+                                    CUBLAS_GEMM_DEFAULT));
+    }
+    const int64_t total = km->n_in * cin;
+    eg_col2im_kernel<T><<<vc_grid_1d(total, 256, 1 << 18), 256, 0, st>>>(
+        L->z, km->nbr_in, (T *)p->c, km->n_in, km->kvol, (int)cin, ld_e);
+    VC_CUDA_LAUNCH_CHECK(h, "eg_col2im_kernel");
+    return VOXCONV_STATUS_SUCCESS;
+  }
+
+  const int64_t wel = (int64_t)kc * cout;
+  if (n_out <= 0) {
+    if (p->pass == VOXCONV_PASS_CONV_WGRAD)
+      VC_CUDA_TRY(h, cudaMemsetAsync(p->c, 0,
+                                     (size_t)wel * vcc_dtype_bytes(p->dtype), st));
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  eg_im2col_kernel<T><<<vc_grid_1d(n_out * ld_e, 256, 1 << 18), 256, 0, st>>>(
+      (const T *)p->a, km->nbr_out, (T *)L->xexp, n_out, km->kvol, (int)cin,
+      ld_e);
+  VC_CUDA_LAUNCH_CHECK(h, "eg_im2col_kernel");
+  cublasHandle_t cb = vc_cuda_cublas(h);
+
+  if (p->pass == VOXCONV_PASS_CONV_FWD) {
+    /* y[n_out][cout] = Xexp[n_out][kc] W[kc][cout]; K = kc <= 8*kvol is
+     * short, so the product goes straight to the output dtype (fp32
+     * accumulation, one rounding). */
+    VC_CUBLAS_TRY(h, cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_N, (int)cout,
+                                  (int)n_out, kc, &one, p->b, ty, (int)cout,
+                                  L->xexp, ty, (int)ld_e, &zero, p->c, ty,
+                                  (int)cout, ct, CUBLAS_GEMM_DEFAULT));
+    return VOXCONV_STATUS_SUCCESS;
+  }
+
+  /* wgrad: dW[kc][cout] = Xexp^T dy; column-major dW^T = dy^T-op . Xexp */
+  if (f32) {
+    VC_CUBLAS_TRY(h, cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, kc,
+                                  (int)n_out, &one, p->b, ty, (int)cout,
+                                  L->xexp, ty, (int)ld_e, &zero, p->c,
+                                  CUDA_R_32F, (int)cout, ct,
+                                  CUBLAS_GEMM_DEFAULT));
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  /* f16/bf16: K cut into chunks of kIm2colChunk rows (tensor-core
+   * accumulation over long K is inexact), partials summed in order. */
+  const int64_t Lc = kIm2colChunk, nfull = n_out / Lc, tail = n_out - nfull * Lc;
+  const size_t es = vcc_dtype_bytes(p->dtype);
+  if (nfull > 0)
+    VC_CUBLAS_TRY(h, cublasGemmStridedBatchedEx(
+                         cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, kc, (int)Lc,
+                         &one, p->b, ty, (int)cout, (long long)(Lc * cout),
+                         L->xexp, ty, (int)ld_e, (long long)(Lc * ld_e), &zero,
+                         L->acc, CUDA_R_32F, (int)cout, (long long)wel,
+                         (int)nfull, ct, CUBLAS_GEMM_DEFAULT));
+  if (tail > 0)
+    VC_CUBLAS_TRY(h, cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, kc,
+                                  (int)tail, &one,
+                                  (const char *)p->b + (size_t)(nfull * Lc * cout) * es,
+                                  ty, (int)cout,
+                                  L->xexp + (size_t)(nfull * Lc * ld_e) * es, ty,
+                                  (int)ld_e, &zero, L->acc + nfull * wel,
+                                  CUDA_R_32F, (int)cout, ct,
+                                  CUBLAS_GEMM_DEFAULT));
+  /* One "offset" holding every chunk: the shared in-order chunk sum. */
+  vcc_pair_offsets_t one_range;
+  memset(&one_range, 0, sizeof one_range);
+  one_range.po[1] = n_out;
+  vcc_chunk_reduce_kernel<T><<<vc_grid_1d(wel, 256, 8192), 256, 0, st>>>(
+      L->acc, (T *)p->c, one_range, 1, wel, Lc);
+  VC_CUDA_LAUNCH_CHECK(h, "vcc_chunk_reduce_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 voxconv_status_t eg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         void *workspace, int det) {
   VC_CUDA_DEVICE_GUARD(h);
@@ -639,6 +845,8 @@ voxconv_status_t eg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
   vcc_carver_t c = {ws, 0};
   eg_layout_t L;
   eg_carve(p, det, &c, &L);
+  if (eg_use_im2col(p))
+    return VCC_DISPATCH_DTYPE(p->dtype, eg_im2col_t, h, p, &L);
   switch (p->pass) {
   case VOXCONV_PASS_CONV_FWD:
   case VOXCONV_PASS_CONV_DGRAD:
