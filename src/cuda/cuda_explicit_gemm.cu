@@ -418,7 +418,12 @@ int64_t eg_wgrad_chunk(const vc_conv_problem_t *p) {
 /* Rows per batched GEMM of forward/dgrad: each offset's pairs are padded
  * to whole chunks and all chunks go to one cublasGemmBatchedEx (one launch
  * instead of one per offset, which dominated the small levels). */
+int eg_per_offset(const voxconv_kmap_t *km);
 int64_t eg_rows_chunk(const voxconv_kmap_t *km) {
+  /* Per-offset GEMMs need no padding: chunk 1 makes the padded layout the
+   * plain one (and the gather skips the offset search). */
+  if (eg_per_offset(km))
+    return 1;
   return km->n_pairs >= (int64_t)km->kvol * 4096 ? 1024 : 128;
 }
 
@@ -452,6 +457,8 @@ void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
       L->z = (float *)vcc_take(c, (size_t)(rows * ld_e) * sizeof(float));
     } else {
       L->xexp = (char *)vcc_take(c, (size_t)(rows * ld_e) * es);
+      if (p->pass == VOXCONV_PASS_CONV_FWD && !f32) /* fp32 product */
+        L->acc = (float *)vcc_take(c, (size_t)(rows * p->cout) * sizeof(float));
       if (p->pass == VOXCONV_PASS_CONV_WGRAD && !f32)
         L->acc = (float *)vcc_take(
             c, (size_t)(((rows + kIm2colChunk - 1) / kIm2colChunk) *
@@ -484,7 +491,8 @@ void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
   case VOXCONV_PASS_CONV_WGRAD: {
     /* f16/bf16: rows padded per offset to whole chunks (see above) */
     const int64_t chunks = f32 ? 0 : vcc_total_chunks(km, eg_wgrad_chunk(p));
-    const int64_t rows = f32 ? P : chunks * eg_wgrad_chunk(p);
+    const int64_t rows =
+        f32 || eg_per_offset(km) ? P : chunks * eg_wgrad_chunk(p);
     L->gathered =
         (char *)vcc_take(c, (size_t)(rows * vcc_padded_ld(p->cin)) * es);
     L->gathered2 =
@@ -537,9 +545,12 @@ voxconv_status_t eg_fwd_dgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
                    "explicit_gemm: %lld padded pairs exceed int32 indices",
                    (long long)off.ppo[km->kvol]);
   /* Pad rows stay uninitialised: their G rows are never read. */
-  VC_CHECK(gather_rows_padded(h, p->a, src_rows, L->gathered, P, r_ch, lda, es,
-                              chunk, &off, 0));
   const int per_offset = eg_per_offset(km);
+  if (per_offset)
+    VC_CHECK(gather_rows(h, p->a, src_rows, L->gathered, P, r_ch, lda, es));
+  else
+    VC_CHECK(gather_rows_padded(h, p->a, src_rows, L->gathered, P, r_ch, lda,
+                                es, chunk, &off, 0));
   const void **A = (const void **)L->ptrs;
   const void **B = (const void **)(L->ptrs + n_chunks);
   void **C = L->ptrs + 2 * n_chunks;
@@ -680,32 +691,50 @@ voxconv_status_t eg_wgrad(voxconv_handle_t *h, const vc_conv_problem_t *p,
   }
 
   const int64_t chunk = eg_wgrad_chunk(p);
+  const int per_offset = eg_per_offset(km);
   eg_padded_offsets_t off;
   eg_fill_padded(km, chunk, &off);
-  VC_CHECK(gather_rows_padded(h, p->a, km->in_rows, L->gathered, P, cin, ldx,
-                              es, chunk, &off, 1));
-  VC_CHECK(gather_rows_padded(h, p->b, km->out_rows, L->gathered2, P, cout,
-                              ldy, es, chunk, &off, 1));
-  /* All chunks of all offsets in strided batches (batch counts kept
-   * moderate); chunk c = rows [c*L, (c+1)*L) of both gathered buffers. */
   const int64_t n_chunks = off.ppo[km->kvol] / chunk;
   const int64_t max_batch = 32768;
-  /* Big maps: one strided batch per offset (measured faster there than a
-   * single batch over everything); small maps: one call in all. */
-  const int per_offset = eg_per_offset(km);
-  for (int k = 0; per_offset && k < km->kvol; k++) {
-    const int64_t c0 = off.ppo[k] / chunk, nb = (off.ppo[k + 1] - off.ppo[k]) / chunk;
-    if (nb <= 0)
-      continue;
-    VC_CUBLAS_TRY(h, cublasGemmStridedBatchedEx(
-                         cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
-                         (int)chunk, &one,
-                         L->gathered2 + (size_t)(c0 * chunk * ldy) * es, ty,
-                         (int)ldy, (long long)(chunk * ldy),
-                         L->gathered + (size_t)(c0 * chunk * ldx) * es, ty,
-                         (int)ldx, (long long)(chunk * ldx), &zero,
-                         L->acc + c0 * slab, CUDA_R_32F, (int)cout,
-                         (long long)slab, (int)nb, ct, CUBLAS_GEMM_DEFAULT));
+  if (per_offset) {
+    /* Big maps: plain gathers, per offset one strided batch over its full
+     * chunks and one GEMM for its tail (measured faster there than the
+     * padded layout and a single batch). */
+    VC_CHECK(gather_rows(h, p->a, km->in_rows, L->gathered, P, cin, ldx, es));
+    VC_CHECK(
+        gather_rows(h, p->b, km->out_rows, L->gathered2, P, cout, ldy, es));
+    int64_t slot = 0;
+    for (int k = 0; k < km->kvol; k++) {
+      const int64_t p0 = km->pair_offsets[k];
+      const int64_t pk = km->pair_offsets[k + 1] - p0;
+      const int64_t nfull = pk / chunk, tail = pk - nfull * chunk;
+      const char *xk = L->gathered + (size_t)(p0 * ldx) * es;
+      const char *yk = L->gathered2 + (size_t)(p0 * ldy) * es;
+      if (nfull > 0)
+        VC_CUBLAS_TRY(h, cublasGemmStridedBatchedEx(
+                             cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
+                             (int)chunk, &one, yk, ty, (int)ldy,
+                             (long long)(chunk * ldy), xk, ty, (int)ldx,
+                             (long long)(chunk * ldx), &zero,
+                             L->acc + slot * slab, CUDA_R_32F, (int)cout,
+                             (long long)slab, (int)nfull, ct,
+                             CUBLAS_GEMM_DEFAULT));
+      if (tail > 0)
+        VC_CUBLAS_TRY(h, cublasGemmEx(
+                             cb, CUBLAS_OP_N, CUBLAS_OP_T, (int)cout, (int)cin,
+                             (int)tail, &one,
+                             yk + (size_t)(nfull * chunk * ldy) * es, ty,
+                             (int)ldy, xk + (size_t)(nfull * chunk * ldx) * es,
+                             ty, (int)ldx, &zero, L->acc + (slot + nfull) * slab,
+                             CUDA_R_32F, (int)cout, ct, CUBLAS_GEMM_DEFAULT));
+      slot += nfull + (tail > 0);
+    }
+  } else {
+    /* Small maps: rows padded per offset to whole chunks, one batch. */
+    VC_CHECK(gather_rows_padded(h, p->a, km->in_rows, L->gathered, P, cin,
+                                ldx, es, chunk, &off, 1));
+    VC_CHECK(gather_rows_padded(h, p->b, km->out_rows, L->gathered2, P, cout,
+                                ldy, es, chunk, &off, 1));
   }
   for (int64_t c0 = 0; !per_offset && c0 < n_chunks; c0 += max_batch) {
     const int64_t nb = n_chunks - c0 < max_batch ? n_chunks - c0 : max_batch;
@@ -778,13 +807,18 @@ voxconv_status_t eg_im2col_t(voxconv_handle_t *h, const vc_conv_problem_t *p,
   cublasHandle_t cb = vc_cuda_cublas(h);
 
   if (p->pass == VOXCONV_PASS_CONV_FWD) {
-    /* y[n_out][cout] = Xexp[n_out][kc] W[kc][cout]; K = kc <= 8*kvol is
-     * short, so the product goes straight to the output dtype (fp32
-     * accumulation, one rounding). */
+    /* y[n_out][cout] = Xexp[n_out][kc] W[kc][cout]. Always an fp32 product
+     * first: written straight to bf16, cuBLAS (H200, 13.0) gave max_rel 2.8
+     * at kvol 125 while f16 was fine (most likely split-K partials reduced
+     * in the output type), so f16/bf16 are converted here. */
+    float *y32 = f32 ? (float *)p->c : L->acc;
     VC_CUBLAS_TRY(h, cublasGemmEx(cb, CUBLAS_OP_N, CUBLAS_OP_N, (int)cout,
                                   (int)n_out, kc, &one, p->b, ty, (int)cout,
-                                  L->xexp, ty, (int)ld_e, &zero, p->c, ty,
-                                  (int)cout, ct, CUBLAS_GEMM_DEFAULT));
+                                  L->xexp, ty, (int)ld_e, &zero, y32,
+                                  CUDA_R_32F, (int)cout, ct,
+                                  CUBLAS_GEMM_DEFAULT));
+    if (!f32)
+      VC_CHECK(vcc_convert_f32<T>(h, y32, (T *)p->c, n_out * cout));
     return VOXCONV_STATUS_SUCCESS;
   }
 
