@@ -40,11 +40,15 @@ if has test; then
 fi
 
 if has sanitize; then
-  for t in test_mask_gemm test_backend_ops test_cuda_kmap; do
+  # Each test's reduced mode: VOXCONV_TEST_SMALL for test_mask_gemm and
+  # test_backend_ops, --quick for test_cuda_kmap.
+  for t in ${SANITIZE_TESTS:-test_mask_gemm test_backend_ops test_cuda_kmap}; do
+    args=""
+    [ "$t" = test_cuda_kmap ] && args="--quick"
     for tool in memcheck racecheck; do
       stamp "$tool $t"
       VOXCONV_TEST_SMALL=1 timeout 240 $CS --tool $tool --error-exitcode 9 \
-        $B/tests/$t >"$OUT/${tool}_$t.txt" 2>&1
+        $B/tests/$t $args >"$OUT/${tool}_$t.txt" 2>&1
       echo "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
         "$OUT/${tool}_$t.txt" | tail -1)"
     done
