@@ -1,19 +1,23 @@
 /* CUDA algorithm records, listed into the registry (src/ops/algo.c). Add a
  * record here and to VC_CUDA_ALGO_LIST when adding a CUDA algorithm.
  *
- *  explicit_gemm       gather -> cuBLAS GEMM per kernel offset -> scatter-add
- *                      with float atomics (fwd, dgrad); wgrad gathers both
- *                      operands and runs one GEMM per offset. Not
- *                      deterministic (atomic scatter order).
+ *  explicit_gemm       gather -> cuBLAS GEMMs over the kernel offsets (fp32
+ *                      products) -> scatter-add with float atomics (fwd,
+ *                      dgrad); wgrad gathers both operands, tensor-core
+ *                      GEMMs over chunks of 256 pairs, fp32 partials summed
+ *                      in order. cin <= 8 goes through im2col on the
+ *                      neighbour tables instead. Not deterministic (atomic
+ *                      scatter order).
  *  explicit_gemm_det   the same GEMMs; the scatter is a gather-reduce per
  *                      output row in kernel-offset order. Deterministic.
  *  implicit_gemm       fused gather-GEMM-scatter SIMT kernels (fp32 FMA):
  *                      forward over output rows (nbr_out), dgrad over input
- *                      rows (nbr_in) with W^T, wgrad per offset over pairs
- *                      with split-K partials reduced by float atomics.
+ *                      rows (nbr_in) with W^T, wgrad over equal-length
+ *                      chunks of each offset's pairs, partials added with
+ *                      float atomics.
  *                      Params: fwd_block_size (fwd/dgrad), gemm_block_size
  *                      and split_k_factor (wgrad). Not deterministic.
- *  implicit_gemm_det   the same, wgrad split-K partials reduced in a fixed
+ *  implicit_gemm_det   the same, wgrad chunk partials summed in a fixed
  *                      order through a workspace. Deterministic.
  *  depthwise_explicit  pair-parallel depthwise conv with float atomics.
  *  depthwise_implicit  row-parallel depthwise conv (nbr tables), wgrad with
