@@ -34,7 +34,7 @@ fi
 if has test; then
   stamp "GPU tests"
   (cd $B && VOXCONV_REPORT="$OUT/precision.md" ctest --output-on-failure \
-     -R "test_backend_ops|test_deterministic|test_cuda_kmap|test_mask_gemm|tool_bench_smoke_cuda") \
+     -R "${GPU_TESTS:-test_backend_ops|test_deterministic|test_cuda_kmap|test_mask_gemm|tool_bench_smoke_cuda}") \
     >"$OUT/ctest_gpu.txt" 2>&1
   grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest_gpu.txt" | tail -12
 fi
@@ -57,13 +57,15 @@ fi
 
 if has bench; then
   stamp "tiles (workload C, D)"
-  $B/bench_tiles --channels 32,64,128,256 --repeat 20 >"$OUT/bench_tiles.txt" 2>&1
+  $B/bench_tiles --channels 32,64,128,256 --repeat "${TILE_REPEAT:-20}" \
+    ${TILE_ALGOS:+--algos $TILE_ALGOS} >"$OUT/bench_tiles.txt" 2>&1
   grep -E "kmap build" "$OUT/bench_tiles.txt"
   stamp "first-run autotuning of workload A (empty cache)"
   rm -rf "$VOXCONV_BENCHMARK_CACHE_DIR"
-  /usr/bin/time -f "tune wall %e s" $B/voxconv tune --workload A \
-    >"$OUT/tune_A.txt" 2>&1
-  tail -3 "$OUT/tune_A.txt"
+  t0=$(date +%s.%N)
+  $B/voxconv tune --workload A >"$OUT/tune_A.txt" 2>&1
+  echo "first-run tune of workload A: $(echo "$(date +%s.%N) - $t0" | bc) s wall" |
+    tee -a "$OUT/tune_A.txt"
   for w in A B C D; do
     stamp "voxconv bench --workload $w"
     $B/voxconv bench --workload $w --json >"$OUT/bench_$w.json" \
