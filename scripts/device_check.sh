@@ -64,7 +64,7 @@ if has bench; then
   rm -rf "$VOXCONV_BENCHMARK_CACHE_DIR"
   t0=$(date +%s.%N)
   $B/voxconv tune --workload A >"$OUT/tune_A.txt" 2>&1
-  echo "first-run tune of workload A: $(echo "$(date +%s.%N) - $t0" | bc) s wall" |
+  echo "first-run tune of workload A: $(python3 -c "print(round($(date +%s.%N) - $t0, 2))") s wall" |
     tee -a "$OUT/tune_A.txt"
   for w in A B C D; do
     stamp "voxconv bench --workload $w"
