@@ -1,5 +1,6 @@
 /* voxconv: the command-line tool. Subcommands:
- *   info [--algos]   version, backends, devices, algorithm registry
+ *   info [--algos | --kernels]   version, backends, devices, algorithm
+ *                    registry, or the compiled GPU kernel variants
  *   bench ...        network / layer / kernel-map benchmarks (bench.c)
  *   tune ...         autotuning (tools/cache_cmd.c, when built in)
  *   cache ...        the persistent tuning cache (tools/cache_cmd.c)
@@ -17,7 +18,9 @@ static void usage(FILE *out) {
           "usage: voxconv <command> [options]\n"
           "\n"
           "commands:\n"
-          "  info [--algos]   library version, backends, devices; --algos lists\n"
+          "  info [--algos | --kernels]   library version, backends, devices;\n"
+          "                   --kernels lists GPU tiles (registers, smem, occupancy);\n"
+          "                   --algos lists\n"
           "                   the algorithm registry\n"
           "  bench [...]      benchmark the workload-A network (and workloads\n"
           "                   A-D of BENCHMARKS.md); see `voxconv bench --help`\n"
@@ -66,23 +69,89 @@ static void json_str(FILE *f, const char *s) {
   fputc('"', f);
 }
 
+/* `voxconv info --kernels`: the compiled GPU kernel variants with the
+ * resources the device reports (registers, shared memory, occupancy). */
+static int print_kernels(int json) {
+  int n_dev = 0;
+  if (voxconv_device_count(&n_dev) != VOXCONV_STATUS_SUCCESS || n_dev == 0) {
+    if (json)
+      printf("{\"kernels\": []}\n");
+    else
+      printf("kernels: none to list (no CUDA device%s)\n",
+             voxconv_has_cuda() ? " found" : "; CUDA not built in");
+    return VT_EXIT_OK;
+  }
+  voxconv_handle_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.backend = VOXCONV_BACKEND_CUDA;
+  voxconv_handle_t *h = NULL;
+  if (voxconv_create(&h, &d) != VOXCONV_STATUS_SUCCESS) {
+    fprintf(stderr, "voxconv info: %s\n", voxconv_get_last_error(NULL));
+    return VT_EXIT_FAIL;
+  }
+  int n = 0;
+  voxconv_kernel_count(h, &n);
+  if (json)
+    printf("{\"kernels\": [");
+  else
+    printf("%-10s %-6s %4s %-5s %-4s %-12s %6s %7s %5s %9s %7s %6s  %s\n",
+           "algo", "pass", "tile", "dtype", "acc", "MxNxK", "stages",
+           "threads", "regs", "smem(B)", "blk/SM", "occ", "constraints");
+  for (int i = 0; i < n; i++) {
+    voxconv_kernel_info_t k;
+    if (voxconv_kernel_get_info(h, i, &k) != VOXCONV_STATUS_SUCCESS) {
+      fprintf(stderr, "voxconv info: kernel %d: %s\n", i,
+              voxconv_get_last_error(h));
+      continue;
+    }
+    const char *pass = k.pass == VOXCONV_PASS_CONV_WGRAD ? "wgrad"
+                       : k.dgrad                        ? "dgrad"
+                                                        : "fwd";
+    char shape[32];
+    snprintf(shape, sizeof shape, "%dx%dx%d", k.tile_m, k.tile_n, k.tile_k);
+    if (json)
+      printf("%s\n  {\"algo\": \"%s\", \"pass\": \"%s\", \"tile\": %d, "
+             "\"dtype\": \"%s\", \"acc\": \"%s\", \"shape\": \"%s\", "
+             "\"stages\": %d, \"threads\": %d, \"registers\": %d, "
+             "\"smem_bytes\": %zu, \"blocks_per_sm\": %d, "
+             "\"occupancy\": %.3f}",
+             i ? "," : "", k.algo, pass, k.tile_id, voxconv_dtype_name(k.dtype),
+             k.acc16 ? "f16" : "f32", shape, k.stages, k.threads, k.registers,
+             k.smem_bytes, k.blocks_per_sm, k.occupancy);
+    else
+      printf("%-10s %-6s %4d %-5s %-4s %-12s %6d %7d %5d %9zu %7d %5.0f%%  %s\n",
+             k.algo, pass, k.tile_id, voxconv_dtype_name(k.dtype),
+             k.acc16 ? "f16" : "f32", shape, k.stages, k.threads, k.registers,
+             k.smem_bytes, k.blocks_per_sm, 100.0 * k.occupancy,
+             k.constraints);
+  }
+  if (json)
+    printf("\n]}\n");
+  voxconv_destroy(h);
+  return VT_EXIT_OK;
+}
+
 static int cmd_info(int argc, char **argv) {
-  int algos = 0, json = 0;
+  int algos = 0, json = 0, kernels = 0;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--algos") == 0) {
+    if (strcmp(argv[i], "--kernels") == 0) {
+      kernels = 1;
+    } else if (strcmp(argv[i], "--algos") == 0) {
       algos = 1;
     } else if (strcmp(argv[i], "--json") == 0) {
       json = 1;
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      printf("usage: voxconv info [--algos] [--json]\n");
+      printf("usage: voxconv info [--algos | --kernels] [--json]\n");
       return VT_EXIT_OK;
     } else {
       fprintf(stderr, "voxconv info: unknown option \"%s\"\n"
-                      "usage: voxconv info [--algos] [--json]\n",
+                      "usage: voxconv info [--algos | --kernels] [--json]\n",
               argv[i]);
       return VT_EXIT_USAGE;
     }
   }
+  if (kernels)
+    return print_kernels(json);
   const unsigned rt = voxconv_version_number();
   int n_dev = 0;
   const voxconv_status_t dst = voxconv_device_count(&n_dev);
