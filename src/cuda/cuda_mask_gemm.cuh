@@ -126,6 +126,90 @@ template <> struct Store2<__nv_bfloat16> {
   static __device__ void h16(__nv_bfloat16 *, uint32_t) {}
 };
 
+
+/* The accumulators of a warp tile. fp32-accumulator tiles: tensor-core
+ * accumulation aligns and truncates (it is not a round-to-nearest fp32
+ * sum), so a long chain drifts: over 27 offsets x C channels (162 mma steps
+ * at C = 96) to ~3e-3 of rms, over 10^6 wgrad pairs to ~1.6e-2. The mma
+ * accumulators therefore cover at most a few stages and promote() adds them
+ * into `total` with ordinary fp32 adds. fp16-accumulator tiles keep their
+ * single chain: being fp16 is their point. */
+template <bool ACC16, int MI, int NI> struct WarpAcc {
+  Acc<ACC16> c[MI][NI];
+  float total[MI][NI][4];
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int i = 0; i < MI; i++)
+#pragma unroll
+      for (int j = 0; j < NI; j++) {
+        c[i][j].zero();
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          total[i][j][e] = 0.f;
+      }
+  }
+  __device__ __forceinline__ void promote() {
+    if constexpr (!ACC16) {
+#pragma unroll
+      for (int i = 0; i < MI; i++)
+#pragma unroll
+        for (int j = 0; j < NI; j++) {
+#pragma unroll
+          for (int e = 0; e < 4; e++)
+            total[i][j][e] += c[i][j].v[e];
+          c[i][j].zero();
+        }
+    }
+  }
+  /* Element e (0..3, C-fragment order) of tile (i, j), fp32 tiles only. */
+  __device__ __forceinline__ float f32(int i, int j, int e) const {
+    return total[i][j][e] + c[i][j].v[e];
+  }
+};
+
+/* The cp.async pipeline both kernels share: STAGES-1 stages in flight,
+ * load(stage, it) issues the copies of iteration `it`, compute(stage, it)
+ * consumes them. One barrier per iteration both publishes stage `it` and
+ * retires stage it-1, whose buffer the prefetch then refills. */
+template <int STAGES, typename Load, typename Compute>
+__device__ __forceinline__ void run_pipeline(int iters, Load &&load,
+                                             Compute &&compute) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < iters)
+      load(s, s);
+    cp_async_commit();
+  }
+  for (int it = 0; it < iters; it++) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int next = it + STAGES - 1;
+    if (next < iters)
+      load(next % STAGES, next);
+    cp_async_commit();
+    compute(it % STAGES, it);
+  }
+  cp_async_wait<0>();
+}
+
+/* B fragments of NI n-tiles (two per ldmatrix.x4.trans) from a row-major
+ * [k][n] shared tile: rows kk..kk+15, columns n_base.. */
+template <typename T, int NI, int PITCH>
+__device__ __forceinline__ void load_b_kn(uint32_t (&bfr)[NI][2], const T *b_s,
+                                          int kk, int n_base, int lane) {
+#pragma unroll
+  for (int nj = 0; nj < NI; nj += 2) {
+    uint32_t r4[4];
+    const int kr = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+    const int nc = n_base + nj * 8 + (lane >> 4) * 8;
+    ldsm_x4_t(r4, b_s + kr * PITCH + nc);
+    bfr[nj][0] = r4[0];
+    bfr[nj][1] = r4[1];
+    bfr[nj + 1][0] = r4[2];
+    bfr[nj + 1][1] = r4[3];
+  }
+}
+
 /* ---- forward / dgrad ---------------------------------------------------- */
 #define VC_MG_MAX_KVOL 343
 /* Stages (of BK channels) per tensor-core accumulator chain, fwd/dgrad. */
@@ -255,53 +339,11 @@ __global__ void __launch_bounds__(TL::THREADS)
     }
   };
 
-  /* fp32-accumulator tiles: tensor-core accumulation aligns and truncates,
-   * so a chain over all offsets x channels (162 mma steps at C = 96)
-   * drifts to ~3e-3 of rms; the mma accumulators cover at most
-   * PROMOTE_ITERS stages and are then added into `total` in plain fp32.
-   * The fp16-accumulator tiles keep their single chain: being fp16 is
-   * their point. */
-  Acc<ACC16> acc[TL::MI][TL::NI];
-  float total[TL::MI][TL::NI][4];
-#pragma unroll
-  for (int i = 0; i < TL::MI; i++)
-#pragma unroll
-    for (int j = 0; j < TL::NI; j++) {
-      acc[i][j].zero();
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        total[i][j][e] = 0.f;
-    }
-
-#pragma unroll
-  for (int s = 0; s < TL::STAGES - 1; s++) {
-    if (s < iters)
-      load_stage(s, s);
-    cp_async_commit();
-  }
-
-  for (int it = 0; it < iters; it++) {
-    cp_async_wait<TL::STAGES - 2>();
-    __syncthreads(); /* stage `it` landed; stage it-1 fully consumed */
-    const int next = it + TL::STAGES - 1;
-    if (next < iters)
-      load_stage(next % TL::STAGES, next);
-    cp_async_commit();
-    if constexpr (!ACC16) {
-      if (it % PROMOTE_ITERS == 0 && it > 0) {
-#pragma unroll
-        for (int i = 0; i < TL::MI; i++)
-#pragma unroll
-          for (int j = 0; j < TL::NI; j++) {
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-              total[i][j][e] += acc[i][j].v[e];
-            acc[i][j].zero();
-          }
-      }
-    }
-
-    const int stage = it % TL::STAGES;
+  WarpAcc<ACC16, TL::MI, TL::NI> acc;
+  acc.zero();
+  run_pipeline<TL::STAGES>(iters, load_stage, [&](int stage, int it) {
+    if (it % PROMOTE_ITERS == 0 && it > 0)
+      acc.promote();
     const T *a_s = sA + stage * TL::BM * TL::A_PITCH;
     const T *b_s = sB + stage * B_STAGE;
 #pragma unroll
@@ -314,31 +356,29 @@ __global__ void __launch_bounds__(TL::THREADS)
         ldsm_x4(af[mi], a_s + r * TL::A_PITCH + c);
       }
       uint32_t bfr[TL::NI][2];
+      if constexpr (!TRANS_W) {
+        load_b_kn<T, TL::NI, TL::B_PITCH_N>(bfr, b_s, kk, wn * TL::WN, lane);
+      } else {
+        /* B stored [n][k]: plain ldmatrix gives the "col" fragment. */
 #pragma unroll
-      for (int nj = 0; nj < TL::NI; nj += 2) {
-        uint32_t r4[4];
-        if (!TRANS_W) {
-          const int kr = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
-          const int nc = wn * TL::WN + nj * 8 + (lane >> 4) * 8;
-          ldsm_x4_t(r4, b_s + kr * TL::B_PITCH_N + nc);
-        } else {
+        for (int nj = 0; nj < TL::NI; nj += 2) {
+          uint32_t r4[4];
           const int nr = wn * TL::WN + nj * 8 + (lane & 7) + (lane >> 4) * 8;
           const int kc = kk + ((lane >> 3) & 1) * 8;
           ldsm_x4(r4, b_s + nr * TL::B_PITCH_K + kc);
+          bfr[nj][0] = r4[0];
+          bfr[nj][1] = r4[1];
+          bfr[nj + 1][0] = r4[2];
+          bfr[nj + 1][1] = r4[3];
         }
-        bfr[nj][0] = r4[0];
-        bfr[nj][1] = r4[1];
-        bfr[nj + 1][0] = r4[2];
-        bfr[nj + 1][1] = r4[3];
       }
 #pragma unroll
       for (int mi = 0; mi < TL::MI; mi++)
 #pragma unroll
         for (int ni = 0; ni < TL::NI; ni++)
-          Mma<T, ACC16>::run(acc[mi][ni], af[mi], bfr[ni]);
+          Mma<T, ACC16>::run(acc.c[mi][ni], af[mi], bfr[ni]);
     }
-  }
-  cp_async_wait<0>();
+  });
 
   /* Epilogue: every (row < n_dst, col < nb) of the tile is written once,
    * rows with no neighbour at all get exact zeros. */
@@ -358,10 +398,9 @@ __global__ void __launch_bounds__(TL::THREADS)
           continue;
         T *p = out + (int64_t)s_rows[r] * nb + col;
         if constexpr (ACC16)
-          Store2<T>::h16(p, acc[mi][ni].v[h]);
+          Store2<T>::h16(p, acc.c[mi][ni].v[h]);
         else
-          Store2<T>::f32(p, total[mi][ni][2 * h] + acc[mi][ni].v[2 * h],
-                         total[mi][ni][2 * h + 1] + acc[mi][ni].v[2 * h + 1]);
+          Store2<T>::f32(p, acc.f32(mi, ni, 2 * h), acc.f32(mi, ni, 2 * h + 1));
       }
     }
 }
@@ -434,52 +473,16 @@ __global__ void __launch_bounds__(TL::THREADS)
     }
   };
 
-  /* Tensor-core accumulation aligns and truncates (it is not a
-   * round-to-nearest fp32 sum), so one accumulator chain over ~10^5 pairs
-   * drifts by ~1e-2 relative. The mma accumulators therefore cover at most
-   * WGRAD_PROMOTE_ITERS stages and are then added into `total` with
-   * ordinary fp32 adds. */
-  Acc<false> acc[TL::MI][TL::NI];
-  float total[TL::MI][TL::NI][4];
-#pragma unroll
-  for (int i = 0; i < TL::MI; i++)
-#pragma unroll
-    for (int j = 0; j < TL::NI; j++) {
-      acc[i][j].zero();
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        total[i][j][e] = 0.f;
-    }
-
-#pragma unroll
-  for (int s = 0; s < TL::STAGES - 1; s++) {
-    if (s < iters)
-      load_stage(s, s);
-    cp_async_commit();
-  }
-  for (int it = 0; it < iters; it++) {
-    cp_async_wait<TL::STAGES - 2>();
-    __syncthreads();
-    const int next = it + TL::STAGES - 1;
-    if (next < iters)
-      load_stage(next % TL::STAGES, next);
-    cp_async_commit();
-    if (it % WGRAD_PROMOTE_ITERS == 0 && it > 0) {
-#pragma unroll
-      for (int i = 0; i < TL::MI; i++)
-#pragma unroll
-        for (int j = 0; j < TL::NI; j++) {
-#pragma unroll
-          for (int e = 0; e < 4; e++)
-            total[i][j][e] += acc[i][j].v[e];
-          acc[i][j].zero();
-        }
-    }
-    const int stage = it % TL::STAGES;
+  WarpAcc<false, TL::MI, TL::NI> acc;
+  acc.zero();
+  run_pipeline<TL::STAGES>(iters, load_stage, [&](int stage, int it) {
+    if (it % WGRAD_PROMOTE_ITERS == 0 && it > 0)
+      acc.promote();
     const T *a_s = sA + stage * TL::BK * A_PITCH_M;
     const T *b_s = sB + stage * TL::BK * TL::B_PITCH_N;
 #pragma unroll
     for (int kk = 0; kk < TL::BK; kk += 16) {
+      /* A stored [pair][cin]: ldmatrix.trans gives the row-major fragment. */
       uint32_t af[TL::MI][4];
 #pragma unroll
       for (int mi = 0; mi < TL::MI; mi++) {
@@ -489,25 +492,14 @@ __global__ void __launch_bounds__(TL::THREADS)
         ldsm_x4_t(af[mi], a_s + kr * A_PITCH_M + mc);
       }
       uint32_t bfr[TL::NI][2];
-#pragma unroll
-      for (int nj = 0; nj < TL::NI; nj += 2) {
-        uint32_t r4[4];
-        const int kr = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
-        const int nc = wn * TL::WN + nj * 8 + (lane >> 4) * 8;
-        ldsm_x4_t(r4, b_s + kr * TL::B_PITCH_N + nc);
-        bfr[nj][0] = r4[0];
-        bfr[nj][1] = r4[1];
-        bfr[nj + 1][0] = r4[2];
-        bfr[nj + 1][1] = r4[3];
-      }
+      load_b_kn<T, TL::NI, TL::B_PITCH_N>(bfr, b_s, kk, wn * TL::WN, lane);
 #pragma unroll
       for (int mi = 0; mi < TL::MI; mi++)
 #pragma unroll
         for (int ni = 0; ni < TL::NI; ni++)
-          Mma<T, false>::run(acc[mi][ni], af[mi], bfr[ni]);
+          Mma<T, false>::run(acc.c[mi][ni], af[mi], bfr[ni]);
     }
-  }
-  cp_async_wait<0>();
+  });
 
   const int g = lane >> 2, t4 = lane & 3;
   const int64_t wsk = (int64_t)cin * cout;
@@ -523,8 +515,7 @@ __global__ void __launch_bounds__(TL::THREADS)
         const int row = m0 + wm * TL::WM + mi * 16 + g + h * 8;
         if (row >= cin)
           continue;
-        const float a = total[mi][ni][2 * h] + acc[mi][ni].v[2 * h];
-        const float b = total[mi][ni][2 * h + 1] + acc[mi][ni].v[2 * h + 1];
+        const float a = acc.f32(mi, ni, 2 * h), b = acc.f32(mi, ni, 2 * h + 1);
         const int64_t off = (int64_t)k * wsk + (int64_t)row * cout + col;
         if (args.splits == 1) {
           Store2<T>::f32(reinterpret_cast<T *>(args.dw) + off, a, b);
