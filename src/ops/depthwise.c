@@ -8,9 +8,7 @@ static voxconv_status_t depthwise_op(voxconv_handle_t *h, voxconv_pass_t pass,
                                      const voxconv_feats_t *b,
                                      const voxconv_feats_t *c,
                                      const voxconv_conv_options_t *opt) {
-  if (!h)
-    return vc_fail(NULL, VOXCONV_STATUS_NULL_POINTER, "%s: handle is NULL", fn);
-  vc_clear_error(h);
+  VC_CHECK(vc_op_begin(h, fn));
   vc_conv_problem_t p;
   VC_CHECK(vc_validate_depthwise(h, pass, kmap, a, b, c, opt, &p));
   /* Empty outputs have nothing to write (dw is never empty). */

@@ -8,20 +8,12 @@
 #include "../cuda/vc_cuda.h"
 #endif
 
-#define REQUIRE_HANDLE(fn)                                                     \
-  do {                                                                         \
-    if (!h)                                                                    \
-      return vc_fail(NULL, VOXCONV_STATUS_NULL_POINTER,                        \
-                     fn ": handle is NULL");                                   \
-    vc_clear_error(h);                                                         \
-  } while (0)
-
 voxconv_status_t voxconv_pool_forward(voxconv_handle_t *h,
                                       const voxconv_kmap_t *kmap,
                                       voxconv_pool_mode_t mode,
                                       const voxconv_feats_t *x,
                                       const voxconv_feats_t *y) {
-  REQUIRE_HANDLE("voxconv_pool_forward");
+  VC_CHECK(vc_op_begin(h, "voxconv_pool_forward"));
   VC_CHECK(vc_validate_pool_forward(h, kmap, mode, x, y));
   if (vc_feats_elems(y) == 0)
     return VOXCONV_STATUS_SUCCESS;
@@ -37,7 +29,7 @@ voxconv_pool_backward(voxconv_handle_t *h, const voxconv_kmap_t *kmap,
                       voxconv_pool_mode_t mode, const voxconv_feats_t *x,
                       const voxconv_feats_t *y, const voxconv_feats_t *dy,
                       const voxconv_feats_t *dx) {
-  REQUIRE_HANDLE("voxconv_pool_backward");
+  VC_CHECK(vc_op_begin(h, "voxconv_pool_backward"));
   VC_CHECK(vc_validate_pool_backward(h, kmap, mode, x, y, dy, dx));
   if (vc_feats_elems(dx) == 0)
     return VOXCONV_STATUS_SUCCESS;
@@ -56,7 +48,7 @@ voxconv_status_t voxconv_unpool_forward(voxconv_handle_t *h,
                                         const voxconv_kmap_t *kmap,
                                         const voxconv_feats_t *x,
                                         const voxconv_feats_t *y) {
-  REQUIRE_HANDLE("voxconv_unpool_forward");
+  VC_CHECK(vc_op_begin(h, "voxconv_unpool_forward"));
   VC_CHECK(vc_validate_unpool(h, 0, kmap, x, y));
   if (vc_feats_elems(y) == 0)
     return VOXCONV_STATUS_SUCCESS;
@@ -71,7 +63,7 @@ voxconv_status_t voxconv_unpool_backward(voxconv_handle_t *h,
                                          const voxconv_kmap_t *kmap,
                                          const voxconv_feats_t *dy,
                                          const voxconv_feats_t *dx) {
-  REQUIRE_HANDLE("voxconv_unpool_backward");
+  VC_CHECK(vc_op_begin(h, "voxconv_unpool_backward"));
   VC_CHECK(vc_validate_unpool(h, 1, kmap, dy, dx));
   if (vc_feats_elems(dx) == 0)
     return VOXCONV_STATUS_SUCCESS;

@@ -39,6 +39,13 @@ int vc_resolve_deterministic(const voxconv_handle_t *h,
   return h->deterministic ? 1 : 0;
 }
 
+voxconv_status_t vc_op_begin(voxconv_handle_t *h, const char *fn) {
+  if (!h)
+    return vc_fail(NULL, VOXCONV_STATUS_NULL_POINTER, "%s: handle is NULL", fn);
+  vc_clear_error(h);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 int64_t vc_feats_elems(const voxconv_feats_t *f) {
   if (!f || f->rows <= 0 || f->channels <= 0)
     return 0;

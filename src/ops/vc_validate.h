@@ -22,13 +22,21 @@ int vc_resolve_fp16_accum(const voxconv_conv_options_t *opt,
 int vc_resolve_deterministic(const voxconv_handle_t *h,
                              const voxconv_conv_options_t *opt);
 
+/* The opening of every public op (conv, depthwise, pool, unpool): a NULL
+ * handle is reported to the calling thread, since there is no handle to
+ * carry the message; otherwise the handle's previous error is cleared so
+ * that what the caller reads afterwards is about this call. `fn` is the
+ * public function's name for the message. One function so that every op
+ * reports a missing handle the same way. */
+voxconv_status_t vc_op_begin(voxconv_handle_t *h, const char *fn);
+
 /* Number of elements of a feature tensor (rows * channels), validated. */
 int64_t vc_feats_elems(const voxconv_feats_t *f);
 
 /* Regular convolution. `fn` is the public function's name for messages.
  * On success *p is filled (pass, kmap, dtype, channels, buffers, resolved
- * options). The caller still has to handle h == NULL before (the message
- * then goes to the thread). */
+ * options). The caller still has to handle h == NULL before, with
+ * vc_op_begin (the message then goes to the thread). */
 voxconv_status_t vc_validate_conv_forward(
     voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
     const voxconv_weights_t *w, const voxconv_feats_t *y,
