@@ -614,78 +614,64 @@ static voxconv_status_t wgrad_gemm(voxconv_handle_t *h,
 }
 
 /* ---- f64 reference path ------------------------------------------------ */
-typedef struct f64_ctx {
+/* dst[r][j] = sum_k sum_i src[nbr[r][k]][i] * w[k][i][j], k then i
+ * ascending. Forward (dst y, nbr_out, src x, W [kvol][cin][cout]) and dgrad
+ * (dst dx, nbr_in, src dy, W^T [kvol][cout][cin]) are both this gathered
+ * product, so one task serves the two passes with one summation order. */
+typedef struct f64_gather_ctx {
+  int64_t kvol;
+  const int32_t *nbr; /* [rows][kvol]: source row of (r, k), or -1 */
+  const double *src;  /* [*][src_w] */
+  const double *w;    /* [kvol][src_w][dst_w] */
+  double *dst;        /* [rows][dst_w] */
+  int64_t src_w, dst_w;
+} f64_gather_ctx_t;
+
+static void f64_gather_task(void *vctx, int64_t r0, int64_t r1, int tid) {
+  (void)tid;
+  const f64_gather_ctx_t *c = (const f64_gather_ctx_t *)vctx;
+  const int64_t kvol = c->kvol, src_w = c->src_w, dst_w = c->dst_w;
+  for (int64_t r = r0; r < r1; r++) {
+    double *d = c->dst + r * dst_w;
+    for (int64_t j = 0; j < dst_w; j++)
+      d[j] = 0.0;
+    for (int64_t k = 0; k < kvol; k++) {
+      const int32_t s = c->nbr[r * kvol + k];
+      if (s < 0)
+        continue;
+      const double *src = c->src + (int64_t)s * src_w;
+      const double *w = c->w + k * src_w * dst_w;
+      for (int64_t i = 0; i < src_w; i++) {
+        const double sv = src[i];
+        const double *wr = w + i * dst_w;
+        for (int64_t j = 0; j < dst_w; j++)
+          d[j] += sv * wr[j];
+      }
+    }
+  }
+}
+
+typedef struct f64_wgrad_ctx {
   const voxconv_kmap_t *km;
-  const double *a, *b;
-  double *c;
-  const double *wt; /* dgrad: W^T [kvol][cout][cin] */
+  const double *x, *dy;
+  double *dw;
   int64_t cin, cout;
-} f64_ctx_t;
-
-/* y[o][co] = sum_k sum_ci x[i][ci] * W[k][ci][co], k then ci ascending. */
-static void f64_fwd_task(void *vctx, int64_t o0, int64_t o1, int tid) {
-  (void)tid;
-  const f64_ctx_t *c = (const f64_ctx_t *)vctx;
-  const int64_t kvol = c->km->kvol, cin = c->cin, cout = c->cout;
-  for (int64_t o = o0; o < o1; o++) {
-    double *y = c->c + o * cout;
-    for (int64_t co = 0; co < cout; co++)
-      y[co] = 0.0;
-    for (int64_t k = 0; k < kvol; k++) {
-      const int32_t i = c->km->nbr_out[o * kvol + k];
-      if (i < 0)
-        continue;
-      const double *x = c->a + (int64_t)i * cin;
-      const double *w = c->b + k * cin * cout;
-      for (int64_t ci = 0; ci < cin; ci++) {
-        const double xv = x[ci];
-        const double *wr = w + ci * cout;
-        for (int64_t co = 0; co < cout; co++)
-          y[co] += xv * wr[co];
-      }
-    }
-  }
-}
-
-/* dx[i][ci] = sum_k sum_co dy[o][co] * W[k][ci][co], k then co ascending. */
-static void f64_dgrad_task(void *vctx, int64_t i0, int64_t i1, int tid) {
-  (void)tid;
-  const f64_ctx_t *c = (const f64_ctx_t *)vctx;
-  const int64_t kvol = c->km->kvol, cin = c->cin, cout = c->cout;
-  for (int64_t i = i0; i < i1; i++) {
-    double *dx = c->c + i * cin;
-    for (int64_t ci = 0; ci < cin; ci++)
-      dx[ci] = 0.0;
-    for (int64_t k = 0; k < kvol; k++) {
-      const int32_t o = c->km->nbr_in[i * kvol + k];
-      if (o < 0)
-        continue;
-      const double *dy = c->a + (int64_t)o * cout;
-      const double *wt = c->wt + k * cout * cin;
-      for (int64_t co = 0; co < cout; co++) {
-        const double d = dy[co];
-        const double *wr = wt + co * cin;
-        for (int64_t ci = 0; ci < cin; ci++)
-          dx[ci] += d * wr[ci];
-      }
-    }
-  }
-}
+} f64_wgrad_ctx_t;
 
 /* dW[k][ci][co] = sum over the pairs of k, in map order, of
  * x[in][ci] * dy[out][co]. */
 static void f64_wgrad_task(void *vctx, int64_t k0, int64_t k1, int tid) {
   (void)tid;
-  const f64_ctx_t *c = (const f64_ctx_t *)vctx;
+  const f64_wgrad_ctx_t *c = (const f64_wgrad_ctx_t *)vctx;
   const int64_t cin = c->cin, cout = c->cout;
   for (int64_t k = k0; k < k1; k++) {
-    double *dw = c->c + k * cin * cout;
+    double *dw = c->dw + k * cin * cout;
     for (int64_t e = 0; e < cin * cout; e++)
       dw[e] = 0.0;
     for (int64_t q = c->km->pair_offsets[k]; q < c->km->pair_offsets[k + 1];
          q++) {
-      const double *x = c->a + (int64_t)c->km->in_rows[q] * cin;
-      const double *dy = c->b + (int64_t)c->km->out_rows[q] * cout;
+      const double *x = c->x + (int64_t)c->km->in_rows[q] * cin;
+      const double *dy = c->dy + (int64_t)c->km->out_rows[q] * cout;
       for (int64_t ci = 0; ci < cin; ci++) {
         const double xv = x[ci];
         double *dr = dw + ci * cout;
@@ -699,16 +685,17 @@ static void f64_wgrad_task(void *vctx, int64_t k0, int64_t k1, int tid) {
 static voxconv_status_t run_f64(voxconv_handle_t *h, const vc_conv_problem_t *p,
                                 void *ws) {
   const voxconv_kmap_t *km = p->kmap;
-  f64_ctx_t c = {km,
-                 (const double *)p->a,
-                 (const double *)p->b,
-                 (double *)p->c,
-                 NULL,
-                 p->cin,
-                 p->cout};
   switch (p->pass) {
-  case VOXCONV_PASS_CONV_FWD:
-    return vc_parallel_for(h, km->n_out, 64, f64_fwd_task, &c);
+  case VOXCONV_PASS_CONV_FWD: {
+    f64_gather_ctx_t c = {.kvol = km->kvol,
+                          .nbr = km->nbr_out,
+                          .src = (const double *)p->a,
+                          .w = (const double *)p->b,
+                          .dst = (double *)p->c,
+                          .src_w = p->cin,
+                          .dst_w = p->cout};
+    return vc_parallel_for(h, km->n_out, 64, f64_gather_task, &c);
+  }
   case VOXCONV_PASS_CONV_DGRAD: {
     if (!ws)
       return vc_fail(h, VOXCONV_STATUS_INTERNAL,
@@ -720,11 +707,24 @@ static voxconv_status_t run_f64(voxconv_handle_t *h, const vc_conv_problem_t *p,
         for (int64_t co = 0; co < p->cout; co++)
           wt[(k * p->cout + co) * p->cin + ci] =
               w[(k * p->cin + ci) * p->cout + co];
-    c.wt = wt;
-    return vc_parallel_for(h, km->n_in, 64, f64_dgrad_task, &c);
+    f64_gather_ctx_t c = {.kvol = km->kvol,
+                          .nbr = km->nbr_in,
+                          .src = (const double *)p->a,
+                          .w = wt,
+                          .dst = (double *)p->c,
+                          .src_w = p->cout,
+                          .dst_w = p->cin};
+    return vc_parallel_for(h, km->n_in, 64, f64_gather_task, &c);
   }
-  case VOXCONV_PASS_CONV_WGRAD:
+  case VOXCONV_PASS_CONV_WGRAD: {
+    f64_wgrad_ctx_t c = {km,
+                         (const double *)p->a,
+                         (const double *)p->b,
+                         (double *)p->c,
+                         p->cin,
+                         p->cout};
     return vc_parallel_for(h, km->kvol, 1, f64_wgrad_task, &c);
+  }
   default:
     return vc_fail(h, VOXCONV_STATUS_INTERNAL,
                    "cpu_gather_gemm: pass %d is not a conv pass", (int)p->pass);
