@@ -824,6 +824,24 @@ static const vc_cache_row_t *first_usable(const vc_cache_entry_t *e,
   return NULL;
 }
 
+/* Whether entry e belongs to the family vc_cache_recommend learns from for
+ * `like`: namespace ns, a search over all candidates, the same device,
+ * library, dtype, accumulator and determinism, channel counts in the same
+ * power-of-two buckets (lci, lco: ceil_log2 of like's), and at least one
+ * usable row. One predicate so that counting the family and collecting it
+ * cannot disagree. */
+static int in_rec_family(const vc_cache_entry_t *e, const char *ns,
+                         const vc_cache_key_t *like, int lci, int lco) {
+  if (strcmp(e->ns, ns) != 0 || !(e->coverage & VC_COVER_ALL))
+    return 0;
+  const vc_cache_key_t *k = &e->key;
+  if (strcmp(k->device, like->device) || strcmp(k->lib, like->lib) ||
+      k->dtype != like->dtype || k->acc != like->acc || k->det != like->det ||
+      ceil_log2_i64(k->cin) != lci || ceil_log2_i64(k->cout) != lco)
+    return 0;
+  return first_usable(e, like) != NULL;
+}
+
 typedef struct {
   const vc_cache_row_t *row; /* identity (algo, params) */
   int n_cover;
@@ -838,19 +856,9 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
     return 0;
   const int lci = ceil_log2_i64(like->cin), lco = ceil_log2_i64(like->cout);
   int n_fam = 0;
-  for (int i = 0; i < db->n; i++) {
-    const vc_cache_entry_t *e = &db->entries[i];
-    if (strcmp(e->ns, ns) != 0 || !(e->coverage & VC_COVER_ALL))
-      continue;
-    const vc_cache_key_t *k = &e->key;
-    if (strcmp(k->device, like->device) || strcmp(k->lib, like->lib) ||
-        k->dtype != like->dtype || k->acc != like->acc || k->det != like->det ||
-        ceil_log2_i64(k->cin) != lci || ceil_log2_i64(k->cout) != lco)
-      continue;
-    if (!first_usable(e, like))
-      continue;
-    n_fam++;
-  }
+  for (int i = 0; i < db->n; i++)
+    if (in_rec_family(&db->entries[i], ns, like, lci, lco))
+      n_fam++;
   if (n_fam < min_entries || n_fam == 0)
     return 0;
   int *fam = (int *)malloc((size_t)n_fam * sizeof *fam);
@@ -861,19 +869,9 @@ int vc_cache_recommend(const vc_cache_db_t *db, const char *ns,
   if (!fam || !covered || !cands)
     goto done;
   n_fam = 0;
-  for (int i = 0; i < db->n; i++) {
-    const vc_cache_entry_t *e = &db->entries[i];
-    if (strcmp(e->ns, ns) != 0 || !(e->coverage & VC_COVER_ALL))
-      continue;
-    const vc_cache_key_t *k = &e->key;
-    if (strcmp(k->device, like->device) || strcmp(k->lib, like->lib) ||
-        k->dtype != like->dtype || k->acc != like->acc || k->det != like->det ||
-        ceil_log2_i64(k->cin) != lci || ceil_log2_i64(k->cout) != lco)
-      continue;
-    if (!first_usable(e, like))
-      continue;
-    fam[n_fam++] = i;
-  }
+  for (int i = 0; i < db->n; i++)
+    if (in_rec_family(&db->entries[i], ns, like, lci, lco))
+      fam[n_fam++] = i;
   /* The distinct ok candidates of the family with their mean ratio. */
   for (int f = 0; f < n_fam; f++) {
     const vc_cache_entry_t *e = &db->entries[fam[f]];
