@@ -35,28 +35,6 @@ static const char *mode_names[4] = {"SUBMANIFOLD", "STRIDED", "TRANSPOSED",
                                     "GENERATIVE"};
 
 /* ---- coordinate sets ------------------------------------------------ */
-static int cmp_row(const void *a, const void *b) {
-  const int32_t *p = (const int32_t *)a, *q = (const int32_t *)b;
-  for (int f = 0; f < 4; f++)
-    if (p[f] != q[f])
-      return p[f] < q[f] ? -1 : 1;
-  return 0;
-}
-
-/* Sorts rows[n][4] and removes repeats; returns the unique count. */
-static int64_t sort_unique(int32_t *rows, int64_t n) {
-  if (n == 0)
-    return 0;
-  qsort(rows, (size_t)n, 4 * sizeof(int32_t), cmp_row);
-  int64_t u = 1;
-  for (int64_t i = 1; i < n; i++)
-    if (cmp_row(rows + 4 * i, rows + 4 * (u - 1)) != 0) {
-      memcpy(rows + 4 * u, rows + 4 * i, 4 * sizeof(int32_t));
-      u++;
-    }
-  return u;
-}
-
 static void shuffle_rows(int32_t *rows, int64_t n) {
   for (int64_t i = n - 1; i > 0; i--) {
     const int64_t j = vc_rand_range(0, i);
@@ -85,7 +63,7 @@ static int64_t random_set(int32_t *rows, int64_t n, int batches,
       for (int a = 0; a < 3; a++)
         r[a + 1] = lo[a] + (int32_t)vc_rand_range(0, ext[a] - 1);
     }
-    have = sort_unique(rows, n);
+    have = vc_sort_unique_coords(rows, n);
   }
   shuffle_rows(rows, n);
   return n;
@@ -177,7 +155,7 @@ static void ref_build(const voxconv_kmap_desc_t *d, const int32_t *in,
       for (int a = 0; a < 3; a++)
         r->out[4 * i + a + 1] = floor_div_ref(in[4 * i + a + 1], s[a]);
     }
-    r->n_out = sort_unique(r->out, n_in);
+    r->n_out = vc_sort_unique_coords(r->out, n_in);
     break;
   case VOXCONV_KMAP_GENERATIVE: {
     const int64_t n = n_in * r->kvol;
@@ -193,7 +171,7 @@ static void ref_build(const voxconv_kmap_desc_t *d, const int32_t *in,
           g[a + 1] = (int32_t)v;
         }
       }
-    r->n_out = sort_unique(r->out, n);
+    r->n_out = vc_sort_unique_coords(r->out, n);
     break;
   }
   }
@@ -445,18 +423,8 @@ static void test_random_maps(voxconv_handle_t *h) {
  * (output, offset)'s partner input. */
 static int64_t find_row(const int32_t *sorted, const int64_t *rows, int64_t n,
                         const int32_t *key) {
-  int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    const int c = cmp_row(sorted + 4 * mid, key);
-    if (c == 0)
-      return rows[mid];
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return -1;
+  const int64_t at = vc_find_coord(sorted, n, key);
+  return at < 0 ? -1 : rows[at];
 }
 
 typedef struct {
@@ -465,7 +433,7 @@ typedef struct {
 } keyed_row_t;
 
 static int cmp_keyed(const void *a, const void *b) {
-  return cmp_row(((const keyed_row_t *)a)->c, ((const keyed_row_t *)b)->c);
+  return vc_cmp_coord(((const keyed_row_t *)a)->c, ((const keyed_row_t *)b)->c);
 }
 
 static void check_large_map(const voxconv_kmap_t *m,
@@ -579,13 +547,13 @@ static void test_large_and_threads(void) {
     r[2] = (int32_t)floor(rad * sin(u) * sin(v));
     r[3] = (int32_t)floor(rad * cos(v)) - 5;
   }
-  n = sort_unique(in, n);
+  n = vc_sort_unique_coords(in, n);
   {
     int32_t lo[3] = {-6, -6, -6}, ext[3] = {12, 12, 12};
     int32_t *blob = malloc(1500 * 16);
     int64_t nb = random_set(blob, 1500, 2, lo, ext);
     memcpy(in + 4 * n, blob, (size_t)nb * 16);
-    n = sort_unique(in, n + nb);
+    n = vc_sort_unique_coords(in, n + nb);
     free(blob);
   }
   shuffle_rows(in, n);
@@ -633,7 +601,7 @@ static void test_large_and_threads(void) {
             r[a + 1] = in[4 * i + a + 1] * d.stride[a] +
                        (int32_t)vc_rand_range(-1, d.stride[a]);
         }
-      nf = sort_unique(fine, nf);
+      nf = vc_sort_unique_coords(fine, nf);
       shuffle_rows(fine, nf);
       cout.data = fine;
       cout.n = nf;
@@ -683,7 +651,7 @@ static void test_large_and_threads(void) {
                              ? floor_div_ref(in[4 * i + a + 1], d.stride[a])
                              : d.stride[a] * in[4 * i + a + 1] + r.off[k][a];
           }
-        no = sort_unique(o, no);
+        no = vc_sort_unique_coords(o, no);
         VC_EXPECT(no == m2->n_out &&
                       memcmp(o, m2->out_coords, (size_t)no * 16) == 0,
                   "%s: output set differs (%lld vs %lld)", what,
@@ -1085,7 +1053,7 @@ static void test_merge_duplicates(voxconv_handle_t *h) {
     }
     int32_t *ref = malloc((size_t)(n + 1) * 16);
     memcpy(ref, in, (size_t)n * 16);
-    const int64_t n_ref = sort_unique(ref, n);
+    const int64_t n_ref = vc_sort_unique_coords(ref, n);
     int32_t *out = malloc((size_t)(n + 1) * 16);
     int64_t *row_map = malloc((size_t)(n + 1) * 8);
     memset(out, 0x7F, (size_t)(n + 1) * 16);
@@ -1139,7 +1107,7 @@ typedef struct {
 
 static int cmp_vox_ref(const void *a, const void *b) {
   const vox_ref_t *p = (const vox_ref_t *)a, *q = (const vox_ref_t *)b;
-  const int c = cmp_row(p->c, q->c);
+  const int c = vc_cmp_coord(p->c, q->c);
   if (c)
     return c;
   return p->point < q->point ? -1 : p->point > q->point;
@@ -1203,7 +1171,7 @@ static void test_voxelize_random(voxconv_handle_t *h) {
         VOXCONV_STATUS_SUCCESS);
     int64_t v = -1, bad = -1;
     for (int64_t j = 0; j < kept && bad < 0; j++) {
-      const int first = j == 0 || cmp_row(vr[j].c, vr[j - 1].c) != 0;
+      const int first = j == 0 || vc_cmp_coord(vr[j].c, vr[j - 1].c) != 0;
       if (first) {
         v++;
         if (v >= nv || memcmp(coords + 4 * v, vr[j].c, 16) != 0) {
@@ -1211,7 +1179,7 @@ static void test_voxelize_random(voxconv_handle_t *h) {
           break;
         }
         int64_t e = j;
-        while (e < kept && cmp_row(vr[e].c, vr[j].c) == 0)
+        while (e < kept && vc_cmp_coord(vr[e].c, vr[j].c) == 0)
           e++;
         for (int f = 0; f < n_feat; f++) {
           double want;

@@ -12,43 +12,6 @@
 
 #include "coords/vc_kmap.h"
 
-static int cmp_row(const void *a, const void *b) {
-  const int32_t *p = (const int32_t *)a, *q = (const int32_t *)b;
-  for (int f = 0; f < 4; f++)
-    if (p[f] != q[f])
-      return p[f] < q[f] ? -1 : 1;
-  return 0;
-}
-
-static int64_t sort_unique(int32_t *rows, int64_t n) {
-  if (n == 0)
-    return 0;
-  qsort(rows, (size_t)n, 4 * sizeof(int32_t), cmp_row);
-  int64_t u = 1;
-  for (int64_t i = 1; i < n; i++)
-    if (cmp_row(rows + 4 * i, rows + 4 * (u - 1)) != 0) {
-      memcpy(rows + 4 * u, rows + 4 * i, 4 * sizeof(int32_t));
-      u++;
-    }
-  return u;
-}
-
-/* Row of key in sorted rows[n], or -1. */
-static int64_t find_sorted(const int32_t *rows, int64_t n, const int32_t *key) {
-  int64_t lo = 0, hi = n;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi) / 2;
-    const int c = cmp_row(rows + 4 * mid, key);
-    if (c == 0)
-      return mid;
-    if (c < 0)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return -1;
-}
-
 typedef struct {
   const char *file;
   int fields;
@@ -94,7 +57,7 @@ static int32_t *voxelize_scan(voxconv_handle_t *h, const scan_t *s,
   for (int64_t i = 0; i < n && bad_pv < 0; i++)
     if (pv[i] < 0 || pv[i] >= nv || memcmp(coords + 4 * pv[i], ref + 4 * i, 16))
       bad_pv = i;
-  const int64_t n_ref = sort_unique(ref, n);
+  const int64_t n_ref = vc_sort_unique_coords(ref, n);
   VC_EXPECT(nv == n_ref && memcmp(coords, ref, (size_t)n_ref * 16) == 0,
             "%s: library gives %lld voxels, independent sort-unique %lld (or "
             "their coordinates differ)",
@@ -190,7 +153,7 @@ static void check_submanifold_map(voxconv_handle_t *h, const int32_t *vox,
       const int32_t q[4] = {vox[4 * o], vox[4 * o + 1] + off[k][0],
                             vox[4 * o + 2] + off[k][1],
                             vox[4 * o + 3] + off[k][2]};
-      const int64_t i = find_sorted(vox, n, q);
+      const int64_t i = vc_find_coord(vox, n, q);
       want += i >= 0;
       if (m->nbr_out[o * K + k] != (int32_t)i && bad_nbr < 0)
         bad_nbr = o;
@@ -250,7 +213,8 @@ static void conv_crop_check(voxconv_handle_t *h, const int32_t *vox, int64_t n,
     for (int64_t i = 0; i < nc; i++)
       for (int a = 1; a < 4; a++)
         outc[4 * i + a] = (int32_t)floor(outc[4 * i + a] / 2.0);
-    VC_EXPECT(sort_unique(outc, nc) == n_out, "strided crop: output count");
+    VC_EXPECT(vc_sort_unique_coords(outc, nc) == n_out,
+              "strided crop: output count");
   }
   VC_EXPECT(memcmp(outc, m->out_coords, (size_t)n_out * 16) == 0,
             "conv crop: output coordinates differ from the definition");
@@ -267,7 +231,8 @@ static void conv_crop_check(voxconv_handle_t *h, const int32_t *vox, int64_t n,
   /* reference: y[o] = sum_k x[i(o,k)] W[k], i(o,k) = s*o + off_k */
   int32_t *sorted_in = malloc((size_t)nc * 16);
   memcpy(sorted_in, crop, (size_t)nc * 16);
-  sort_unique(sorted_in, nc); /* crop is sorted already; keep it explicit */
+  /* The crop is sorted already; keep it explicit. */
+  vc_sort_unique_coords(sorted_in, nc);
   double *ref = calloc((size_t)n_out * cout, 8);
   for (int64_t o = 0; o < n_out; o++)
     for (int k = 0; k < K; k++) {
@@ -276,7 +241,7 @@ static void conv_crop_check(voxconv_handle_t *h, const int32_t *vox, int64_t n,
       const int32_t q[4] = {oc[0], st * oc[1] + jx - (ks - 1) / 2,
                             st * oc[2] + jy - (ks - 1) / 2,
                             st * oc[3] + jz - (ks - 1) / 2};
-      const int64_t i = find_sorted(sorted_in, nc, q);
+      const int64_t i = vc_find_coord(sorted_in, nc, q);
       if (i < 0)
         continue;
       for (int64_t ci = 0; ci < cin; ci++) {

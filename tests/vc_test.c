@@ -176,7 +176,7 @@ int vc_test_finish(void) {
   return vc_test_failures ? 1 : 0;
 }
 
-static int vc_cmp_coord(const void *a, const void *b) {
+int vc_cmp_coord(const void *a, const void *b) {
   const int32_t *x = (const int32_t *)a, *y = (const int32_t *)b;
   for (int i = 0; i < 4; i++)
     if (x[i] != y[i])
@@ -185,6 +185,8 @@ static int vc_cmp_coord(const void *a, const void *b) {
 }
 
 int64_t vc_sort_unique_coords(int32_t *c, int64_t n) {
+  if (n == 0) /* c may be NULL then, which qsort must not see */
+    return 0;
   qsort(c, (size_t)n, 16, vc_cmp_coord);
   int64_t u = 0;
   for (int64_t i = 0; i < n; i++)
@@ -193,6 +195,21 @@ int64_t vc_sort_unique_coords(int32_t *c, int64_t n) {
       u++;
     }
   return u;
+}
+
+int64_t vc_find_coord(const int32_t *sorted, int64_t n, const int32_t *key) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    const int c = vc_cmp_coord(sorted + 4 * mid, key);
+    if (c == 0)
+      return mid;
+    if (c < 0)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return -1;
 }
 
 int32_t *vc_voxels_from_points(const float *pts, int64_t n, int fields,

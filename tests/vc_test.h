@@ -50,9 +50,14 @@ void *vc_read_file(const char *path, size_t *bytes);
 /* Path of a file in the shared data folder (static buffer). */
 const char *vc_data_path(const char *relative);
 
+/* Orders two coordinate rows [4] by (b,x,y,z): qsort comparator. */
+int vc_cmp_coord(const void *a, const void *b);
 /* Sorts coordinate rows [n][4] by (b,x,y,z) and removes duplicates in
  * place; returns the number of unique rows. */
 int64_t vc_sort_unique_coords(int32_t *coords, int64_t n);
+/* Index of row key in coordinate rows [n][4] sorted by (b,x,y,z) (binary
+ * search), or -1 if absent. */
+int64_t vc_find_coord(const int32_t *sorted, int64_t n, const int32_t *key);
 /* Unique voxels floor((p - min(p)) / voxel) of points [n][fields] (finite
  * xyz only), batch 0, sorted; *n_out rows (malloc'd). */
 int32_t *vc_voxels_from_points(const float *pts, int64_t n, int fields,
