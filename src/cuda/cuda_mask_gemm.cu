@@ -27,7 +27,12 @@ typedef Tile<128, 128, 32, 64, 32, 3> F3; /* 8 warps, 64 acc */
 typedef Tile<128, 128, 32, 32, 32, 3> F4; /* 16 warps, 32 acc */
 typedef Tile<64, 16, 16, 16, 16, 4> F5;   /* small channels, 8 acc */
 typedef Tile<128, 32, 32, 32, 16, 3> F6;  /* 8 warps, 16 acc */
-#define VC_MG_FWD_TILES 7
+/* BK = 64, deeper pipelines: half the barriers per mma step (the BK = 32
+ * tiles are latency-bound at C <= 64). */
+typedef Tile<64, 64, 64, 32, 32, 4> F7;   /* 4 warps, 32 acc, 4 stages */
+typedef Tile<128, 64, 64, 32, 32, 4> F8;  /* 8 warps, 32 acc, 4 stages */
+typedef Tile<128, 128, 64, 32, 32, 3> F9; /* 16 warps, 32 acc */
+#define VC_MG_FWD_TILES 10
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
 typedef Tile<64, 64, 32, 32, 32, 3> G0;
@@ -65,6 +70,9 @@ voxconv_status_t launch_fwd_tile(voxconv_handle_t *h, int tile,
   case 4: return launch_fwd<T, F4, TRANS_W, ACC16>(h, a);
   case 5: return launch_fwd<T, F5, TRANS_W, ACC16>(h, a);
   case 6: return launch_fwd<T, F6, TRANS_W, ACC16>(h, a);
+  case 7: return launch_fwd<T, F7, TRANS_W, ACC16>(h, a);
+  case 8: return launch_fwd<T, F8, TRANS_W, ACC16>(h, a);
+  case 9: return launch_fwd<T, F9, TRANS_W, ACC16>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm: forward tile %d outside 0..%d", tile,
@@ -129,7 +137,7 @@ const vc_param_space_t mg_space_fwd = {
     3,
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_FWD_TILES, 2, 2},
-    {{0, 1, 2, 3, 4, 5, 6}, {32, 16}, {1, 0}}};
+    {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {32, 16}, {1, 0}}};
 /* split_k_slices 0 = adaptive: enough slices per offset that the grid
  * fills the GPU twice over (a layer has only kvol x tiles blocks without
  * splitting: 27 for C = 64, far below 132 SMs). */
@@ -402,6 +410,9 @@ const KernelRow *kernel_rows() {
     add_fwd_tile<F4>(rows, n, 4);
     add_fwd_tile<F5>(rows, n, 5);
     add_fwd_tile<F6>(rows, n, 6);
+    add_fwd_tile<F7>(rows, n, 7);
+    add_fwd_tile<F8>(rows, n, 8);
+    add_fwd_tile<F9>(rows, n, 9);
     add_wgrad_tile<G0>(rows, n, 0);
     add_wgrad_tile<G1>(rows, n, 1);
     add_wgrad_tile<G2>(rows, n, 2);

@@ -212,8 +212,10 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&bfr)[NI][2], const T *b_s,
 
 /* ---- forward / dgrad ---------------------------------------------------- */
 #define VC_MG_MAX_KVOL 343
-/* Stages (of BK channels) per tensor-core accumulator chain, fwd/dgrad. */
-#define PROMOTE_ITERS 8
+/* Reduction channels per tensor-core accumulator chain (fwd/dgrad): the
+ * chain covers PROMOTE_CHANNELS / BK stages whatever the tile's BK, so every
+ * tile has the same rounding behaviour. */
+#define PROMOTE_CHANNELS 256
 #define VC_MG_MASK_WORDS ((VC_MG_MAX_KVOL + 31) / 32)
 
 struct FwdArgs {
@@ -342,7 +344,9 @@ __global__ void __launch_bounds__(TL::THREADS)
   WarpAcc<ACC16, TL::MI, TL::NI> acc;
   acc.zero();
   run_pipeline<TL::STAGES>(iters, load_stage, [&](int stage, int it) {
-    if (it % PROMOTE_ITERS == 0 && it > 0)
+    constexpr int promote_iters =
+        PROMOTE_CHANNELS / TL::BK > 0 ? PROMOTE_CHANNELS / TL::BK : 1;
+    if (it % promote_iters == 0 && it > 0)
       acc.promote();
     const T *a_s = sA + stage * TL::BM * TL::A_PITCH;
     const T *b_s = sB + stage * B_STAGE;
