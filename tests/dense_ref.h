@@ -284,6 +284,24 @@ static inline int32_t *dr_random_coords(int B, const int32_t lo[3],
   return c;
 }
 
+/* The coarse level of fine rows [nf][4] under stride s: batch kept,
+ * floor(coordinate / s) per axis, made unique and shuffled (the inputs of a
+ * TRANSPOSED map whose outputs are the fine level, the U-Net decoder).
+ * Shared by the tests that build such maps so that they derive the coarse
+ * set the same way. Returns the rows (nf allocated), *n_coarse of them. */
+static inline int32_t *dr_coarse_coords(const int32_t *fine, int64_t nf,
+                                        const int32_t s[3], int64_t *n_coarse) {
+  int32_t *c = (int32_t *)dr_xmalloc((size_t)nf * 16);
+  for (int64_t i = 0; i < nf; i++) {
+    c[4 * i] = fine[4 * i];
+    for (int a = 0; a < 3; a++)
+      c[4 * i + 1 + a] = dr_floordiv(fine[4 * i + 1 + a], s[a]);
+  }
+  *n_coarse = dr_sort_unique(c, nf);
+  dr_shuffle_rows(c, *n_coarse);
+  return c;
+}
+
 /* Bounding box of a coordinate set: lo and hi inclusive, max batch + 1. */
 static inline void dr_bbox(const int32_t *c, int64_t n, int32_t lo[3],
                            int32_t hi[3], int *nbatch) {

@@ -60,15 +60,7 @@ static int make_gcase(gcase_t *c, int id, voxconv_kmap_mode_t mode) {
   if (mode == VOXCONV_KMAP_TRANSPOSED) {
     int64_t nf;
     int32_t *fine = dr_random_coords(B, lo, dim, density, &nf);
-    c->in_c = (int32_t *)dr_xmalloc((size_t)nf * 16);
-    for (int64_t i = 0; i < nf; i++) {
-      c->in_c[4 * i] = fine[4 * i];
-      for (int a = 0; a < 3; a++)
-        c->in_c[4 * i + 1 + a] =
-            dr_floordiv(fine[4 * i + 1 + a], c->desc.stride[a]);
-    }
-    c->n_in = dr_sort_unique(c->in_c, nf);
-    dr_shuffle_rows(c->in_c, c->n_in);
+    c->in_c = dr_coarse_coords(fine, nf, c->desc.stride, &c->n_in);
     c->out_c = fine;
     c->n_given = nf;
     for (int a = 0; a < 3; a++)
