@@ -34,6 +34,7 @@
  * runs); VOXCONV_TEST_MAX_CASES=n stops after n conv/pool cases (racecheck);
  * VOXCONV_TEST_ALGO=a,b restricts the algorithms to those names;
  * VOXCONV_TEST_SEED replays a seed. Exits 77 (skipped) without a GPU. */
+#include "gpu_test_util.h"
 #include "vc_test.h"
 
 #include <math.h>
@@ -48,7 +49,6 @@
 
 static voxconv_handle_t *g_cpu, *g_gpu;
 static int g_small;
-static const char *g_algo_filter;
 
 /* ---- tolerances -------------------------------------------------------- */
 static double tol_max(voxconv_dtype_t dt) {
@@ -99,23 +99,6 @@ static const char *pass_name(int pass) {
 #define PASS_POOL_BWD 7
 #define PASS_UNPOOL_FWD 8
 #define PASS_UNPOOL_BWD 9
-
-static int algo_selected(const char *name) {
-  if (!g_algo_filter)
-    return 1;
-  const char *s = g_algo_filter;
-  const size_t n = strlen(name);
-  while (*s) {
-    const char *e = strchr(s, ',');
-    const size_t len = e ? (size_t)(e - s) : strlen(s);
-    if (len == n && strncasecmp(s, name, n) == 0)
-      return 1;
-    if (!e)
-      break;
-    s = e + 1;
-  }
-  return 0;
-}
 
 /* ---- host/device helpers ---------------------------------------------- */
 static void *xmalloc(size_t bytes) {
@@ -775,14 +758,8 @@ typedef struct {
 
 int main(void) {
   vc_test_init("test_backend_ops");
-  int ndev = 0;
-  if (!voxconv_has_cuda() ||
-      voxconv_device_count(&ndev) != VOXCONV_STATUS_SUCCESS || ndev == 0) {
-    printf("test_backend_ops: SKIPPED: %s\n",
-           voxconv_has_cuda() ? "no CUDA device visible"
-                              : "library built without CUDA");
+  if (gpu_test_no_device("test_backend_ops"))
     return VC_TEST_SKIP;
-  }
   g_small = vc_parse_bool(vc_getenv("VOXCONV_TEST_SMALL")) == 1;
   g_algo_filter = vc_getenv("VOXCONV_TEST_ALGO");
   if (vc_getenv("VOXCONV_TEST_MAX_CASES"))

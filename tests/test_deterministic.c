@@ -13,6 +13,7 @@
  *
  * VOXCONV_TEST_SMALL=1 uses a small random grid; VOXCONV_TEST_ALGO=a,b
  * restricts the records. Exits 77 (skipped) without a GPU. */
+#include "gpu_test_util.h"
 #include "vc_test.h"
 
 #include <stdlib.h>
@@ -25,24 +26,6 @@
 #define RUNS 5
 
 static voxconv_handle_t *g_gpu;
-static const char *g_algo_filter;
-
-static int algo_selected(const char *name) {
-  if (!g_algo_filter)
-    return 1;
-  const char *s = g_algo_filter;
-  const size_t n = strlen(name);
-  while (*s) {
-    const char *e = strchr(s, ',');
-    const size_t len = e ? (size_t)(e - s) : strlen(s);
-    if (len == n && strncasecmp(s, name, n) == 0)
-      return 1;
-    if (!e)
-      break;
-    s = e + 1;
-  }
-  return 0;
-}
 
 static void *xmalloc(size_t b) {
   void *p = malloc(b ? b : 1);
@@ -344,14 +327,8 @@ static void run_map(const map_t *m, int64_t cin, int64_t cout) {
 
 int main(void) {
   vc_test_init("test_deterministic");
-  int ndev = 0;
-  if (!voxconv_has_cuda() ||
-      voxconv_device_count(&ndev) != VOXCONV_STATUS_SUCCESS || ndev == 0) {
-    printf("test_deterministic: SKIPPED: %s\n",
-           voxconv_has_cuda() ? "no CUDA device visible"
-                              : "library built without CUDA");
+  if (gpu_test_no_device("test_deterministic"))
     return VC_TEST_SKIP;
-  }
   const int small = vc_parse_bool(vc_getenv("VOXCONV_TEST_SMALL")) == 1;
   g_algo_filter = vc_getenv("VOXCONV_TEST_ALGO");
   voxconv_handle_desc_t d;
