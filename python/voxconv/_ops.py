@@ -141,43 +141,48 @@ def unpool_backward_impl(dy, kmap_id, rows):
 # kernel volume): passed explicitly so that the shapes never need the map.
 
 
+# Regular and depthwise convolution differ only in their three C calls: the
+# autograd around them (save x and w, dgrad for x and wgrad for w, each only
+# when needed) is written once here and used by both Functions.
+
+
+def _weighted_forward(ctx, forward_impl, x, w, km, fwd, dgrad, wgrad, fp16, det, inference):
+    ctx.save_for_backward(x, w)
+    ctx.km, ctx.cfg = km, (fwd, dgrad, wgrad, fp16, det)
+    return forward_impl(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16, det, inference)
+
+
+def _weighted_backward(ctx, dy, dgrad_impl, wgrad_impl):
+    x, w = ctx.saved_tensors
+    dy = dy.contiguous()
+    dx = dw = None
+    if ctx.needs_input_grad[0]:
+        dx = dgrad_impl(dy, w, ctx.km.id, x.shape[0], *ctx.cfg)
+    if ctx.needs_input_grad[1]:
+        dw = wgrad_impl(x, dy, ctx.km.id, w.shape[0], *ctx.cfg)
+    return dx, dw, None, None, None, None, None, None, None
+
+
 class _ConvFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, km, fwd, dgrad, wgrad, fp16, det, inference):
-        ctx.save_for_backward(x, w)
-        ctx.km, ctx.cfg = km, (fwd, dgrad, wgrad, fp16, det)
-        return conv_forward_impl(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16, det, inference)
+        return _weighted_forward(ctx, conv_forward_impl, x, w, km, fwd, dgrad, wgrad, fp16,
+                                 det, inference)
 
     @staticmethod
     def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        dy = dy.contiguous()
-        dx = dw = None
-        if ctx.needs_input_grad[0]:
-            dx = conv_dgrad_impl(dy, w, ctx.km.id, x.shape[0], *ctx.cfg)
-        if ctx.needs_input_grad[1]:
-            dw = conv_wgrad_impl(x, dy, ctx.km.id, w.shape[0], *ctx.cfg)
-        return dx, dw, None, None, None, None, None, None, None
+        return _weighted_backward(ctx, dy, conv_dgrad_impl, conv_wgrad_impl)
 
 
 class _DepthwiseFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, km, fwd, dgrad, wgrad, fp16, det, inference):
-        ctx.save_for_backward(x, w)
-        ctx.km, ctx.cfg = km, (fwd, dgrad, wgrad, fp16, det)
-        return depthwise_forward_impl(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16, det,
-                                      inference)
+        return _weighted_forward(ctx, depthwise_forward_impl, x, w, km, fwd, dgrad, wgrad,
+                                 fp16, det, inference)
 
     @staticmethod
     def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        dy = dy.contiguous()
-        dx = dw = None
-        if ctx.needs_input_grad[0]:
-            dx = depthwise_dgrad_impl(dy, w, ctx.km.id, x.shape[0], *ctx.cfg)
-        if ctx.needs_input_grad[1]:
-            dw = depthwise_wgrad_impl(x, dy, ctx.km.id, w.shape[0], *ctx.cfg)
-        return dx, dw, None, None, None, None, None, None, None
+        return _weighted_backward(ctx, dy, depthwise_dgrad_impl, depthwise_wgrad_impl)
 
 
 class _PoolFn(torch.autograd.Function):
