@@ -31,6 +31,23 @@ __all__ = [
 ]
 
 
+def _set_conv_options(module, kernel_size, stride, dilation, transposed, generative,
+                      use_fp16_accum, deterministic, fwd_algo, bwd_algo, fwd_mode, bwd_mode):
+    """Validates and stores the geometry and per-layer options of a
+    convolution module. SparseConv3d and SparseDepthwiseConv3d take the same
+    ones, checked in the same order; only the algorithm families (fwd_mode,
+    bwd_mode) differ."""
+    module.kernel_size = triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX)
+    module.stride = triple(stride, "stride", 1, _lib.STRIDE_MAX)
+    module.dilation = triple(dilation, "dilation", 1, _lib.DILATION_MAX)
+    module.transposed, module.generative = bool(transposed), bool(generative)
+    F.tristate(use_fp16_accum, "use_fp16_accum")
+    F.tristate(deterministic, "deterministic")
+    module.use_fp16_accum, module.deterministic = use_fp16_accum, deterministic
+    module.fwd_algo = algo_string(fwd_algo, fwd_mode, "fwd_algo")
+    module.bwd_algo = algo_string(bwd_algo, bwd_mode, "bwd_algo")
+
+
 class SparseConv3d(nn.Module):
     """Sparse 3-D convolution (see :func:`voxconv.spatially_sparse_conv`).
 
@@ -47,15 +64,9 @@ class SparseConv3d(nn.Module):
                  fwd_algo=None, bwd_algo=None, deterministic=None, device=None, dtype=None):
         super().__init__()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX)
-        self.stride = triple(stride, "stride", 1, _lib.STRIDE_MAX)
-        self.dilation = triple(dilation, "dilation", 1, _lib.DILATION_MAX)
-        self.transposed, self.generative = bool(transposed), bool(generative)
-        F.tristate(use_fp16_accum, "use_fp16_accum")
-        F.tristate(deterministic, "deterministic")
-        self.use_fp16_accum, self.deterministic = use_fp16_accum, deterministic
-        self.fwd_algo = algo_string(fwd_algo, SPARSE_CONV_FWD_ALGO_MODE, "fwd_algo")
-        self.bwd_algo = algo_string(bwd_algo, SPARSE_CONV_BWD_ALGO_MODE, "bwd_algo")
+        _set_conv_options(self, kernel_size, stride, dilation, transposed, generative,
+                          use_fp16_accum, deterministic, fwd_algo, bwd_algo,
+                          SPARSE_CONV_FWD_ALGO_MODE, SPARSE_CONV_BWD_ALGO_MODE)
         K = F.kernel_volume(self.kernel_size)
         fk = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty((K, self.in_channels, self.out_channels), **fk))
@@ -111,15 +122,10 @@ class SparseDepthwiseConv3d(nn.Module):
                  bwd_algo=None, deterministic=None, device=None, dtype=None):
         super().__init__()
         self.channels = int(channels)
-        self.kernel_size = triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX)
-        self.stride = triple(stride, "stride", 1, _lib.STRIDE_MAX)
-        self.dilation = triple(dilation, "dilation", 1, _lib.DILATION_MAX)
-        self.transposed, self.generative = bool(transposed), bool(generative)
-        F.tristate(use_fp16_accum, "use_fp16_accum")
-        F.tristate(deterministic, "deterministic")
-        self.use_fp16_accum, self.deterministic = use_fp16_accum, deterministic
-        self.fwd_algo = algo_string(fwd_algo, SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE, "fwd_algo")
-        self.bwd_algo = algo_string(bwd_algo, SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE, "bwd_algo")
+        _set_conv_options(self, kernel_size, stride, dilation, transposed, generative,
+                          use_fp16_accum, deterministic, fwd_algo, bwd_algo,
+                          SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE,
+                          SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE)
         K = F.kernel_volume(self.kernel_size)
         fk = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty((K, self.channels), **fk))
