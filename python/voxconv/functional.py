@@ -108,6 +108,16 @@ def _check_feature_tensor(t, input, name):
             f"{name} has dtype {t.dtype} but the input features have {input.dtype}")
 
 
+def _check_bias(bias, input, channels):
+    """The optional bias of either convolution: a tensor like the input
+    features, of shape [channels] (the output channels)."""
+    if bias is not None:
+        _check_feature_tensor(bias, input, "bias")
+        if bias.shape != (channels,):
+            raise errors.ShapeMismatchError(
+                f"bias: expected shape [{channels}], got {tuple(bias.shape)}")
+
+
 def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
                           transposed=False, generative=False, fwd_algo=None,
                           bwd_algo=None, use_fp16_accum=None, deterministic=None, *,
@@ -136,11 +146,7 @@ def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
     wg = algo_string(wgrad_algo, SPARSE_CONV_BWD_ALGO_MODE, "wgrad_algo") or bwd
     fp16 = tristate(use_fp16_accum, "use_fp16_accum")
     det = tristate(deterministic, "deterministic")
-    if bias is not None:
-        _check_feature_tensor(bias, input, "bias")
-        if bias.shape != (weight.shape[2],):
-            raise errors.ShapeMismatchError(
-                f"bias: expected shape [{weight.shape[2]}], got {tuple(bias.shape)}")
+    _check_bias(bias, input, weight.shape[2])
     km, out_set = _geometry(input, kernel_size, stride, dilation, transposed, generative,
                             out_coords)
     y = _ops.conv(input.feats, weight, km, fwd, dg, wg, fp16, det)
@@ -167,11 +173,7 @@ def spatially_sparse_depthwise_conv(input, weight, kernel_size=3, stride=1, dila
     bwd = algo_string(bwd_algo, SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE, "bwd_algo")
     fp16 = tristate(use_fp16_accum, "use_fp16_accum")
     det = tristate(deterministic, "deterministic")
-    if bias is not None:
-        _check_feature_tensor(bias, input, "bias")
-        if bias.shape != (input.num_channels,):
-            raise errors.ShapeMismatchError(
-                f"bias: expected shape [{input.num_channels}], got {tuple(bias.shape)}")
+    _check_bias(bias, input, input.num_channels)
     km, out_set = _geometry(input, kernel_size, stride, dilation, transposed, generative,
                             out_coords)
     y = _ops.depthwise(input.feats, weight, km, fwd, bwd, bwd, fp16, det)
