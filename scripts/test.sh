@@ -14,6 +14,22 @@ scripts/build.sh build
 echo "== ctest (release) =="
 (cd build && ctest --output-on-failure -j "$jobs")
 
+echo "== install + pkg-config (shared and static) =="
+inst=$(mktemp -d)
+cmake --install build --prefix "$inst" >/dev/null
+pc=$(find "$inst" -name voxconv.pc -printf "%h\n" | head -1)
+cc examples/hello.c $(PKG_CONFIG_PATH=$pc pkg-config --cflags --libs voxconv) \
+  -o "$inst/hello_shared"
+LD_LIBRARY_PATH=$(dirname "$pc") "$inst/hello_shared" | grep -q "y\[0\] = 15.68"
+cc examples/hello.c $(PKG_CONFIG_PATH=$pc pkg-config --cflags voxconv) \
+  "$(dirname "$pc")/libvoxconv.a" \
+  $(PKG_CONFIG_PATH=$pc pkg-config --static --libs-only-other --libs-only-L voxconv) \
+  $(PKG_CONFIG_PATH=$pc pkg-config --static --libs-only-l voxconv | sed 's/-lvoxconv//') \
+  -o "$inst/hello_static"
+"$inst/hello_static" | grep -q "y\[0\] = 15.68"
+rm -rf "$inst"
+echo "installed library works through pkg-config (shared and static)"
+
 echo "== pytest =="
 if [ -d tests/python ]; then
   VOXCONV_LIBRARY="$root/build/libvoxconv.so" PYTHONPATH="$root/python" \
