@@ -854,8 +854,69 @@ static void test_auto_uses_recommendation(void) {
   tt_use_fakes(NULL);
 }
 
+/* The in-memory index: thousands of distinct keys (several index rebuilds),
+ * each found as the entry upsert returned, same-hash-prefix neighbours and
+ * absent keys not found, keys differing only in namespace kept apart. */
+static void test_db_index(void) {
+  vc_cache_db_t db;
+  vc_cache_db_init(&db);
+  const int n = 5000;
+  vc_cache_entry_t **got =
+      (vc_cache_entry_t **)malloc(sizeof(vc_cache_entry_t *) * (size_t)n);
+  int ok = 1;
+  for (int i = 0; i < n; i++) {
+    vc_cache_key_t k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.device, sizeof k.device, "dev%d", i % 7);
+    k.cin = 8 + (i % 97);
+    k.cout = i;
+    k.kvol = 27;
+    got[i] = vc_cache_db_upsert(&db, i % 2 ? "sparse_conv_forward"
+                                           : "sparse_conv_dgrad",
+                                &k);
+    ok &= got[i] != NULL;
+  }
+  VC_EXPECT(ok && db.n == n, "%d entries after %d upserts", db.n, n);
+  int found = 0, absent_found = 0, wrong_ns = 0;
+  for (int i = 0; i < n; i++) {
+    vc_cache_key_t k;
+    memset(&k, 0, sizeof k);
+    snprintf(k.device, sizeof k.device, "dev%d", i % 7);
+    k.cin = 8 + (i % 97);
+    k.cout = i;
+    k.kvol = 27;
+    const char *ns = i % 2 ? "sparse_conv_forward" : "sparse_conv_dgrad";
+    const char *other = i % 2 ? "sparse_conv_dgrad" : "sparse_conv_forward";
+    /* entries may have moved (realloc): compare contents, not pointers */
+    vc_cache_entry_t *e = vc_cache_db_find(&db, ns, &k);
+    found += e && e->key.cout == i && strcmp(e->ns, ns) == 0;
+    wrong_ns += vc_cache_db_find(&db, other, &k) != NULL;
+    k.cout = n + i; /* never inserted */
+    absent_found += vc_cache_db_find(&db, ns, &k) != NULL;
+  }
+  VC_EXPECT(found == n, "%d of %d keys found", found, n);
+  VC_EXPECT(absent_found == 0, "%d absent keys found", absent_found);
+  VC_EXPECT(wrong_ns == 0, "%d keys found under the other namespace",
+            wrong_ns);
+  /* upsert of an existing key returns the same entry, adds nothing */
+  vc_cache_key_t k0;
+  memset(&k0, 0, sizeof k0);
+  snprintf(k0.device, sizeof k0.device, "dev%d", 0);
+  k0.cin = 8;
+  k0.cout = 0;
+  k0.kvol = 27;
+  vc_cache_entry_t *again = vc_cache_db_upsert(&db, "sparse_conv_dgrad", &k0);
+  VC_EXPECT(again == vc_cache_db_find(&db, "sparse_conv_dgrad", &k0) &&
+                db.n == n,
+            "re-upsert added an entry (n=%d)", db.n);
+  free(got);
+  vc_cache_db_free(&db);
+  VC_EXPECT(db.n == 0 && db.index == NULL, "free resets the index");
+}
+
 int main(void) {
   vc_test_init("test_tune_cache");
+  test_db_index();
   setenv("VOXCONV_AUTOTUNE_LOG", "0", 1);
   test_round_trip();
   test_reader();

@@ -88,6 +88,7 @@ void vc_cache_db_free(vc_cache_db_t *db) {
   for (int i = 0; i < db->n; i++)
     vc_cache_entry_free(&db->entries[i]);
   free(db->entries);
+  free(db->index);
   vc_cache_db_init(db);
 }
 
@@ -150,13 +151,55 @@ const char *vc_cache_coverage_format(unsigned cov, char *buf, size_t size) {
   return buf;
 }
 
+static int entry_matches(const vc_cache_entry_t *e, uint64_t h,
+                         const char *ns, const vc_cache_key_t *key) {
+  return e->hash == h && strcmp(e->ns, ns) == 0 &&
+         vc_cache_key_equal(&e->key, key);
+}
+
+/* Places entry i in the index (the caller guarantees a free slot). */
+static void index_insert(vc_cache_db_t *db, int i) {
+  const unsigned mask = (unsigned)db->index_cap - 1u;
+  unsigned s = (unsigned)db->entries[i].hash & mask;
+  while (db->index[s] != 0)
+    s = (s + 1u) & mask;
+  db->index[s] = i + 1;
+}
+
+/* Keeps the index at load <= 1/2 for n_needed entries; 0 on success. On
+ * allocation failure the old index stays valid (lookups fall back to the
+ * scan only if there never was one). */
+static int index_reserve(vc_cache_db_t *db, int n_needed) {
+  if (db->index && 2 * n_needed <= db->index_cap)
+    return 0;
+  int cap = 64;
+  while (cap < 2 * n_needed)
+    cap *= 2;
+  int32_t *idx = (int32_t *)calloc((size_t)cap, sizeof *idx);
+  if (!idx)
+    return -1;
+  free(db->index);
+  db->index = idx;
+  db->index_cap = cap;
+  for (int i = 0; i < db->n; i++)
+    index_insert(db, i);
+  return 0;
+}
+
 vc_cache_entry_t *vc_cache_db_find(const vc_cache_db_t *db, const char *ns,
                                    const vc_cache_key_t *key) {
   const uint64_t h = vc_cache_hash(ns, key);
-  for (int i = 0; i < db->n; i++) {
-    vc_cache_entry_t *e = &db->entries[i];
-    if (e->hash == h && strcmp(e->ns, ns) == 0 &&
-        vc_cache_key_equal(&e->key, key))
+  if (!db->index) { /* no index (empty db or an allocation failed) */
+    for (int i = 0; i < db->n; i++)
+      if (entry_matches(&db->entries[i], h, ns, key))
+        return &db->entries[i];
+    return NULL;
+  }
+  const unsigned mask = (unsigned)db->index_cap - 1u;
+  for (unsigned s = (unsigned)h & mask; db->index[s] != 0;
+       s = (s + 1u) & mask) {
+    vc_cache_entry_t *e = &db->entries[db->index[s] - 1];
+    if (entry_matches(e, h, ns, key))
       return e;
   }
   return NULL;
@@ -168,6 +211,9 @@ vc_cache_entry_t *vc_cache_db_upsert(vc_cache_db_t *db, const char *ns,
   if (e)
     return e;
   if (strlen(ns) >= VC_CACHE_NS_MAX || db->n >= VC_CACHE_MAX_ENTRIES)
+    return NULL;
+  /* An entry the index cannot cover would be invisible to find(). */
+  if (index_reserve(db, db->n + 1) != 0)
     return NULL;
   if (db->n == db->cap) {
     int cap = db->cap ? db->cap * 2 : 16;
@@ -183,6 +229,7 @@ vc_cache_entry_t *vc_cache_db_upsert(vc_cache_db_t *db, const char *ns,
   memcpy(e->ns, ns, strlen(ns) + 1);
   e->key = *key;
   e->hash = vc_cache_hash(ns, key);
+  index_insert(db, db->n - 1);
   return e;
 }
 

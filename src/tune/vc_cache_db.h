@@ -74,6 +74,11 @@ typedef struct vc_cache_entry {
 typedef struct vc_cache_db {
   int n, cap;
   vc_cache_entry_t *entries;
+  /* Open-addressing index over `entries` by hash (slot = entry index + 1,
+   * 0 = empty; capacity a power of two, load <= 1/2), so that the lookup on
+   * every conv call does not scan a large cache. NULL when empty. */
+  int32_t *index;
+  int index_cap;
 } vc_cache_db_t;
 
 void vc_cache_db_init(vc_cache_db_t *db);
