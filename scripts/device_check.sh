@@ -34,7 +34,7 @@ fi
 if has test; then
   stamp "GPU tests"
   (cd $B && VOXCONV_REPORT="$OUT/precision.md" ctest --output-on-failure \
-     -R "${GPU_TESTS:-test_backend_ops|test_deterministic|test_cuda_kmap|test_mask_gemm|tool_bench_smoke_cuda}") \
+     -R "${GPU_TESTS:-test_backend_ops|test_deterministic|test_cuda_kmap|test_mask_gemm|test_f16acc_gate|tool_bench_smoke_cuda|tool_info_kernels}") \
     >"$OUT/ctest_gpu.txt" 2>&1
   grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest_gpu.txt" | tail -12
 fi
