@@ -1308,20 +1308,6 @@ static int run_workload_d(bench_t *B) {
 
 /* ---- reporting ----------------------------------------------------------- */
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    const unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 static const char *backend_name(voxconv_backend_t b) {
   return b == VOXCONV_BACKEND_CUDA ? "cuda" : "cpu";
 }
@@ -1429,13 +1415,13 @@ static void print_human(const bench_t *B, FILE *f) {
 static void print_json(const bench_t *B, FILE *f) {
   const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
   fprintf(f, "{\n  \"tool\": \"voxconv bench\",\n  \"version\": ");
-  json_string(f, voxconv_version_string());
+  vt_json_string(f, voxconv_version_string());
   fprintf(f, ",\n  \"backend\": \"%s\",\n  \"device\": ",
           backend_name(B->backend));
-  json_string(f, B->device_name);
+  vt_json_string(f, B->device_name);
   fprintf(f, ",\n  \"dtype\": \"%s\",\n  \"algo\": ",
           voxconv_dtype_name(B->dtype));
-  json_string(f, B->o.algo ? B->o.algo : "auto");
+  vt_json_string(f, B->o.algo ? B->o.algo : "auto");
   fprintf(f, ",\n  \"deterministic\": %s,\n",
           B->o.deterministic ? "true" : "false");
   if (B->o.threads)
@@ -1445,9 +1431,9 @@ static void print_json(const bench_t *B, FILE *f) {
   else
     fprintf(f, "  \"workload\": \"network-A\",\n");
   fprintf(f, "  \"input\": {\"kind\": ");
-  json_string(f, B->input_kind);
+  vt_json_string(f, B->input_kind);
   fprintf(f, ", \"description\": ");
-  json_string(f, B->input_desc);
+  vt_json_string(f, B->input_desc);
   fprintf(f, ", \"points\": %lld, \"voxels\": %lld, \"voxel_size\": %g},\n",
           (long long)B->n_points, (long long)B->n_voxels, B->voxel_size);
   fprintf(f, "  \"repeat\": %d,\n  \"warmup\": %d,\n", B->repeat, B->warmup);
@@ -1466,7 +1452,7 @@ static void print_json(const bench_t *B, FILE *f) {
     const double ms = median(r->ms, B->repeat);
     fl[r->phase] += r->flops;
     fprintf(f, "    {\"layer\": ");
-    json_string(f, r->name);
+    vt_json_string(f, r->name);
     fprintf(f,
             ", \"op\": \"%s\", \"phase\": \"%s\", \"n_in\": %lld, \"n_out\": "
             "%lld, \"cin\": %lld, \"cout\": %lld, \"pairs\": %lld, \"ms\": "

@@ -32,6 +32,21 @@ static inline double vt_now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
+/* Writes s as a JSON string literal (quotes, escapes; NULL as ""). */
+static inline void vt_json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; s && *s; s++) {
+    const unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\')
+      fprintf(f, "\\%c", c);
+    else if (c < 0x20)
+      fprintf(f, "\\u%04x", c);
+    else
+      fputc(c, f);
+  }
+  fputc('"', f);
+}
+
 /* The recorded-data folder: $VOXCONV_DATA_DIR, else the one CMake knew. */
 static inline const char *vt_data_dir(void) {
   const char *dir = getenv("VOXCONV_DATA_DIR");

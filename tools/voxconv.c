@@ -55,20 +55,6 @@ static void pass_list(unsigned passes, char *out, size_t len) {
     snprintf(out, len, "-");
 }
 
-static void json_str(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; s && *s; s++) {
-    const unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 /* `voxconv info --kernels`: the compiled GPU kernel variants with the
  * resources the device reports (registers, shared memory, occupancy). */
 static int print_kernels(int json) {
@@ -159,7 +145,7 @@ static int cmd_info(int argc, char **argv) {
       dst == VOXCONV_STATUS_SUCCESS ? NULL : voxconv_get_last_error(NULL);
   if (json) {
     printf("{\n  \"version\": ");
-    json_str(stdout, voxconv_version_string());
+    vt_json_string(stdout, voxconv_version_string());
     printf(",\n  \"version_number\": %u,\n  \"header_version\": \"%s\",\n",
            rt, VOXCONV_VERSION_STRING);
     printf("  \"backends\": [\"cpu\"%s],\n",
@@ -171,7 +157,7 @@ static int cmd_info(int argc, char **argv) {
       if (voxconv_device_get_info(d, &di) != VOXCONV_STATUS_SUCCESS)
         continue;
       printf("%s\n    {\"index\": %d, \"name\": ", d ? "," : "", d);
-      json_str(stdout, di.name);
+      vt_json_string(stdout, di.name);
       printf(", \"cc\": \"%d.%d\", \"sms\": %d, \"memory_bytes\": %zu}",
              di.cc_major, di.cc_minor, di.sm_count, di.total_memory);
     }
@@ -186,12 +172,12 @@ static int cmd_info(int argc, char **argv) {
         char passes[96];
         pass_list(ai.passes, passes, sizeof passes);
         printf("%s\n    {\"name\": ", i ? "," : "");
-        json_str(stdout, ai.name);
+        vt_json_string(stdout, ai.name);
         printf(", \"backend\": \"%s\", \"passes\": \"%s\", "
                "\"deterministic\": %s, \"description\": ",
                backend_str(ai.backend), passes,
                ai.deterministic ? "true" : "false");
-        json_str(stdout, ai.description);
+        vt_json_string(stdout, ai.description);
         printf("}");
       }
       printf("\n  ]");
