@@ -192,23 +192,26 @@ typedef struct rows_scratch {
   int32_t *srcrow;    /* [kvol][block_rows] source row (dgrad) */
 } rows_scratch_t;
 
-static size_t rows_scratch_layout(const rows_ctx_t *c, char *base,
-                                  rows_scratch_t *s) {
-  size_t off = 0;
-  const int64_t br = c->block_rows;
+/* Scratch layouts: with base == NULL only the size is computed, with a base
+ * the same walk hands out the aligned pieces (one code path for both, so they
+ * cannot disagree). Used inside functions with `base`, `off` and `s`. */
 #define CARVE(field, type, count)                                              \
   do {                                                                         \
     if (base)                                                                  \
       s->field = (type)(void *)(base + off);                                   \
     off += align_up((size_t)(count) * sizeof(*s->field));                      \
   } while (0)
+
+static size_t rows_scratch_layout(const rows_ctx_t *c, char *base,
+                                  rows_scratch_t *s) {
+  size_t off = 0;
+  const int64_t br = c->block_rows;
   CARVE(acc, float *, br * c->ldc);
   CARVE(tile, float *, c->dtype == VOXCONV_DTYPE_F32 ? 1 : br * c->kdim);
   CARVE(arow, const float **, br);
   CARVE(count, int32_t *, c->kvol);
   CARVE(loc, int32_t *, c->by_pairs ? br : br * c->kvol);
   CARVE(srcrow, int32_t *, c->by_pairs ? 1 : br * c->kvol);
-#undef CARVE
   return off;
 }
 
@@ -435,12 +438,6 @@ static size_t wgrad_scratch_layout(const wgrad_ctx_t *c, char *base,
                                    wgrad_scratch_t *s) {
   size_t off = 0;
   const int f32 = c->dtype == VOXCONV_DTYPE_F32;
-#define CARVE(field, type, count)                                              \
-  do {                                                                         \
-    if (base)                                                                  \
-      s->field = (type)(void *)(base + off);                                   \
-    off += align_up((size_t)(count) * sizeof(*s->field));                      \
-  } while (0)
   CARVE(acc, float *, c->group_width * c->ldc);
   CARVE(x, float *, f32 ? 1 : c->chunk * c->group_width);
   CARVE(d, float *, f32 ? 1 : c->chunk * c->ldc);
@@ -448,7 +445,6 @@ static size_t wgrad_scratch_layout(const wgrad_ctx_t *c, char *base,
   CARVE(ap, const float **, c->chunk);
   CARVE(bp, const float **, c->chunk);
   CARVE(btail, const float **, c->chunk);
-#undef CARVE
   return off;
 }
 
