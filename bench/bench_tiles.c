@@ -6,7 +6,9 @@
  *
  * usage: bench_tiles [--channels 32,64,128,256] [--dtype f16|bf16|f32]
  *                    [--algos mask_gemm,implicit_gemm,...] [--repeat N]
- *                    [--passes fwd,dgrad,wgrad]
+ *                    [--passes fwd,dgrad,wgrad] [--match TEXT]
+ * --match keeps the parameter sets whose text (as printed) contains TEXT,
+ * e.g. "mma_tile=3,accumulator_type=32" (used to profile one kernel).
  * CUDA events around each run, warm-up first, median of N. */
 #include "vc_test.h"
 
@@ -38,7 +40,7 @@ static int in_list(const char *list, const char *name) {
 
 int main(int argc, char **argv) {
   const char *channels = "32,64,128,256", *algos = NULL;
-  const char *passes = "fwd,dgrad,wgrad";
+  const char *passes = "fwd,dgrad,wgrad", *match = NULL;
   voxconv_dtype_t dt = VOXCONV_DTYPE_F16;
   int repeat = 20;
   for (int i = 1; i < argc; i++) {
@@ -48,6 +50,8 @@ int main(int argc, char **argv) {
       algos = argv[++i];
     else if (!strcmp(argv[i], "--passes") && i + 1 < argc)
       passes = argv[++i];
+    else if (!strcmp(argv[i], "--match") && i + 1 < argc)
+      match = argv[++i];
     else if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
       repeat = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) {
@@ -198,6 +202,8 @@ int main(int argc, char **argv) {
                      prm.v[i]);
             strncat(ptxt, one, sizeof ptxt - strlen(ptxt) - 1);
           }
+          if (match && !strstr(ptxt, match))
+            continue;
           p.fp16_accum = np > 1 && !strcmp(sp->names[1], "accumulator_type") &&
                          prm.v[1] == 16;
           size_t wsb = a->workspace_size ? a->workspace_size(&p, &prm) : 0;

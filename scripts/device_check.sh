@@ -4,14 +4,23 @@
 # compute-sanitizer (memcheck, racecheck) on reduced cases, and record the
 # benchmarks of BENCHMARKS.md. Results and logs go to $OUT.
 #
-#   scripts/device_check.sh [build] [test] [sanitize] [bench]   (default: all)
+#   scripts/device_check.sh [build] [test] [sanitize] [bench] [profile]
+#   (default: build test sanitize bench)
+#
+# profile: Nsight Compute sections of single kernels, PROFILE_CASES="C:match
+# C:match ..." (match as bench_tiles --match, e.g. 64:mma_tile=0,acc).
+#
+# The device tool brings back only a few files, so the logs are packed into
+# $OUT/logs.tar.gz at exit; the key lines go to stdout.
 #
 # Inputs: VOXCONV_DATA_DIR (default .devdata, filled by
 # scripts/stage_device_data.sh, since ../shared does not travel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/voxconv-device}
+FINAL=${OUT:-/tmp/voxconv-device}
+OUT=$FINAL/logs
 mkdir -p "$OUT"
+trap 'tar -C "$FINAL" -czf "$FINAL/logs.tar.gz" logs && rm -rf "$OUT"' EXIT
 export VOXCONV_DATA_DIR=${VOXCONV_DATA_DIR:-$PWD/.devdata}
 export VOXCONV_BENCHMARK_CACHE_DIR=$OUT/tuning-cache
 steps=${*:-build test sanitize bench}
@@ -71,6 +80,19 @@ if has bench; then
     $B/voxconv bench --workload $w --json >"$OUT/bench_$w.json" \
       2>"$OUT/bench_$w.txt"
     grep -E "forward|backward|kmap|total" "$OUT/bench_$w.txt" | tail -6
+  done
+fi
+if has profile; then
+  for case in ${PROFILE_CASES:-64:mma_tile=0,accumulator_type=32,row_order=1}; do
+    c=${case%%:*} m=${case#*:}
+    stamp "ncu C=$c $m"
+    timeout 300 ncu --clock-control none -k regex:fwd_kernel --launch-skip 3 \
+      --launch-count 1 --section SpeedOfLight --section WarpStateStats \
+      --section Occupancy --section MemoryWorkloadAnalysis \
+      --section LaunchStats $B/bench_tiles --channels "$c" --passes fwd \
+      --algos mask_gemm --match "$m" --repeat 1 >"$OUT/ncu_C${c}_${m//[=,]/_}.txt" 2>&1
+    grep -E "Duration|Throughput|Stall|Warp Cycles|Achieved Occupancy|Registers|Issued" \
+      "$OUT/ncu_C${c}_${m//[=,]/_}.txt" | head -30
   done
 fi
 stamp done

@@ -282,10 +282,26 @@ __global__ void __launch_bounds__(TL::THREADS)
   for (int r = tid; r < TL::BM; r += TL::THREADS)
     s_rows[r] = r < rows ? (args.order ? args.order[m0 + r] : m0 + r) : -1;
   __syncthreads();
-  for (int i = tid; i < rows * kvol; i += TL::THREADS) {
-    const int r = i / kvol, k = i - r * kvol;
-    if (args.nbr[(int64_t)s_rows[r] * kvol + k] >= 0)
-      atomicOr(&s_mask[k >> 5], 1u << (k & 31));
+  if (kvol <= 32) {
+    /* Each thread ORs its entries into a register and each warp reduces
+     * before one shared atomic: the loads are independent (no atomic
+     * between them), so they are all in flight at once. */
+    unsigned m = 0u;
+#pragma unroll 4
+    for (int i = tid; i < rows * kvol; i += TL::THREADS) {
+      const int r = i / kvol, k = i - r * kvol;
+      m |= (__ldg(args.nbr + (int64_t)s_rows[r] * kvol + k) >= 0 ? 1u : 0u)
+           << k;
+    }
+    m = __reduce_or_sync(0xffffffffu, m);
+    if (lane == 0 && m)
+      atomicOr(&s_mask[0], m);
+  } else {
+    for (int i = tid; i < rows * kvol; i += TL::THREADS) {
+      const int r = i / kvol, k = i - r * kvol;
+      if (args.nbr[(int64_t)s_rows[r] * kvol + k] >= 0)
+        atomicOr(&s_mask[k >> 5], 1u << (k & 31));
+    }
   }
   __syncthreads();
   if (tid == 0) {
@@ -303,21 +319,49 @@ __global__ void __launch_bounds__(TL::THREADS)
   const int nchunk = (ka + TL::BK - 1) / TL::BK;
   const int iters = s_nact * nchunk;
 
+  /* The gather indices of the next iteration are loaded into registers one
+   * iteration ahead (after the copies of the current one are issued), so a
+   * cp.async never waits on a neighbour-table read: that dependent load
+   * was on the critical path of every stage. A thread's rows are the same
+   * in every iteration, so their table offsets are computed once. */
+  constexpr int AV = TL::BK / 8; /* 16-byte vectors per A row */
+  constexpr int AVPT = (TL::BM * AV + TL::THREADS - 1) / TL::THREADS;
+  int64_t row_base[AVPT];
+  int src_next[AVPT];
+#pragma unroll
+  for (int j = 0; j < AVPT; j++) {
+    const int r = (tid + j * TL::THREADS) / AV;
+    row_base[j] = r < rows ? (int64_t)s_rows[r] * kvol : -1;
+  }
+  auto fetch_src = [&](int it) {
+    const int k = it < iters ? s_act[it / nchunk] : 0;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      src_next[j] = (it < iters && row_base[j] >= 0)
+                        ? __ldg(args.nbr + row_base[j] + k)
+                        : -1;
+  };
+  fetch_src(0);
+
   auto load_stage = [&](int stage, int it) {
     const int k = s_act[it / nchunk];
     const int c0 = (it % nchunk) * TL::BK;
     T *a_dst = sA + stage * TL::BM * TL::A_PITCH;
-    constexpr int AV = TL::BK / 8; /* 16-byte vectors per A row */
-    for (int v = tid; v < TL::BM * AV; v += TL::THREADS) {
+#pragma unroll
+    for (int j = 0; j < AVPT; j++) {
+      const int v = tid + j * TL::THREADS;
+      if (TL::BM * AV % TL::THREADS != 0 && v >= TL::BM * AV)
+        break;
       const int r = v / AV, cv = v % AV;
       const int col = c0 + cv * 8;
-      int src = -1;
-      if (r < rows)
-        src = args.nbr[(int64_t)s_rows[r] * kvol + k];
+      const int src = src_next[j];
       const bool ok = src >= 0 && col < ka;
       const T *g = ok ? A + (int64_t)src * ka + col : A;
       cp_async16(a_dst + r * TL::A_PITCH + cv * 8, g, ok);
     }
+    /* Same offset for the next chunk: the indices stay valid. */
+    if ((it + 1) % nchunk == 0)
+      fetch_src(it + 1);
     T *b_dst = sB + stage * B_STAGE;
     const T *wk = W + (int64_t)k * wsk;
     if (!TRANS_W) {
@@ -453,28 +497,53 @@ __global__ void __launch_bounds__(TL::THREADS)
   const int64_t p_end = pk0 + len * (split + 1) / args.splits;
   const int iters = (int)((p_end - p_begin + TL::BK - 1) / TL::BK);
 
-  auto load_stage = [&](int stage, int it) {
+  /* Pair -> row indices of the next iteration, loaded one iteration ahead
+   * into registers (as in the forward kernel) so no cp.async waits on them. */
+  constexpr int AV = TL::BM / 8, BV = TL::BN / 8;
+  constexpr int AVPT = (TL::BK * AV + TL::THREADS - 1) / TL::THREADS;
+  constexpr int BVPT = (TL::BK * BV + TL::THREADS - 1) / TL::THREADS;
+  int a_src[AVPT], b_src[BVPT];
+  auto fetch_rows = [&](int it) {
     const int64_t p0 = p_begin + (int64_t)it * TL::BK;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++) {
+      const int64_t p = p0 + (tid + j * TL::THREADS) / AV;
+      a_src[j] = p < p_end ? __ldg(args.in_rows + p) : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < BVPT; j++) {
+      const int64_t p = p0 + (tid + j * TL::THREADS) / BV;
+      b_src[j] = p < p_end ? __ldg(args.out_rows + p) : -1;
+    }
+  };
+  fetch_rows(0);
+
+  auto load_stage = [&](int stage, int it) {
     T *a_dst = sA + stage * TL::BK * A_PITCH_M;
-    constexpr int AV = TL::BM / 8;
-    for (int v = tid; v < TL::BK * AV; v += TL::THREADS) {
+#pragma unroll
+    for (int j = 0; j < AVPT; j++) {
+      const int v = tid + j * TL::THREADS;
+      if (TL::BK * AV % TL::THREADS != 0 && v >= TL::BK * AV)
+        break;
       const int pr = v / AV, mv = v % AV;
-      const int64_t p = p0 + pr;
       const int col = m0 + mv * 8;
-      const bool ok = p < p_end && col < cin;
-      const T *g = ok ? X + (int64_t)args.in_rows[p] * cin + col : X;
+      const bool ok = a_src[j] >= 0 && col < cin;
+      const T *g = ok ? X + (int64_t)a_src[j] * cin + col : X;
       cp_async16(a_dst + pr * A_PITCH_M + mv * 8, g, ok);
     }
     T *b_dst = sB + stage * TL::BK * TL::B_PITCH_N;
-    constexpr int BV = TL::BN / 8;
-    for (int v = tid; v < TL::BK * BV; v += TL::THREADS) {
+#pragma unroll
+    for (int j = 0; j < BVPT; j++) {
+      const int v = tid + j * TL::THREADS;
+      if (TL::BK * BV % TL::THREADS != 0 && v >= TL::BK * BV)
+        break;
       const int pr = v / BV, nv = v % BV;
-      const int64_t p = p0 + pr;
       const int col = n0 + nv * 8;
-      const bool ok = p < p_end && col < cout;
-      const T *g = ok ? DY + (int64_t)args.out_rows[p] * cout + col : DY;
+      const bool ok = b_src[j] >= 0 && col < cout;
+      const T *g = ok ? DY + (int64_t)b_src[j] * cout + col : DY;
       cp_async16(b_dst + pr * TL::B_PITCH_N + nv * 8, g, ok);
     }
+    fetch_rows(it + 1);
   };
 
   WarpAcc<false, TL::MI, TL::NI> acc;
