@@ -46,11 +46,9 @@ void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap) {
   vc_free(h, kmap->out_rows);
   vc_free(h, kmap->nbr_out);
   vc_free(h, kmap->nbr_in);
-  for (int i = 0; i < VC_KMAP_ROW_ORDER_SLOTS; i++) {
-    vc_free(h, kmap->row_order_out[i]);
-    vc_free(h, kmap->row_order_in[i]);
-    kmap->row_order_out[i] = kmap->row_order_in[i] = NULL;
-  }
+  vc_free(h, kmap->row_order_out);
+  vc_free(h, kmap->row_order_in);
+  kmap->row_order_out = kmap->row_order_in = NULL;
   free(kmap->pair_offsets); /* host memory from vc_host_alloc (malloc) */
   kmap->out_coords = kmap->in_rows = kmap->out_rows = NULL;
   kmap->nbr_out = kmap->nbr_in = NULL;

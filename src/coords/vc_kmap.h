@@ -17,8 +17,6 @@ extern "C" {
  * (b, x, y, z), which is the library's canonical coordinate order. */
 #define VC_COORD_BIAS 131071
 #define VC_KEY_EMPTY UINT64_MAX /* never a valid key: b <= 1023 */
-/* Cached row-order variants per map direction (see row_order_out). */
-#define VC_KMAP_ROW_ORDER_SLOTS 4
 
 static inline uint64_t vc_pack_key(int32_t b, int32_t x, int32_t y,
                                    int32_t z) {
@@ -62,12 +60,11 @@ struct voxconv_kmap {
   int32_t *out_rows;   /* [n_pairs] */
   int32_t *nbr_out;    /* [n_out][kvol]: input row feeding (o,k) or -1 */
   int32_t *nbr_in;     /* [n_in][kvol]: output row fed by (i,k) or -1 */
-  /* Row orders of the tensor-core algorithm (rows sorted by neighbour
-   * bitmask, globally or within segments of consecutive rows), one slot per
-   * variant, built lazily the first time a variant is used and kept with
-   * the map so every later layer reuses them; NULL until then. */
-  int32_t *row_order_out[VC_KMAP_ROW_ORDER_SLOTS]; /* [n_out] each */
-  int32_t *row_order_in[VC_KMAP_ROW_ORDER_SLOTS];  /* [n_in] each */
+  /* Rows sorted by neighbour bitmask (stable), built lazily by the
+   * tensor-core algorithm the first time it needs them and kept with the
+   * map so every later layer reuses them; NULL until then. */
+  int32_t *row_order_out; /* [n_out] */
+  int32_t *row_order_in;  /* [n_in] */
   /* host memory */
   int64_t *pair_offsets; /* [kvol+1], pairs of offset k in [po[k], po[k+1]) */
   void *backend_priv;    /* CUDA extras, freed by the CUDA backend */

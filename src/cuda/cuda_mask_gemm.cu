@@ -131,18 +131,13 @@ int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
   return 1;
 }
 
-/* row_order: 0 the map's natural order; 1 rows sorted by neighbour bitmask
- * (fewest offsets per tile, but a tile's gathers land all over the input);
- * 11, 14: sorted by bitmask within segments of 2^11 / 2^14 consecutive
- * rows, so the tiles in flight gather from a window of the input that
- * stays in L2 (the natural order is spatially coherent). */
-#define VC_MG_ROW_ORDERS 4
-const int kRowOrders[VC_MG_ROW_ORDERS] = {1, 0, 11, 14};
+/* row_order 1: tiles take rows sorted by neighbour bitmask (fewer offsets
+ * per tile), 0: the map's natural order. */
 const vc_param_space_t mg_space_fwd = {
     3,
     {"mma_tile", "accumulator_type", "row_order"},
-    {VC_MG_FWD_TILES, 2, VC_MG_ROW_ORDERS},
-    {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {32, 16}, {1, 0, 11, 14}}};
+    {VC_MG_FWD_TILES, 2, 2},
+    {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {32, 16}, {1, 0}}};
 /* split_k_slices 0 = adaptive: enough slices per offset that the grid
  * fills the GPU twice over (a layer has only kvol x tiles blocks without
  * splitting: 27 for C = 64, far below 132 SMs). */
@@ -196,13 +191,11 @@ size_t mg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
          (size_t)p->cout * sizeof(float);
 }
 
-/* Sort key of each row: its neighbour bitmask (offsets >= 32 are left out:
- * the order is only a grouping heuristic, any order is correct), above it
- * the row's segment (row >> seg_log2) when sorting within segments. */
-__global__ void row_key_kernel(const int32_t *__restrict__ nbr, int n,
-                               int kvol, int seg_log2,
-                               unsigned long long *__restrict__ key,
-                               int32_t *__restrict__ idx) {
+/* Bitmask of the offsets each row has a neighbour at (offsets >= 32 are
+ * left out: the order is only a grouping heuristic, any order is correct). */
+__global__ void row_mask_kernel(const int32_t *__restrict__ nbr, int n,
+                                int kvol, unsigned *__restrict__ mask,
+                                int32_t *__restrict__ idx) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n)
     return;
@@ -210,77 +203,44 @@ __global__ void row_key_kernel(const int32_t *__restrict__ nbr, int n,
   const int kmax = kvol < 32 ? kvol : 32;
   for (int k = 0; k < kmax; k++)
     m |= (nbr[(int64_t)i * kvol + k] >= 0 ? 1u : 0u) << k;
-  const unsigned long long seg =
-      seg_log2 > 0 ? (unsigned long long)(i >> seg_log2) : 0ull;
-  key[i] = seg << 32 | m;
+  mask[i] = m;
   idx[i] = i;
 }
 
-/* The cache slot of a row_order value, or -1 for the natural order. */
-int row_order_slot(int row_order) {
-  for (int i = 0; i < VC_MG_ROW_ORDERS; i++)
-    if (kRowOrders[i] == row_order)
-      return row_order == 0 ? -1 : i;
-  return -2;
-}
-
-/* Rows sorted (stably, so deterministically) by key, cached on the map:
- * the map is logically const to callers but owns this cache, like the rest
- * of its derived tables. Costs one key pass and one radix sort the first
- * time a map is used with this variant. */
+/* Rows sorted (stably, so deterministically) by neighbour bitmask, cached
+ * on the map: the map is logically const to callers but owns this cache,
+ * like the rest of its derived tables. Costs one mask pass and one radix
+ * sort the first time a map is used by this algorithm. */
 voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
-                                  bool dgrad, int row_order,
-                                  const int32_t **order) {
-  const int slot_i = row_order_slot(row_order);
-  if (slot_i == -1) {
-    *order = NULL;
-    return VOXCONV_STATUS_SUCCESS;
-  }
-  if (slot_i < 0 || slot_i >= VC_KMAP_ROW_ORDER_SLOTS)
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "mask_gemm: row_order=%d is not one of 0, 1, 11, 14",
-                   row_order);
-  int32_t **slot =
-      dgrad ? &m->row_order_in[slot_i] : &m->row_order_out[slot_i];
+                                  bool dgrad, const int32_t **order) {
+  int32_t **slot = dgrad ? &m->row_order_in : &m->row_order_out;
   if (*slot) {
     *order = *slot;
     return VOXCONV_STATUS_SUCCESS;
   }
   const int n = (int)(dgrad ? m->n_in : m->n_out);
   const int32_t *nbr = dgrad ? m->nbr_in : m->nbr_out;
-  const int seg_log2 = row_order > 1 ? row_order : 0;
   VcWorkspace ws(h);
-  unsigned long long *key = NULL, *key_sorted = NULL;
+  unsigned *mask = NULL, *mask_sorted = NULL;
   int32_t *idx = NULL, *res = NULL;
-  VC_CHECK(ws.get<unsigned long long>(n, &key, "mask_gemm row keys"));
-  VC_CHECK(ws.get<unsigned long long>(n, &key_sorted,
-                                      "mask_gemm sorted keys"));
+  VC_CHECK(ws.get<unsigned>(n, &mask, "mask_gemm row masks"));
+  VC_CHECK(ws.get<unsigned>(n, &mask_sorted, "mask_gemm sorted masks"));
   VC_CHECK(ws.get<int32_t>(n, &idx, "mask_gemm row index"));
   VC_CHECK(ws.get<int32_t>(n, &res, "mask_gemm row order"));
   if (n > 0) {
-    row_key_kernel<<<vc_grid_1d(n, 256, INT32_MAX), 256, 0,
-                     vc_cuda_stream(h)>>>(nbr, n, m->kvol, seg_log2, key, idx);
-    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm row_key_kernel");
-    int end_bit = 32;
-    if (seg_log2 > 0) {
-      int segs = (n - 1) >> seg_log2, bits = 0;
-      while (segs > 0) {
-        bits++;
-        segs >>= 1;
-      }
-      end_bit += bits;
-    } else {
-      end_bit = m->kvol < 32 ? m->kvol : 32;
-    }
+    row_mask_kernel<<<vc_grid_1d(n, 256, INT32_MAX), 256, 0,
+                      vc_cuda_stream(h)>>>(nbr, n, m->kvol, mask, idx);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm row_mask_kernel");
+    const int end_bit = m->kvol < 32 ? m->kvol : 32;
     size_t temp_bytes = 0;
     VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
-                       NULL, temp_bytes, key, key_sorted, idx, res, n, 0,
+                       NULL, temp_bytes, mask, mask_sorted, idx, res, n, 0,
                        end_bit, vc_cuda_stream(h)));
     unsigned char *temp = NULL;
     VC_CHECK(ws.get<unsigned char>((int64_t)temp_bytes, &temp,
                                    "mask_gemm sort scratch"));
     VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
-                       temp, temp_bytes, key, key_sorted, idx, res, n, 0,
+                       temp, temp_bytes, mask, mask_sorted, idx, res, n, 0,
                        end_bit, vc_cuda_stream(h)));
   }
   ws.release(res);
@@ -336,8 +296,9 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   a.a = p->a;
   a.w = p->b;
   a.nbr = dgrad ? m->nbr_in : m->nbr_out;
-  VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, prm->v[2],
-                            &a.order));
+  a.order = NULL;
+  if (prm->v[2] == 1)
+    VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, &a.order));
   a.out = p->c;
   a.n_dst = (int)(dgrad ? m->n_in : m->n_out);
   a.kvol = m->kvol;
