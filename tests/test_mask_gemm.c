@@ -227,6 +227,10 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
       int n2 = sp->n_values[1];
       for (int j = 0; j < n2; j++) {
         vc_algo_params_t prm = {{sp->values[0][t], sp->values[1][j], 0, 0}};
+        /* Row orders rotate over the tiles, so every order meets several
+         * tiles and both accumulators without multiplying the cases. */
+        if (sp->n > 2)
+          prm.v[2] = sp->values[2][(t + j) % sp->n_values[2]];
         int acc16 = pass != VOXCONV_PASS_CONV_WGRAD && prm.v[1] == 16;
         if (acc16 && dt != VOXCONV_DTYPE_F16)
           continue;
@@ -236,13 +240,14 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
         if (pass == VOXCONV_PASS_CONV_WGRAD && g_small && prm.v[1] > 2)
           continue;
         char label[160];
-        snprintf(label, sizeof label, "%s %s C%lld->%lld tile %d %s %d",
+        snprintf(label, sizeof label,
+                 "%s %s C%lld->%lld tile %d %s %d row_order %d",
                  pass == VOXCONV_PASS_CONV_FWD     ? "fwd"
                  : pass == VOXCONV_PASS_CONV_DGRAD ? "dgrad"
                                                    : "wgrad",
                  voxconv_dtype_name(dt), (long long)cin, (long long)cout,
                  prm.v[0], pass == VOXCONV_PASS_CONV_WGRAD ? "splits" : "acc",
-                 prm.v[1]);
+                 prm.v[1], prm.v[2]);
         check_case(cs, kg, kc, pass, dt, cin, cout, &prm, ref, a, b, NULL,
                    !acc16, label);
       }
