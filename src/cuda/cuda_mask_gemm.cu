@@ -124,6 +124,9 @@ int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
     return 0;
   if (p->kmap->kvol > VC_MG_MAX_KVOL)
     return 0;
+  /* weight offsets inside one offset's [cin][cout] block are 32-bit */
+  if (p->cin * p->cout > INT32_MAX)
+    return 0;
   if (!aligned16(p->a) || !aligned16(p->b) || !aligned16(p->c))
     return 0;
   if (p->kmap->n_in > INT32_MAX || p->kmap->n_out > INT32_MAX)

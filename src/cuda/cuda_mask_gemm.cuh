@@ -333,19 +333,51 @@ __global__ void __launch_bounds__(TL::THREADS)
     const int r = (tid + j * TL::THREADS) / AV;
     row_base[j] = r < rows ? (int64_t)s_rows[r] * kvol : -1;
   }
-  auto fetch_src = [&](int it) {
-    const int k = it < iters ? s_act[it / nchunk] : 0;
+  /* fetch_src(ai): indices of active offset ai (-1 past the end). */
+  auto fetch_src = [&](int ai) {
+    const bool live = ai < s_nact;
+    const int k = live ? s_act[ai] : 0;
 #pragma unroll
     for (int j = 0; j < AVPT; j++)
-      src_next[j] = (it < iters && row_base[j] >= 0)
+      src_next[j] = (live && row_base[j] >= 0)
                         ? __ldg(args.nbr + row_base[j] + k)
                         : -1;
   };
   fetch_src(0);
 
-  auto load_stage = [&](int stage, int it) {
-    const int k = s_act[it / nchunk];
-    const int c0 = (it % nchunk) * TL::BK;
+  /* B copies: a thread's vectors sit at the same place of every stage, so
+   * their offsets (global, relative to the chunk; shared) and the
+   * reduction index they test against ka are computed once. Non-transposed
+   * B rows are reduction channels, transposed ones output channels. */
+  constexpr int BVR = TRANS_W ? TL::BK / 8 : TL::BN / 8; /* vectors per row */
+  constexpr int B_VECS = (TRANS_W ? TL::BN : TL::BK) * BVR;
+  constexpr int BVPT = (B_VECS + TL::THREADS - 1) / TL::THREADS;
+  int b_goff[BVPT], b_soff[BVPT], b_kidx[BVPT];
+  bool b_nok[BVPT];
+#pragma unroll
+  for (int j = 0; j < BVPT; j++) {
+    const int v = tid + j * TL::THREADS;
+    const int row = v / BVR, vec = v % BVR;
+    if (!TRANS_W) { /* row = kk, vec -> output channels */
+      b_kidx[j] = row;
+      b_nok[j] = v < B_VECS && n0 + vec * 8 < nb;
+      b_goff[j] = row * nb + n0 + vec * 8;
+      b_soff[j] = row * TL::B_PITCH_N + vec * 8;
+    } else { /* row = output channel n, vec -> reduction channels */
+      b_kidx[j] = vec * 8;
+      b_nok[j] = v < B_VECS && n0 + row < nb;
+      b_goff[j] = (n0 + row) * ka + vec * 8;
+      b_soff[j] = row * TL::B_PITCH_K + vec * 8;
+    }
+  }
+
+  /* Iterations run offset-major, chunk-minor, and load_stage is called for
+   * it = 0, 1, 2, ... in order, so it tracks (active offset, chunk) with
+   * counters instead of dividing by nchunk. */
+  int ld_ai = 0, ld_chunk = 0;
+  auto load_stage = [&](int stage, int) {
+    const int k = s_act[ld_ai];
+    const int c0 = ld_chunk * TL::BK;
     T *a_dst = sA + stage * TL::BM * TL::A_PITCH;
 #pragma unroll
     for (int j = 0; j < AVPT; j++) {
@@ -359,29 +391,16 @@ __global__ void __launch_bounds__(TL::THREADS)
       const T *g = ok ? A + (int64_t)src * ka + col : A;
       cp_async16(a_dst + r * TL::A_PITCH + cv * 8, g, ok);
     }
-    /* Same offset for the next chunk: the indices stay valid. */
-    if ((it + 1) % nchunk == 0)
-      fetch_src(it + 1);
+    if (++ld_chunk == nchunk) {
+      ld_chunk = 0;
+      fetch_src(++ld_ai); /* next offset: new indices, one stage ahead */
+    }
     T *b_dst = sB + stage * B_STAGE;
-    const T *wk = W + (int64_t)k * wsk;
-    if (!TRANS_W) {
-      constexpr int BV = TL::BN / 8;
-      for (int v = tid; v < TL::BK * BV; v += TL::THREADS) {
-        const int kk = v / BV, nv = v % BV;
-        const int kr = c0 + kk, nc = n0 + nv * 8;
-        const bool ok = kr < ka && nc < nb;
-        const T *g = ok ? wk + (int64_t)kr * nb + nc : W;
-        cp_async16(b_dst + kk * TL::B_PITCH_N + nv * 8, g, ok);
-      }
-    } else {
-      constexpr int BV = TL::BK / 8;
-      for (int v = tid; v < TL::BN * BV; v += TL::THREADS) {
-        const int n = v / BV, kv = v % BV;
-        const int nr = n0 + n, kc = c0 + kv * 8;
-        const bool ok = nr < nb && kc < ka;
-        const T *g = ok ? wk + (int64_t)nr * ka + kc : W;
-        cp_async16(b_dst + n * TL::B_PITCH_K + kv * 8, g, ok);
-      }
+    const T *wc = W + (int64_t)k * wsk + (TRANS_W ? c0 : c0 * nb);
+#pragma unroll
+    for (int j = 0; j < BVPT; j++) {
+      const bool ok = b_nok[j] && c0 + b_kidx[j] < ka;
+      cp_async16(b_dst + b_soff[j], ok ? wc + b_goff[j] : W, ok);
     }
   };
 
