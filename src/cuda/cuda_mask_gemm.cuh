@@ -399,6 +399,10 @@ __global__ void __launch_bounds__(TL::THREADS)
     const T *wc = W + (int64_t)k * wsk + (TRANS_W ? c0 : c0 * nb);
 #pragma unroll
     for (int j = 0; j < BVPT; j++) {
+      /* a thread past the stage's vectors copies nothing (a zero-fill
+       * would land outside the stage buffer) */
+      if (B_VECS % TL::THREADS != 0 && tid + j * TL::THREADS >= B_VECS)
+        break;
       const bool ok = b_nok[j] && c0 + b_kidx[j] < ka;
       cp_async16(b_dst + b_soff[j], ok ? wc + b_goff[j] : W, ok);
     }
