@@ -40,26 +40,43 @@ if has build; then
     { grep -E "error" "$OUT/build.txt" | head -20; exit 1; }
 fi
 
+# The GPU tests and the compute-sanitizer runs are independent, so they run
+# concurrently (device time is the scarce resource); results are printed
+# once all have finished.
+pids=""
 if has test; then
-  stamp "GPU tests"
-  (cd $B && VOXCONV_REPORT="$OUT/precision.md" ctest --output-on-failure \
+  stamp "GPU tests (background)"
+  (cd $B && VOXCONV_REPORT="$OUT/precision.md" timeout ${TEST_TIMEOUT:-540} \
+     ctest --output-on-failure \
      -R "${GPU_TESTS:-test_backend_ops|test_deterministic|test_cuda_kmap|test_mask_gemm|test_f16acc_gate|tool_bench_smoke_cuda|tool_info_kernels}") \
-    >"$OUT/ctest_gpu.txt" 2>&1
-  grep -E "tests passed|Passed|Failed|\*\*\*" "$OUT/ctest_gpu.txt" | tail -12
+    >"$OUT/ctest_gpu.txt" 2>&1 &
+  pids="$pids $!"
 fi
 
 if has sanitize; then
   # Each test's reduced mode: VOXCONV_TEST_SMALL for test_mask_gemm and
   # test_backend_ops, --quick for test_cuda_kmap.
+  stamp "compute-sanitizer memcheck + racecheck (background)"
   for t in ${SANITIZE_TESTS:-test_mask_gemm test_backend_ops test_cuda_kmap}; do
     args=""
     [ "$t" = test_cuda_kmap ] && args="--quick"
     for tool in memcheck racecheck; do
-      stamp "$tool $t"
-      VOXCONV_TEST_SMALL=1 timeout 240 $CS --tool $tool --error-exitcode 9 \
-        $B/tests/$t $args >"$OUT/${tool}_$t.txt" 2>&1
-      echo "$tool $t: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
-        "$OUT/${tool}_$t.txt" | tail -1)"
+      VOXCONV_TEST_SMALL=1 timeout ${SAN_TIMEOUT:-420} $CS --tool $tool \
+        --error-exitcode 9 $B/tests/$t $args >"$OUT/${tool}_$t.txt" 2>&1 &
+      pids="$pids $!"
+    done
+  done
+fi
+[ -n "$pids" ] && wait $pids
+if has test; then
+  stamp "GPU tests"
+  grep -E "tests passed|Passed|Failed|\*\*\*|Timeout" "$OUT/ctest_gpu.txt" | tail -12
+fi
+if has sanitize; then
+  for t in ${SANITIZE_TESTS:-test_mask_gemm test_backend_ops test_cuda_kmap}; do
+    for tool in memcheck racecheck; do
+      echo "$tool $t: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|checks' \
+        "$OUT/${tool}_$t.txt" | tail -2 | tr '\n' ' ')"
     done
   done
 fi
