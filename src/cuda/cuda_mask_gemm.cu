@@ -112,6 +112,70 @@ voxconv_status_t launch_wgrad_tile(voxconv_handle_t *h, int tile,
 /* ---- the registry record ----------------------------------------------- */
 bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* Channel counts that are not multiples of 8 (a first layer's 3 or 4 input
+ * features) are run on zero-padded copies: the kernels move 8 channels per
+ * 16-byte cp.async, and zero channels add exact zeros to every sum, so the
+ * padded problem has the same result. Which operands need a copy, per pass
+ * (a, b, c as in vc_conv_problem_t): */
+struct PadPlan {
+  int64_t cin_p, cout_p;
+  bool a, b, c;
+};
+PadPlan pad_plan(const vc_conv_problem_t *p) {
+  PadPlan pp;
+  pp.cin_p = (p->cin + 7) / 8 * 8;
+  pp.cout_p = (p->cout + 7) / 8 * 8;
+  const bool pi = pp.cin_p != p->cin, po = pp.cout_p != p->cout;
+  switch (p->pass) {
+  case VOXCONV_PASS_CONV_FWD: /* x [n_in][cin], W, y [n_out][cout] */
+    pp.a = pi, pp.b = pi || po, pp.c = po;
+    break;
+  case VOXCONV_PASS_CONV_DGRAD: /* dy [n_out][cout], W, dx [n_in][cin] */
+    pp.a = po, pp.b = pi || po, pp.c = pi;
+    break;
+  default: /* wgrad: x, dy, dW [kvol][cin][cout] */
+    pp.a = pi, pp.b = po, pp.c = pi || po;
+    break;
+  }
+  return pp;
+}
+
+/* dst[a][b][c] (dims A x Bp x Cp) = src[a][b][c] (A x B x C), zero outside. */
+template <typename T>
+__global__ void pad3_kernel(const T *__restrict__ src, T *__restrict__ dst,
+                            int64_t A, int64_t B, int64_t C, int64_t Bp,
+                            int64_t Cp) {
+  const int64_t n = A * Bp * Cp;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t c = i % Cp, b = (i / Cp) % Bp, a = i / (Cp * Bp);
+    dst[i] = b < B && c < C ? src[(a * B + b) * C + c] : (T)0.f;
+  }
+}
+/* The inverse: dst (A x B x C) = the leading part of src (A x Bp x Cp). */
+template <typename T>
+__global__ void unpad3_kernel(const T *__restrict__ src, T *__restrict__ dst,
+                              int64_t A, int64_t B, int64_t C, int64_t Bp,
+                              int64_t Cp) {
+  const int64_t n = A * B * C;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t c = i % C, b = (i / C) % B, a = i / (C * B);
+    dst[i] = src[(a * Bp + b) * Cp + c];
+  }
+}
+
+template <typename T>
+voxconv_status_t pad3(voxconv_handle_t *h, VcWorkspace &ws, const void *src,
+                      int64_t A, int64_t B, int64_t C, int64_t Bp, int64_t Cp,
+                      T **dst) {
+  VC_CHECK(ws.get<T>(A * Bp * Cp, dst, "mask_gemm padded operand"));
+  pad3_kernel<T><<<vc_grid_1d(A * Bp * Cp, 256), 256, 0, vc_cuda_stream(h)>>>(
+      (const T *)src, *dst, A, B, C, Bp, Cp);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm pad3_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
   if (h->backend != VOXCONV_BACKEND_CUDA)
     return 0;
@@ -120,15 +184,16 @@ int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
   if (p->pass != VOXCONV_PASS_CONV_FWD && p->pass != VOXCONV_PASS_CONV_DGRAD &&
       p->pass != VOXCONV_PASS_CONV_WGRAD)
     return 0;
-  /* 16-byte cp.async moves 8 channels at a time. */
-  if (p->cin % 8 != 0 || p->cout % 8 != 0)
-    return 0;
   if (p->kmap->kvol > VC_MG_MAX_KVOL)
     return 0;
   /* weight offsets inside one offset's [cin][cout] block are 32-bit */
   if (p->cin * p->cout > INT32_MAX)
     return 0;
-  if (!aligned16(p->a) || !aligned16(p->b) || !aligned16(p->c))
+  /* Operands used in place must be 16-byte aligned (cp.async); the padded
+   * ones are copies (see PadPlan). */
+  const PadPlan pp = pad_plan(p);
+  if ((!pp.a && !aligned16(p->a)) || (!pp.b && !aligned16(p->b)) ||
+      (!pp.c && !aligned16(p->c)))
     return 0;
   if (p->kmap->n_in > INT32_MAX || p->kmap->n_out > INT32_MAX)
     return 0;
@@ -188,11 +253,15 @@ const vc_param_space_t *mg_param_space(voxconv_pass_t pass) {
 size_t mg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
   if (p->pass != VOXCONV_PASS_CONV_WGRAD)
     return 0;
-  const int splits = wgrad_splits(kMaxSmsForWorkspace, p, prm);
+  vc_conv_problem_t q = *p; /* the kernels see padded channel counts */
+  const PadPlan pp = pad_plan(p);
+  q.cin = pp.cin_p;
+  q.cout = pp.cout_p;
+  const int splits = wgrad_splits(kMaxSmsForWorkspace, &q, prm);
   if (splits <= 1)
     return 0;
-  return (size_t)splits * (size_t)p->kmap->kvol * (size_t)p->cin *
-         (size_t)p->cout * sizeof(float);
+  return (size_t)splits * (size_t)p->kmap->kvol * (size_t)q.cin *
+         (size_t)q.cout * sizeof(float);
 }
 
 /* Bit permutation of the row sort key: bit j of the key is offset perm[j]
@@ -360,12 +429,73 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
                : launch_fwd_tile<T, false, false>(h, tile, a);
 }
 
+/* Runs p on zero-padded copies of the operands PadPlan names, then copies
+ * the written part of the padded output back. */
+template <typename T>
+voxconv_status_t mg_run_padded(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                               const vc_algo_params_t *prm, void *ws,
+                               const PadPlan &pp) {
+  const voxconv_kmap_t *m = p->kmap;
+  const int64_t kv = m->kvol, ci = p->cin, co = p->cout;
+  const int64_t cip = pp.cin_p, cop = pp.cout_p;
+  VcWorkspace tmp(h);
+  vc_conv_problem_t q = *p;
+  q.cin = cip;
+  q.cout = cop;
+  T *buf = NULL;
+  /* dims of a, b, c as [A][B][C] before and after padding */
+  int64_t aB, aC, aCp, bB, bC, bBp, bCp, cA, cB, cC, cBp, cCp;
+  if (p->pass == VOXCONV_PASS_CONV_FWD) {
+    aB = m->n_in, aC = ci, aCp = cip;
+    bB = ci, bC = co, bBp = cip, bCp = cop;
+    cA = 1, cB = m->n_out, cC = co, cBp = m->n_out, cCp = cop;
+  } else if (p->pass == VOXCONV_PASS_CONV_DGRAD) {
+    aB = m->n_out, aC = co, aCp = cop;
+    bB = ci, bC = co, bBp = cip, bCp = cop;
+    cA = 1, cB = m->n_in, cC = ci, cBp = m->n_in, cCp = cip;
+  } else {
+    aB = m->n_in, aC = ci, aCp = cip;
+    bB = m->n_out, bC = co, bBp = m->n_out, bCp = cop; /* dy, a row array */
+    cA = kv, cB = ci, cC = co, cBp = cip, cCp = cop;
+  }
+  if (pp.a) {
+    VC_CHECK(pad3<T>(h, tmp, p->a, 1, aB, aC, aB, aCp, &buf));
+    q.a = buf;
+  }
+  if (pp.b) {
+    const int64_t bA = p->pass == VOXCONV_PASS_CONV_WGRAD ? 1 : kv;
+    VC_CHECK(pad3<T>(h, tmp, p->b, bA, bB, bC, bBp, bCp, &buf));
+    q.b = buf;
+  }
+  if (pp.c) {
+    VC_CHECK(tmp.get<T>(cA * cBp * cCp, &buf, "mask_gemm padded output"));
+    q.c = buf;
+  }
+  VC_CHECK(mg_run_typed<T>(h, &q, prm, ws));
+  if (pp.c) {
+    unpad3_kernel<T><<<vc_grid_1d(cA * cB * cC, 256), 256, 0,
+                       vc_cuda_stream(h)>>>((const T *)q.c, (T *)p->c, cA,
+                                            cB, cC, cBp, cCp);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm unpad3_kernel");
+  }
+  return VOXCONV_STATUS_SUCCESS; /* tmp's buffers are stream-ordered frees */
+}
+
+template <typename T>
+voxconv_status_t mg_run_any(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                            const vc_algo_params_t *prm, void *ws) {
+  const PadPlan pp = pad_plan(p);
+  if (pp.a || pp.b || pp.c)
+    return mg_run_padded<T>(h, p, prm, ws, pp);
+  return mg_run_typed<T>(h, p, prm, ws);
+}
+
 voxconv_status_t mg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         const vc_algo_params_t *prm, void *ws) {
   VC_CUDA_DEVICE_GUARD(h);
   if (p->dtype == VOXCONV_DTYPE_F16)
-    return mg_run_typed<__half>(h, p, prm, ws);
-  return mg_run_typed<__nv_bfloat16>(h, p, prm, ws);
+    return mg_run_any<__half>(h, p, prm, ws);
+  return mg_run_any<__nv_bfloat16>(h, p, prm, ws);
 }
 
 } // namespace
@@ -376,7 +506,8 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm = {
          (1u << VOXCONV_PASS_CONV_WGRAD),
      1,
      "tensor-core fused gather-GEMM-scatter (mma.sync m16n8k16, cp.async "
-     "gather, per-tile offset skipping); f16/bf16, channels % 8 == 0"},
+     "gather, per-tile offset skipping); f16/bf16; channel counts that are "
+     "not multiples of 8 run on zero-padded copies"},
     mg_supports,
     mg_param_space,
     mg_workspace,
@@ -487,7 +618,8 @@ extern "C" voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h,
   info->stages = r.stages;
   info->threads = r.threads;
   snprintf(info->constraints, sizeof info->constraints,
-           "cin%%8==0, cout%%8==0, kvol<=%d", VC_MG_MAX_KVOL);
+           "kvol<=%d; cin or cout %% 8 != 0: zero-padded copies",
+           VC_MG_MAX_KVOL);
   if (r.dyn_smem > 48 * 1024)
     VC_CUDA_TRY(h, cudaFuncSetAttribute(
                        r.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Regenerates the tile table of docs/tiles.md from ptxas's report.
+
+usage: scripts/tiles_table.py PTXAS_LOG > table.md
+  PTXAS_LOG: the output of compiling src/cuda/cuda_mask_gemm.cu with
+  `-Xptxas -v` (registers, static shared memory, spills per kernel).
+
+Registers and static shared memory are ptxas's; dynamic shared memory is
+computed from the tile shape as the launch code does (fwd_smem_bytes /
+wgrad_smem_bytes); blocks/SM and occupancy are computed for an sm_90 SM
+(65,536 registers allocated per warp in units of 256, 2,048 threads, 32
+blocks, 228 KB shared memory with 1 KB reserved per block)."""
+import re
+import sys
+
+SM_REGS, SM_THREADS, SM_BLOCKS, SM_SMEM, BLOCK_RESERVED = 65536, 2048, 32, 233472, 1024
+
+# fwd/dgrad tile IDs and wgrad tile IDs by shape, as in cuda_mask_gemm.cu
+FWD_IDS = {(64, 64, 32, 32, 32, 3): 0, (64, 32, 32, 32, 16, 3): 1,
+           (128, 64, 32, 32, 32, 3): 2, (128, 128, 32, 64, 32, 3): 3,
+           (128, 128, 32, 32, 32, 3): 4, (64, 16, 16, 16, 16, 4): 5,
+           (128, 32, 32, 32, 16, 3): 6, (64, 64, 64, 32, 32, 4): 7,
+           (128, 64, 64, 32, 32, 4): 8, (128, 128, 64, 32, 32, 3): 9}
+WGRAD_IDS = {(64, 64, 32, 32, 32, 3): 0, (32, 32, 32, 16, 16, 3): 1,
+             (128, 128, 32, 64, 32, 3): 2, (64, 128, 32, 32, 32, 3): 3}
+
+
+def occupancy(regs, threads, smem):
+    warps = threads // 32
+    per_warp = -(-regs * 32 // 256) * 256
+    by_regs = (SM_REGS // per_warp) // warps if per_warp else SM_BLOCKS
+    by_smem = SM_SMEM // (smem + BLOCK_RESERVED)
+    blocks = min(by_regs, by_smem, SM_THREADS // threads, SM_BLOCKS)
+    return blocks, blocks * threads / SM_THREADS
+
+
+def main(path):
+    rows, fn = [], None
+    tile_re = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE")
+    for line in open(path):
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            fn, info = m.group(1), {}
+            continue
+        if fn is None:
+            continue
+        m = re.search(r"Used (\d+) registers", line)
+        if not m:
+            continue
+        regs = int(m.group(1))
+        sm = re.search(r"(\d+) bytes smem", line)
+        static_smem = int(sm.group(1)) if sm else 0
+        t = tile_re.search(fn)
+        if not t or ("fwd_kernel" not in fn and "wgrad_kernel" not in fn):
+            fn = None
+            continue
+        bm, bn, bk, wm, wn, st = map(int, t.groups())
+        dtype = "f16" if "6__half" in fn else "bf16"
+        threads = (bm // wm) * (bn // wn) * 32
+        acc_per_thread = (wm // 16) * (wn // 8) * 4
+        if "fwd_kernel" in fn:
+            flags = re.search(r"EEELb(\d)ELb(\d)E", fn)
+            trans, acc16 = flags.group(1) == "1", flags.group(2) == "1"
+            pas = "dgrad" if trans else "fwd"
+            tid = FWD_IDS.get((bm, bn, bk, wm, wn, st))
+            dyn = st * 2 * (bm * (bk + 8) + (bn * (bk + 8) if trans else bk * (bn + 8)))
+            acc_regs = acc_per_thread // 2 if acc16 else acc_per_thread
+        else:
+            pas, acc16 = "wgrad", False
+            tid = WGRAD_IDS.get((bm, bn, bk, wm, wn, st))
+            dyn = st * 2 * (bk * (bm + 8) + bk * (bn + 8))
+            acc_regs = acc_per_thread
+        smem = static_smem + dyn
+        blocks, occ = occupancy(regs, threads, smem)
+        rows.append((pas, tid, dtype, "f16" if acc16 else "f32", f"{bm}x{bn}x{bk}",
+                     f"{wm}x{wn}", st, threads, acc_regs, regs, smem, blocks,
+                     f"{occ:.0%}"))
+        fn = None
+    order = {"fwd": 0, "dgrad": 1, "wgrad": 2}
+    rows.sort(key=lambda r: (order[r[0]], r[1], r[2], r[3]))
+    print("| pass | tile ID | dtype | acc | block M×N×K | warp tile | stages | threads "
+          "| acc regs/thread | registers | smem (B) | blocks/SM | occupancy |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print("| " + " | ".join(str(x) for x in r) + " |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
