@@ -140,40 +140,43 @@ PadPlan pad_plan(const vc_conv_problem_t *p) {
   return pp;
 }
 
-/* dst[a][b][c] (dims A x Bp x Cp) = src[a][b][c] (A x B x C), zero outside. */
-template <typename T>
-__global__ void pad3_kernel(const T *__restrict__ src, T *__restrict__ dst,
-                            int64_t A, int64_t B, int64_t C, int64_t Bp,
-                            int64_t Cp) {
-  const int64_t n = A * Bp * Cp;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t c = i % Cp, b = (i / Cp) % Bp, a = i / (Cp * Bp);
-    dst[i] = b < B && c < C ? src[(a * B + b) * C + c] : (T)0.f;
-  }
-}
-/* The inverse: dst (A x B x C) = the leading part of src (A x Bp x Cp). */
-template <typename T>
-__global__ void unpad3_kernel(const T *__restrict__ src, T *__restrict__ dst,
+/* Copies between a compact [A][B][C] array and its padded [A][Bp][Cp]
+ * form: PAD fills the padded one (zeros outside B x C), !PAD copies the
+ * leading B x C part of a padded one back. Indexed over the destination. */
+template <typename T, bool PAD>
+__global__ void repad3_kernel(const T *__restrict__ src, T *__restrict__ dst,
                               int64_t A, int64_t B, int64_t C, int64_t Bp,
                               int64_t Cp) {
-  const int64_t n = A * B * C;
+  const int64_t DB = PAD ? Bp : B, DC = PAD ? Cp : C; /* dst dims */
+  const int64_t n = A * DB * DC;
   for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t c = i % C, b = (i / C) % B, a = i / (C * B);
-    dst[i] = src[(a * Bp + b) * Cp + c];
+    const int64_t c = i % DC, b = (i / DC) % DB, a = i / (DC * DB);
+    if (PAD)
+      dst[i] = b < B && c < C ? src[(a * B + b) * C + c] : (T)0.f;
+    else
+      dst[i] = src[(a * Bp + b) * Cp + c];
   }
 }
 
+template <typename T, bool PAD>
+voxconv_status_t repad3(voxconv_handle_t *h, const void *src, T *dst,
+                        int64_t A, int64_t B, int64_t C, int64_t Bp,
+                        int64_t Cp) {
+  const int64_t n = A * (PAD ? Bp * Cp : B * C);
+  repad3_kernel<T, PAD><<<vc_grid_1d(n, 256), 256, 0, vc_cuda_stream(h)>>>(
+      (const T *)src, dst, A, B, C, Bp, Cp);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm repad3_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* A zero-padded copy of src in a new buffer of ws. */
 template <typename T>
 voxconv_status_t pad3(voxconv_handle_t *h, VcWorkspace &ws, const void *src,
                       int64_t A, int64_t B, int64_t C, int64_t Bp, int64_t Cp,
                       T **dst) {
   VC_CHECK(ws.get<T>(A * Bp * Cp, dst, "mask_gemm padded operand"));
-  pad3_kernel<T><<<vc_grid_1d(A * Bp * Cp, 256), 256, 0, vc_cuda_stream(h)>>>(
-      (const T *)src, *dst, A, B, C, Bp, Cp);
-  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm pad3_kernel");
-  return VOXCONV_STATUS_SUCCESS;
+  return repad3<T, true>(h, src, *dst, A, B, C, Bp, Cp);
 }
 
 int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
@@ -473,10 +476,10 @@ voxconv_status_t mg_run_padded(voxconv_handle_t *h, const vc_conv_problem_t *p,
   }
   VC_CHECK(mg_run_typed<T>(h, &q, prm, ws));
   if (pp.c) {
-    unpad3_kernel<T><<<vc_grid_1d(cA * cB * cC, 256), 256, 0,
-                       vc_cuda_stream(h)>>>((const T *)q.c, (T *)p->c, cA,
-                                            cB, cC, cBp, cCp);
-    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm unpad3_kernel");
+    const voxconv_status_t st =
+        repad3<T, false>(h, q.c, (T *)p->c, cA, cB, cC, cBp, cCp);
+    if (st != VOXCONV_STATUS_SUCCESS)
+      return st;
   }
   return VOXCONV_STATUS_SUCCESS; /* tmp's buffers are stream-ordered frees */
 }
