@@ -115,29 +115,53 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 /* Channel counts that are not multiples of 8 (a first layer's 3 or 4 input
  * features) are run on zero-padded copies: the kernels move 8 channels per
  * 16-byte cp.async, and zero channels add exact zeros to every sum, so the
- * padded problem has the same result. Which operands need a copy, per pass
- * (a, b, c as in vc_conv_problem_t): */
+ * padded problem has the same result. Each operand (a, b, c as in
+ * vc_conv_problem_t) is an [A][B][C] array that the kernels see as
+ * [A][Bp][Cp]; it needs a copy where the two differ. */
+struct OperandDims {
+  int64_t A, B, C, Bp, Cp;
+  bool padded() const { return B != Bp || C != Cp; }
+};
 struct PadPlan {
   int64_t cin_p, cout_p;
-  bool a, b, c;
+  OperandDims a, b, c;
+  bool any() const { return a.padded() || b.padded() || c.padded(); }
 };
 PadPlan pad_plan(const vc_conv_problem_t *p) {
+  const voxconv_kmap_t *m = p->kmap;
+  const int64_t ci = p->cin, co = p->cout, kv = m->kvol;
+  const int64_t cip = (ci + 7) / 8 * 8, cop = (co + 7) / 8 * 8;
+  const OperandDims w = {kv, ci, co, cip, cop}; /* W [kvol][cin][cout] */
   PadPlan pp;
-  pp.cin_p = (p->cin + 7) / 8 * 8;
-  pp.cout_p = (p->cout + 7) / 8 * 8;
-  const bool pi = pp.cin_p != p->cin, po = pp.cout_p != p->cout;
+  pp.cin_p = cip;
+  pp.cout_p = cop;
   switch (p->pass) {
   case VOXCONV_PASS_CONV_FWD: /* x [n_in][cin], W, y [n_out][cout] */
-    pp.a = pi, pp.b = pi || po, pp.c = po;
+    pp.a = {1, m->n_in, ci, m->n_in, cip};
+    pp.b = w;
+    pp.c = {1, m->n_out, co, m->n_out, cop};
     break;
   case VOXCONV_PASS_CONV_DGRAD: /* dy [n_out][cout], W, dx [n_in][cin] */
-    pp.a = po, pp.b = pi || po, pp.c = pi;
+    pp.a = {1, m->n_out, co, m->n_out, cop};
+    pp.b = w;
+    pp.c = {1, m->n_in, ci, m->n_in, cip};
     break;
-  default: /* wgrad: x, dy, dW [kvol][cin][cout] */
-    pp.a = pi, pp.b = po, pp.c = pi || po;
+  default: /* wgrad: x [n_in][cin], dy [n_out][cout], dW like W */
+    pp.a = {1, m->n_in, ci, m->n_in, cip};
+    pp.b = {1, m->n_out, co, m->n_out, cop};
+    pp.c = w;
     break;
   }
   return pp;
+}
+
+/* The problem the kernels see: p with padded channel counts. */
+vc_conv_problem_t padded_problem(const vc_conv_problem_t *p,
+                                 const PadPlan &pp) {
+  vc_conv_problem_t q = *p;
+  q.cin = pp.cin_p;
+  q.cout = pp.cout_p;
+  return q;
 }
 
 /* Copies between a compact [A][B][C] array and its padded [A][Bp][Cp]
@@ -170,13 +194,12 @@ voxconv_status_t repad3(voxconv_handle_t *h, const void *src, T *dst,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-/* A zero-padded copy of src in a new buffer of ws. */
+/* A zero-padded copy of operand src (dims d) in a new buffer of ws. */
 template <typename T>
-voxconv_status_t pad3(voxconv_handle_t *h, VcWorkspace &ws, const void *src,
-                      int64_t A, int64_t B, int64_t C, int64_t Bp, int64_t Cp,
-                      T **dst) {
-  VC_CHECK(ws.get<T>(A * Bp * Cp, dst, "mask_gemm padded operand"));
-  return repad3<T, true>(h, src, *dst, A, B, C, Bp, Cp);
+voxconv_status_t pad_copy(voxconv_handle_t *h, VcWorkspace &ws,
+                          const void *src, const OperandDims &d, T **dst) {
+  VC_CHECK(ws.get<T>(d.A * d.Bp * d.Cp, dst, "mask_gemm padded operand"));
+  return repad3<T, true>(h, src, *dst, d.A, d.B, d.C, d.Bp, d.Cp);
 }
 
 int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
@@ -195,8 +218,9 @@ int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
   /* Operands used in place must be 16-byte aligned (cp.async); the padded
    * ones are copies (see PadPlan). */
   const PadPlan pp = pad_plan(p);
-  if ((!pp.a && !aligned16(p->a)) || (!pp.b && !aligned16(p->b)) ||
-      (!pp.c && !aligned16(p->c)))
+  if ((!pp.a.padded() && !aligned16(p->a)) ||
+      (!pp.b.padded() && !aligned16(p->b)) ||
+      (!pp.c.padded() && !aligned16(p->c)))
     return 0;
   if (p->kmap->n_in > INT32_MAX || p->kmap->n_out > INT32_MAX)
     return 0;
@@ -256,10 +280,7 @@ const vc_param_space_t *mg_param_space(voxconv_pass_t pass) {
 size_t mg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
   if (p->pass != VOXCONV_PASS_CONV_WGRAD)
     return 0;
-  vc_conv_problem_t q = *p; /* the kernels see padded channel counts */
-  const PadPlan pp = pad_plan(p);
-  q.cin = pp.cin_p;
-  q.cout = pp.cout_p;
+  const vc_conv_problem_t q = padded_problem(p, pad_plan(p));
   const int splits = wgrad_splits(kMaxSmsForWorkspace, &q, prm);
   if (splits <= 1)
     return 0;
@@ -335,27 +356,27 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
   const int n = (int)(dgrad ? m->n_in : m->n_out);
   const int32_t *nbr = dgrad ? m->nbr_in : m->nbr_out;
   VcWorkspace ws(h);
-  unsigned *mask = NULL, *mask_sorted = NULL;
+  unsigned *key = NULL, *key_sorted = NULL;
   int32_t *idx = NULL, *res = NULL;
-  VC_CHECK(ws.get<unsigned>(n, &mask, "mask_gemm row masks"));
-  VC_CHECK(ws.get<unsigned>(n, &mask_sorted, "mask_gemm sorted masks"));
+  VC_CHECK(ws.get<unsigned>(n, &key, "mask_gemm row keys"));
+  VC_CHECK(ws.get<unsigned>(n, &key_sorted, "mask_gemm sorted keys"));
   VC_CHECK(ws.get<int32_t>(n, &idx, "mask_gemm row index"));
   VC_CHECK(ws.get<int32_t>(n, &res, "mask_gemm row order"));
   if (n > 0) {
+    const RowKeyPerm kp = row_key_perm(m);
     row_key_kernel<<<vc_grid_1d(n, 256, INT32_MAX), 256, 0,
-                     vc_cuda_stream(h)>>>(nbr, n, m->kvol, row_key_perm(m),
-                                          mask, idx);
+                     vc_cuda_stream(h)>>>(nbr, n, m->kvol, kp, key, idx);
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm row_key_kernel");
-    const int end_bit = m->kvol < 32 ? m->kvol : 32;
+    const int end_bit = kp.bits;
     size_t temp_bytes = 0;
     VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
-                       NULL, temp_bytes, mask, mask_sorted, idx, res, n, 0,
+                       NULL, temp_bytes, key, key_sorted, idx, res, n, 0,
                        end_bit, vc_cuda_stream(h)));
     unsigned char *temp = NULL;
     VC_CHECK(ws.get<unsigned char>((int64_t)temp_bytes, &temp,
                                    "mask_gemm sort scratch"));
     VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
-                       temp, temp_bytes, mask, mask_sorted, idx, res, n, 0,
+                       temp, temp_bytes, key, key_sorted, idx, res, n, 0,
                        end_bit, vc_cuda_stream(h)));
   }
   ws.release(res);
@@ -438,46 +459,26 @@ template <typename T>
 voxconv_status_t mg_run_padded(voxconv_handle_t *h, const vc_conv_problem_t *p,
                                const vc_algo_params_t *prm, void *ws,
                                const PadPlan &pp) {
-  const voxconv_kmap_t *m = p->kmap;
-  const int64_t kv = m->kvol, ci = p->cin, co = p->cout;
-  const int64_t cip = pp.cin_p, cop = pp.cout_p;
   VcWorkspace tmp(h);
-  vc_conv_problem_t q = *p;
-  q.cin = cip;
-  q.cout = cop;
+  vc_conv_problem_t q = padded_problem(p, pp);
   T *buf = NULL;
-  /* dims of a, b, c as [A][B][C] before and after padding */
-  int64_t aB, aC, aCp, bB, bC, bBp, bCp, cA, cB, cC, cBp, cCp;
-  if (p->pass == VOXCONV_PASS_CONV_FWD) {
-    aB = m->n_in, aC = ci, aCp = cip;
-    bB = ci, bC = co, bBp = cip, bCp = cop;
-    cA = 1, cB = m->n_out, cC = co, cBp = m->n_out, cCp = cop;
-  } else if (p->pass == VOXCONV_PASS_CONV_DGRAD) {
-    aB = m->n_out, aC = co, aCp = cop;
-    bB = ci, bC = co, bBp = cip, bCp = cop;
-    cA = 1, cB = m->n_in, cC = ci, cBp = m->n_in, cCp = cip;
-  } else {
-    aB = m->n_in, aC = ci, aCp = cip;
-    bB = m->n_out, bC = co, bBp = m->n_out, bCp = cop; /* dy, a row array */
-    cA = kv, cB = ci, cC = co, cBp = cip, cCp = cop;
-  }
-  if (pp.a) {
-    VC_CHECK(pad3<T>(h, tmp, p->a, 1, aB, aC, aB, aCp, &buf));
+  if (pp.a.padded()) {
+    VC_CHECK(pad_copy<T>(h, tmp, p->a, pp.a, &buf));
     q.a = buf;
   }
-  if (pp.b) {
-    const int64_t bA = p->pass == VOXCONV_PASS_CONV_WGRAD ? 1 : kv;
-    VC_CHECK(pad3<T>(h, tmp, p->b, bA, bB, bC, bBp, bCp, &buf));
+  if (pp.b.padded()) {
+    VC_CHECK(pad_copy<T>(h, tmp, p->b, pp.b, &buf));
     q.b = buf;
   }
-  if (pp.c) {
-    VC_CHECK(tmp.get<T>(cA * cBp * cCp, &buf, "mask_gemm padded output"));
+  const OperandDims &c = pp.c;
+  if (c.padded()) {
+    VC_CHECK(tmp.get<T>(c.A * c.Bp * c.Cp, &buf, "mask_gemm padded output"));
     q.c = buf;
   }
   VC_CHECK(mg_run_typed<T>(h, &q, prm, ws));
-  if (pp.c) {
+  if (c.padded()) {
     const voxconv_status_t st =
-        repad3<T, false>(h, q.c, (T *)p->c, cA, cB, cC, cBp, cCp);
+        repad3<T, false>(h, q.c, (T *)p->c, c.A, c.B, c.C, c.Bp, c.Cp);
     if (st != VOXCONV_STATUS_SUCCESS)
       return st;
   }
@@ -488,7 +489,7 @@ template <typename T>
 voxconv_status_t mg_run_any(voxconv_handle_t *h, const vc_conv_problem_t *p,
                             const vc_algo_params_t *prm, void *ws) {
   const PadPlan pp = pad_plan(p);
-  if (pp.a || pp.b || pp.c)
+  if (pp.any())
     return mg_run_padded<T>(h, p, prm, ws, pp);
   return mg_run_typed<T>(h, p, prm, ws);
 }
