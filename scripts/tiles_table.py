@@ -10,19 +10,25 @@ computed from the tile shape as the launch code does (fwd_smem_bytes /
 wgrad_smem_bytes); blocks/SM and occupancy are computed for an sm_90 SM
 (65,536 registers allocated per warp in units of 256, 2,048 threads, 32
 blocks, 228 KB shared memory with 1 KB reserved per block)."""
+import os
 import re
 import sys
 
 SM_REGS, SM_THREADS, SM_BLOCKS, SM_SMEM, BLOCK_RESERVED = 65536, 2048, 32, 233472, 1024
 
-# fwd/dgrad tile IDs and wgrad tile IDs by shape, as in cuda_mask_gemm.cu
-FWD_IDS = {(64, 64, 32, 32, 32, 3): 0, (64, 32, 32, 32, 16, 3): 1,
-           (128, 64, 32, 32, 32, 3): 2, (128, 128, 32, 64, 32, 3): 3,
-           (128, 128, 32, 32, 32, 3): 4, (64, 16, 16, 16, 16, 4): 5,
-           (128, 32, 32, 32, 16, 3): 6, (64, 64, 64, 32, 32, 4): 7,
-           (128, 64, 64, 32, 32, 4): 8, (128, 128, 64, 32, 32, 3): 9}
-WGRAD_IDS = {(64, 64, 32, 32, 32, 3): 0, (32, 32, 32, 16, 16, 3): 1,
-             (128, 128, 32, 64, 32, 3): 2, (64, 128, 32, 32, 32, 3): 3}
+SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src",
+                   "cuda", "cuda_mask_gemm.cu")
+
+
+def tile_ids():
+    """Tile IDs by shape, read from the tile table of cuda_mask_gemm.cu
+    (`typedef Tile<BM, BN, BK, WM, WN, STAGES> F<id>;`, G<id> for wgrad)."""
+    fwd, wgrad = {}, {}
+    pat = re.compile(r"typedef Tile<\s*([\d,\s]+)>\s*([FG])(\d+)\s*;")
+    for m in pat.finditer(open(SRC).read()):
+        shape = tuple(int(x) for x in m.group(1).split(","))
+        (fwd if m.group(2) == "F" else wgrad)[shape] = int(m.group(3))
+    return fwd, wgrad
 
 
 def occupancy(regs, threads, smem):
@@ -35,6 +41,7 @@ def occupancy(regs, threads, smem):
 
 
 def main(path):
+    fwd_ids, wgrad_ids = tile_ids()
     rows, fn = [], None
     tile_re = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE")
     for line in open(path):
@@ -62,12 +69,12 @@ def main(path):
             flags = re.search(r"EEELb(\d)ELb(\d)E", fn)
             trans, acc16 = flags.group(1) == "1", flags.group(2) == "1"
             pas = "dgrad" if trans else "fwd"
-            tid = FWD_IDS.get((bm, bn, bk, wm, wn, st))
+            tid = fwd_ids.get((bm, bn, bk, wm, wn, st))
             dyn = st * 2 * (bm * (bk + 8) + (bn * (bk + 8) if trans else bk * (bn + 8)))
             acc_regs = acc_per_thread // 2 if acc16 else acc_per_thread
         else:
             pas, acc16 = "wgrad", False
-            tid = WGRAD_IDS.get((bm, bn, bk, wm, wn, st))
+            tid = wgrad_ids.get((bm, bn, bk, wm, wn, st))
             dyn = st * 2 * (bk * (bm + 8) + bk * (bn + 8))
             acc_regs = acc_per_thread
         smem = static_smem + dyn
