@@ -485,7 +485,8 @@ typedef struct voxconv_kernel_info {
   size_t smem_bytes;    /* static + dynamic per block */
   int blocks_per_sm;    /* theoretical, from the occupancy calculator */
   double occupancy;     /* active warps / max warps per SM */
-  char constraints[64]; /* e.g. "cin%8==0, cout%8==0" */
+  /* e.g. "kvol<=343; cin or cout % 8 != 0: zero-padded copies" */
+  char constraints[64];
 } voxconv_kernel_info_t;
 
 VOXCONV_API voxconv_status_t voxconv_kernel_count(voxconv_handle_t *h,
