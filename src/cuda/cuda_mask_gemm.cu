@@ -3,7 +3,7 @@
  * stable IDs that the tuner, the cache and `voxconv info --kernels` use),
  * the template instantiations (all in one place) and the registry record.
  */
-#include "cuda_mask_gemm.cuh"
+#include "cuda_mask_gemm_sm90.cuh"
 #include "vc_cuda_tc_algos.h"
 #include "vc_cuda_util.cuh"
 
@@ -34,6 +34,13 @@ typedef Tile<64, 64, 64, 32, 32, 4> F7;   /* 4 warps, 32 acc, 4 stages */
 typedef Tile<128, 64, 64, 32, 32, 4> F8;  /* 8 warps, 32 acc, 4 stages */
 typedef Tile<128, 128, 64, 32, 32, 3> F9; /* 16 warps, 32 acc */
 #define VC_MG_FWD_TILES 10
+
+/* Hopper wgmma tiles (algorithm mask_gemm_wgmma, forward/dgrad): 128 rows
+ * (2 warpgroups) x BN x 64, stages. BN = 64 leaves room for 2 blocks/SM. */
+typedef WgTile<128, 4> H0;
+typedef WgTile<128, 6> H1;
+typedef WgTile<64, 4> H2;
+#define VC_MG_WG_TILES 3
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
 typedef Tile<64, 64, 32, 32, 32, 3> G0;
@@ -78,6 +85,58 @@ voxconv_status_t launch_fwd_tile(voxconv_handle_t *h, int tile,
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm: forward tile %d outside 0..%d", tile,
                  VC_MG_FWD_TILES - 1);
+}
+
+template <typename T, typename TL, bool ACC16>
+voxconv_status_t launch_wg(voxconv_handle_t *h, const FwdArgs &a) {
+  auto kern = wg_fwd_kernel<T, TL, ACC16>;
+  const int smem = wg_smem_bytes<TL>();
+  VC_CUDA_TRY(h, cudaFuncSetAttribute(
+                     kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  dim3 grid((unsigned)vc_ceil_div(a.nb, TL::BN),
+            (unsigned)vc_ceil_div(a.n_dst, TL::BM));
+  if (grid.y == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  kern<<<grid, TL::THREADS, smem, vc_cuda_stream(h)>>>(a);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm wg_fwd_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+template <typename T, bool ACC16>
+voxconv_status_t launch_wg_tile(voxconv_handle_t *h, int tile,
+                                const FwdArgs &a) {
+  switch (tile) {
+  case 0:
+    return launch_wg<T, H0, ACC16>(h, a);
+  case 1:
+    return launch_wg<T, H1, ACC16>(h, a);
+  case 2:
+    return launch_wg<T, H2, ACC16>(h, a);
+  }
+  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                 "mask_gemm_wgmma: tile %d outside 0..%d", tile,
+                 VC_MG_WG_TILES - 1);
+}
+
+/* Wt[k][n][c] = W[k][c][n]: the forward weights K-major for wgmma (one
+ * 32 x 32 tile per block through shared memory, both sides coalesced). */
+template <typename T>
+__global__ void transpose_w_kernel(const T *__restrict__ w, T *__restrict__ wt,
+                                   int cin, int cout) {
+  __shared__ T t[32][33];
+  const int64_t kb = (int64_t)blockIdx.z * cin * cout;
+  const int c0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int c = c0 + i, n = n0 + threadIdx.x;
+    if (c < cin && n < cout)
+      t[i][threadIdx.x] = w[kb + (int64_t)c * cout + n];
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int n = n0 + i, c = c0 + threadIdx.x;
+    if (c < cin && n < cout)
+      wt[kb + (int64_t)n * cin + c] = t[threadIdx.x][i];
+  }
 }
 
 template <typename T, typename TL>
@@ -385,9 +444,33 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* Forward/dgrad on the wgmma kernel (B K-major: the forward weights go
+ * through a transposed scratch copy, 3.5 MB at C = 256). */
+template <typename T>
+voxconv_status_t mg_run_wgmma(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                              FwdArgs &a, int tile, bool acc16) {
+  VcWorkspace tmp(h);
+  if (p->pass == VOXCONV_PASS_CONV_FWD) {
+    const int kvol = p->kmap->kvol, ci = (int)p->cin, co = (int)p->cout;
+    T *wt = NULL;
+    VC_CHECK(tmp.get<T>((int64_t)kvol * ci * co, &wt,
+                        "mask_gemm_wgmma transposed weights"));
+    dim3 grid((unsigned)vc_ceil_div(co, 32), (unsigned)vc_ceil_div(ci, 32),
+              (unsigned)kvol);
+    transpose_w_kernel<T><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
+        (const T *)p->b, wt, ci, co);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm transpose_w_kernel");
+    a.w = wt;
+  }
+  if (acc16)
+    return launch_wg_tile<__half, true>(h, tile, a);
+  return launch_wg_tile<T, false>(h, tile, a);
+}
+
 template <typename T>
 voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
-                              const vc_algo_params_t *prm, void *ws) {
+                              const vc_algo_params_t *prm, void *ws,
+                              bool wgmma) {
   const voxconv_kmap_t *m = p->kmap;
   const int tile = prm->v[0];
   if (p->pass == VOXCONV_PASS_CONV_WGRAD) {
@@ -440,15 +523,16 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   a.kvol = m->kvol;
   a.ka = (int)(dgrad ? p->cout : p->cin);
   a.nb = (int)(dgrad ? p->cin : p->cout);
-  if (acc16) {
-    /* mma.sync has f16 accumulators for f16 inputs only. */
-    if (p->dtype != VOXCONV_DTYPE_F16)
-      return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
-                     "mask_gemm: fp16 accumulators need f16 inputs, not %s",
-                     voxconv_dtype_name(p->dtype));
+  /* the tensor cores have f16 accumulators for f16 inputs only */
+  if (acc16 && p->dtype != VOXCONV_DTYPE_F16)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "mask_gemm: fp16 accumulators need f16 inputs, not %s",
+                   voxconv_dtype_name(p->dtype));
+  if (wgmma)
+    return mg_run_wgmma<T>(h, p, a, tile, acc16);
+  if (acc16)
     return dgrad ? launch_fwd_tile<__half, true, true>(h, tile, a)
                  : launch_fwd_tile<__half, false, true>(h, tile, a);
-  }
   return dgrad ? launch_fwd_tile<T, true, false>(h, tile, a)
                : launch_fwd_tile<T, false, false>(h, tile, a);
 }
@@ -458,7 +542,7 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
 template <typename T>
 voxconv_status_t mg_run_padded(voxconv_handle_t *h, const vc_conv_problem_t *p,
                                const vc_algo_params_t *prm, void *ws,
-                               const PadPlan &pp) {
+                               const PadPlan &pp, bool wgmma) {
   VcWorkspace tmp(h);
   vc_conv_problem_t q = padded_problem(p, pp);
   T *buf = NULL;
@@ -475,7 +559,7 @@ voxconv_status_t mg_run_padded(voxconv_handle_t *h, const vc_conv_problem_t *p,
     VC_CHECK(tmp.get<T>(c.A * c.Bp * c.Cp, &buf, "mask_gemm padded output"));
     q.c = buf;
   }
-  VC_CHECK(mg_run_typed<T>(h, &q, prm, ws));
+  VC_CHECK(mg_run_typed<T>(h, &q, prm, ws, wgmma));
   if (c.padded()) {
     const voxconv_status_t st =
         repad3<T, false>(h, q.c, (T *)p->c, c.A, c.B, c.C, c.Bp, c.Cp);
@@ -487,19 +571,61 @@ voxconv_status_t mg_run_padded(voxconv_handle_t *h, const vc_conv_problem_t *p,
 
 template <typename T>
 voxconv_status_t mg_run_any(voxconv_handle_t *h, const vc_conv_problem_t *p,
-                            const vc_algo_params_t *prm, void *ws) {
+                            const vc_algo_params_t *prm, void *ws, bool wgmma) {
   const PadPlan pp = pad_plan(p);
   if (pp.any())
-    return mg_run_padded<T>(h, p, prm, ws, pp);
-  return mg_run_typed<T>(h, p, prm, ws);
+    return mg_run_padded<T>(h, p, prm, ws, pp, wgmma);
+  return mg_run_typed<T>(h, p, prm, ws, wgmma);
 }
 
 voxconv_status_t mg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         const vc_algo_params_t *prm, void *ws) {
   VC_CUDA_DEVICE_GUARD(h);
   if (p->dtype == VOXCONV_DTYPE_F16)
-    return mg_run_any<__half>(h, p, prm, ws);
-  return mg_run_any<__nv_bfloat16>(h, p, prm, ws);
+    return mg_run_any<__half>(h, p, prm, ws, false);
+  return mg_run_any<__nv_bfloat16>(h, p, prm, ws, false);
+}
+
+/* ---- mask_gemm_wgmma: the Hopper variant (forward and dgrad) ------------ */
+int wg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
+#ifdef VC_HAVE_SM90A
+  if (p->pass == VOXCONV_PASS_CONV_WGRAD || !mg_supports(h, p))
+    return 0;
+  /* wgmma is sm_90a only: not on later architectures either */
+  const vc_cuda_state_t *s = vc_cuda_state(h);
+  return s->cc_major == 9 && s->cc_minor == 0;
+#else
+  (void)h;
+  (void)p;
+  return 0; /* built without the 90a target */
+#endif
+}
+
+const vc_param_space_t wg_space = {
+    3,
+    {"mma_tile", "accumulator_type", "row_order"},
+    {VC_MG_WG_TILES, 2, 2},
+    {{0, 1, 2}, {32, 16}, {1, 0}}};
+
+const vc_param_space_t *wg_param_space(voxconv_pass_t) {
+  return &wg_space;
+}
+
+size_t wg_workspace(const vc_conv_problem_t *, const vc_algo_params_t *) {
+  return 0;
+}
+
+voxconv_status_t wg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                        const vc_algo_params_t *prm, void *ws) {
+  VC_CUDA_DEVICE_GUARD(h);
+  if (!wg_supports(h, p))
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "mask_gemm_wgmma: needs an sm_90 GPU, a build with the "
+                   "90a target, and a forward or dgrad problem mask_gemm "
+                   "supports");
+  if (p->dtype == VOXCONV_DTYPE_F16)
+    return mg_run_any<__half>(h, p, prm, ws, true);
+  return mg_run_any<__nv_bfloat16>(h, p, prm, ws, true);
 }
 
 } // namespace
@@ -517,10 +643,22 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm = {
     mg_workspace,
     mg_run};
 
+extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_wgmma = {
+    {"mask_gemm_wgmma", VOXCONV_BACKEND_CUDA,
+     (1u << VOXCONV_PASS_CONV_FWD) | (1u << VOXCONV_PASS_CONV_DGRAD), 1,
+     "mask_gemm on Hopper warpgroup MMA (wgmma, sm_90a): operands read by "
+     "the tensor cores from swizzled shared memory; forward and dgrad; "
+     "f16/bf16"},
+    wg_supports,
+    wg_param_space,
+    wg_workspace,
+    wg_run};
+
 /* ---- kernel table for `voxconv info --kernels` -------------------------- */
 namespace {
 
 struct KernelRow {
+  const char *algo;
   const void *fn;
   voxconv_pass_t pass;
   int dgrad, tile_id;
@@ -530,7 +668,8 @@ struct KernelRow {
 
 template <typename T, typename TL, bool TRANS_W, bool ACC16>
 KernelRow fwd_row(int tile_id, voxconv_dtype_t dt) {
-  return KernelRow{(const void *)fwd_kernel<T, TL, TRANS_W, ACC16>,
+  return KernelRow{"mask_gemm",
+                   (const void *)fwd_kernel<T, TL, TRANS_W, ACC16>,
                    VOXCONV_PASS_CONV_FWD,
                    TRANS_W ? 1 : 0,
                    tile_id,
@@ -545,7 +684,8 @@ KernelRow fwd_row(int tile_id, voxconv_dtype_t dt) {
 }
 template <typename T, typename TL> KernelRow wgrad_row(int tile_id,
                                                        voxconv_dtype_t dt) {
-  return KernelRow{(const void *)wgrad_kernel<T, TL>,
+  return KernelRow{"mask_gemm",
+                   (const void *)wgrad_kernel<T, TL>,
                    VOXCONV_PASS_CONV_WGRAD,
                    0,
                    tile_id,
@@ -557,6 +697,32 @@ template <typename T, typename TL> KernelRow wgrad_row(int tile_id,
                    TL::STAGES,
                    TL::THREADS,
                    wgrad_smem_bytes<TL>()};
+}
+
+/* A wgmma tile: one kernel serves forward and dgrad (both read K-major
+ * weights), listed under both. */
+template <typename T, typename TL, bool ACC16>
+KernelRow wg_row(int tile_id, voxconv_dtype_t dt, bool dgrad) {
+  return KernelRow{"mask_gemm_wgmma",
+                   (const void *)wg_fwd_kernel<T, TL, ACC16>,
+                   VOXCONV_PASS_CONV_FWD,
+                   dgrad ? 1 : 0,
+                   tile_id,
+                   dt,
+                   ACC16 ? 1 : 0,
+                   TL::BM,
+                   TL::BN,
+                   TL::BK,
+                   TL::STAGES,
+                   TL::THREADS,
+                   wg_smem_bytes<TL>()};
+}
+template <typename TL> void add_wg_tile(KernelRow *rows, int &n, int id) {
+  for (int d = 0; d < 2; d++) {
+    rows[n++] = wg_row<__half, TL, false>(id, VOXCONV_DTYPE_F16, d);
+    rows[n++] = wg_row<__nv_bfloat16, TL, false>(id, VOXCONV_DTYPE_BF16, d);
+    rows[n++] = wg_row<__half, TL, true>(id, VOXCONV_DTYPE_F16, d);
+  }
 }
 
 /* The variants of one forward tile: f16, bf16, f16 with fp16 accumulators,
@@ -574,7 +740,8 @@ template <typename TL> void add_wgrad_tile(KernelRow *rows, int &n, int id) {
   rows[n++] = wgrad_row<__nv_bfloat16, TL>(id, VOXCONV_DTYPE_BF16);
 }
 
-const int kKernelRows = 6 * VC_MG_FWD_TILES + 2 * VC_MG_WGRAD_TILES;
+const int kKernelRows =
+    6 * VC_MG_FWD_TILES + 2 * VC_MG_WGRAD_TILES + 6 * VC_MG_WG_TILES;
 
 const KernelRow *kernel_rows() {
   static KernelRow rows[kKernelRows];
@@ -595,6 +762,9 @@ const KernelRow *kernel_rows() {
     add_wgrad_tile<G1>(rows, n, 1);
     add_wgrad_tile<G2>(rows, n, 2);
     add_wgrad_tile<G3>(rows, n, 3);
+    add_wg_tile<H0>(rows, n, 0);
+    add_wg_tile<H1>(rows, n, 1);
+    add_wg_tile<H2>(rows, n, 2);
     built = 1;
   }
   return rows;
@@ -610,7 +780,7 @@ extern "C" voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h,
   VC_CUDA_DEVICE_GUARD(h);
   const KernelRow &r = kernel_rows()[index];
   memset(info, 0, sizeof *info);
-  snprintf(info->algo, sizeof info->algo, "mask_gemm");
+  snprintf(info->algo, sizeof info->algo, "%s", r.algo);
   info->pass = r.pass;
   info->dgrad = r.dgrad;
   info->tile_id = r.tile_id;
@@ -622,7 +792,8 @@ extern "C" voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h,
   info->stages = r.stages;
   info->threads = r.threads;
   snprintf(info->constraints, sizeof info->constraints,
-           "kvol<=%d; cin or cout %% 8 != 0: zero-padded copies",
+           "%skvol<=%d; cin or cout %% 8 != 0: zero-padded copies",
+           strcmp(r.algo, "mask_gemm_wgmma") == 0 ? "sm_90a; " : "",
            VC_MG_MAX_KVOL);
   if (r.dyn_smem > 48 * 1024)
     VC_CUDA_TRY(h, cudaFuncSetAttribute(

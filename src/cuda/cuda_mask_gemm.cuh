@@ -250,14 +250,99 @@ constexpr int fwd_smem_bytes() {
           (TRANS_W ? TL::BN * TL::B_PITCH_K : TL::BK * TL::B_PITCH_N));
 }
 
+/* The per-tile prologue both forward kernels share: which output row each
+ * tile row is, and which kernel offsets any row of the tile needs. */
+template <int BM> struct TileOffsets {
+  unsigned mask[VC_MG_MASK_WORDS];
+  int act[VC_MG_MAX_KVOL]; /* the needed offsets, ascending */
+  int nact;
+  int rows[BM]; /* output row of each tile row, or -1 */
+};
+
+/* Fills s for the tile at m0 (rows valid rows); ends with a barrier. Each
+ * row's slice of the neighbour table is contiguous (and with the natural
+ * order the whole tile's is), so these reads coalesce. */
+template <int THREADS, int BM>
+__device__ __forceinline__ void scan_tile_offsets(const FwdArgs &args, int m0,
+                                                  int rows,
+                                                  TileOffsets<BM> &s) {
+  const int tid = threadIdx.x, kvol = args.kvol;
+  for (int i = tid; i < VC_MG_MASK_WORDS; i += THREADS)
+    s.mask[i] = 0u;
+  for (int r = tid; r < BM; r += THREADS)
+    s.rows[r] = r < rows ? (args.order ? args.order[m0 + r] : m0 + r) : -1;
+  __syncthreads();
+  if (kvol <= 32) {
+    /* Each thread ORs its entries into a register and each warp reduces
+     * before one shared atomic: the loads are independent (no atomic
+     * between them), so they are all in flight at once. */
+    unsigned m = 0u;
+#pragma unroll 4
+    for (int i = tid; i < rows * kvol; i += THREADS) {
+      const int r = i / kvol, k = i - r * kvol;
+      m |= (__ldg(args.nbr + (int64_t)s.rows[r] * kvol + k) >= 0 ? 1u : 0u)
+           << k;
+    }
+    m = __reduce_or_sync(0xffffffffu, m);
+    if ((tid & 31) == 0 && m)
+      atomicOr(&s.mask[0], m);
+  } else {
+    for (int i = tid; i < rows * kvol; i += THREADS) {
+      const int r = i / kvol, k = i - r * kvol;
+      if (args.nbr[(int64_t)s.rows[r] * kvol + k] >= 0)
+        atomicOr(&s.mask[k >> 5], 1u << (k & 31));
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int n = 0;
+    for (int w = 0; w < VC_MG_MASK_WORDS; w++) {
+      unsigned m = s.mask[w];
+      while (m) {
+        s.act[n++] = w * 32 + (__ffs(m) - 1);
+        m &= m - 1;
+      }
+    }
+    s.nact = n;
+  }
+  __syncthreads();
+}
+
+/* The gather indices of the next active offset, loaded into registers one
+ * offset ahead (after the copies of the current one are issued), so a
+ * cp.async never waits on a neighbour-table read: that dependent load was
+ * on the critical path of every stage. A thread's rows are the same in
+ * every iteration (vector j of thread tid is tile row (tid + j*THREADS) /
+ * AV), so their table offsets are computed once. */
+template <int AVPT> struct RowGather {
+  int64_t row_base[AVPT];
+  int src[AVPT]; /* source row of each of the thread's vectors, or -1 */
+  template <int THREADS, int AV, int BM>
+  __device__ __forceinline__ void init(int tid, int rows,
+                                       const int (&tile_rows)[BM], int kvol) {
+#pragma unroll
+    for (int j = 0; j < AVPT; j++) {
+      const int r = (tid + j * THREADS) / AV;
+      row_base[j] = r < rows ? (int64_t)tile_rows[r] * kvol : -1;
+    }
+  }
+  /* indices of active offset ai (-1 past the end) */
+  template <int BM>
+  __device__ __forceinline__ void fetch(const int32_t *nbr,
+                                        const TileOffsets<BM> &s, int ai) {
+    const bool live = ai < s.nact;
+    const int k = live ? s.act[ai] : 0;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      src[j] = (live && row_base[j] >= 0) ? __ldg(nbr + row_base[j] + k) : -1;
+  }
+};
+
 template <typename T, typename TL, bool TRANS_W, bool ACC16>
 __global__ void __launch_bounds__(TL::THREADS)
     fwd_kernel(const FwdArgs args) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ unsigned s_mask[VC_MG_MASK_WORDS];
-  __shared__ int s_act[VC_MG_MAX_KVOL];
-  __shared__ int s_nact;
-  __shared__ int s_rows[TL::BM]; /* output row of each tile row, or -1 */
+  __shared__ TileOffsets<TL::BM> tile;
 
   T *sA = reinterpret_cast<T *>(smem_raw);
   T *sB = sA + TL::STAGES * TL::BM * TL::A_PITCH;
@@ -274,76 +359,15 @@ __global__ void __launch_bounds__(TL::THREADS)
   const int rows = min(TL::BM, args.n_dst - m0);
   const int64_t wsk = (int64_t)ka * nb;
 
-  /* 1. Which offsets does any row of this tile need? Each row's slice of
-   * the neighbour table is contiguous (and with the natural order the
-   * whole tile's is), so these reads coalesce. */
-  for (int i = tid; i < VC_MG_MASK_WORDS; i += TL::THREADS)
-    s_mask[i] = 0u;
-  for (int r = tid; r < TL::BM; r += TL::THREADS)
-    s_rows[r] = r < rows ? (args.order ? args.order[m0 + r] : m0 + r) : -1;
-  __syncthreads();
-  if (kvol <= 32) {
-    /* Each thread ORs its entries into a register and each warp reduces
-     * before one shared atomic: the loads are independent (no atomic
-     * between them), so they are all in flight at once. */
-    unsigned m = 0u;
-#pragma unroll 4
-    for (int i = tid; i < rows * kvol; i += TL::THREADS) {
-      const int r = i / kvol, k = i - r * kvol;
-      m |= (__ldg(args.nbr + (int64_t)s_rows[r] * kvol + k) >= 0 ? 1u : 0u)
-           << k;
-    }
-    m = __reduce_or_sync(0xffffffffu, m);
-    if (lane == 0 && m)
-      atomicOr(&s_mask[0], m);
-  } else {
-    for (int i = tid; i < rows * kvol; i += TL::THREADS) {
-      const int r = i / kvol, k = i - r * kvol;
-      if (args.nbr[(int64_t)s_rows[r] * kvol + k] >= 0)
-        atomicOr(&s_mask[k >> 5], 1u << (k & 31));
-    }
-  }
-  __syncthreads();
-  if (tid == 0) {
-    int n = 0;
-    for (int w = 0; w < VC_MG_MASK_WORDS; w++) {
-      unsigned m = s_mask[w];
-      while (m) {
-        s_act[n++] = w * 32 + (__ffs(m) - 1);
-        m &= m - 1;
-      }
-    }
-    s_nact = n;
-  }
-  __syncthreads();
+  scan_tile_offsets<TL::THREADS, TL::BM>(args, m0, rows, tile);
   const int nchunk = (ka + TL::BK - 1) / TL::BK;
-  const int iters = s_nact * nchunk;
+  const int iters = tile.nact * nchunk;
 
-  /* The gather indices of the next iteration are loaded into registers one
-   * iteration ahead (after the copies of the current one are issued), so a
-   * cp.async never waits on a neighbour-table read: that dependent load
-   * was on the critical path of every stage. A thread's rows are the same
-   * in every iteration, so their table offsets are computed once. */
   constexpr int AV = TL::BK / 8; /* 16-byte vectors per A row */
   constexpr int AVPT = (TL::BM * AV + TL::THREADS - 1) / TL::THREADS;
-  int64_t row_base[AVPT];
-  int src_next[AVPT];
-#pragma unroll
-  for (int j = 0; j < AVPT; j++) {
-    const int r = (tid + j * TL::THREADS) / AV;
-    row_base[j] = r < rows ? (int64_t)s_rows[r] * kvol : -1;
-  }
-  /* fetch_src(ai): indices of active offset ai (-1 past the end). */
-  auto fetch_src = [&](int ai) {
-    const bool live = ai < s_nact;
-    const int k = live ? s_act[ai] : 0;
-#pragma unroll
-    for (int j = 0; j < AVPT; j++)
-      src_next[j] = (live && row_base[j] >= 0)
-                        ? __ldg(args.nbr + row_base[j] + k)
-                        : -1;
-  };
-  fetch_src(0);
+  RowGather<AVPT> gather;
+  gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
+  gather.fetch(args.nbr, tile, 0);
 
   /* B copies: a thread's vectors sit at the same place of every stage, so
    * their offsets (global, relative to the chunk; shared) and the
@@ -376,7 +400,7 @@ __global__ void __launch_bounds__(TL::THREADS)
    * counters instead of dividing by nchunk. */
   int ld_ai = 0, ld_chunk = 0;
   auto load_stage = [&](int stage, int) {
-    const int k = s_act[ld_ai];
+    const int k = tile.act[ld_ai];
     const int c0 = ld_chunk * TL::BK;
     T *a_dst = sA + stage * TL::BM * TL::A_PITCH;
 #pragma unroll
@@ -386,14 +410,14 @@ __global__ void __launch_bounds__(TL::THREADS)
         break;
       const int r = v / AV, cv = v % AV;
       const int col = c0 + cv * 8;
-      const int src = src_next[j];
+      const int src = gather.src[j];
       const bool ok = src >= 0 && col < ka;
       const T *g = ok ? A + (int64_t)src * ka + col : A;
       cp_async16(a_dst + r * TL::A_PITCH + cv * 8, g, ok);
     }
     if (++ld_chunk == nchunk) {
       ld_chunk = 0;
-      fetch_src(++ld_ai); /* next offset: new indices, one stage ahead */
+      gather.fetch(args.nbr, tile, ++ld_ai); /* new indices, one ahead */
     }
     T *b_dst = sB + stage * B_STAGE;
     const T *wc = W + (int64_t)k * wsk + (TRANS_W ? c0 : c0 * nb);
@@ -467,7 +491,7 @@ __global__ void __launch_bounds__(TL::THREADS)
         const int r = wm * TL::WM + mi * 16 + g + h * 8;
         if (r >= rows)
           continue;
-        T *p = out + (int64_t)s_rows[r] * nb + col;
+        T *p = out + (int64_t)tile.rows[r] * nb + col;
         if constexpr (ACC16)
           Store2<T>::h16(p, acc.c[mi][ni].v[h]);
         else

@@ -6,7 +6,10 @@
  *              f16/bf16 with channels % 8 == 0. Forward/dgrad write each
  *              output once (no atomics); wgrad reduces split partials in a
  *              fixed order. Deterministic. Params: mma_tile,
- *              accumulator_type (fwd/dgrad), split_k_slices (wgrad). */
+ *              accumulator_type (fwd/dgrad), split_k_slices (wgrad).
+ *  mask_gemm_wgmma  the same algorithm for forward/dgrad on Hopper warpgroup
+ *              MMA (wgmma, sm_90a only; supports() is false elsewhere).
+ *              Params: mma_tile, accumulator_type, row_order. */
 #ifndef VC_CUDA_TC_ALGOS_H
 #define VC_CUDA_TC_ALGOS_H
 
@@ -17,8 +20,10 @@ extern "C" {
 #endif
 
 extern const vc_algo_t vc_algo_cuda_mask_gemm;
+extern const vc_algo_t vc_algo_cuda_mask_gemm_wgmma;
 
-#define VC_CUDA_TC_ALGO_LIST &vc_algo_cuda_mask_gemm,
+#define VC_CUDA_TC_ALGO_LIST                                                  \
+  &vc_algo_cuda_mask_gemm, &vc_algo_cuda_mask_gemm_wgmma,
 
 #ifdef __cplusplus
 }
