@@ -36,11 +36,18 @@ typedef Tile<128, 128, 64, 32, 32, 3> F9; /* 16 warps, 32 acc */
 #define VC_MG_FWD_TILES 10
 
 /* Hopper wgmma tiles (algorithm mask_gemm_wgmma, forward/dgrad): 128 rows
- * (2 warpgroups) x BN x 64, stages. BN = 64 leaves room for 2 blocks/SM. */
+ * (2 warpgroups) x BN x BK, stages. Tile 1 (3 stages, 97 KB) fits twice on
+ * an SM when its registers allow (fp16 accumulators); tile 2 (BN = 64)
+ * always does. Tile 3 is 128 x 256: fp16 accumulators in registers, BK =
+ * 64; fp32 accumulators need all 128 registers per thread for the wgmma
+ * accumulators, so its fp32 sums live in shared memory (128 KB) and the
+ * stages are BK = 32 to fit beside them. */
 typedef WgTile<128, 4> H0;
-typedef WgTile<128, 6> H1;
+typedef WgTile<128, 3> H1;
 typedef WgTile<64, 4> H2;
-#define VC_MG_WG_TILES 3
+typedef WgTile<256, 4> H3h;
+typedef WgTile<256, 4, 32, true> H3f;
+#define VC_MG_WG_TILES 4
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
 typedef Tile<64, 64, 32, 32, 32, 3> G0;
@@ -106,12 +113,14 @@ template <typename T, bool ACC16>
 voxconv_status_t launch_wg_tile(voxconv_handle_t *h, int tile,
                                 const FwdArgs &a) {
   switch (tile) {
-  case 0:
-    return launch_wg<T, H0, ACC16>(h, a);
-  case 1:
-    return launch_wg<T, H1, ACC16>(h, a);
-  case 2:
-    return launch_wg<T, H2, ACC16>(h, a);
+  case 0: return launch_wg<T, H0, ACC16>(h, a);
+  case 1: return launch_wg<T, H1, ACC16>(h, a);
+  case 2: return launch_wg<T, H2, ACC16>(h, a);
+  case 3:
+    if constexpr (ACC16)
+      return launch_wg<T, H3h, true>(h, a);
+    else
+      return launch_wg<T, H3f, false>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm_wgmma: tile %d outside 0..%d", tile,
@@ -605,7 +614,7 @@ const vc_param_space_t wg_space = {
     3,
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_WG_TILES, 2, 2},
-    {{0, 1, 2}, {32, 16}, {1, 0}}};
+    {{0, 1, 2, 3}, {32, 16}, {1, 0}}};
 
 const vc_param_space_t *wg_param_space(voxconv_pass_t) {
   return &wg_space;
@@ -717,11 +726,13 @@ KernelRow wg_row(int tile_id, voxconv_dtype_t dt, bool dgrad) {
                    TL::THREADS,
                    wg_smem_bytes<TL>()};
 }
-template <typename TL> void add_wg_tile(KernelRow *rows, int &n, int id) {
+/* TLF: the tile's shape for fp32 accumulators, TLH for fp16 ones. */
+template <typename TLF, typename TLH>
+void add_wg_tile(KernelRow *rows, int &n, int id) {
   for (int d = 0; d < 2; d++) {
-    rows[n++] = wg_row<__half, TL, false>(id, VOXCONV_DTYPE_F16, d);
-    rows[n++] = wg_row<__nv_bfloat16, TL, false>(id, VOXCONV_DTYPE_BF16, d);
-    rows[n++] = wg_row<__half, TL, true>(id, VOXCONV_DTYPE_F16, d);
+    rows[n++] = wg_row<__half, TLF, false>(id, VOXCONV_DTYPE_F16, d);
+    rows[n++] = wg_row<__nv_bfloat16, TLF, false>(id, VOXCONV_DTYPE_BF16, d);
+    rows[n++] = wg_row<__half, TLH, true>(id, VOXCONV_DTYPE_F16, d);
   }
 }
 
@@ -762,9 +773,10 @@ const KernelRow *kernel_rows() {
     add_wgrad_tile<G1>(rows, n, 1);
     add_wgrad_tile<G2>(rows, n, 2);
     add_wgrad_tile<G3>(rows, n, 3);
-    add_wg_tile<H0>(rows, n, 0);
-    add_wg_tile<H1>(rows, n, 1);
-    add_wg_tile<H2>(rows, n, 2);
+    add_wg_tile<H0, H0>(rows, n, 0);
+    add_wg_tile<H1, H1>(rows, n, 1);
+    add_wg_tile<H2, H2>(rows, n, 2);
+    add_wg_tile<H3f, H3h>(rows, n, 3);
     built = 1;
   }
   return rows;

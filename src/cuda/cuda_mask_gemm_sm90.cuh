@@ -76,10 +76,16 @@ __device__ __forceinline__ void pin(uint32_t &r) {
   asm volatile("" : "+r"(r)::"memory");
 }
 
-/* Descriptor of a K-major tile of rows of 128 bytes, 128-byte swizzle. */
-__device__ __forceinline__ uint64_t wg_desc(unsigned saddr) {
-  return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) |
-         ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+/* Descriptor of a K-major tile of BK-half rows in the matching swizzle,
+ * as two words. Low: start address >> 4 (bits 0-13), leading byte offset
+ * 1 (bits 16-29; unused for swizzled K-major layouts). High: stride byte
+ * offset >> 4 (bits 32-45: 8 rows between 8-row groups), swizzle mode
+ * (bits 62-63; 1: 128 B, 2: 64 B). */
+__device__ __forceinline__ unsigned wg_desc_lo(unsigned saddr) {
+  return ((saddr & 0x3FFFFu) >> 4) | (1u << 16);
+}
+template <int BK> __host__ __device__ constexpr unsigned wg_desc_hi() {
+  return (unsigned)(8 * BK * 2 >> 4) | ((BK == 64 ? 1u : 2u) << 30);
 }
 
 /* Register lists of the asm statements below. */
@@ -101,6 +107,34 @@ __device__ __forceinline__ uint64_t wg_desc(unsigned saddr) {
   ", "                                                                         \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "     \
   "%62, %63"
+#define VC_WG_R128 VC_WG_R64 ", " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79" ", " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" ", " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" ", " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define VC_WG_OPS128F(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
+  "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+  "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
+  "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
+  "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+  "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
+  "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
+  "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
+  "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), \
+  "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
+  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), \
+  "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), \
+  "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), \
+  "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
+  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), \
+  "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), \
+  "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), \
+  "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
+  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), \
+  "+f"(d[126]), "+f"(d[127])
 #define VC_WG_OPS16U(d)                                                        \
   "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),      \
       "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]),             \
@@ -121,6 +155,18 @@ __device__ __forceinline__ uint64_t wg_desc(unsigned saddr) {
       "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),         \
       "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),         \
       "+f"(d[31])
+#define VC_WG_OPS64U(d) \
+  "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), \
+  "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), \
+  "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), \
+  "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), \
+  "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), \
+  "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), \
+  "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), \
+  "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), \
+  "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), \
+  "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), \
+  "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
 #define VC_WG_OPS64F(d)                                                        \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),      \
       "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]),             \
@@ -165,6 +211,27 @@ template <> struct Wgmma<__half, true, 128> {
               "%32", "%33", VC_WG_OPS32U);
   }
 };
+template <> struct Wgmma<__half, false, 256> {
+  static __device__ __forceinline__ void run(float (&d)[128], uint64_t da,
+                                             uint64_t db) {
+    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
+              VC_WG_R128, "%128", "%129", VC_WG_OPS128F);
+  }
+};
+template <> struct Wgmma<__nv_bfloat16, false, 256> {
+  static __device__ __forceinline__ void run(float (&d)[128], uint64_t da,
+                                             uint64_t db) {
+    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
+              VC_WG_R128, "%128", "%129", VC_WG_OPS128F);
+  }
+};
+template <> struct Wgmma<__half, true, 256> {
+  static __device__ __forceinline__ void run(uint32_t (&d)[64], uint64_t da,
+                                             uint64_t db) {
+    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f16.f16.f16",
+              VC_WG_R64, "%64", "%65", VC_WG_OPS64U);
+  }
+};
 template <> struct Wgmma<__half, false, 64> {
   static __device__ __forceinline__ void run(float (&d)[32], uint64_t da,
                                              uint64_t db) {
@@ -187,27 +254,41 @@ template <> struct Wgmma<__half, true, 64> {
   }
 };
 
-/* Tile of the wgmma kernel: 2 warpgroups, each 64 rows x BN. */
-template <int BN_, int STAGES_> struct WgTile {
-  static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
+/* Tile of the wgmma kernel: 2 warpgroups, each 64 rows x BN; stage rows
+ * of BK halves (BK = 64: 128-byte rows, 128-byte swizzle; BK = 32: 64-byte
+ * rows, 64-byte swizzle). SMEM_TOTAL: the fp32 sums of an fp32-accumulator
+ * tile live in shared memory instead of registers (128 x 256 needs 128
+ * accumulator registers per thread; a second register set would not fit). */
+template <int BN_, int STAGES_, int BK_ = 64, bool SMEM_TOTAL_ = false>
+struct WgTile {
+  static constexpr int BM = 128, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr bool SMEM_TOTAL = SMEM_TOTAL_;
   static constexpr int THREADS = 256;
-  static constexpr int A_STAGE = BM * BK * 2, B_STAGE = BN * BK * 2; /* B */
+  static constexpr int ROW_BYTES = BK * 2;
+  static constexpr int A_STAGE = BM * ROW_BYTES, B_STAGE = BN * ROW_BYTES;
+  static constexpr int TOTAL_BYTES = SMEM_TOTAL ? BM * BN * 4 : 0;
   static_assert(STAGES >= 3, "one stage computing, one wgmma group in "
                              "flight, at least one being loaded");
-  static_assert(BN == 64 || BN == 128, "wgmma wrappers exist for N = 64, 128");
+  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma wrappers: N = "
+                                                    "64, 128, 256");
+  static_assert(BK == 64 || BK == 32, "swizzle modes: 128 B and 64 B rows");
 };
 
+/* Stages, the shared fp32 sums, and slack to align the stages to 1024 B
+ * (the swizzle is a function of address bits 4-9). */
 template <typename TL> constexpr int wg_smem_bytes() {
-  return TL::STAGES * (TL::A_STAGE + TL::B_STAGE) + 1024; /* + alignment */
+  return TL::STAGES * (TL::A_STAGE + TL::B_STAGE) + TL::TOTAL_BYTES + 1024;
 }
 
 /* Accumulators of one thread: the wgmma registers and, for fp32 tiles,
- * the plain fp32 sums they are promoted into. */
-template <bool ACC16, int BN> struct WgAcc;
-template <int BN> struct WgAcc<false, BN> {
+ * the plain fp32 sums they are promoted into (registers, or shared memory
+ * at `sh`, thread-private with stride THREADS so accesses are
+ * conflict-free). value(i) is the fp32 result of register i. */
+template <bool ACC16, int BN, bool SMEM_TOTAL> struct WgAcc;
+template <int BN> struct WgAcc<false, BN, false> {
   static constexpr int R = BN / 2;
   float c[R], total[R];
-  __device__ __forceinline__ void zero() {
+  __device__ __forceinline__ void zero(float *) {
 #pragma unroll
     for (int i = 0; i < R; i++)
       c[i] = total[i] = 0.f;
@@ -226,11 +307,43 @@ template <int BN> struct WgAcc<false, BN> {
     for (int i = 0; i < R; i++)
       pin(c[i]);
   }
+  __device__ __forceinline__ float value(int i) const {
+    return total[i] + c[i];
+  }
 };
-template <int BN> struct WgAcc<true, BN> {
+template <int BN> struct WgAcc<false, BN, true> {
+  static constexpr int R = BN / 2;
+  float c[R];
+  float *sh; /* this thread's first sum; sum i at sh[i * 256] */
+  __device__ __forceinline__ void zero(float *s) {
+    sh = s;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      c[i] = 0.f;
+      sh[i * 256] = 0.f;
+    }
+  }
+  __device__ __forceinline__ void promote() {
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      pin(c[i]);
+      sh[i * 256] += c[i];
+      c[i] = 0.f;
+    }
+  }
+  __device__ __forceinline__ void pin_all() {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+      pin(c[i]);
+  }
+  __device__ __forceinline__ float value(int i) const {
+    return sh[i * 256] + c[i];
+  }
+};
+template <int BN> struct WgAcc<true, BN, false> {
   static constexpr int R = BN / 4;
   uint32_t c[R];
-  __device__ __forceinline__ void zero() {
+  __device__ __forceinline__ void zero(float *) {
 #pragma unroll
     for (int i = 0; i < R; i++)
       c[i] = 0u;
@@ -243,9 +356,22 @@ template <int BN> struct WgAcc<true, BN> {
   }
 };
 
-/* Byte offset of 16-byte chunk c of row r in a swizzled 128-byte-row tile. */
-__device__ __forceinline__ int swz(int r, int c) {
-  return r * 128 + ((c ^ (r & 7)) << 4);
+/* cp_async16 with the shared address given as such. */
+__device__ __forceinline__ void cp_async16_s(unsigned saddr, const void *gmem,
+                                             bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr),
+               "l"(gmem), "r"(valid ? 16 : 0));
+}
+
+/* Byte offset of 16-byte chunk c of row r in a swizzled tile of BK-half
+ * rows: 128-byte rows XOR the chunk with r % 8, 64-byte rows with
+ * (r / 2) % 4 (the 128 B and 64 B swizzle patterns: address bits 4-6 or
+ * 4-5 XOR bits 7-9 or 7-8). */
+template <int BK> __device__ __forceinline__ int swz(int r, int c) {
+  if constexpr (BK == 64)
+    return r * 128 + ((c ^ (r & 7)) << 4);
+  else
+    return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
 }
 
 /* args.w is K-major: B[kk][n] = W[k][n][kk] ([kvol][nb][ka]). */
@@ -258,6 +384,8 @@ __global__ void __launch_bounds__(TL::THREADS, 1)
   const unsigned raw = smem_addr(smem_raw);
   unsigned char *const sA = smem_raw + (((raw + 1023u) & ~1023u) - raw);
   unsigned char *const sB = sA + TL::STAGES * TL::A_STAGE;
+  float *const s_total =
+      reinterpret_cast<float *>(sB + TL::STAGES * TL::B_STAGE);
 
   const T *A = reinterpret_cast<const T *>(args.a);
   const T *W = reinterpret_cast<const T *>(args.w);
@@ -273,7 +401,7 @@ __global__ void __launch_bounds__(TL::THREADS, 1)
   const int nchunk = (ka + TL::BK - 1) / TL::BK;
   const int iters = tile.nact * nchunk;
 
-  constexpr int AV = TL::BK / 8; /* 16-byte vectors per row: 8 */
+  constexpr int AV = TL::BK / 8; /* 16-byte vectors per row */
   constexpr int AVPT = TL::BM * AV / TL::THREADS;
   constexpr int BVPT = TL::BN * AV / TL::THREADS;
   static_assert(TL::BM * AV % TL::THREADS == 0 &&
@@ -282,82 +410,99 @@ __global__ void __launch_bounds__(TL::THREADS, 1)
   RowGather<AVPT> gather;
   gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
   gather.fetch(args.nbr, tile, 0);
-  /* A thread's vectors are at the same place of every stage: vector
-   * v = tid + j * THREADS is chunk v % 8 of row v / 8 (A: tile row, B:
-   * output channel), so the chunk index is the same for all j. */
+  /* The load path is most of the instructions a warp issues per stage
+   * (ncu: ~200 per warp per stage before this layout), so everything that
+   * does not change per stage is computed once: vector v = tid + j *
+   * THREADS is chunk cv = v % AV of row v / AV (A: tile row, B: output
+   * channel) in every stage; a B vector's source moves by a block-uniform
+   * offset (offset k, chunk); an A vector's source row changes once per
+   * active offset. */
   const int cv = tid % AV;
-  int a_soff[AVPT], b_soff[BVPT], b_goff[BVPT];
-  bool b_nok[BVPT];
+  unsigned a_soff[AVPT], b_soff[BVPT];
+  const T *b_src[BVPT];
+  bool b_ok[BVPT];
 #pragma unroll
   for (int j = 0; j < AVPT; j++)
-    a_soff[j] = swz((tid + j * TL::THREADS) / AV, cv);
+    a_soff[j] = swz<TL::BK>((tid + j * TL::THREADS) / AV, cv);
 #pragma unroll
   for (int j = 0; j < BVPT; j++) {
     const int n = (tid + j * TL::THREADS) / AV;
-    b_soff[j] = swz(n, cv);
-    b_nok[j] = n0 + n < nb;
-    b_goff[j] = (n0 + n) * ka + cv * 8;
+    b_soff[j] = swz<TL::BK>(n, cv);
+    b_ok[j] = n0 + n < nb;
+    b_src[j] = W + (b_ok[j] ? (n0 + n) * ka + cv * 8 : 0);
   }
+  const T *a_src[AVPT];
+  bool a_ok[AVPT];
+  const unsigned sa_base = smem_addr(sA), sb_base = smem_addr(sB);
 
   int ld_ai = 0, ld_chunk = 0;
   auto load_stage = [&](int stage) {
-    const int k = tile.act[ld_ai];
-    const int col = ld_chunk * TL::BK + cv * 8;
-    const bool col_ok = col < ka;
-    unsigned char *a_dst = sA + stage * TL::A_STAGE;
+    if (ld_chunk == 0) { /* a new offset: its gathered rows */
 #pragma unroll
-    for (int j = 0; j < AVPT; j++) {
-      const int src = gather.src[j];
-      const bool ok = src >= 0 && col_ok;
-      cp_async16(a_dst + a_soff[j], ok ? A + (int64_t)src * ka + col : A, ok);
+      for (int j = 0; j < AVPT; j++) {
+        const int src = gather.src[j];
+        a_ok[j] = src >= 0;
+        a_src[j] = A + (a_ok[j] ? (int64_t)src * ka + cv * 8 : 0);
+      }
     }
-    const T *wc = W + (int64_t)k * wsk + ld_chunk * TL::BK;
+    const int c0 = ld_chunk * TL::BK;
+    const bool col_ok = c0 + cv * 8 < ka;
+    const int64_t b_off = (int64_t)tile.act[ld_ai] * wsk + c0;
+    const unsigned a_dst = sa_base + stage * TL::A_STAGE;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      cp_async16_s(a_dst + a_soff[j], a_src[j] + c0, a_ok[j] && col_ok);
+    const unsigned b_dst = sb_base + stage * TL::B_STAGE;
+#pragma unroll
+    for (int j = 0; j < BVPT; j++)
+      cp_async16_s(b_dst + b_soff[j], b_src[j] + b_off, b_ok[j] && col_ok);
     if (++ld_chunk == nchunk) {
       ld_chunk = 0;
-      gather.fetch(args.nbr, tile, ++ld_ai);
-    }
-    unsigned char *b_dst = sB + stage * TL::B_STAGE;
-#pragma unroll
-    for (int j = 0; j < BVPT; j++) {
-      const bool ok = b_nok[j] && col_ok;
-      cp_async16(b_dst + b_soff[j], ok ? wc + b_goff[j] : W, ok);
+      gather.fetch(args.nbr, tile, ++ld_ai); /* one offset ahead */
     }
   };
 
-  WgAcc<ACC16, TL::BN> acc;
-  acc.zero();
+  WgAcc<ACC16, TL::BN, TL::SMEM_TOTAL> acc;
+  acc.zero(s_total + tid);
   constexpr int promote_iters = PROMOTE_CHANNELS / TL::BK;
-  const unsigned a_base = smem_addr(sA) + wg * 64 * 128;
-  const unsigned b_base = smem_addr(sB);
+  /* Descriptor words: the low one (start address >> 4, leading byte
+   * offset 1) moves by stage and k-step and stays below 2^14 (shared
+   * addresses < 256 KB), so plain 32-bit adds build it; the high one is
+   * constant. */
+  const unsigned da0 = wg_desc_lo(sa_base + wg * 64 * TL::ROW_BYTES);
+  const unsigned db0 = wg_desc_lo(sb_base);
+  constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
 #pragma unroll
   for (int s = 0; s < TL::STAGES - 2; s++) {
     if (s < iters)
       load_stage(s);
     cp_async_commit();
   }
+  int stage = 0, ld_stage = TL::STAGES - 2;
   for (int it = 0; it < iters; it++) {
     cp_async_wait<TL::STAGES - 3>();
     fence_proxy_async_smem();
     __syncthreads();
     /* Every warpgroup has passed wgmma_wait<1> of it - 1, so the group of
      * it - 2 is done and its stage can be refilled. */
-    const int next = it + TL::STAGES - 2;
-    if (next < iters)
-      load_stage(next % TL::STAGES);
+    if (it + TL::STAGES - 2 < iters)
+      load_stage(ld_stage);
     cp_async_commit();
+    ld_stage = ld_stage == TL::STAGES - 1 ? 0 : ld_stage + 1;
     if (!ACC16 && it > 0 && it % promote_iters == 0) {
       wgmma_wait<0>();
       acc.promote();
     }
-    const int stage = it % TL::STAGES;
-    const uint64_t da = wg_desc(a_base + stage * TL::A_STAGE);
-    const uint64_t db = wg_desc(b_base + stage * TL::B_STAGE);
+    const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
+    const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
-      Wgmma<T, ACC16, TL::BN>::run(acc.c, da + 2 * ks, db + 2 * ks);
+      Wgmma<T, ACC16, TL::BN>::run(acc.c, dhi | (da + 2 * ks),
+                                   dhi | (db + 2 * ks));
     wgmma_commit();
     wgmma_wait<1>();
+    stage = stage == TL::STAGES - 1 ? 0 : stage + 1;
   }
   wgmma_wait<0>();
   acc.pin_all();
@@ -381,8 +526,8 @@ __global__ void __launch_bounds__(TL::THREADS, 1)
       if constexpr (ACC16)
         Store2<T>::h16(p, acc.c[2 * j + h]);
       else
-        Store2<T>::f32(p, acc.total[4 * j + 2 * h] + acc.c[4 * j + 2 * h],
-                       acc.total[4 * j + 2 * h + 1] + acc.c[4 * j + 2 * h + 1]);
+        Store2<T>::f32(p, acc.value(4 * j + 2 * h),
+                       acc.value(4 * j + 2 * h + 1));
     }
   }
 #endif
