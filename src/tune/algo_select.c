@@ -394,10 +394,13 @@ int vc_params_enumerate(const vc_algo_t *a, voxconv_pass_t pass,
       p->v[i] = s->n_values[i] > 0 ? s->values[i][idx[i]] : 0;
     if (n == max)
       return n;
-    int i = np - 1;
-    while (i >= 0 && ++idx[i] == counts[i])
-      idx[i--] = 0;
-    if (i < 0)
+    /* first parameter fastest: it is the one that matters most (the
+     * tile), so a truncated enumeration (auto's spread) covers every tile
+     * at the other parameters' first values before it varies those */
+    int i = 0;
+    while (i < np && ++idx[i] == counts[i])
+      idx[i++] = 0;
+    if (i == np)
       return n;
   }
 }

@@ -97,7 +97,8 @@ int vc_params_parse(const vc_algo_t *a, voxconv_pass_t pass, const char *text,
 int vc_params_f16_accum(const vc_algo_t *a, voxconv_pass_t pass,
                         const vc_algo_params_t *params);
 /* Every combination of a's parameter space for the pass (the cartesian
- * product, last parameter fastest), at most max; returns the count. */
+ * product, first parameter fastest, so the first combinations cover every
+ * value of the first parameter), at most max; returns the count. */
 int vc_params_enumerate(const vc_algo_t *a, voxconv_pass_t pass,
                         vc_algo_params_t *out, int max);
 
