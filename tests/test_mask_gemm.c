@@ -22,14 +22,16 @@
 
 #define F16_TOL 2e-3
 #define BF16_TOL 1.6e-2
-/* Normwise gates of the fp32-accumulator results: the output rounding
- * alone gives ~2.1e-4 (f16) and ~1.7e-3 (bf16); accumulation drift (the
- * reason for mask_gemm's promotion and mask_gemm_wgmma's chain bound)
- * shows up here before it reaches max_rel. */
+/* Normwise gates of the fp32-accumulator results (the output rounding
+ * alone gives ~2.1e-4 for f16, ~1.7e-3 for bf16): they catch an error
+ * spread over many outputs that max_rel at the loose floor would pass. */
 #define F16_NORM_TOL 3e-4
 #define BF16_NORM_TOL 2.5e-3
-/* mask_gemm_wgmma's documented chain bound (kvol x channels, voxconv.h) */
-#define WGMMA_MAX_CHAIN 6912
+/* Accumulation drift hides under the 0.01 * rms floor on outputs that are
+ * small against rms (cancellation), so fp32-accumulator results are also
+ * gated at a 1e-3 * rms floor, as test_backend_ops does (an unpromoted
+ * wgmma chain over 27 x 160 channels reached 4e-3 there and 4.9e-4 here). */
+#define TIGHT_FLOOR 1e-3
 
 static voxconv_handle_t *g_cpu, *g_gpu;
 static FILE *g_report;
@@ -176,6 +178,11 @@ static void check_case(const vc_algo_t *algo, const coordset_t *cs,
               label, e.max_rel, tol, (long long)e.worst_index);
     VC_EXPECT(e.norm_rel <= norm_tol, "%s: norm %.3e > %.1e", label,
               e.norm_rel, norm_tol);
+    vc_err_stats_t et = vc_compare(host_out, dt, ref_cache, n_out_el,
+                                   TIGHT_FLOOR);
+    VC_EXPECT(et.max_rel <= tol,
+              "%s: max_rel %.3e > %.1e at a %.0e * rms floor (element %lld)",
+              label, et.max_rel, tol, TIGHT_FLOOR, (long long)et.worst_index);
   }
   else
     VC_EXPECT(e.n_nonfinite_mismatch == 0 && e.max_rel < 1e3,
@@ -235,12 +242,6 @@ static double *cpu_reference(voxconv_kmap_t *kc, voxconv_pass_t pass,
   return out;
 }
 
-static int kg_kvol(voxconv_kmap_t *kg) {
-  voxconv_kmap_info_t info;
-  voxconv_kmap_get_info(kg, &info);
-  return info.kernel_volume;
-}
-
 /* Whether a variant that only some GPUs have runs on this one: says so
  * once when it does not (a skip, not a failure: mask_gemm_wgmma is sm_90a
  * only). */
@@ -262,10 +263,7 @@ static int algo_runs_here(const vc_algo_t *algo, voxconv_kmap_t *kg,
   /* The default build has the 90a target, so on an sm_90 GPU the variant
    * must run (a silent skip there would hide a broken supports()). */
   voxconv_device_info_t di;
-  const int64_t ka = pass == VOXCONV_PASS_CONV_FWD ? cin : cout;
-  const int64_t chain = (int64_t)kg_kvol(kg) * ((ka + 7) / 8 * 8);
-  if (!ok && chain <= WGMMA_MAX_CHAIN &&
-      voxconv_device_get_info(0, &di) == VOXCONV_STATUS_SUCCESS &&
+  if (!ok && voxconv_device_get_info(0, &di) == VOXCONV_STATUS_SUCCESS &&
       di.cc_major == 9 && di.cc_minor == 0)
     VC_EXPECT(0, "%s: not supported on this sm_90 GPU (built without 90a?)",
               algo->info.name);
@@ -346,35 +344,6 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
   }
 }
 
-/* mask_gemm_wgmma accumulates whole chains in the tensor cores, so it
- * must refuse problems past its measured chain bound (they go to
- * mask_gemm, which promotes) and accept those at it. */
-static void check_wgmma_chain_bound(voxconv_kmap_t *kg) {
-  const vc_algo_t *wg = vc_algo_find("mask_gemm_wgmma");
-  if (!wg || !algo_runs_here(wg, kg, VOXCONV_PASS_CONV_FWD,
-                             VOXCONV_DTYPE_F16, 32, 32))
-    return;
-  const int64_t at = WGMMA_MAX_CHAIN / kg_kvol(kg) / 8 * 8; /* 256 */
-  static _Alignas(16) char dummy[16];
-  vc_conv_problem_t p;
-  memset(&p, 0, sizeof p);
-  p.kmap = kg;
-  p.dtype = VOXCONV_DTYPE_F16;
-  p.a = p.b = p.c = dummy;
-  for (int pass = 0; pass < 2; pass++) {
-    p.pass = pass ? VOXCONV_PASS_CONV_DGRAD : VOXCONV_PASS_CONV_FWD;
-    p.cin = p.cout = at;
-    VC_EXPECT(wg->supports(g_gpu, &p), "wgmma: chain %lld x %lld refused",
-              (long long)kg_kvol(kg), (long long)at);
-    if (pass)
-      p.cout = at + 8;
-    else
-      p.cin = at + 8;
-    VC_EXPECT(!wg->supports(g_gpu, &p), "wgmma: chain %lld x %lld accepted",
-              (long long)kg_kvol(kg), (long long)at + 8);
-  }
-}
-
 static int build_maps(const coordset_t *cs, voxconv_kmap_t **kg,
                       voxconv_kmap_t **kc) {
   voxconv_kmap_desc_t geo = {VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1},
@@ -436,7 +405,6 @@ int main(void) {
       run_pass(&rnd, kg, kc, VOXCONV_PASS_CONV_DGRAD, ch[i][0], ch[i][1], 1);
       run_pass(&rnd, kg, kc, VOXCONV_PASS_CONV_WGRAD, ch[i][0], ch[i][1], 1);
     }
-    check_wgmma_chain_bound(kg);
     voxconv_kmap_destroy(g_gpu, kg);
     voxconv_kmap_destroy(g_cpu, kc);
   }

@@ -36,13 +36,18 @@ typedef Tile<128, 128, 64, 32, 32, 3> F9; /* 16 warps, 32 acc */
 #define VC_MG_FWD_TILES 10
 
 /* Hopper wgmma tiles (algorithm mask_gemm_wgmma, forward/dgrad): 128 rows
- * (2 warpgroups) x BN x 64, stages. Tile 1 (3 stages, 97 KB) and tile 2
- * (BN = 64) fit twice on an SM; tile 3 (128 x 256) halves the gathers of
- * wide layers. */
+ * (2 warpgroups) x BN x BK, stages. Tile 1 (3 stages, 97 KB) fits twice on
+ * an SM with fp16 accumulators (fp32 ones keep a second register set for
+ * the promotion, see WgAcc); tile 2 (BN = 64) always does. Tile 3 is
+ * 128 x 256: fp16 accumulators in registers, BK = 64; fp32 accumulators
+ * need all 128 registers per thread for the wgmma accumulators, so its fp32
+ * sums live in shared memory (128 KB) and the stages are BK = 32 to fit
+ * beside them. */
 typedef WgTile<128, 4> H0;
-typedef WgTile<128, 3, 2> H1;
-typedef WgTile<64, 4, 2> H2;
-typedef WgTile<256, 4> H3;
+typedef WgTile<128, 3> H1;
+typedef WgTile<64, 4, 64, false, 2> H2;
+typedef WgTile<256, 4> H3h;
+typedef WgTile<256, 4, 32, true> H3f;
 #define VC_MG_WG_TILES 4
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
@@ -112,7 +117,11 @@ voxconv_status_t launch_wg_tile(voxconv_handle_t *h, int tile,
   case 0: return launch_wg<T, H0, ACC16>(h, a);
   case 1: return launch_wg<T, H1, ACC16>(h, a);
   case 2: return launch_wg<T, H2, ACC16>(h, a);
-  case 3: return launch_wg<T, H3, ACC16>(h, a);
+  case 3:
+    if constexpr (ACC16)
+      return launch_wg<T, H3h, true>(h, a);
+    else
+      return launch_wg<T, H3f, false>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm_wgmma: tile %d outside 0..%d", tile,
@@ -592,10 +601,6 @@ int wg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
 #ifdef VC_HAVE_SM90A
   if (p->pass == VOXCONV_PASS_CONV_WGRAD || !mg_supports(h, p))
     return 0;
-  /* the reduction runs over kvol x (padded) input channels of the pass */
-  const int64_t ka = p->pass == VOXCONV_PASS_CONV_FWD ? p->cin : p->cout;
-  if ((int64_t)p->kmap->kvol * ((ka + 7) / 8 * 8) > VC_WG_MAX_CHAIN)
-    return 0;
   /* wgmma is sm_90a only: not on later architectures either */
   const vc_cuda_state_t *s = vc_cuda_state(h);
   return s->cc_major == 9 && s->cc_minor == 0;
@@ -627,8 +632,7 @@ voxconv_status_t wg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
                    "mask_gemm_wgmma: needs an sm_90 GPU, a build with the "
                    "90a target, and a forward or dgrad problem mask_gemm "
-                   "supports with kvol x channels <= %d",
-                   VC_WG_MAX_CHAIN);
+                   "supports");
   if (p->dtype == VOXCONV_DTYPE_F16)
     return mg_run_any<__half>(h, p, prm, ws, true);
   return mg_run_any<__nv_bfloat16>(h, p, prm, ws, true);
@@ -723,11 +727,13 @@ KernelRow wg_row(int tile_id, voxconv_dtype_t dt, bool dgrad) {
                    TL::THREADS,
                    wg_smem_bytes<TL>()};
 }
-template <typename TL> void add_wg_tile(KernelRow *rows, int &n, int id) {
+/* TLF: the tile's shape for fp32 accumulators, TLH for fp16 ones. */
+template <typename TLF, typename TLH>
+void add_wg_tile(KernelRow *rows, int &n, int id) {
   for (int d = 0; d < 2; d++) {
-    rows[n++] = wg_row<__half, TL, false>(id, VOXCONV_DTYPE_F16, d);
-    rows[n++] = wg_row<__nv_bfloat16, TL, false>(id, VOXCONV_DTYPE_BF16, d);
-    rows[n++] = wg_row<__half, TL, true>(id, VOXCONV_DTYPE_F16, d);
+    rows[n++] = wg_row<__half, TLF, false>(id, VOXCONV_DTYPE_F16, d);
+    rows[n++] = wg_row<__nv_bfloat16, TLF, false>(id, VOXCONV_DTYPE_BF16, d);
+    rows[n++] = wg_row<__half, TLH, true>(id, VOXCONV_DTYPE_F16, d);
   }
 }
 
@@ -768,10 +774,10 @@ const KernelRow *kernel_rows() {
     add_wgrad_tile<G1>(rows, n, 1);
     add_wgrad_tile<G2>(rows, n, 2);
     add_wgrad_tile<G3>(rows, n, 3);
-    add_wg_tile<H0>(rows, n, 0);
-    add_wg_tile<H1>(rows, n, 1);
-    add_wg_tile<H2>(rows, n, 2);
-    add_wg_tile<H3>(rows, n, 3);
+    add_wg_tile<H0, H0>(rows, n, 0);
+    add_wg_tile<H1, H1>(rows, n, 1);
+    add_wg_tile<H2, H2>(rows, n, 2);
+    add_wg_tile<H3f, H3h>(rows, n, 3);
     built = 1;
   }
   return rows;

@@ -12,8 +12,7 @@
  * Same algorithm as fwd_kernel (cuda_mask_gemm.cuh): the tile scans which
  * kernel offsets its rows need, gathers input rows through the neighbour
  * table with 16-byte cp.async, writes every output once. Differences:
- *  - block = 2 warpgroups x 64 rows (BM = 128), BN in {64, 128, 256},
- *    BK = 64;
+ *  - block = 2 warpgroups x 64 rows (BM = 128), BN in {64, 128}, BK = 64;
  *  - B must be K-major ([n][k], k contiguous): dgrad's weights are already
  *    ([k][cin][cout] read as B[cout][cin]); the forward weights are
  *    transposed into a scratch copy first (cuda_mask_gemm.cu);
@@ -28,9 +27,9 @@
  *  - one wgmma group stays in flight across the barrier, so the stage
  *    refilled at iteration it is the one read at it - 2 (STAGES - 2 stages
  *    of gathers in flight).
- *  - the fp32 accumulators are not promoted into a second register set
- *    every PROMOTE_CHANNELS (see WgAcc): chains are bounded instead
- *    (VC_WG_MAX_CHAIN), which frees the registers for 128 x 256 tiles.
+ * fp32-accumulator tiles promote into plain fp32 sums every
+ * PROMOTE_CHANNELS reduction channels, as the mma.sync tiles do (the
+ * tensor cores' accumulation truncates).
  *
  * PTX: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" (matrix
  * descriptor: start >> 4 in bits 0-13, leading byte offset >> 4 in 16-29
@@ -44,8 +43,6 @@
 #define VC_CUDA_MASK_GEMM_SM90_CUH
 
 #include "cuda_mask_gemm.cuh"
-
-#include <type_traits>
 
 /* wgmma exists only in the arch-specific sm_90a target; other targets of a
  * multi-arch build compile an empty kernel that the host never launches
@@ -79,15 +76,17 @@ __device__ __forceinline__ void pin(uint32_t &r) {
   asm volatile("" : "+r"(r)::"memory");
 }
 
-/* Matrix descriptor of a K-major tile of 128-byte rows in the 128-byte
- * swizzle, as two words. Low: start address >> 4 (bits 0-13), leading byte
- * offset 1 (bits 16-29; unused for swizzled K-major layouts). High: stride
- * byte offset 1024 >> 4 (bits 32-45: 8 rows between 8-row groups),
- * swizzle mode 1 = 128 B (bits 62-63). */
+/* Descriptor of a K-major tile of BK-half rows in the matching swizzle,
+ * as two words. Low: start address >> 4 (bits 0-13), leading byte offset
+ * 1 (bits 16-29; unused for swizzled K-major layouts). High: stride byte
+ * offset >> 4 (bits 32-45: 8 rows between 8-row groups), swizzle mode
+ * (bits 62-63; 1: 128 B, 2: 64 B). */
 __device__ __forceinline__ unsigned wg_desc_lo(unsigned saddr) {
   return ((saddr & 0x3FFFFu) >> 4) | (1u << 16);
 }
-constexpr uint64_t kWgDescHi = ((uint64_t)(1024 >> 4) | (1ull << 30)) << 32;
+template <int BK> __host__ __device__ constexpr unsigned wg_desc_hi() {
+  return (unsigned)(8 * BK * 2 >> 4) | ((BK == 64 ? 1u : 2u) << 30);
+}
 
 /* Register lists of the asm statements below. */
 #define VC_WG_R16                                                              \
@@ -255,47 +254,104 @@ template <> struct Wgmma<__half, true, 64> {
   }
 };
 
-/* Longest reduction chain (kernel volume x reduction channels) the
- * variant accepts: the length at which its unpromoted fp32 accumulation
- * was measured to add no error beyond the output rounding (27 x 256). */
-#define VC_WG_MAX_CHAIN 6912
-
-/* Tile of the wgmma kernel: 2 warpgroups, each 64 rows x BN x 64, rows of
- * 64 halves (128 bytes) in the 128-byte swizzle. */
-template <int BN_, int STAGES_, int MIN_BLOCKS_ = 1> struct WgTile {
-  static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
+/* Tile of the wgmma kernel: 2 warpgroups, each 64 rows x BN; stage rows
+ * of BK halves (BK = 64: 128-byte rows, 128-byte swizzle; BK = 32: 64-byte
+ * rows, 64-byte swizzle). SMEM_TOTAL: the fp32 sums of an fp32-accumulator
+ * tile live in shared memory instead of registers (128 x 256 needs 128
+ * accumulator registers per thread; a second register set would not fit). */
+template <int BN_, int STAGES_, int BK_ = 64, bool SMEM_TOTAL_ = false,
+          int MIN_BLOCKS_ = 1>
+struct WgTile {
+  static constexpr int BM = 128, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr bool SMEM_TOTAL = SMEM_TOTAL_;
   /* blocks per SM the registers must allow (__launch_bounds__) */
   static constexpr int MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int THREADS = 256;
   static constexpr int ROW_BYTES = BK * 2;
   static constexpr int A_STAGE = BM * ROW_BYTES, B_STAGE = BN * ROW_BYTES;
+  static constexpr int TOTAL_BYTES = SMEM_TOTAL ? BM * BN * 4 : 0;
   static_assert(STAGES >= 3, "one stage computing, one wgmma group in "
                              "flight, at least one being loaded");
   static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma wrappers: N = "
                                                     "64, 128, 256");
+  static_assert(BK == 64 || BK == 32, "swizzle modes: 128 B and 64 B rows");
 };
 
-/* Stages and slack to align them to 1024 B (the swizzle is a function of
- * address bits 4-9). */
+/* Stages, the shared fp32 sums, and slack to align the stages to 1024 B
+ * (the swizzle is a function of address bits 4-9). */
 template <typename TL> constexpr int wg_smem_bytes() {
-  return TL::STAGES * (TL::A_STAGE + TL::B_STAGE) + 1024;
+  return TL::STAGES * (TL::A_STAGE + TL::B_STAGE) + TL::TOTAL_BYTES + 1024;
 }
 
-/* The wgmma accumulator registers of one thread: BN/2 floats, or BN/4
- * half2 for fp16 accumulators. No second (promotion) set, unlike the
- * mma.sync tiles: measured on the H200, wgmma's fp32 accumulation over a
- * whole chain of 27 x 256 reduction channels gives the same error against
- * fp64 as the promoted mma.sync tiles (norm 2.07e-4, max_rel 4.86e-4: the
- * f16 output rounding), so the variant is limited to chains of that
- * length (VC_WG_MAX_CHAIN, checked in supports()) and keeps the registers. */
-template <bool ACC16, int BN> struct WgAcc {
-  static constexpr int R = ACC16 ? BN / 4 : BN / 2;
-  typename std::conditional<ACC16, uint32_t, float>::type c[R];
-  __device__ __forceinline__ void zero() {
+/* Accumulators of one thread: the wgmma registers and, for fp32 tiles,
+ * the plain fp32 sums they are promoted into (registers, or shared memory
+ * at `sh`, thread-private with stride THREADS so accesses are
+ * conflict-free). value(i) is the fp32 result of register i. */
+template <bool ACC16, int BN, bool SMEM_TOTAL> struct WgAcc;
+template <int BN> struct WgAcc<false, BN, false> {
+  static constexpr int R = BN / 2;
+  float c[R], total[R];
+  __device__ __forceinline__ void zero(float *) {
 #pragma unroll
     for (int i = 0; i < R; i++)
-      c[i] = 0;
+      c[i] = total[i] = 0.f;
   }
+  /* after wgmma_wait<0>() */
+  __device__ __forceinline__ void promote() {
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      pin(c[i]);
+      total[i] += c[i];
+      c[i] = 0.f;
+    }
+  }
+  __device__ __forceinline__ void pin_all() {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+      pin(c[i]);
+  }
+  __device__ __forceinline__ float value(int i) const {
+    return total[i] + c[i];
+  }
+};
+template <int BN> struct WgAcc<false, BN, true> {
+  static constexpr int R = BN / 2;
+  float c[R];
+  float *sh; /* this thread's first sum; sum i at sh[i * 256] */
+  __device__ __forceinline__ void zero(float *s) {
+    sh = s;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      c[i] = 0.f;
+      sh[i * 256] = 0.f;
+    }
+  }
+  __device__ __forceinline__ void promote() {
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+      pin(c[i]);
+      sh[i * 256] += c[i];
+      c[i] = 0.f;
+    }
+  }
+  __device__ __forceinline__ void pin_all() {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+      pin(c[i]);
+  }
+  __device__ __forceinline__ float value(int i) const {
+    return sh[i * 256] + c[i];
+  }
+};
+template <int BN> struct WgAcc<true, BN, false> {
+  static constexpr int R = BN / 4;
+  uint32_t c[R];
+  __device__ __forceinline__ void zero(float *) {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+      c[i] = 0u;
+  }
+  __device__ __forceinline__ void promote() {}
   __device__ __forceinline__ void pin_all() {
 #pragma unroll
     for (int i = 0; i < R; i++)
@@ -310,10 +366,15 @@ __device__ __forceinline__ void cp_async16_s(unsigned saddr, const void *gmem,
                "l"(gmem), "r"(valid ? 16 : 0));
 }
 
-/* Byte offset of 16-byte chunk c of row r in a tile of 128-byte rows in
- * the 128-byte swizzle (address bits 4-6 XOR bits 7-9). */
-__device__ __forceinline__ unsigned swz(int r, int c) {
-  return r * 128 + ((c ^ (r & 7)) << 4);
+/* Byte offset of 16-byte chunk c of row r in a swizzled tile of BK-half
+ * rows: 128-byte rows XOR the chunk with r % 8, 64-byte rows with
+ * (r / 2) % 4 (the 128 B and 64 B swizzle patterns: address bits 4-6 or
+ * 4-5 XOR bits 7-9 or 7-8). */
+template <int BK> __device__ __forceinline__ int swz(int r, int c) {
+  if constexpr (BK == 64)
+    return r * 128 + ((c ^ (r & 7)) << 4);
+  else
+    return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
 }
 
 /* args.w is K-major: B[kk][n] = W[k][n][kk] ([kvol][nb][ka]). */
@@ -326,6 +387,8 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const unsigned raw = smem_addr(smem_raw);
   unsigned char *const sA = smem_raw + (((raw + 1023u) & ~1023u) - raw);
   unsigned char *const sB = sA + TL::STAGES * TL::A_STAGE;
+  float *const s_total =
+      reinterpret_cast<float *>(sB + TL::STAGES * TL::B_STAGE);
 
   const T *A = reinterpret_cast<const T *>(args.a);
   const T *W = reinterpret_cast<const T *>(args.w);
@@ -363,11 +426,11 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   bool b_ok[BVPT];
 #pragma unroll
   for (int j = 0; j < AVPT; j++)
-    a_soff[j] = swz((tid + j * TL::THREADS) / AV, cv);
+    a_soff[j] = swz<TL::BK>((tid + j * TL::THREADS) / AV, cv);
 #pragma unroll
   for (int j = 0; j < BVPT; j++) {
     const int n = (tid + j * TL::THREADS) / AV;
-    b_soff[j] = swz(n, cv);
+    b_soff[j] = swz<TL::BK>(n, cv);
     b_ok[j] = n0 + n < nb;
     b_src[j] = W + (b_ok[j] ? (n0 + n) * ka + cv * 8 : 0);
   }
@@ -402,14 +465,16 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     }
   };
 
-  WgAcc<ACC16, TL::BN> acc;
-  acc.zero();
+  WgAcc<ACC16, TL::BN, TL::SMEM_TOTAL> acc;
+  acc.zero(s_total + tid);
+  constexpr int promote_iters = PROMOTE_CHANNELS / TL::BK;
   /* Descriptor words: the low one (start address >> 4, leading byte
    * offset 1) moves by stage and k-step and stays below 2^14 (shared
    * addresses < 256 KB), so plain 32-bit adds build it; the high one is
    * constant. */
   const unsigned da0 = wg_desc_lo(sa_base + wg * 64 * TL::ROW_BYTES);
   const unsigned db0 = wg_desc_lo(sb_base);
+  constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
 #pragma unroll
   for (int s = 0; s < TL::STAGES - 2; s++) {
     if (s < iters)
@@ -427,13 +492,17 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
       load_stage(ld_stage);
     cp_async_commit();
     ld_stage = ld_stage == TL::STAGES - 1 ? 0 : ld_stage + 1;
+    if (!ACC16 && it > 0 && it % promote_iters == 0) {
+      wgmma_wait<0>();
+      acc.promote();
+    }
     const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
     const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
-      Wgmma<T, ACC16, TL::BN>::run(acc.c, kWgDescHi | (da + 2 * ks),
-                                   kWgDescHi | (db + 2 * ks));
+      Wgmma<T, ACC16, TL::BN>::run(acc.c, dhi | (da + 2 * ks),
+                                   dhi | (db + 2 * ks));
     wgmma_commit();
     wgmma_wait<1>();
     stage = stage == TL::STAGES - 1 ? 0 : stage + 1;
@@ -460,7 +529,8 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
       if constexpr (ACC16)
         Store2<T>::h16(p, acc.c[2 * j + h]);
       else
-        Store2<T>::f32(p, acc.c[4 * j + 2 * h], acc.c[4 * j + 2 * h + 1]);
+        Store2<T>::f32(p, acc.value(4 * j + 2 * h),
+                       acc.value(4 * j + 2 * h + 1));
     }
   }
 #endif
