@@ -31,6 +31,19 @@ def tile_ids():
     return fwd, wgrad
 
 
+def wg_tile_ids():
+    """mask_gemm_wgmma tile IDs by shape (`typedef WgTile<BN, STAGES[, BK,
+    SMEM_TOTAL, MIN_BLOCKS]> H<id>[f|h];`, defaults as in the header)."""
+    ids = {}
+    pat = re.compile(r"typedef WgTile<\s*([\w,\s]+)>\s*H(\d+)[fh]?\s*;")
+    for m in pat.finditer(open(SRC).read()):
+        a = [x.strip() for x in m.group(1).split(",")]
+        a += ["64", "false", "1"][len(a) - 2:]
+        shape = (int(a[0]), int(a[1]), int(a[2]), a[3] == "true", int(a[4]))
+        ids[shape] = int(m.group(2))
+    return ids
+
+
 def occupancy(regs, threads, smem):
     warps = threads // 32
     per_warp = -(-regs * 32 // 256) * 256
@@ -42,7 +55,9 @@ def occupancy(regs, threads, smem):
 
 def main(path):
     fwd_ids, wgrad_ids = tile_ids()
-    rows, fn = [], None
+    wg_ids = wg_tile_ids()
+    wg_re = re.compile(r"WgTileILi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELi(\d+)EEELb(\d)E")
+    rows, wg_rows, fn = [], [], None
     tile_re = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE")
     for line in open(path):
         m = re.search(r"Compiling entry function '([^']+)'", line)
@@ -57,6 +72,21 @@ def main(path):
         regs = int(m.group(1))
         sm = re.search(r"(\d+) bytes smem", line)
         static_smem = int(sm.group(1)) if sm else 0
+        w = wg_re.search(fn) if "wg_fwd_kernel" in fn else None
+        if w:
+            bn, st, bk, stot, minb, acc16 = map(int, w.groups())
+            smem = static_smem + st * (128 * bk * 2 + bn * bk * 2) + \
+                (128 * bn * 4 if stot else 0) + 1024
+            blocks, occ = occupancy(regs, 256, smem)
+            wg_rows.append((wg_ids.get((bn, st, bk, bool(stot), minb)),
+                            "f16" if "6__half" in fn else "bf16",
+                            "f16" if acc16 else "f32", f"128x{bn}x{bk}",
+                            f"64x{bn}", st,
+                            "smem" if stot else ("-" if acc16 else "registers"),
+                            bn // 4 if acc16 else bn // 2, regs, smem, blocks,
+                            f"{occ:.0%}"))
+            fn = None
+            continue
         t = tile_re.search(fn)
         if not t or ("fwd_kernel" not in fn and "wgrad_kernel" not in fn):
             fn = None
@@ -90,6 +120,16 @@ def main(path):
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(str(x) for x in r) + " |")
+    if wg_rows:
+        wg_rows.sort(key=lambda r: (r[0], r[1], r[2]))
+        print("\nmask_gemm_wgmma (forward and dgrad share each kernel; 256 threads = "
+              "2 warpgroups):\n")
+        print("| tile ID | dtype | acc | block M×N×K | warpgroup tile | stages "
+              "| fp32 sums | acc regs/thread | registers | smem (B) | blocks/SM "
+              "| occupancy |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in wg_rows:
+            print("| " + " | ".join(str(x) for x in r) + " |")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@
  * Same algorithm as fwd_kernel (cuda_mask_gemm.cuh): the tile scans which
  * kernel offsets its rows need, gathers input rows through the neighbour
  * table with 16-byte cp.async, writes every output once. Differences:
- *  - block = 2 warpgroups x 64 rows (BM = 128), BN in {64, 128}, BK = 64;
+ *  - block = 2 warpgroups x 64 rows (BM = 128), BN in {64, 128, 256},
+ *    BK = 64 (BK = 32 in the 64-byte swizzle for the 128 x 256 tile with
+ *    fp32 accumulators, whose fp32 sums take 128 KB of shared memory);
  *  - B must be K-major ([n][k], k contiguous): dgrad's weights are already
  *    ([k][cin][cout] read as B[cout][cin]); the forward weights are
  *    transposed into a scratch copy first (cuda_mask_gemm.cu);
@@ -28,8 +30,9 @@
  *    refilled at iteration it is the one read at it - 2 (STAGES - 2 stages
  *    of gathers in flight).
  * fp32-accumulator tiles promote into plain fp32 sums every
- * PROMOTE_CHANNELS reduction channels, as the mma.sync tiles do (the
- * tensor cores' accumulation truncates).
+ * PROMOTE_CHANNELS reduction channels, as the mma.sync tiles do: wgmma's
+ * accumulation also truncates (unpromoted 27 x 160 chains reached max_rel
+ * 4e-3 at a 1e-3 * rms floor on the H200; docs/perf-notes.md item 14).
  *
  * PTX: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" (matrix
  * descriptor: start >> 4 in bits 0-13, leading byte offset >> 4 in 16-29
@@ -285,7 +288,7 @@ template <typename TL> constexpr int wg_smem_bytes() {
 
 /* Accumulators of one thread: the wgmma registers and, for fp32 tiles,
  * the plain fp32 sums they are promoted into (registers, or shared memory
- * at `sh`, thread-private with stride THREADS so accesses are
+ * at `sh`, thread-private with stride THREADS (256) so accesses are
  * conflict-free). value(i) is the fp32 result of register i. */
 template <bool ACC16, int BN, bool SMEM_TOTAL> struct WgAcc;
 template <int BN> struct WgAcc<false, BN, false> {
