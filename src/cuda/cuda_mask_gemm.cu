@@ -57,12 +57,12 @@ typedef Tile<128, 128, 32, 64, 32, 3> G2;
 typedef Tile<64, 128, 32, 32, 32, 3> G3;
 #define VC_MG_WGRAD_TILES 4
 
-template <typename T, typename TL, bool TRANS_W, bool ACC16>
-voxconv_status_t launch_fwd(voxconv_handle_t *h, const FwdArgs &a) {
-  auto kern = fwd_kernel<T, TL, TRANS_W, ACC16>;
-  const int smem = fwd_smem_bytes<TL, TRANS_W>();
-  /* Raising the dynamic shared-memory limit is per function and cheap;
-   * doing it on every launch avoids racy "done once" flags. */
+/* Launches a forward/dgrad kernel (either family) over the output tiles.
+ * Raising the dynamic shared-memory limit is per function and cheap; doing
+ * it on every launch avoids racy "done once" flags. */
+template <typename TL, typename Kernel>
+voxconv_status_t launch_tiles(voxconv_handle_t *h, Kernel kern, int smem,
+                              const FwdArgs &a) {
   if (smem > 48 * 1024)
     VC_CUDA_TRY(h, cudaFuncSetAttribute(
                        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -71,8 +71,14 @@ voxconv_status_t launch_fwd(voxconv_handle_t *h, const FwdArgs &a) {
   if (grid.y == 0)
     return VOXCONV_STATUS_SUCCESS;
   kern<<<grid, TL::THREADS, smem, vc_cuda_stream(h)>>>(a);
-  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm fwd_kernel");
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm forward/dgrad kernel");
   return VOXCONV_STATUS_SUCCESS;
+}
+
+template <typename T, typename TL, bool TRANS_W, bool ACC16>
+voxconv_status_t launch_fwd(voxconv_handle_t *h, const FwdArgs &a) {
+  auto kern = fwd_kernel<T, TL, TRANS_W, ACC16>;
+  return launch_tiles<TL>(h, kern, fwd_smem_bytes<TL, TRANS_W>(), a);
 }
 
 template <typename T, bool TRANS_W, bool ACC16>
@@ -98,16 +104,7 @@ voxconv_status_t launch_fwd_tile(voxconv_handle_t *h, int tile,
 template <typename T, typename TL, bool ACC16>
 voxconv_status_t launch_wg(voxconv_handle_t *h, const FwdArgs &a) {
   auto kern = wg_fwd_kernel<T, TL, ACC16>;
-  const int smem = wg_smem_bytes<TL>();
-  VC_CUDA_TRY(h, cudaFuncSetAttribute(
-                     kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  dim3 grid((unsigned)vc_ceil_div(a.nb, TL::BN),
-            (unsigned)vc_ceil_div(a.n_dst, TL::BM));
-  if (grid.y == 0)
-    return VOXCONV_STATUS_SUCCESS;
-  kern<<<grid, TL::THREADS, smem, vc_cuda_stream(h)>>>(a);
-  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm wg_fwd_kernel");
-  return VOXCONV_STATUS_SUCCESS;
+  return launch_tiles<TL>(h, kern, wg_smem_bytes<TL>(), a);
 }
 
 template <typename T, bool ACC16>
