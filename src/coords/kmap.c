@@ -49,6 +49,9 @@ void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap) {
   vc_free(h, kmap->row_order_out);
   vc_free(h, kmap->row_order_in);
   kmap->row_order_out = kmap->row_order_in = NULL;
+  vc_free(h, kmap->tile_mask_out);
+  vc_free(h, kmap->tile_mask_in);
+  kmap->tile_mask_out = kmap->tile_mask_in = NULL;
   free(kmap->pair_offsets); /* host memory from vc_host_alloc (malloc) */
   kmap->out_coords = kmap->in_rows = kmap->out_rows = NULL;
   kmap->nbr_out = kmap->nbr_in = NULL;

@@ -65,6 +65,12 @@ struct voxconv_kmap {
    * map so every later layer reuses them; NULL until then. */
   int32_t *row_order_out; /* [n_out] */
   int32_t *row_order_in;  /* [n_in] */
+  /* For kvol <= 32, with those orders: bit k of tile_mask_*[t] is set when
+   * a row of 128-row tile t needs offset k (built with the orders, so a
+   * tile's blocks read one word instead of scanning 128 x kvol entries);
+   * NULL until then. */
+  uint32_t *tile_mask_out; /* [ceil(n_out / 128)] */
+  uint32_t *tile_mask_in;  /* [ceil(n_in / 128)] */
   /* host memory */
   int64_t *pair_offsets; /* [kvol+1], pairs of offset k in [po[k], po[k+1]) */
   void *backend_priv;    /* CUDA extras, freed by the CUDA backend */

@@ -454,6 +454,57 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* Bit k of mask[t]: a row of 128-row tile t (rows order[128 t ..]) has a
+ * neighbour at offset k (kvol <= 32). One block per tile, one row per
+ * thread, OR-reduced per warp then across the four warps. */
+__global__ void tile_mask_kernel(const int32_t *__restrict__ nbr,
+                                 const int32_t *__restrict__ order, int n,
+                                 int kvol, unsigned *__restrict__ mask) {
+  __shared__ unsigned part[4];
+  const int r = blockIdx.x * 128 + threadIdx.x;
+  unsigned m = 0u;
+  if (r < n) {
+    const int64_t row = order[r];
+    for (int k = 0; k < kvol; k++)
+      m |= (nbr[row * kvol + k] >= 0 ? 1u : 0u) << k;
+  }
+  m = __reduce_or_sync(0xffffffffu, m);
+  if ((threadIdx.x & 31) == 0)
+    part[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    mask[blockIdx.x] = part[0] | part[1] | part[2] | part[3];
+}
+
+/* The 128-row tile masks of the sorted order, cached on the map beside
+ * it (the kernels' per-tile scan of 128 x kvol neighbour entries, two
+ * barriers and a serial list build become one word read). */
+voxconv_status_t ensure_tile_masks(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                   bool dgrad, const int32_t *order,
+                                   const unsigned **out) {
+  uint32_t **slot = dgrad ? &m->tile_mask_in : &m->tile_mask_out;
+  if (!*slot) {
+    const int n = (int)(dgrad ? m->n_in : m->n_out);
+    const int tiles = (int)vc_ceil_div<int64_t>(n, 128);
+    uint32_t *mask = NULL;
+    VC_CHECK(vc_cuda_alloc_n<uint32_t>(h, tiles > 0 ? tiles : 1, &mask,
+                                       "mask_gemm tile masks"));
+    if (tiles > 0) {
+      tile_mask_kernel<<<tiles, 128, 0, vc_cuda_stream(h)>>>(
+          dgrad ? m->nbr_in : m->nbr_out, order, n, m->kvol, mask);
+      const cudaError_t ce = cudaGetLastError();
+      if (ce != cudaSuccess) {
+        vc_free(h, mask);
+        return vc_cuda_fail(h, ce, "launch of mask_gemm tile_mask_kernel",
+                            __func__);
+      }
+    }
+    *slot = mask;
+  }
+  *out = *slot;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 /* Forward/dgrad on the wgmma kernel (B K-major: the forward weights go
  * through a transposed scratch copy, 3.5 MB at C = 256). */
 template <typename T>
@@ -526,8 +577,13 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   a.w = p->b;
   a.nbr = dgrad ? m->nbr_in : m->nbr_out;
   a.order = NULL;
-  if (prm->v[2] == 1)
+  a.tile_mask = NULL;
+  if (prm->v[2] == 1) {
     VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, &a.order));
+    if (m->kvol <= 32)
+      VC_CHECK(ensure_tile_masks(h, (voxconv_kmap_t *)m, dgrad, a.order,
+                                 &a.tile_mask));
+  }
   a.out = p->c;
   a.n_dst = (int)(dgrad ? m->n_in : m->n_out);
   a.kvol = m->kvol;

@@ -223,6 +223,9 @@ struct FwdArgs {
   const void *w;      /* weights [kvol][cin][cout] */
   const int32_t *nbr; /* [n_dst][kvol]: source row or -1 */
   const int32_t *order; /* tile row r -> output row order[m0+r]; NULL = r */
+  /* offsets needed by each 128-row tile (kvol <= 32), or NULL: then (and
+   * for other tile heights) the tile scans the neighbour table itself */
+  const unsigned *tile_mask;
   void *out;          /* [n_dst][nb] */
   int n_dst, kvol, ka, nb;
 };
@@ -259,18 +262,32 @@ template <int BM> struct TileOffsets {
   int rows[BM]; /* output row of each tile row, or -1 */
 };
 
-/* Fills s for the tile at m0 (rows valid rows); ends with a barrier. Each
- * row's slice of the neighbour table is contiguous (and with the natural
- * order the whole tile's is), so these reads coalesce. */
+/* Fills s for the tile at m0 (rows valid rows); ends with a barrier. With
+ * a precomputed mask of the tile (128-row tiles) that is one word; else
+ * each row's slice of the neighbour table is read (contiguous per row, and
+ * with the natural order the whole tile's is, so these reads coalesce). */
 template <int THREADS, int BM>
 __device__ __forceinline__ void scan_tile_offsets(const FwdArgs &args, int m0,
                                                   int rows,
                                                   TileOffsets<BM> &s) {
   const int tid = threadIdx.x, kvol = args.kvol;
-  for (int i = tid; i < VC_MG_MASK_WORDS; i += THREADS)
-    s.mask[i] = 0u;
+  const bool given = BM == 128 && args.tile_mask != NULL;
+  /* issued first, so its latency overlaps the row-index loads */
+  const unsigned tm = given && tid == 0 ? __ldg(args.tile_mask + m0 / BM) : 0u;
   for (int r = tid; r < BM; r += THREADS)
     s.rows[r] = r < rows ? (args.order ? args.order[m0 + r] : m0 + r) : -1;
+  if (given) {
+    if (tid == 0) {
+      int n = 0;
+      for (unsigned m = tm; m; m &= m - 1)
+        s.act[n++] = __ffs(m) - 1;
+      s.nact = n;
+    }
+    __syncthreads();
+    return;
+  }
+  for (int i = tid; i < VC_MG_MASK_WORDS; i += THREADS)
+    s.mask[i] = 0u;
   __syncthreads();
   if (kvol <= 32) {
     /* Each thread ORs its entries into a register and each warp reduces
