@@ -732,56 +732,39 @@ struct KernelRow {
   int acc16, bm, bn, bk, stages, threads, dyn_smem;
 };
 
+/* A kernel-table row of tile TL. */
+template <typename TL>
+KernelRow tile_row(const char *algo, const void *fn, voxconv_pass_t pass,
+                   bool dgrad, int tile_id, voxconv_dtype_t dt, bool acc16,
+                   int dyn_smem) {
+  return KernelRow{algo,      fn,       pass,      dgrad ? 1 : 0,
+                   tile_id,   dt,       acc16 ? 1 : 0,
+                   TL::BM,    TL::BN,   TL::BK,    TL::STAGES,
+                   TL::THREADS, dyn_smem};
+}
+
 template <typename T, typename TL, bool TRANS_W, bool ACC16>
 KernelRow fwd_row(int tile_id, voxconv_dtype_t dt) {
-  return KernelRow{"mask_gemm",
-                   (const void *)fwd_kernel<T, TL, TRANS_W, ACC16>,
-                   VOXCONV_PASS_CONV_FWD,
-                   TRANS_W ? 1 : 0,
-                   tile_id,
-                   dt,
-                   ACC16 ? 1 : 0,
-                   TL::BM,
-                   TL::BN,
-                   TL::BK,
-                   TL::STAGES,
-                   TL::THREADS,
-                   fwd_smem_bytes<TL, TRANS_W>()};
+  return tile_row<TL>("mask_gemm",
+                      (const void *)fwd_kernel<T, TL, TRANS_W, ACC16>,
+                      VOXCONV_PASS_CONV_FWD, TRANS_W, tile_id, dt, ACC16,
+                      fwd_smem_bytes<TL, TRANS_W>());
 }
 template <typename T, typename TL> KernelRow wgrad_row(int tile_id,
                                                        voxconv_dtype_t dt) {
-  return KernelRow{"mask_gemm",
-                   (const void *)wgrad_kernel<T, TL>,
-                   VOXCONV_PASS_CONV_WGRAD,
-                   0,
-                   tile_id,
-                   dt,
-                   0,
-                   TL::BM,
-                   TL::BN,
-                   TL::BK,
-                   TL::STAGES,
-                   TL::THREADS,
-                   wgrad_smem_bytes<TL>()};
+  return tile_row<TL>("mask_gemm", (const void *)wgrad_kernel<T, TL>,
+                      VOXCONV_PASS_CONV_WGRAD, false, tile_id, dt, false,
+                      wgrad_smem_bytes<TL>());
 }
 
 /* A wgmma tile: one kernel serves forward and dgrad (both read K-major
  * weights), listed under both. */
 template <typename T, typename TL, bool ACC16>
 KernelRow wg_row(int tile_id, voxconv_dtype_t dt, bool dgrad) {
-  return KernelRow{"mask_gemm_wgmma",
-                   (const void *)wg_fwd_kernel<T, TL, ACC16>,
-                   VOXCONV_PASS_CONV_FWD,
-                   dgrad ? 1 : 0,
-                   tile_id,
-                   dt,
-                   ACC16 ? 1 : 0,
-                   TL::BM,
-                   TL::BN,
-                   TL::BK,
-                   TL::STAGES,
-                   TL::THREADS,
-                   wg_smem_bytes<TL>()};
+  return tile_row<TL>("mask_gemm_wgmma",
+                      (const void *)wg_fwd_kernel<T, TL, ACC16>,
+                      VOXCONV_PASS_CONV_FWD, dgrad, tile_id, dt, ACC16,
+                      wg_smem_bytes<TL>());
 }
 /* TLF: the tile's shape for fp32 accumulators, TLH for fp16 ones. */
 template <typename TLF, typename TLH>
