@@ -854,6 +854,17 @@ static void test_auto_uses_recommendation(void) {
   tt_use_fakes(NULL);
 }
 
+/* Key i of test_db_index: distinct per i, sharing devices and cin. */
+static vc_cache_key_t index_key(int i) {
+  vc_cache_key_t k;
+  memset(&k, 0, sizeof k);
+  snprintf(k.device, sizeof k.device, "dev%d", i % 7);
+  k.cin = 8 + (i % 97);
+  k.cout = i;
+  k.kvol = 27;
+  return k;
+}
+
 /* The in-memory index: thousands of distinct keys (several index rebuilds),
  * each found as the entry upsert returned, same-hash-prefix neighbours and
  * absent keys not found, keys differing only in namespace kept apart. */
@@ -865,12 +876,7 @@ static void test_db_index(void) {
       (vc_cache_entry_t **)malloc(sizeof(vc_cache_entry_t *) * (size_t)n);
   int ok = 1;
   for (int i = 0; i < n; i++) {
-    vc_cache_key_t k;
-    memset(&k, 0, sizeof k);
-    snprintf(k.device, sizeof k.device, "dev%d", i % 7);
-    k.cin = 8 + (i % 97);
-    k.cout = i;
-    k.kvol = 27;
+    vc_cache_key_t k = index_key(i);
     got[i] = vc_cache_db_upsert(&db, i % 2 ? "sparse_conv_forward"
                                            : "sparse_conv_dgrad",
                                 &k);
@@ -879,12 +885,7 @@ static void test_db_index(void) {
   VC_EXPECT(ok && db.n == n, "%d entries after %d upserts", db.n, n);
   int found = 0, absent_found = 0, wrong_ns = 0;
   for (int i = 0; i < n; i++) {
-    vc_cache_key_t k;
-    memset(&k, 0, sizeof k);
-    snprintf(k.device, sizeof k.device, "dev%d", i % 7);
-    k.cin = 8 + (i % 97);
-    k.cout = i;
-    k.kvol = 27;
+    vc_cache_key_t k = index_key(i);
     const char *ns = i % 2 ? "sparse_conv_forward" : "sparse_conv_dgrad";
     const char *other = i % 2 ? "sparse_conv_dgrad" : "sparse_conv_forward";
     /* entries may have moved (realloc): compare contents, not pointers */

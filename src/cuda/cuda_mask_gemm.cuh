@@ -34,13 +34,17 @@ __device__ __forceinline__ unsigned smem_addr(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
 
-/* 16-byte async copy; src_bytes = 0 zero-fills the destination without
- * reading global memory (used for absent neighbours and edges). */
+/* 16-byte async copy to shared address saddr; src_bytes = 0 zero-fills
+ * the destination without reading global memory (used for absent
+ * neighbours and edges). */
+__device__ __forceinline__ void cp_async16_s(unsigned saddr, const void *gmem,
+                                             bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr),
+               "l"(gmem), "r"(valid ? 16 : 0));
+}
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem,
                                            bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(
-                   smem_addr(smem)),
-               "l"(gmem), "r"(valid ? 16 : 0));
+  cp_async16_s(smem_addr(smem), gmem, valid);
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
@@ -325,6 +329,26 @@ __device__ __forceinline__ void scan_tile_offsets(const FwdArgs &args, int m0,
   __syncthreads();
 }
 
+/* Where a forward/dgrad block works (output columns n0.., tile rows
+ * m0.. of which `rows` exist, blockIdx.y = tile) and how many (offset,
+ * chunk) stages its loop runs; fills the tile's offsets. Both kernel
+ * families start here, so their tiles agree with the per-tile masks. */
+struct TileSpan {
+  int n0, m0, rows, nchunk, iters;
+};
+template <typename TL>
+__device__ __forceinline__ TileSpan begin_tile(const FwdArgs &args,
+                                               TileOffsets<TL::BM> &tile) {
+  TileSpan t;
+  t.n0 = blockIdx.x * TL::BN;
+  t.m0 = blockIdx.y * TL::BM;
+  t.rows = min(TL::BM, args.n_dst - t.m0);
+  scan_tile_offsets<TL::THREADS, TL::BM>(args, t.m0, t.rows, tile);
+  t.nchunk = (args.ka + TL::BK - 1) / TL::BK;
+  t.iters = tile.nact * t.nchunk;
+  return t;
+}
+
 /* The gather indices of the next active offset, loaded into registers one
  * offset ahead (after the copies of the current one are issued), so a
  * cp.async never waits on a neighbour-table read: that dependent load was
@@ -370,15 +394,11 @@ __global__ void __launch_bounds__(TL::THREADS)
   const T *W = reinterpret_cast<const T *>(args.w);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / TL::WARPS_N, wn = warp % TL::WARPS_N;
-  const int n0 = blockIdx.x * TL::BN;
-  const int m0 = blockIdx.y * TL::BM;
   const int kvol = args.kvol, ka = args.ka, nb = args.nb;
-  const int rows = min(TL::BM, args.n_dst - m0);
   const int64_t wsk = (int64_t)ka * nb;
-
-  scan_tile_offsets<TL::THREADS, TL::BM>(args, m0, rows, tile);
-  const int nchunk = (ka + TL::BK - 1) / TL::BK;
-  const int iters = tile.nact * nchunk;
+  const TileSpan span = begin_tile<TL>(args, tile);
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
+            iters = span.iters;
 
   constexpr int AV = TL::BK / 8; /* 16-byte vectors per A row */
   constexpr int AVPT = (TL::BM * AV + TL::THREADS - 1) / TL::THREADS;

@@ -191,71 +191,37 @@ template <int BK> __host__ __device__ constexpr unsigned wg_desc_hi() {
                : OPS(d)                                                        \
                : "l"(da), "l"(db))
 
-/* One m64nNk16 wgmma of a warpgroup: d += A(da) * B(db). */
+/* One m64nNk16 wgmma of a warpgroup: d += A(da) * B(db), d being NREG
+ * registers of REG_T; IA / IB name the descriptor operands (%NREG,
+ * %NREG+1). One specialization per (input type, accumulator, N). */
 template <typename T, bool ACC16, int N> struct Wgmma;
-template <> struct Wgmma<__half, false, 128> {
-  static __device__ __forceinline__ void run(float (&d)[64], uint64_t da,
-                                             uint64_t db) {
-    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", VC_WG_R64,
-              "%64", "%65", VC_WG_OPS64F);
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, false, 128> {
-  static __device__ __forceinline__ void run(float (&d)[64], uint64_t da,
-                                             uint64_t db) {
-    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
-              VC_WG_R64, "%64", "%65", VC_WG_OPS64F);
-  }
-};
-template <> struct Wgmma<__half, true, 128> {
-  static __device__ __forceinline__ void run(uint32_t (&d)[32], uint64_t da,
-                                             uint64_t db) {
-    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n128k16.f16.f16.f16", VC_WG_R32,
-              "%32", "%33", VC_WG_OPS32U);
-  }
-};
-template <> struct Wgmma<__half, false, 256> {
-  static __device__ __forceinline__ void run(float (&d)[128], uint64_t da,
-                                             uint64_t db) {
-    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16",
-              VC_WG_R128, "%128", "%129", VC_WG_OPS128F);
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, false, 256> {
-  static __device__ __forceinline__ void run(float (&d)[128], uint64_t da,
-                                             uint64_t db) {
-    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16",
-              VC_WG_R128, "%128", "%129", VC_WG_OPS128F);
-  }
-};
-template <> struct Wgmma<__half, true, 256> {
-  static __device__ __forceinline__ void run(uint32_t (&d)[64], uint64_t da,
-                                             uint64_t db) {
-    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n256k16.f16.f16.f16",
-              VC_WG_R64, "%64", "%65", VC_WG_OPS64U);
-  }
-};
-template <> struct Wgmma<__half, false, 64> {
-  static __device__ __forceinline__ void run(float (&d)[32], uint64_t da,
-                                             uint64_t db) {
-    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", VC_WG_R32,
-              "%32", "%33", VC_WG_OPS32F);
-  }
-};
-template <> struct Wgmma<__nv_bfloat16, false, 64> {
-  static __device__ __forceinline__ void run(float (&d)[32], uint64_t da,
-                                             uint64_t db) {
-    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", VC_WG_R32,
-              "%32", "%33", VC_WG_OPS32F);
-  }
-};
-template <> struct Wgmma<__half, true, 64> {
-  static __device__ __forceinline__ void run(uint32_t (&d)[16], uint64_t da,
-                                             uint64_t db) {
-    VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n64k16.f16.f16.f16", VC_WG_R16,
-              "%16", "%17", VC_WG_OPS16U);
-  }
-};
+#define VC_WG_SPEC(T, ACC16, N, TYPES, REG_T, NREG, IA, IB, OPS)               \
+  template <> struct Wgmma<T, ACC16, N> {                                      \
+    static __device__ __forceinline__ void run(REG_T (&d)[NREG], uint64_t da,  \
+                                               uint64_t db) {                  \
+      VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k16." TYPES,           \
+                VC_WG_R##NREG, IA, IB, OPS);                                   \
+    }                                                                          \
+  };
+VC_WG_SPEC(__half, false, 64, "f32.f16.f16", float, 32, "%32", "%33",
+           VC_WG_OPS32F)
+VC_WG_SPEC(__nv_bfloat16, false, 64, "f32.bf16.bf16", float, 32, "%32", "%33",
+           VC_WG_OPS32F)
+VC_WG_SPEC(__half, true, 64, "f16.f16.f16", uint32_t, 16, "%16", "%17",
+           VC_WG_OPS16U)
+VC_WG_SPEC(__half, false, 128, "f32.f16.f16", float, 64, "%64", "%65",
+           VC_WG_OPS64F)
+VC_WG_SPEC(__nv_bfloat16, false, 128, "f32.bf16.bf16", float, 64, "%64",
+           "%65", VC_WG_OPS64F)
+VC_WG_SPEC(__half, true, 128, "f16.f16.f16", uint32_t, 32, "%32", "%33",
+           VC_WG_OPS32U)
+VC_WG_SPEC(__half, false, 256, "f32.f16.f16", float, 128, "%128", "%129",
+           VC_WG_OPS128F)
+VC_WG_SPEC(__nv_bfloat16, false, 256, "f32.bf16.bf16", float, 128, "%128",
+           "%129", VC_WG_OPS128F)
+VC_WG_SPEC(__half, true, 256, "f16.f16.f16", uint32_t, 64, "%64", "%65",
+           VC_WG_OPS64U)
+#undef VC_WG_SPEC
 
 /* Tile of the wgmma kernel: 2 warpgroups, each 64 rows x BN; stage rows
  * of BK halves (BK = 64: 128-byte rows, 128-byte swizzle; BK = 32: 64-byte
@@ -362,13 +328,6 @@ template <int BN> struct WgAcc<true, BN, false> {
   }
 };
 
-/* cp_async16 with the shared address given as such. */
-__device__ __forceinline__ void cp_async16_s(unsigned saddr, const void *gmem,
-                                             bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr),
-               "l"(gmem), "r"(valid ? 16 : 0));
-}
-
 /* Byte offset of 16-byte chunk c of row r in a swizzled tile of BK-half
  * rows: 128-byte rows XOR the chunk with r % 8, 64-byte rows with
  * (r / 2) % 4 (the 128 B and 64 B swizzle patterns: address bits 4-6 or
@@ -397,15 +356,11 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const T *W = reinterpret_cast<const T *>(args.w);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3; /* warpgroup, warp in it */
-  const int n0 = blockIdx.x * TL::BN;
-  const int m0 = blockIdx.y * TL::BM;
   const int kvol = args.kvol, ka = args.ka, nb = args.nb;
-  const int rows = min(TL::BM, args.n_dst - m0);
   const int64_t wsk = (int64_t)ka * nb;
-
-  scan_tile_offsets<TL::THREADS, TL::BM>(args, m0, rows, tile);
-  const int nchunk = (ka + TL::BK - 1) / TL::BK;
-  const int iters = tile.nact * nchunk;
+  const TileSpan span = begin_tile<TL>(args, tile);
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
+            iters = span.iters;
 
   constexpr int AV = TL::BK / 8; /* 16-byte vectors per row */
   constexpr int AVPT = TL::BM * AV / TL::THREADS;
