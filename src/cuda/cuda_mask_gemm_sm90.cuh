@@ -110,117 +110,54 @@ template <int BK> __host__ __device__ constexpr unsigned wg_desc_hi() {
   ", "                                                                         \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "     \
   "%62, %63"
-#define VC_WG_R128 VC_WG_R64 ", " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79" ", " \
-  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" ", " \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" ", " \
-  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-#define VC_WG_OPS128F(d) \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), \
-  "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
-  "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), \
-  "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
-  "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), \
-  "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
-  "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), \
-  "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
-  "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), \
-  "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
-  "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), \
-  "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), \
-  "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), \
-  "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), \
-  "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), \
-  "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), \
-  "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), \
-  "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), \
-  "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), \
-  "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), \
-  "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), \
-  "+f"(d[126]), "+f"(d[127])
-#define VC_WG_OPS16U(d)                                                        \
-  "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),      \
-      "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]),             \
-      "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
-#define VC_WG_OPS32U(d)                                                        \
-  "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),      \
-      "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]),             \
-      "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),         \
-      "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]),         \
-      "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]),         \
-      "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]),         \
-      "+r"(d[31])
-#define VC_WG_OPS32F(d)                                                        \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),      \
-      "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]),             \
-      "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),         \
-      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),         \
-      "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),         \
-      "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),         \
-      "+f"(d[31])
-#define VC_WG_OPS64U(d) \
-  "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), \
-  "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), \
-  "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), \
-  "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), \
-  "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), \
-  "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), \
-  "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]), \
-  "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]), \
-  "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), \
-  "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), \
-  "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
-#define VC_WG_OPS64F(d)                                                        \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),      \
-      "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]),             \
-      "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),         \
-      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),         \
-      "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),         \
-      "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]),         \
-      "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),         \
-      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),         \
-      "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]),         \
-      "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]),         \
-      "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),         \
-      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]),         \
-      "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define VC_WG_R128                                                             \
+  VC_WG_R64 ", "                                                               \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, " \
+  "%76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, " \
+  "%88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, " \
+  "%100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, " \
+  "%124, %125, %126, %127"
+/* Operand lists of n accumulator registers d[0..n), constraint C ("+f"
+ * for fp32, "+r" for packed f16 pairs); each doubles the one before. */
+#define VC_WG_OPS8(C, d)                                                       \
+  C((d)[0]), C((d)[1]), C((d)[2]), C((d)[3]), C((d)[4]), C((d)[5]),          \
+      C((d)[6]), C((d)[7])
+#define VC_WG_OPS16(C, d) VC_WG_OPS8(C, d), VC_WG_OPS8(C, (d) + 8)
+#define VC_WG_OPS32(C, d) VC_WG_OPS16(C, d), VC_WG_OPS16(C, (d) + 16)
+#define VC_WG_OPS64(C, d) VC_WG_OPS32(C, d), VC_WG_OPS32(C, (d) + 32)
+#define VC_WG_OPS128(C, d) VC_WG_OPS64(C, d), VC_WG_OPS64(C, (d) + 64)
 
-#define VC_WG_ASM(INSTR, REGS, IA, IB, OPS)                                    \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" INSTR " {" REGS      \
-               "}, " IA ", " IB ", p, 1, 1, 0, 0;\n}\n"                        \
-               : OPS(d)                                                        \
+#define VC_WG_ASM(INSTR, NREG, IA, IB, C)                                      \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" INSTR                \
+               " {" VC_WG_R##NREG "}, " IA ", " IB ", p, 1, 1, 0, 0;\n}\n"     \
+               : VC_WG_OPS##NREG(C, d)                                         \
                : "l"(da), "l"(db))
 
 /* One m64nNk16 wgmma of a warpgroup: d += A(da) * B(db), d being NREG
- * registers of REG_T; IA / IB name the descriptor operands (%NREG,
- * %NREG+1). One specialization per (input type, accumulator, N). */
+ * registers of REG_T (constraint C); IA / IB name the descriptor operands
+ * (%NREG, %NREG+1). One specialization per (input type, accumulator, N). */
 template <typename T, bool ACC16, int N> struct Wgmma;
-#define VC_WG_SPEC(T, ACC16, N, TYPES, REG_T, NREG, IA, IB, OPS)               \
+#define VC_WG_SPEC(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)                 \
   template <> struct Wgmma<T, ACC16, N> {                                      \
     static __device__ __forceinline__ void run(REG_T (&d)[NREG], uint64_t da,  \
                                                uint64_t db) {                  \
-      VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k16." TYPES,           \
-                VC_WG_R##NREG, IA, IB, OPS);                                   \
+      VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k16." TYPES, NREG, IA, \
+                IB, C);                                                        \
     }                                                                          \
   };
-VC_WG_SPEC(__half, false, 64, "f32.f16.f16", float, 32, "%32", "%33",
-           VC_WG_OPS32F)
-VC_WG_SPEC(__nv_bfloat16, false, 64, "f32.bf16.bf16", float, 32, "%32", "%33",
-           VC_WG_OPS32F)
-VC_WG_SPEC(__half, true, 64, "f16.f16.f16", uint32_t, 16, "%16", "%17",
-           VC_WG_OPS16U)
-VC_WG_SPEC(__half, false, 128, "f32.f16.f16", float, 64, "%64", "%65",
-           VC_WG_OPS64F)
-VC_WG_SPEC(__nv_bfloat16, false, 128, "f32.bf16.bf16", float, 64, "%64",
-           "%65", VC_WG_OPS64F)
-VC_WG_SPEC(__half, true, 128, "f16.f16.f16", uint32_t, 32, "%32", "%33",
-           VC_WG_OPS32U)
-VC_WG_SPEC(__half, false, 256, "f32.f16.f16", float, 128, "%128", "%129",
-           VC_WG_OPS128F)
-VC_WG_SPEC(__nv_bfloat16, false, 256, "f32.bf16.bf16", float, 128, "%128",
-           "%129", VC_WG_OPS128F)
-VC_WG_SPEC(__half, true, 256, "f16.f16.f16", uint32_t, 64, "%64", "%65",
-           VC_WG_OPS64U)
+VC_WG_SPEC(__half, false, 64, "f32.f16.f16", float, "+f", 32, "%32", "%33")
+VC_WG_SPEC(__nv_bfloat16, false, 64, "f32.bf16.bf16", float, "+f", 32, "%32",
+           "%33")
+VC_WG_SPEC(__half, true, 64, "f16.f16.f16", uint32_t, "+r", 16, "%16", "%17")
+VC_WG_SPEC(__half, false, 128, "f32.f16.f16", float, "+f", 64, "%64", "%65")
+VC_WG_SPEC(__nv_bfloat16, false, 128, "f32.bf16.bf16", float, "+f", 64, "%64",
+           "%65")
+VC_WG_SPEC(__half, true, 128, "f16.f16.f16", uint32_t, "+r", 32, "%32", "%33")
+VC_WG_SPEC(__half, false, 256, "f32.f16.f16", float, "+f", 128, "%128", "%129")
+VC_WG_SPEC(__nv_bfloat16, false, 256, "f32.bf16.bf16", float, "+f", 128,
+           "%128", "%129")
+VC_WG_SPEC(__half, true, 256, "f16.f16.f16", uint32_t, "+r", 64, "%64", "%65")
 #undef VC_WG_SPEC
 
 /* Tile of the wgmma kernel: 2 warpgroups, each 64 rows x BN; stage rows
