@@ -194,20 +194,31 @@ template <typename TL> constexpr int wg_smem_bytes() {
  * at `sh`, thread-private with stride THREADS (256) so accesses are
  * conflict-free). value(i) is the fp32 result of register i. */
 template <bool ACC16, int BN, bool SMEM_TOTAL> struct WgAcc;
-template <int BN> struct WgAcc<false, BN, false> {
+template <int BN, bool SMEM_TOTAL> struct WgAcc<false, BN, SMEM_TOTAL> {
   static constexpr int R = BN / 2;
-  float c[R], total[R];
-  __device__ __forceinline__ void zero(float *) {
+  float c[R];
+  float total[SMEM_TOTAL ? 1 : R]; /* the sums in registers, or */
+  float *sh; /* in shared memory: this thread's sum i at sh[i * 256] */
+  __device__ __forceinline__ float &sum(int i) {
+    if constexpr (SMEM_TOTAL)
+      return sh[i * 256];
+    else
+      return total[i];
+  }
+  __device__ __forceinline__ void zero(float *s) {
+    sh = s;
 #pragma unroll
-    for (int i = 0; i < R; i++)
-      c[i] = total[i] = 0.f;
+    for (int i = 0; i < R; i++) {
+      c[i] = 0.f;
+      sum(i) = 0.f;
+    }
   }
   /* after wgmma_wait<0>() */
   __device__ __forceinline__ void promote() {
 #pragma unroll
     for (int i = 0; i < R; i++) {
       pin(c[i]);
-      total[i] += c[i];
+      sum(i) += c[i];
       c[i] = 0.f;
     }
   }
@@ -216,38 +227,7 @@ template <int BN> struct WgAcc<false, BN, false> {
     for (int i = 0; i < R; i++)
       pin(c[i]);
   }
-  __device__ __forceinline__ float value(int i) const {
-    return total[i] + c[i];
-  }
-};
-template <int BN> struct WgAcc<false, BN, true> {
-  static constexpr int R = BN / 2;
-  float c[R];
-  float *sh; /* this thread's first sum; sum i at sh[i * 256] */
-  __device__ __forceinline__ void zero(float *s) {
-    sh = s;
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-      c[i] = 0.f;
-      sh[i * 256] = 0.f;
-    }
-  }
-  __device__ __forceinline__ void promote() {
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-      pin(c[i]);
-      sh[i * 256] += c[i];
-      c[i] = 0.f;
-    }
-  }
-  __device__ __forceinline__ void pin_all() {
-#pragma unroll
-    for (int i = 0; i < R; i++)
-      pin(c[i]);
-  }
-  __device__ __forceinline__ float value(int i) const {
-    return sh[i * 256] + c[i];
-  }
+  __device__ __forceinline__ float value(int i) { return sum(i) + c[i]; }
 };
 template <int BN> struct WgAcc<true, BN, false> {
   static constexpr int R = BN / 4;
