@@ -454,14 +454,15 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-/* Bit k of mask[t]: a row of 128-row tile t (rows order[128 t ..]) has a
- * neighbour at offset k (kvol <= 32). One block per tile, one row per
- * thread, OR-reduced per warp then across the four warps. */
+/* Bit k of mask[t]: a row of tile t (rows order[VC_MG_MASK_TILE_ROWS * t
+ * ..]) has a neighbour at offset k (kvol <= 32). One block per tile, one
+ * row per thread, OR-reduced per warp then across the warps. */
 __global__ void tile_mask_kernel(const int32_t *__restrict__ nbr,
                                  const int32_t *__restrict__ order, int n,
                                  int kvol, unsigned *__restrict__ mask) {
-  __shared__ unsigned part[4];
-  const int r = blockIdx.x * 128 + threadIdx.x;
+  constexpr int WARPS = VC_MG_MASK_TILE_ROWS / 32;
+  __shared__ unsigned part[WARPS];
+  const int r = blockIdx.x * VC_MG_MASK_TILE_ROWS + threadIdx.x;
   unsigned m = 0u;
   if (r < n) {
     const int64_t row = order[r];
@@ -472,8 +473,12 @@ __global__ void tile_mask_kernel(const int32_t *__restrict__ nbr,
   if ((threadIdx.x & 31) == 0)
     part[threadIdx.x >> 5] = m;
   __syncthreads();
-  if (threadIdx.x == 0)
-    mask[blockIdx.x] = part[0] | part[1] | part[2] | part[3];
+  if (threadIdx.x == 0) {
+    unsigned all = 0u;
+    for (int w = 0; w < WARPS; w++)
+      all |= part[w];
+    mask[blockIdx.x] = all;
+  }
 }
 
 /* The 128-row tile masks of the sorted order, cached on the map beside
@@ -485,20 +490,18 @@ voxconv_status_t ensure_tile_masks(voxconv_handle_t *h, voxconv_kmap_t *m,
   uint32_t **slot = dgrad ? &m->tile_mask_in : &m->tile_mask_out;
   if (!*slot) {
     const int n = (int)(dgrad ? m->n_in : m->n_out);
-    const int tiles = (int)vc_ceil_div<int64_t>(n, 128);
+    const int tiles = (int)vc_ceil_div<int64_t>(n, VC_MG_MASK_TILE_ROWS);
+    VcWorkspace ws(h); /* frees the masks on a failed launch */
     uint32_t *mask = NULL;
-    VC_CHECK(vc_cuda_alloc_n<uint32_t>(h, tiles > 0 ? tiles : 1, &mask,
-                                       "mask_gemm tile masks"));
+    VC_CHECK(ws.get<uint32_t>(tiles > 0 ? tiles : 1, &mask,
+                              "mask_gemm tile masks"));
     if (tiles > 0) {
-      tile_mask_kernel<<<tiles, 128, 0, vc_cuda_stream(h)>>>(
-          dgrad ? m->nbr_in : m->nbr_out, order, n, m->kvol, mask);
-      const cudaError_t ce = cudaGetLastError();
-      if (ce != cudaSuccess) {
-        vc_free(h, mask);
-        return vc_cuda_fail(h, ce, "launch of mask_gemm tile_mask_kernel",
-                            __func__);
-      }
+      tile_mask_kernel<<<tiles, VC_MG_MASK_TILE_ROWS, 0,
+                         vc_cuda_stream(h)>>>(dgrad ? m->nbr_in : m->nbr_out,
+                                              order, n, m->kvol, mask);
+      VC_CUDA_LAUNCH_CHECK(h, "mask_gemm tile_mask_kernel");
     }
+    ws.release(mask);
     *slot = mask;
   }
   *out = *slot;

@@ -221,6 +221,9 @@ __device__ __forceinline__ void load_b_kn(uint32_t (&bfr)[NI][2], const T *b_s,
  * tile has the same rounding behaviour. */
 #define PROMOTE_CHANNELS 256
 #define VC_MG_MASK_WORDS ((VC_MG_MAX_KVOL + 31) / 32)
+/* Tile height of the precomputed per-tile offset masks (FwdArgs::tile_mask;
+ * kmap tile_mask_out/in). */
+#define VC_MG_MASK_TILE_ROWS 128
 
 struct FwdArgs {
   const void *a;      /* gathered operand [n_src][ka]: x (fwd) or dy (dgrad) */
@@ -275,7 +278,7 @@ __device__ __forceinline__ void scan_tile_offsets(const FwdArgs &args, int m0,
                                                   int rows,
                                                   TileOffsets<BM> &s) {
   const int tid = threadIdx.x, kvol = args.kvol;
-  const bool given = BM == 128 && args.tile_mask != NULL;
+  const bool given = BM == VC_MG_MASK_TILE_ROWS && args.tile_mask != NULL;
   /* issued first, so its latency overlaps the row-index loads */
   const unsigned tm = given && tid == 0 ? __ldg(args.tile_mask + m0 / BM) : 0u;
   for (int r = tid; r < BM; r += THREADS)
