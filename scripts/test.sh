@@ -9,10 +9,29 @@ root=$(pwd)
 scripts/deps.sh
 jobs=$(nproc)
 
+# ctest in build dir $1; on failure the end of each failed test's output is
+# printed again last, since a CI summary keeps only the tail of the log
+# (a fuzzer's crash input and report would otherwise scroll away).
+run_ctest() {
+  local dir=$1
+  if (cd "$dir" && ctest --output-on-failure -j "$jobs"); then return 0; fi
+  local failed=$dir/Testing/Temporary/LastTestsFailed.log
+  local log=$dir/Testing/Temporary/LastTest.log
+  if [ -f "$failed" ] && [ -f "$log" ]; then
+    cut -d: -f2 "$failed" | while read -r name; do
+      echo "== end of the output of failed test $name =="
+      awk -v t="$name" '$0 ~ (" Testing: " t "$") {on=1}
+        on && /^<end of output>/ {exit} on && out {print}
+        on && /^Output:/ {out=1; getline}' "$log" | tail -40
+    done
+  fi
+  return 1
+}
+
 echo "== build (release) =="
 scripts/build.sh build
 echo "== ctest (release) =="
-(cd build && ctest --output-on-failure -j "$jobs")
+run_ctest build
 
 echo "== install + pkg-config (shared and static) =="
 inst=$(mktemp -d)
@@ -38,9 +57,8 @@ fi
 
 echo "== ASan + UBSan (CPU path) =="
 scripts/build.sh build-asan -DVOXCONV_SANITIZE=ON -DVOXCONV_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --output-on-failure -j "$jobs")
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 run_ctest build-asan
 
 echo "== valgrind (CPU path) =="
 scripts/build.sh build-vg -DVOXCONV_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo

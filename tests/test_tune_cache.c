@@ -196,6 +196,50 @@ static const char k_valid[] =
     "  cand broken - - failed:VOXCONV_STATUS_CUDA_ERROR -\n"
     "end 1\n";
 
+/* Magnitudes at the edges of double: the writer prints times with "%.6g"
+ * and max_rel with "%.3e", which can turn a normal value into a subnormal
+ * one (2.2250738585072014e-308 -> 2.22507e-308) or DBL_MAX into an
+ * overflow (1.798e+308), and a wrong candidate's max_rel is infinite when
+ * its reference is all zeros. The reader must take back whatever the
+ * writer printed, and what it reads must print the same. */
+static void test_extreme_measures(void) {
+  static const double vals[] = {
+      2.2250738585072014e-308, 1e-310,  4.9e-324, 0, 1e300,
+      1.7976931348623157e308,  INFINITY};
+  const int n = (int)(sizeof vals / sizeof vals[0]);
+  vc_cache_db_t db, back;
+  vc_cache_db_init(&db);
+  const vc_cache_key_t key = make_key("cpu:edge", 8, 8);
+  vc_cache_entry_t *e = vc_cache_db_upsert(&db, "sparse_conv_forward", &key);
+  VC_EXPECT(e != NULL, "upsert");
+  for (int i = 0; e && i < n; i++) {
+    char params[32];
+    snprintf(params, sizeof params, "tile=%d", i);
+    vc_cache_row_t row =
+        make_row("edge_algo", params, vals[i], "ok", vals[n - 1 - i]);
+    VC_EXPECT(vc_cache_entry_put_row(e, &row) == 0, "put row %d", i);
+  }
+  if (e)
+    vc_cache_entry_sort(e); /* written ranked, as the tuner does */
+  size_t len = 0, len2 = 0;
+  char *text = vc_cache_db_serialize(&db, &len);
+  char err[256] = "";
+  const int rc =
+      text ? vc_cache_db_parse(&back, text, len, err, sizeof err) : -1;
+  VC_EXPECT(rc == 0, "extreme measures do not read back: %s", err);
+  if (rc == 0) {
+    VC_EXPECT(back.n == 1 && back.entries[0].n_rows == n, "rows read back");
+    char *text2 = vc_cache_db_serialize(&back, &len2);
+    VC_EXPECT(text2 && len2 == len && memcmp(text, text2, len) == 0,
+              "serialize(parse(text)) differs:\n%s---\n%s", text,
+              text2 ? text2 : "(null)");
+    free(text2);
+    vc_cache_db_free(&back);
+  }
+  free(text);
+  vc_cache_db_free(&db);
+}
+
 static void test_reader(void) {
   vc_cache_db_t db;
   char err[256];
@@ -274,6 +318,8 @@ static void test_reader(void) {
       {"0.25 ok", "nan ok", "time"},
       {"0.25 ok", "inf ok", "time"},
       {"0.25 ok", "-1 ok", "time"},
+      {"0.25 ok", "1e999 ok", "time"},
+      {"1.0e-03", "1e999", "max_rel"},
       {"0.25 ok", "- ok", "without a time"},
       {"1.0e-03", "1.0e-0x", "max_rel"},
       {"cand mask_gemm", "cand mask/gemm", "algorithm"},
@@ -877,9 +923,8 @@ static void test_db_index(void) {
   int ok = 1;
   for (int i = 0; i < n; i++) {
     vc_cache_key_t k = index_key(i);
-    got[i] = vc_cache_db_upsert(&db, i % 2 ? "sparse_conv_forward"
-                                           : "sparse_conv_dgrad",
-                                &k);
+    got[i] = vc_cache_db_upsert(
+        &db, i % 2 ? "sparse_conv_forward" : "sparse_conv_dgrad", &k);
     ok &= got[i] != NULL;
   }
   VC_EXPECT(ok && db.n == n, "%d entries after %d upserts", db.n, n);
@@ -897,8 +942,7 @@ static void test_db_index(void) {
   }
   VC_EXPECT(found == n, "%d of %d keys found", found, n);
   VC_EXPECT(absent_found == 0, "%d absent keys found", absent_found);
-  VC_EXPECT(wrong_ns == 0, "%d keys found under the other namespace",
-            wrong_ns);
+  VC_EXPECT(wrong_ns == 0, "%d keys found under the other namespace", wrong_ns);
   /* upsert of an existing key returns the same entry, adds nothing */
   vc_cache_key_t k0;
   memset(&k0, 0, sizeof k0);
@@ -920,6 +964,7 @@ int main(void) {
   test_db_index();
   setenv("VOXCONV_AUTOTUNE_LOG", "0", 1);
   test_round_trip();
+  test_extreme_measures();
   test_reader();
   test_corrupt_files();
   test_concurrent_processes();

@@ -151,8 +151,8 @@ const char *vc_cache_coverage_format(unsigned cov, char *buf, size_t size) {
   return buf;
 }
 
-static int entry_matches(const vc_cache_entry_t *e, uint64_t h,
-                         const char *ns, const vc_cache_key_t *key) {
+static int entry_matches(const vc_cache_entry_t *e, uint64_t h, const char *ns,
+                         const vc_cache_key_t *key) {
   return e->hash == h && strcmp(e->ns, ns) == 0 &&
          vc_cache_key_equal(&e->key, key);
 }
@@ -381,6 +381,21 @@ static void sb_printf(sbuf_t *s, const char *fmt, ...) {
   }
 }
 
+/* A time or max_rel as the reader takes it back: "-" when absent
+ * (negative). A wrong candidate's max_rel is infinite when the reference is
+ * all zeros, and "%.3e" rounds values near DBL_MAX up to an overflow; both
+ * would print as something parse_measure refuses, making the whole file
+ * unreadable, so anything beyond VC_CACHE_MEASURE_MAX is written as that. */
+static void format_measure(char *buf, size_t size, const char *fmt, double v) {
+  if (v < 0) {
+    snprintf(buf, size, "-");
+    return;
+  }
+  if (!(v <= VC_CACHE_MEASURE_MAX))
+    v = VC_CACHE_MEASURE_MAX;
+  snprintf(buf, size, fmt, v);
+}
+
 char *vc_cache_db_serialize(const vc_cache_db_t *db, size_t *len) {
   sbuf_t s = {NULL, 0, 0, 0};
   s.cap = 4096;
@@ -402,14 +417,8 @@ char *vc_cache_db_serialize(const vc_cache_db_t *db, size_t *len) {
     for (int r = 0; r < e->n_rows; r++) {
       const vc_cache_row_t *row = &e->rows[r];
       char t[32], m[32];
-      if (row->time_ms >= 0)
-        snprintf(t, sizeof t, "%.6g", row->time_ms);
-      else
-        snprintf(t, sizeof t, "-");
-      if (row->max_rel >= 0)
-        snprintf(m, sizeof m, "%.3e", row->max_rel);
-      else
-        snprintf(m, sizeof m, "-");
+      format_measure(t, sizeof t, "%.6g", row->time_ms);
+      format_measure(m, sizeof m, "%.3e", row->max_rel);
       sb_printf(&s, "  cand %s %s %s %s %s\n", row->algo, row->params, t,
                 row->status, m);
     }
@@ -488,9 +497,12 @@ static int parse_measure(const char *s, double *out) {
   if (!isdigit((unsigned char)*s) && *s != '.')
     return 0;
   char *end = NULL;
-  errno = 0;
   double v = strtod(s, &end);
-  if (errno || *end || !isfinite(v) || v < 0)
+  /* errno is not consulted: strtod reports underflow (a subnormal or zero
+   * result) as ERANGE, and the writer's "%.6g" / "%.3e" can print such a
+   * value (2.2250738585072014e-308 becomes 2.22507e-308), so rejecting
+   * underflow would refuse a file we wrote. Overflow yields inf, refused. */
+  if (end == s || *end || !isfinite(v) || v < 0)
     return 0;
   *out = v;
   return 1;

@@ -26,6 +26,9 @@ extern "C" {
 #define VC_CACHE_STATUS_MAX 48
 #define VC_CACHE_DEVICE_MAX 128
 #define VC_CACHE_LIB_MAX 16
+/* The largest time or max_rel written (larger or infinite ones are
+ * written as this; see format_measure in cache_format.c). */
+#define VC_CACHE_MEASURE_MAX 1e300
 #define VC_CACHE_LINE_MAX 1024
 /* Sanity bounds against absurd files (and the fuzzer). */
 #define VC_CACHE_MAX_ENTRIES 1000000
