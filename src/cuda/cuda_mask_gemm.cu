@@ -300,12 +300,10 @@ const vc_param_space_t mg_space_fwd = {
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_FWD_TILES, 2, 2},
     {{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, {32, 16}, {1, 0}}};
-/* split_k_slices 0 = adaptive: enough slices per offset that the grid
- * fills the GPU twice over (a layer has only kvol x tiles blocks without
- * splitting: 27 for C = 64, far below 132 SMs). The other values run from
+/* split_k_slices 0 = adaptive (wgrad_splits). The other values run from
  * many slices to few: the tuner's reduced search takes the first values of
  * each tile first, and many slices won on the H200 (C = 32: 64 slices
- * 0.40 ms, adaptive 1.33 ms). */
+ * 0.40 ms against 1.33 ms for the adaptive count of that time). */
 const vc_param_space_t mg_space_wgrad = {
     2,
     {"mma_tile", "split_k_slices"},
@@ -317,8 +315,22 @@ const int kWgradTileMN[VC_MG_WGRAD_TILES][2] = {
     {64, 64}, {32, 32}, {128, 128}, {64, 128}};
 
 /* Adaptive split count for a GPU with `sms` multiprocessors (monotone in
- * sms, so the workspace is sized with an upper bound on it). */
+ * sms, so the workspace is sized with an upper bound on it).
+ *
+ * Without splitting a layer has only kvol x tiles blocks (27 at C = 64). The
+ * H200 sweep of every tile x split count (bench/results/
+ * h200_2026-11-21_s3_bench_tiles.txt, workload C) puts the best count where
+ * the layer has about 13 blocks per SM (1,728 blocks on 132 SMs: 64 slices at
+ * C = 32 and 64, 16-32 at C = 128, 4-16 at C = 256 by tile): a block's
+ * pairs run as one latency-bound pipeline, and the offsets' pair counts are
+ * uneven (the centre offset pairs every row), so more, shorter slices keep
+ * the SMs busy to the end. The earlier target of 2 blocks per SM ran
+ * 1.3-2.9x slower. The partial sums are capped at kWgradAdaptiveWsBytes so a
+ * default call at large C does not take hundreds of MB (at C = 256 the cap
+ * allows 9 slices; 8 measured within 12% of the best there). */
 const int kMaxSmsForWorkspace = 512;
+const int kWgradBlocksPerSm = 13;
+const int64_t kWgradAdaptiveWsBytes = (int64_t)64 << 20;
 
 int wgrad_splits(int sms, const vc_conv_problem_t *p,
                  const vc_algo_params_t *prm) {
@@ -329,12 +341,17 @@ int wgrad_splits(int sms, const vc_conv_problem_t *p,
   const int64_t tiles = vc_ceil_div<int64_t>(p->cin, kWgradTileMN[t][0]) *
                         vc_ceil_div<int64_t>(p->cout, kWgradTileMN[t][1]) *
                         p->kmap->kvol;
-  int64_t s = vc_ceil_div<int64_t>(2 * (int64_t)sms, tiles);
+  int64_t s = vc_ceil_div<int64_t>(kWgradBlocksPerSm * (int64_t)sms, tiles);
   /* keep at least ~512 pairs per slice on average */
   const int64_t max_by_pairs =
       p->kmap->n_pairs / (512 * (int64_t)p->kmap->kvol) + 1;
   if (s > max_by_pairs)
     s = max_by_pairs;
+  const int64_t slice_bytes =
+      (int64_t)p->kmap->kvol * p->cin * p->cout * (int64_t)sizeof(float);
+  const int64_t max_by_ws = kWgradAdaptiveWsBytes / slice_bytes;
+  if (s > max_by_ws)
+    s = max_by_ws;
   if (s > VC_MG_MAX_SPLITS)
     s = VC_MG_MAX_SPLITS;
   return s < 1 ? 1 : (int)s;
