@@ -204,6 +204,28 @@ VOXCONV_API voxconv_status_t voxconv_set_deterministic(voxconv_handle_t *h,
                                                        int deterministic);
 /* Wait for all work queued on the handle's stream (no-op on CPU). */
 VOXCONV_API voxconv_status_t voxconv_synchronize(voxconv_handle_t *h);
+
+/* Timing library calls the way benchmarks should: on a CUDA handle a pair
+ * of CUDA events on the handle's stream, so the result is the time the GPU
+ * took from start to stop (host launch overhead before the first kernel and
+ * the wake-up after the last one are not in it); on a CPU handle the
+ * monotonic clock (CPU calls return when done).
+ *   voxconv_timer_start   records the start on h's stream, returns a timer
+ *   voxconv_timer_stop    records the stop, waits for it, sets *ms and
+ *                         frees the timer (on failure too)
+ *   voxconv_timer_discard frees a timer without measuring (NULL: no-op)
+ * Start and stop must use the same handle, and its stream must not change
+ * in between (VOXCONV_STATUS_INVALID_ARGUMENT; the timer is freed). Host
+ * work inside the interval counts on CUDA only where the stream waits for
+ * it (a call that synchronises internally, as a kernel-map build does). */
+typedef struct voxconv_timer voxconv_timer_t;
+VOXCONV_API voxconv_status_t voxconv_timer_start(voxconv_handle_t *h,
+                                                 voxconv_timer_t **timer);
+VOXCONV_API voxconv_status_t voxconv_timer_stop(voxconv_handle_t *h,
+                                                voxconv_timer_t *timer,
+                                                double *ms);
+VOXCONV_API void voxconv_timer_discard(voxconv_handle_t *h,
+                                       voxconv_timer_t *timer);
 /* The message of the last failure on h (h == NULL: this thread's last
  * failure outside a handle). Never NULL; "" when there was none. */
 VOXCONV_API const char *voxconv_get_last_error(const voxconv_handle_t *h);

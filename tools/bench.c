@@ -394,6 +394,9 @@ typedef struct bench {
   row_t rows[MAX_ROWS];
   int n_rows;
   double *fwd_total, *bwd_total; /* [repeat] end-to-end */
+  /* Timers in flight (see clock_start), freed by bench_cleanup when a call
+   * between start and stop fails. */
+  voxconv_timer_t *t_op, *t_total;
   double peak_flops, peak_bw;
   void *allocs[MAX_ALLOCS];
   int n_allocs;
@@ -412,6 +415,22 @@ static int lib_fail(bench_t *B, const char *what, voxconv_status_t st) {
     if (st_ != VOXCONV_STATUS_SUCCESS)                                         \
       return lib_fail((B), (what), st_);                                       \
   } while (0)
+
+/* Timing follows BENCHMARKS.md: CUDA events on the handle's stream (the
+ * library's voxconv_timer_*), the monotonic clock on the CPU. The timer in
+ * flight lives in *slot so that bench_cleanup frees it if a call between
+ * start and stop fails. */
+static int clock_start(bench_t *B, voxconv_timer_t **slot) {
+  TRY(B, "voxconv_timer_start", voxconv_timer_start(B->h, slot));
+  return 0;
+}
+
+static int clock_stop(bench_t *B, voxconv_timer_t **slot, double *ms) {
+  voxconv_timer_t *t = *slot;
+  *slot = NULL;
+  TRY(B, "voxconv_timer_stop", voxconv_timer_stop(B->h, t, ms));
+  return 0;
+}
 
 static void progress(const bench_t *B, const char *fmt, ...) {
   if (B->o.quiet)
@@ -906,14 +925,16 @@ static int build_level_maps(bench_t *B, int l, const int32_t *coords,
   const voxconv_coords_t c = level_coords(coords, n, l);
   const voxconv_kmap_desc_t ds = subm3_desc(), dp = pool2_desc();
   char what[64];
-  double t0 = vt_now_ms();
+  int rc;
+  double ms = 0;
+  if (sync && (rc = clock_start(B, &B->t_op)))
+    return rc;
   snprintf(what, sizeof what, "voxconv_kmap_build (level %d subm3)", l);
   TRY(B, what, voxconv_kmap_build(B->h, &ds, &c, NULL, &L->subm));
-  if (sync)
-    TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
-  double t1 = vt_now_ms();
+  if (sync && (rc = clock_stop(B, &B->t_op, &ms)))
+    return rc;
   if (ms_subm)
-    *ms_subm = t1 - t0;
+    *ms_subm = ms;
   voxconv_kmap_info_t info;
   TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->subm, &info));
   if (check && info.n_pairs != L->pairs_subm) {
@@ -926,14 +947,15 @@ static int build_level_maps(bench_t *B, int l, const int32_t *coords,
   L->pairs_subm = info.n_pairs;
   if (!with_pool)
     return 0;
-  t0 = vt_now_ms();
+  ms = 0;
+  if (sync && (rc = clock_start(B, &B->t_op)))
+    return rc;
   snprintf(what, sizeof what, "voxconv_kmap_build (level %d pool 2/2)", l);
   TRY(B, what, voxconv_kmap_build(B->h, &dp, &c, NULL, &L->pool));
-  if (sync)
-    TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
-  t1 = vt_now_ms();
+  if (sync && (rc = clock_stop(B, &B->t_op, &ms)))
+    return rc;
   if (ms_pool)
-    *ms_pool = t1 - t0;
+    *ms_pool = ms;
   TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->pool, &info));
   if (check && (info.n_pairs != L->pairs_pool || info.n_out != L->n_next)) {
     fprintf(stderr,
@@ -1062,15 +1084,15 @@ static int plan_network(bench_t *B) {
 /* Runs one op, timing it into row r of run rep (rep < 0: not recorded). */
 #define TIMED_OP(B, r, rep, sync, what, call)                                  \
   do {                                                                         \
-    const double t0_ = vt_now_ms();                                            \
-    voxconv_status_t st_ = (call);                                             \
-    if (st_ == VOXCONV_STATUS_SUCCESS && (sync))                               \
-      st_ = voxconv_synchronize((B)->h);                                       \
-    const double t1_ = vt_now_ms();                                            \
-    if (st_ != VOXCONV_STATUS_SUCCESS)                                         \
-      return lib_fail((B), (what), st_);                                       \
+    double ms_ = 0;                                                            \
+    int rc_;                                                                   \
+    if ((sync) && (rc_ = clock_start((B), &(B)->t_op)))                        \
+      return rc_;                                                              \
+    TRY((B), (what), (call));                                                  \
+    if ((sync) && (rc_ = clock_stop((B), &(B)->t_op, &ms_)))                   \
+      return rc_;                                                              \
     if ((rep) >= 0)                                                            \
-      (B)->rows[(r)].ms[(rep)] = t1_ - t0_;                                    \
+      (B)->rows[(r)].ms[(rep)] = ms_;                                          \
     (r)++;                                                                     \
   } while (0)
 
@@ -1079,8 +1101,8 @@ static int plan_network(bench_t *B) {
 static int net_forward(bench_t *B, int rep, int per_layer, double *total) {
   const int rec = per_layer ? rep : -1;
   int r = 0, rc;
-  TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
-  const double start = vt_now_ms();
+  if ((rc = clock_start(B, &B->t_total)))
+    return rc;
   const int32_t *coords = B->coords;
   for (int l = 0; l < NET_LEVELS; l++) {
     net_level_t *L = &B->lv[l];
@@ -1113,9 +1135,7 @@ static int net_forward(bench_t *B, int rep, int per_layer, double *total) {
           voxconv_kmap_out_coords(L->pool, &coords));
     }
   }
-  TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
-  *total = vt_now_ms() - start;
-  return 0;
+  return clock_stop(B, &B->t_total, total);
 }
 
 /* Backward through the maps the forward of this run built. */
@@ -1124,8 +1144,9 @@ static int net_backward(bench_t *B, int rep, int per_layer, double *total) {
   int r = 0;
   while (r < B->n_rows && B->rows[r].phase == 0)
     r++;
-  TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
-  const double start = vt_now_ms();
+  int rc;
+  if ((rc = clock_start(B, &B->t_total)))
+    return rc;
   for (int l = NET_LEVELS - 1; l >= 0; l--) {
     net_level_t *L = &B->lv[l];
     const voxconv_feats_t x = feats_of(B, L->x, L->n, L->cin);
@@ -1155,9 +1176,7 @@ static int net_backward(bench_t *B, int rep, int per_layer, double *total) {
     TIMED_OP(B, r, rec, per_layer, "voxconv_conv_wgrad (conv1)",
              voxconv_conv_wgrad(B->h, L->subm, &x, &ga, &dw1, &B->conv_opt));
   }
-  TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
-  *total = vt_now_ms() - start;
-  return 0;
+  return clock_stop(B, &B->t_total, total);
 }
 
 static int run_network(bench_t *B) {
@@ -1332,8 +1351,8 @@ static void print_human(const bench_t *B, FILE *f) {
   fprintf(f, "timing    : median of %d run%s after %d warm-up%s; %s\n",
           B->repeat, B->repeat == 1 ? "" : "s", B->warmup,
           B->warmup == 1 ? "" : "s",
-          cuda ? "rows: host clock with voxconv_synchronize after each op; "
-                 "totals: separate end-to-end runs, one sync"
+          cuda ? "rows: CUDA events around each op (voxconv_timer_*); "
+                 "totals: separate end-to-end runs, one event pair"
                : "CPU monotonic clock");
   if (cuda)
     fprintf(f,
@@ -1503,6 +1522,8 @@ static void bench_cleanup(bench_t *B) {
   free(B->fwd_total);
   free(B->bwd_total);
   if (B->h) {
+    voxconv_timer_discard(B->h, B->t_op);
+    voxconv_timer_discard(B->h, B->t_total);
     bfree_all(B);
     voxconv_destroy(B->h);
   }

@@ -9,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int voxconv_has_cuda(void) {
 #ifdef VOXCONV_HAVE_CUDA
@@ -165,6 +166,87 @@ voxconv_status_t voxconv_synchronize(voxconv_handle_t *h) {
   if (h->backend == VOXCONV_BACKEND_CUDA)
     return vc_cuda_synchronize(h);
 #endif
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* ---- timing on the handle's stream ------------------------------------ */
+struct voxconv_timer {
+  const voxconv_handle_t *h; /* the handle it was started on */
+  void *stream;              /* ... and that handle's stream then */
+  double t0_ms;              /* CPU: the monotonic clock at start */
+  void *cuda;                /* CUDA: the event pair (vc_cuda_timer_*) */
+};
+
+static double monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+voxconv_status_t voxconv_timer_start(voxconv_handle_t *h,
+                                     voxconv_timer_t **timer) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, timer, "timer");
+  *timer = NULL;
+  voxconv_timer_t *t = (voxconv_timer_t *)calloc(1, sizeof *t);
+  if (!t)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "voxconv_timer_start: out of host memory");
+  t->h = h;
+  t->stream = h->stream;
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA) {
+    const voxconv_status_t st = vc_cuda_timer_start(h, &t->cuda);
+    if (st != VOXCONV_STATUS_SUCCESS) {
+      free(t);
+      return st;
+    }
+  }
+#endif
+  t->t0_ms = monotonic_ms();
+  *timer = t;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+void voxconv_timer_discard(voxconv_handle_t *h, voxconv_timer_t *timer) {
+  (void)h;
+  if (!timer)
+    return;
+#ifdef VOXCONV_HAVE_CUDA
+  if (timer->cuda)
+    vc_cuda_timer_discard((voxconv_handle_t *)timer->h, timer->cuda);
+#endif
+  free(timer);
+}
+
+voxconv_status_t voxconv_timer_stop(voxconv_handle_t *h,
+                                    voxconv_timer_t *timer, double *ms) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  if (!timer)
+    return vc_fail(h, VOXCONV_STATUS_NULL_POINTER,
+                   "voxconv_timer_stop: timer is NULL");
+  if (!ms) {
+    voxconv_timer_discard(h, timer);
+    return vc_fail(h, VOXCONV_STATUS_NULL_POINTER,
+                   "voxconv_timer_stop: ms is NULL");
+  }
+  if (timer->h != h || timer->stream != h->stream) {
+    voxconv_timer_discard(h, timer);
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_timer_stop: the timer was started on another "
+                   "handle or stream");
+  }
+#ifdef VOXCONV_HAVE_CUDA
+  if (timer->cuda) {
+    void *events = timer->cuda;
+    free(timer);
+    return vc_cuda_timer_stop(h, events, ms); /* frees the events */
+  }
+#endif
+  *ms = monotonic_ms() - timer->t0_ms;
+  free(timer);
   return VOXCONV_STATUS_SUCCESS;
 }
 
