@@ -48,7 +48,7 @@ if has test; then
   stamp "GPU tests (background)"
   (cd $B && VOXCONV_REPORT="$OUT/precision.md" timeout ${TEST_TIMEOUT:-540} \
      ctest --output-on-failure \
-     -R "${GPU_TESTS:-test_backend_ops|test_deterministic|test_cuda_kmap|test_mask_gemm|test_f16acc_gate|tool_bench_smoke_cuda|tool_info_kernels}") \
+     -R "${GPU_TESTS:-test_core|test_backend_ops|test_deterministic|test_cuda_kmap|test_mask_gemm|test_f16acc_gate|tool_bench_smoke_cuda|tool_info_kernels}") \
     >"$OUT/ctest_gpu.txt" 2>&1 &
   pids="$pids $!"
 fi
