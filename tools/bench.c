@@ -1456,6 +1456,9 @@ static void print_json(const bench_t *B, FILE *f) {
   fprintf(f, ", \"points\": %lld, \"voxels\": %lld, \"voxel_size\": %g},\n",
           (long long)B->n_points, (long long)B->n_voxels, B->voxel_size);
   fprintf(f, "  \"repeat\": %d,\n  \"warmup\": %d,\n", B->repeat, B->warmup);
+  /* How the times were taken (results recorded before this key existed
+   * used the host clock with a synchronize after each op). */
+  fprintf(f, "  \"clock\": \"%s\",\n", cuda ? "cuda_events" : "monotonic");
   if (cuda)
     fprintf(f,
             "  \"ceilings\": {\"tflops\": %g, \"tbps\": %g, \"source\": "
