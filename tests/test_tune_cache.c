@@ -227,6 +227,23 @@ static void test_extreme_measures(void) {
   const int rc =
       text ? vc_cache_db_parse(&back, text, len, err, sizeof err) : -1;
   VC_EXPECT(rc == 0, "extreme measures do not read back: %s", err);
+  /* A file from before the ceiling: a wrong candidate's "inf" max_rel. */
+  {
+    const char *old_file =
+        "voxconv-tuning-cache 1\n"
+        "entry sparse_conv_forward searched=all device=\"cpu:edge\" "
+        "lib=0.1.0 nin=12 nout=12 cin=8 cout=8 kvol=27 dtype=f16 acc=0 "
+        "det=0 mode=submanifold stride=1,1,1\n"
+        "  cand a - 0.5 ok 1.0e-04\n  cand b - - wrong inf\nend 1\n";
+    vc_cache_db_t odb;
+    const int orc =
+        vc_cache_db_parse(&odb, old_file, strlen(old_file), err, sizeof err);
+    VC_EXPECT(orc == 0 && odb.n == 1 && odb.entries[0].n_rows == 2 &&
+                  odb.entries[0].rows[1].max_rel == VC_CACHE_MEASURE_MAX,
+              "an 'inf' max_rel from an older writer: %s", orc ? err : "");
+    if (orc == 0)
+      vc_cache_db_free(&odb);
+  }
   if (rc == 0) {
     VC_EXPECT(back.n == 1 && back.entries[0].n_rows == n, "rows read back");
     char *text2 = vc_cache_db_serialize(&back, &len2);

@@ -698,7 +698,12 @@ static const char *parse_cand(tokens_t *t, vc_cache_row_t *row) {
       strcmp(row->status, "nonfinite") != 0 &&
       strncmp(row->status, "failed:", 7) != 0)
     return "unknown status";
-  if (!parse_measure(t->tok[5], &row->max_rel))
+  /* "inf": what writers before VC_CACHE_MEASURE_MAX printed for a wrong
+   * candidate whose reference was all zeros; read as that ceiling so those
+   * files stay readable. */
+  if (strcmp(t->tok[5], "inf") == 0)
+    row->max_rel = VC_CACHE_MEASURE_MAX;
+  else if (!parse_measure(t->tok[5], &row->max_rel))
     return "bad max_rel";
   if (vc_cache_row_ok(row) && row->time_ms < 0)
     return "an ok candidate without a time";
