@@ -142,11 +142,10 @@ int main(int argc, char **argv) {
     void *hx = malloc(feat_bytes), *hw = malloc(w_bytes);
     vc_fill_normal(hx, dt, n * C);
     vc_fill_normal(hw, dt, info.kernel_volume * C * C);
-    void *x = NULL, *y = NULL, *w = NULL, *dw = NULL;
+    void *x = NULL, *y = NULL, *w = NULL;
     voxconv_malloc(h, feat_bytes, &x);
     voxconv_malloc(h, feat_bytes, &y);
     voxconv_malloc(h, w_bytes, &w);
-    voxconv_malloc(h, w_bytes, &dw);
     voxconv_memcpy(h, x, hx, feat_bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
     voxconv_memcpy(h, y, hx, feat_bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
     voxconv_memcpy(h, w, hw, w_bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
@@ -160,24 +159,14 @@ int main(int argc, char **argv) {
         const vc_algo_t *a = vc_algo_at(ai);
         if (!in_list(algos, a->info.name) || !(a->info.passes & (1u << pass)))
           continue;
-        vc_conv_problem_t p;
-        memset(&p, 0, sizeof p);
-        p.pass = pass;
-        p.kmap = map;
-        p.dtype = dt;
-        p.cin = C;
-        p.cout = C;
-        p.a = pass == VOXCONV_PASS_CONV_DGRAD ? y : x;
-        p.b = pass == VOXCONV_PASS_CONV_WGRAD ? y : w;
-        p.c = pass == VOXCONV_PASS_CONV_WGRAD ? dw
-              : pass == VOXCONV_PASS_CONV_FWD ? y
-                                              : x;
         /* write targets must not alias inputs: use dedicated buffers */
         void *out = NULL;
         voxconv_malloc(h, pass == VOXCONV_PASS_CONV_WGRAD ? w_bytes
                                                           : feat_bytes,
                        &out);
-        p.c = out;
+        vc_conv_problem_t p = vc_conv_problem_make(
+            pass, map, dt, C, C, pass == VOXCONV_PASS_CONV_DGRAD ? y : x,
+            pass == VOXCONV_PASS_CONV_WGRAD ? y : w, out);
         if (!a->supports(h, &p)) {
           voxconv_free(h, out);
           continue;
@@ -240,7 +229,6 @@ int main(int argc, char **argv) {
     voxconv_free(h, x);
     voxconv_free(h, y);
     voxconv_free(h, w);
-    voxconv_free(h, dw);
     free(hx);
     free(hw);
   }

@@ -460,16 +460,8 @@ static void run_conv_case(const conv_case_t *c) {
             !(alg->info.passes & (1u << pass)) ||
             !algo_selected(alg->info.name))
           continue;
-        vc_conv_problem_t p;
-        memset(&p, 0, sizeof p);
-        p.pass = pass;
-        p.kmap = m->gpu;
-        p.dtype = dt;
-        p.cin = c->cin;
-        p.cout = c->cout;
-        p.a = a;
-        p.b = b;
-        p.c = out;
+        vc_conv_problem_t p =
+            vc_conv_problem_make(pass, m->gpu, dt, c->cin, c->cout, a, b, out);
         if (!alg->supports(g_gpu, &p)) {
           g_unsupported++;
           continue;

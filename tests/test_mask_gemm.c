@@ -105,23 +105,6 @@ static void rel_stats(const void *got, voxconv_dtype_t dt, const double *ref,
   free(r);
 }
 
-/* The problem record the algorithms take, for operands a, b, c. */
-static vc_conv_problem_t make_problem(voxconv_kmap_t *kg, voxconv_pass_t pass,
-                                      voxconv_dtype_t dt, int64_t cin,
-                                      int64_t cout, void *a, void *b, void *c) {
-  vc_conv_problem_t p;
-  memset(&p, 0, sizeof p);
-  p.pass = pass;
-  p.kmap = kg;
-  p.dtype = dt;
-  p.cin = cin;
-  p.cout = cout;
-  p.a = a;
-  p.b = b;
-  p.c = c;
-  return p;
-}
-
 /* Runs one (pass, dtype, params) of algo on the GPU and compares with the
  * CPU F64 result computed from the same dtype-rounded inputs. */
 static void check_case(const vc_algo_t *algo, const coordset_t *cs,
@@ -153,7 +136,8 @@ static void check_case(const vc_algo_t *algo, const coordset_t *cs,
                                                        cin * cout;
   void *d_a = gpu_upload(in_a, (size_t)na * es);
   void *d_b = gpu_upload(in_b, (size_t)nbel * es);
-  vc_conv_problem_t p = make_problem(kg, pass, dt, cin, cout, d_a, d_b, d_out);
+  vc_conv_problem_t p =
+      vc_conv_problem_make(pass, kg, dt, cin, cout, d_a, d_b, d_out);
   p.deterministic = 1;
   p.fp16_accum = pass != VOXCONV_PASS_CONV_WGRAD && prm->v[1] == 16;
   VC_EXPECT(algo->supports(g_gpu, &p), "%s: supports()", label);
@@ -260,7 +244,7 @@ static int algo_runs_here(const vc_algo_t *algo, voxconv_kmap_t *kg,
   /* any 16-byte-aligned non-NULL pointers: supports() reads no data */
   static _Alignas(16) char dummy[16];
   vc_conv_problem_t p =
-      make_problem(kg, pass, dt, cin, cout, dummy, dummy, dummy);
+      vc_conv_problem_make(pass, kg, dt, cin, cout, dummy, dummy, dummy);
   const int ok = algo->supports(g_gpu, &p);
   /* The default build has the 90a target, so on an sm_90 GPU the variant
    * must run (a silent skip there would hide a broken supports()). */

@@ -850,16 +850,8 @@ static void check_params_invariance(const map_case_t *mc, voxconv_pass_t pass,
   const size_t bytes = (size_t)n * voxconv_dtype_size(dt);
   void *first = malloc(bytes + 1);
   for (int v = 0; v < space->n_values[0]; v++) {
-    vc_conv_problem_t p;
-    memset(&p, 0, sizeof p);
-    p.pass = pass;
-    p.kmap = mc->km;
-    p.dtype = dt;
-    p.cin = cin;
-    p.cout = cout;
-    p.a = io.a[0].data;
-    p.b = io.a[1].data;
-    p.c = o->data;
+    vc_conv_problem_t p = vc_conv_problem_make(pass, mc->km, dt, cin, cout,
+                                          io.a[0].data, io.a[1].data, o->data);
     p.deterministic = 1;
     vc_algo_params_t prm;
     memset(&prm, 0, sizeof prm);

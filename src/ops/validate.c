@@ -237,14 +237,7 @@ static void fill_problem(vc_conv_problem_t *p, voxconv_handle_t *h,
                          voxconv_dtype_t dtype, int64_t cin, int64_t cout,
                          const void *a, const void *b, void *c,
                          const voxconv_conv_options_t *opt) {
-  p->pass = pass;
-  p->kmap = kmap;
-  p->dtype = dtype;
-  p->cin = cin;
-  p->cout = cout;
-  p->a = a;
-  p->b = b;
-  p->c = c;
+  *p = vc_conv_problem_make(pass, kmap, dtype, cin, cout, a, b, c);
   p->fp16_accum = vc_resolve_fp16_accum(opt, dtype, pass);
   p->deterministic = vc_resolve_deterministic(h, opt);
 }

@@ -7,6 +7,8 @@
 #include "../coords/vc_kmap.h"
 #include "../core/vc_core.h"
 
+#include <string.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -28,6 +30,25 @@ typedef struct vc_conv_problem {
   int fp16_accum;    /* resolved: 1 = fp16 accumulators allowed */
   int deterministic; /* resolved: 1 = no float atomics, fixed order */
 } vc_conv_problem_t;
+
+/* A problem with these roles; the resolved flags (fp16_accum,
+ * deterministic) start at 0 for the caller to set. */
+static inline vc_conv_problem_t
+vc_conv_problem_make(voxconv_pass_t pass, const voxconv_kmap_t *kmap,
+                voxconv_dtype_t dtype, int64_t cin, int64_t cout,
+                const void *a, const void *b, void *c) {
+  vc_conv_problem_t p;
+  memset(&p, 0, sizeof p);
+  p.pass = pass;
+  p.kmap = kmap;
+  p.dtype = dtype;
+  p.cin = cin;
+  p.cout = cout;
+  p.a = a;
+  p.b = b;
+  p.c = c;
+  return p;
+}
 
 #define VC_MAX_PARAMS 4
 #define VC_MAX_PARAM_VALUES 16
