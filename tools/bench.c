@@ -916,6 +916,19 @@ static void release_maps(bench_t *B) {
   }
 }
 
+/* One map build, timed into *ms when `timed` (else *ms = 0). */
+static int timed_kmap_build(bench_t *B, int timed, const char *what,
+                            const voxconv_kmap_desc_t *d,
+                            const voxconv_coords_t *c, voxconv_kmap_t **map,
+                            double *ms) {
+  int rc;
+  *ms = 0;
+  if (timed && (rc = clock_start(B, &B->t_op)))
+    return rc;
+  TRY(B, what, voxconv_kmap_build(B->h, d, c, NULL, map));
+  return timed ? clock_stop(B, &B->t_op, ms) : 0;
+}
+
 /* Builds the maps of level l on coords (n rows); checks the sizes against
  * the plan when `check` (maps are deterministic, so a change is a bug). */
 static int build_level_maps(bench_t *B, int l, const int32_t *coords,
@@ -926,12 +939,9 @@ static int build_level_maps(bench_t *B, int l, const int32_t *coords,
   const voxconv_kmap_desc_t ds = subm3_desc(), dp = pool2_desc();
   char what[64];
   int rc;
-  double ms = 0;
-  if (sync && (rc = clock_start(B, &B->t_op)))
-    return rc;
+  double ms;
   snprintf(what, sizeof what, "voxconv_kmap_build (level %d subm3)", l);
-  TRY(B, what, voxconv_kmap_build(B->h, &ds, &c, NULL, &L->subm));
-  if (sync && (rc = clock_stop(B, &B->t_op, &ms)))
+  if ((rc = timed_kmap_build(B, sync, what, &ds, &c, &L->subm, &ms)))
     return rc;
   if (ms_subm)
     *ms_subm = ms;
@@ -947,12 +957,8 @@ static int build_level_maps(bench_t *B, int l, const int32_t *coords,
   L->pairs_subm = info.n_pairs;
   if (!with_pool)
     return 0;
-  ms = 0;
-  if (sync && (rc = clock_start(B, &B->t_op)))
-    return rc;
   snprintf(what, sizeof what, "voxconv_kmap_build (level %d pool 2/2)", l);
-  TRY(B, what, voxconv_kmap_build(B->h, &dp, &c, NULL, &L->pool));
-  if (sync && (rc = clock_stop(B, &B->t_op, &ms)))
+  if ((rc = timed_kmap_build(B, sync, what, &dp, &c, &L->pool, &ms)))
     return rc;
   if (ms_pool)
     *ms_pool = ms;
