@@ -177,7 +177,7 @@ struct voxconv_timer {
   void *cuda;                /* CUDA: the event pair (vc_cuda_timer_*) */
 };
 
-static double monotonic_ms(void) {
+double vc_monotonic_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
@@ -204,7 +204,7 @@ voxconv_status_t voxconv_timer_start(voxconv_handle_t *h,
     }
   }
 #endif
-  t->t0_ms = monotonic_ms();
+  t->t0_ms = vc_monotonic_ms();
   *timer = t;
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -245,7 +245,7 @@ voxconv_status_t voxconv_timer_stop(voxconv_handle_t *h,
     return vc_cuda_timer_stop(h, events, ms); /* frees the events */
   }
 #endif
-  *ms = monotonic_ms() - timer->t0_ms;
+  *ms = vc_monotonic_ms() - timer->t0_ms;
   free(timer);
   return VOXCONV_STATUS_SUCCESS;
 }

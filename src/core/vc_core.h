@@ -71,6 +71,10 @@ void vc_free(voxconv_handle_t *h, void *ptr);
 voxconv_status_t vc_host_alloc(const voxconv_handle_t *h, size_t bytes,
                                void **ptr, const char *what);
 
+/* The monotonic clock in milliseconds (CPU timing: voxconv_timer_*, the
+ * tuner). */
+double vc_monotonic_ms(void);
+
 /* ---- dtype conversion (host) ----------------------------------------- */
 float vc_f16_to_f32(uint16_t h);
 uint16_t vc_f32_to_f16(float f); /* round to nearest even */

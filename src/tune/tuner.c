@@ -19,7 +19,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define VC_MAX_RUNS 100
@@ -446,9 +445,7 @@ double (*vc_tune_test_clock_ms)(void);
 static double now_ms(void) {
   if (vc_tune_test_clock_ms)
     return vc_tune_test_clock_ms();
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+  return vc_monotonic_ms();
 }
 
 /* One run; *ms (may be NULL) gets its time: CUDA events on the handle's
