@@ -4,11 +4,15 @@
 # compute-sanitizer (memcheck, racecheck) on reduced cases, and record the
 # benchmarks of BENCHMARKS.md. Results and logs go to $OUT.
 #
-#   scripts/device_check.sh [build] [test] [sanitize] [bench] [profile]
+#   scripts/device_check.sh [build] [test] [sanitize] [bench] [profile] [kprof]
 #   (default: build test sanitize bench)
 #
 # profile: Nsight Compute sections of single kernels, PROFILE_CASES="C:match
 # C:match ..." (match as bench_tiles --match, e.g. 64:mma_tile=0,acc).
+#
+# kprof: the duration of every kernel of one workload-A forward + backward
+# (ncu, serialised), to split each layer's time into kernels and launch
+# gaps; run after bench (it reuses the tuning cache bench filled).
 #
 # The device tool brings back only a few files, so the logs are packed into
 # $OUT/logs.tar.gz at exit; the key lines go to stdout.
@@ -117,5 +121,12 @@ if has profile; then
     grep -E "Duration|Throughput|Stall|Warp Cycles|Achieved Occupancy|Registers|Issued" \
       "$OUT/ncu_C${c}_${m//[=,]/_}.txt" | head -30
   done
+fi
+if has kprof; then
+  stamp "ncu kernel durations, workload A (one run)"
+  timeout 400 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --log-file "$OUT/kprof_A.csv" $B/voxconv bench --workload A --repeat 1 \
+    --warmup 0 --quiet >/dev/null 2>"$OUT/kprof_A.txt"
+  echo "kprof: $(grep -c gpu__time_duration "$OUT/kprof_A.csv") kernels"
 fi
 stamp done
