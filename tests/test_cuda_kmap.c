@@ -161,6 +161,35 @@ static void compare_i32_dev(const char *label, const char *what,
   free(g);
 }
 
+/* The GPU map's row bitmasks (kvol <= 32) against ones computed here from
+ * the CPU map's neighbour table: bit k set iff nbr[r][k] >= 0. */
+static void compare_row_masks(const char *label, const char *what,
+                              const int32_t *nbr_cpu, const uint32_t *mask_dev,
+                              int64_t n, int K) {
+  if (K > 32) {
+    VC_EXPECT(mask_dev == NULL, "%s: %s built for kvol %d > 32", label, what,
+              K);
+    return;
+  }
+  VC_EXPECT(mask_dev != NULL, "%s: %s missing (kvol %d)", label, what, K);
+  if (!mask_dev || n == 0)
+    return;
+  uint32_t *g = (uint32_t *)gpu_download(mask_dev, (size_t)n * 4);
+  int64_t bad = -1;
+  uint32_t want = 0;
+  for (int64_t r = 0; r < n && bad < 0; r++) {
+    want = 0;
+    for (int k = 0; k < K; k++)
+      want |= (nbr_cpu[r * K + k] >= 0 ? 1u : 0u) << k;
+    if (g[r] != want)
+      bad = r;
+  }
+  VC_EXPECT(bad < 0, "%s: %s row %lld of %lld: gpu %08x, table says %08x",
+            label, what, (long long)bad, (long long)n,
+            bad >= 0 ? g[bad] : 0u, want);
+  free(g);
+}
+
 static void compare_maps(const char *label, const voxconv_kmap_t *mc,
                          const voxconv_kmap_t *mg) {
   voxconv_kmap_info_t ic, ig;
@@ -187,6 +216,10 @@ static void compare_maps(const char *label, const voxconv_kmap_t *mc,
                   4 * ic.n_out);
   compare_i32_dev(label, "nbr_out", mc->nbr_out, mg->nbr_out, ic.n_out * K);
   compare_i32_dev(label, "nbr_in", mc->nbr_in, mg->nbr_in, ic.n_in * K);
+  compare_row_masks(label, "row_mask_out", mc->nbr_out, mg->row_mask_out,
+                    ic.n_out, K);
+  compare_row_masks(label, "row_mask_in", mc->nbr_in, mg->row_mask_in,
+                    ic.n_in, K);
 
   int64_t *oc = (int64_t *)xmalloc((size_t)(K + 1) * 8);
   int64_t *og = (int64_t *)xmalloc((size_t)(K + 1) * 8);

@@ -46,6 +46,9 @@ void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap) {
   vc_free(h, kmap->out_rows);
   vc_free(h, kmap->nbr_out);
   vc_free(h, kmap->nbr_in);
+  vc_free(h, kmap->row_mask_out);
+  vc_free(h, kmap->row_mask_in);
+  kmap->row_mask_out = kmap->row_mask_in = NULL;
   vc_free(h, kmap->row_order_out);
   vc_free(h, kmap->row_order_in);
   kmap->row_order_out = kmap->row_order_in = NULL;

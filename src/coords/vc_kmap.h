@@ -60,6 +60,13 @@ struct voxconv_kmap {
   int32_t *out_rows;   /* [n_pairs] */
   int32_t *nbr_out;    /* [n_out][kvol]: input row feeding (o,k) or -1 */
   int32_t *nbr_in;     /* [n_in][kvol]: output row fed by (i,k) or -1 */
+  /* CUDA maps with kvol <= 32: bit k of row_mask_*[r] is set when
+   * nbr_*[r][k] >= 0. Written by the build's neighbour query from the
+   * results it already holds, so the tensor-core algorithm's row sort and
+   * tile masks read one word per row instead of kvol table entries; NULL
+   * on other maps (consumers then read the tables). */
+  uint32_t *row_mask_out; /* [n_out] */
+  uint32_t *row_mask_in;  /* [n_in] */
   /* Rows sorted by neighbour bitmask (stable), built lazily by the
    * tensor-core algorithm the first time it needs them and kept with the
    * map so every later layer reuses them; NULL until then. */

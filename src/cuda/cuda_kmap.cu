@@ -327,6 +327,10 @@ struct VcQuery {
   VcGpuHash dst;
   int32_t *nbr;
   int32_t *mirror;
+  /* Optional (K <= 32): each row's hit bitmask, bit k for nbr[row][k] >= 0,
+   * and for the mirror table the same bits reversed (bit K-1-k). */
+  uint32_t *mask;
+  uint32_t *mirror_mask;
   long long *counts;
   int64_t n_blocks; /* tiles of the count layout */
   /* Submanifold, odd kernel: the centre lookup (offset 0) of row o finds
@@ -434,6 +438,17 @@ __global__ void __launch_bounds__(VC_Q_WARPS_MAX * 32)
     __syncwarp();
     const int64_t left = n - row0;
     const int rows = left <= 0 ? 0 : left < 32 ? (int)left : 32;
+    if (q.mask && lane < rows) {
+      uint32_t bits = 0u, rev = 0u;
+      for (int k = 0; k < K; k++) {
+        const uint32_t hit = stage[lane * pitch + k] >= 0 ? 1u : 0u;
+        bits |= hit << k;
+        rev |= hit << (K - 1 - k);
+      }
+      q.mask[row] = bits;
+      if (q.mirror_mask)
+        q.mirror_mask[row] = rev;
+    }
     int32_t *dst = q.nbr + row0 * K;
     int32_t *mir = q.mirror ? q.mirror + row0 * K : NULL;
     /* Streaming stores (evict-first): ~200 MB of tables pass through L2
@@ -818,6 +833,17 @@ static voxconv_status_t vc_alloc_pair_lists(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* A row-mask array of n rows for the query to fill (maps with kvol <= 32;
+ * NULL otherwise, and consumers fall back to the neighbour tables). */
+static voxconv_status_t vc_alloc_row_mask(voxconv_handle_t *h,
+                                          const voxconv_kmap_t *m, int64_t n,
+                                          uint32_t **mask, const char *what) {
+  *mask = NULL;
+  if (m->kvol > 32)
+    return VOXCONV_STATUS_SUCCESS;
+  return vc_cuda_alloc_n<uint32_t>(h, n > 0 ? n : 1, mask, what);
+}
+
 static voxconv_status_t vc_host_pair_offsets(voxconv_handle_t *h,
                                              voxconv_kmap_t *m) {
   return vc_host_alloc(h, (size_t)(m->kvol + 1) * sizeof(int64_t),
@@ -946,6 +972,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     q.n_src = n_out;
     q.dst = in_hash;
     q.nbr = m->nbr_out;
+    VC_CHECK(vc_alloc_row_mask(h, m, n_out, &m->row_mask_out,
+                               "kernel-map row_mask_out"));
+    q.mask = m->row_mask_out;
     q.counts = counts;
     q.n_blocks = nb;
     VC_CHECK(vc_query(h, VC_Q_SUBDIV, q, b.g));
@@ -955,6 +984,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     q.n_src = n_in;
     q.dst = out_hash;
     q.nbr = m->nbr_in;
+    VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_in,
+                               "kernel-map row_mask_in"));
+    q.mask = m->row_mask_in;
     VC_CHECK(vc_query(h, VC_Q_MULADD, q, b.g));
     VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
     VC_CHECK(vc_alloc_pair_lists(h, m));
@@ -967,6 +999,7 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   int64_t n_out_bound = n_in;
   const long long *n_out_dev = NULL;
   int32_t *nbr_out = NULL; /* the map's array, or an upper-bound temp */
+  uint32_t *mask_out = NULL; /* likewise for its row masks */
   unsigned long long *strided_uniq = NULL;
   if (mode == VOXCONV_KMAP_SUBMANIFOLD) {
     out_keys = in_keys;
@@ -974,6 +1007,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_out,
                                       "kernel-map nbr_out"));
     nbr_out = m->nbr_out;
+    VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_out,
+                               "kernel-map row_mask_out"));
+    mask_out = m->row_mask_out;
   } else if (mode == VOXCONV_KMAP_TRANSPOSED) {
     n_out_bound = b.out->n;
     VC_CHECK(ws.get<unsigned long long>(n_out_bound, &out_keys,
@@ -986,6 +1022,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out_bound * K, &m->nbr_out,
                                       "kernel-map nbr_out"));
     nbr_out = m->nbr_out;
+    VC_CHECK(vc_alloc_row_mask(h, m, n_out_bound, &m->row_mask_out,
+                               "kernel-map row_mask_out"));
+    mask_out = m->row_mask_out;
   } else { /* STRIDED */
     unsigned long long *cand = NULL;
     VC_CHECK(ws.get<unsigned long long>(n_in, &cand, "strided output keys"));
@@ -1006,6 +1045,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
       VC_CUDA_LAUNCH_CHECK(h, "vc_insert_rows_kernel");
     }
     VC_CHECK(ws.get<int32_t>(n_in * K, &nbr_out, "upper-bound nbr_out"));
+    if (K <= 32)
+      VC_CHECK(ws.get<uint32_t>(n_in > 0 ? n_in : 1, &mask_out,
+                                "upper-bound row_mask_out"));
   }
 
   /* 4: neighbour tables and counts. */
@@ -1017,6 +1059,8 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   VC_CUDA_TRY(h, cudaMemsetAsync(counts + (int64_t)K * nb, 0, sizeof(long long),
                                  stream));
   VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_in, "kernel-map nbr_in"));
+  VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_in,
+                             "kernel-map row_mask_in"));
   const int mirror = mode == VOXCONV_KMAP_SUBMANIFOLD && vc_offsets_symmetric(m);
   q.src_keys = out_keys;
   q.n_src = n_out_bound;
@@ -1024,6 +1068,8 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   q.dst = in_hash;
   q.nbr = nbr_out;
   q.mirror = mirror ? m->nbr_in : NULL;
+  q.mask = mask_out;
+  q.mirror_mask = mirror ? m->row_mask_in : NULL;
   q.counts = counts;
   q.n_blocks = nb;
   if (fused_dup_check) {
@@ -1044,6 +1090,7 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     q.n_src = n_in;
     q.dst = out_hash;
     q.nbr = m->nbr_in;
+    q.mask = m->row_mask_in;
     VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_MULADD : VC_Q_SUBDIV,
                       q, b.g));
   }
@@ -1076,6 +1123,14 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
       VC_CUDA_TRY(h, cudaMemcpyAsync(m->nbr_out, nbr_out,
                                      (size_t)n_out * K * sizeof(int32_t),
                                      cudaMemcpyDeviceToDevice, stream));
+    if (mask_out) {
+      VC_CHECK(vc_alloc_row_mask(h, m, n_out, &m->row_mask_out,
+                                 "kernel-map row_mask_out"));
+      if (n_out > 0)
+        VC_CUDA_TRY(h, cudaMemcpyAsync(m->row_mask_out, mask_out,
+                                       (size_t)n_out * sizeof(uint32_t),
+                                       cudaMemcpyDeviceToDevice, stream));
+    }
   } else if (n_out > 0) {
     const int32_t *src = mode == VOXCONV_KMAP_SUBMANIFOLD ? b.in->data
                                                           : b.out->data;

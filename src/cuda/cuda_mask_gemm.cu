@@ -389,7 +389,8 @@ struct RowKeyPerm {
  * workload A level 0 this cuts tile x offset iterations of 64-row tiles by
  * 8% against sorting the raw mask (efficiency 0.621 -> 0.670 of the MMA
  * rows doing useful work, CPU analysis in docs/perf-notes.md). */
-__global__ void row_key_kernel(const int32_t *__restrict__ nbr, int n,
+__global__ void row_key_kernel(const int32_t *__restrict__ nbr,
+                               const uint32_t *__restrict__ row_mask, int n,
                                int kvol, RowKeyPerm kp,
                                unsigned *__restrict__ key,
                                int32_t *__restrict__ idx) {
@@ -397,8 +398,14 @@ __global__ void row_key_kernel(const int32_t *__restrict__ nbr, int n,
   if (i >= n)
     return;
   unsigned m = 0;
-  for (int j = 0; j < kp.bits; j++)
-    m |= (nbr[(int64_t)i * kvol + kp.perm[j]] >= 0 ? 1u : 0u) << j;
+  if (row_mask) { /* the map's bitmask: one word instead of kvol entries */
+    const uint32_t w = row_mask[i];
+    for (int j = 0; j < kp.bits; j++)
+      m |= ((w >> kp.perm[j]) & 1u) << j;
+  } else {
+    for (int j = 0; j < kp.bits; j++)
+      m |= (nbr[(int64_t)i * kvol + kp.perm[j]] >= 0 ? 1u : 0u) << j;
+  }
   m ^= m >> 1; /* inverse Gray code: prefix XOR from the top bit down */
   m ^= m >> 2;
   m ^= m >> 4;
@@ -428,6 +435,22 @@ RowKeyPerm row_key_perm(const voxconv_kmap_t *m) {
   return kp;
 }
 
+/* Lowest key bit the row sort looks at. The low bits hold the offsets
+ * nearly every row has (centre, faces), which split few tiles, and each 8
+ * bits dropped is one radix pass less (11-16 us on the H200, paid per map
+ * and direction, forward and backward). A CPU analysis of workload A's
+ * seven levels (docs/perf-notes.md, item 19) counted tile x offset
+ * iterations against the full 27-bit key: 24 bits (3 passes) +1.4% at
+ * level 0 and +0.3% at level 1, 16 bits (2 passes) +15% at level 0 but
+ * +0.45% at level 3 (33,925 rows) and +0.0% below. So: 16 bits up to 64k
+ * rows, 24 above; kernels with at most 16 offset bits sort all of them. */
+static int row_key_begin_bit(int bits, int n) {
+  if (bits <= 16)
+    return 0;
+  const int keep = n <= 65536 ? 16 : 24;
+  return bits > keep ? bits - keep : 0;
+}
+
 /* Rows sorted (stably, so deterministically) by that key, cached on the
  * map: the map is logically const to callers but owns this cache, like the
  * rest of its derived tables. Costs one key pass and one radix sort the
@@ -451,19 +474,22 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
   if (n > 0) {
     const RowKeyPerm kp = row_key_perm(m);
     row_key_kernel<<<vc_grid_1d(n, 256, INT32_MAX), 256, 0,
-                     vc_cuda_stream(h)>>>(nbr, n, m->kvol, kp, key, idx);
+                     vc_cuda_stream(h)>>>(
+        nbr, dgrad ? m->row_mask_in : m->row_mask_out, n, m->kvol, kp, key,
+        idx);
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm row_key_kernel");
     const int end_bit = kp.bits;
+    const int begin_bit = row_key_begin_bit(kp.bits, n);
     size_t temp_bytes = 0;
     VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
-                       NULL, temp_bytes, key, key_sorted, idx, res, n, 0,
-                       end_bit, vc_cuda_stream(h)));
+                       NULL, temp_bytes, key, key_sorted, idx, res, n,
+                       begin_bit, end_bit, vc_cuda_stream(h)));
     unsigned char *temp = NULL;
     VC_CHECK(ws.get<unsigned char>((int64_t)temp_bytes, &temp,
                                    "mask_gemm sort scratch"));
     VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
-                       temp, temp_bytes, key, key_sorted, idx, res, n, 0,
-                       end_bit, vc_cuda_stream(h)));
+                       temp, temp_bytes, key, key_sorted, idx, res, n,
+                       begin_bit, end_bit, vc_cuda_stream(h)));
   }
   ws.release(res);
   *slot = res;
@@ -475,6 +501,7 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
  * ..]) has a neighbour at offset k (kvol <= 32). One block per tile, one
  * row per thread, OR-reduced per warp then across the warps. */
 __global__ void tile_mask_kernel(const int32_t *__restrict__ nbr,
+                                 const uint32_t *__restrict__ row_mask,
                                  const int32_t *__restrict__ order, int n,
                                  int kvol, unsigned *__restrict__ mask) {
   constexpr int WARPS = VC_MG_MASK_TILE_ROWS / 32;
@@ -483,8 +510,12 @@ __global__ void tile_mask_kernel(const int32_t *__restrict__ nbr,
   unsigned m = 0u;
   if (r < n) {
     const int64_t row = order[r];
-    for (int k = 0; k < kvol; k++)
-      m |= (nbr[row * kvol + k] >= 0 ? 1u : 0u) << k;
+    if (row_mask) {
+      m = row_mask[row];
+    } else {
+      for (int k = 0; k < kvol; k++)
+        m |= (nbr[row * kvol + k] >= 0 ? 1u : 0u) << k;
+    }
   }
   m = __reduce_or_sync(0xffffffffu, m);
   if ((threadIdx.x & 31) == 0)
@@ -514,8 +545,9 @@ voxconv_status_t ensure_tile_masks(voxconv_handle_t *h, voxconv_kmap_t *m,
                               "mask_gemm tile masks"));
     if (tiles > 0) {
       tile_mask_kernel<<<tiles, VC_MG_MASK_TILE_ROWS, 0,
-                         vc_cuda_stream(h)>>>(dgrad ? m->nbr_in : m->nbr_out,
-                                              order, n, m->kvol, mask);
+                         vc_cuda_stream(h)>>>(
+          dgrad ? m->nbr_in : m->nbr_out,
+          dgrad ? m->row_mask_in : m->row_mask_out, order, n, m->kvol, mask);
       VC_CUDA_LAUNCH_CHECK(h, "mask_gemm tile_mask_kernel");
     }
     ws.release(mask);

@@ -6,9 +6,14 @@
  *                     MAX: only where (o, c) chose this pair)
  *   unpool forward    y[i]  = sum_k x[nbr_in[i][k]]
  *   unpool backward   dx[o] = sum_k dy[nbr_out[o][k]]
- * One thread per (destination row, channel), k ascending ("map order" of a
- * row): every output written once, no atomics, deterministic. f16 / bf16
- * load to f32, accumulate in f32, round to nearest even on store. */
+ * One thread per (destination row, V channels), k ascending ("map order" of
+ * a row): every output written once, no atomics, deterministic. f16 / bf16
+ * load to f32, accumulate in f32, round to nearest even on store. V is 16
+ * bytes of channels (8 f16/bf16, 4 f32) when the channel count and the
+ * buffers allow 16-byte accesses, else 1: each element still sees the same
+ * operations in the same order, so the two widths give identical bits. The
+ * one-channel version moved 2 bytes per load and did a 64-bit division per
+ * element; workload A's pools ran at 13-19% of the memory roofline. */
 #include "vc_cuda_util.cuh"
 
 typedef enum { VC_RED_SUM = 0, VC_RED_AVG = 1, VC_RED_MAX = 2 } vc_red_t;
@@ -21,38 +26,82 @@ static __device__ __forceinline__ float vc_max_step(float acc, float v) {
   return (v != v || v > acc) ? v : acc;
 }
 
+/* V consecutive channels of one row as floats: one 16-byte access when
+ * V * sizeof(T) == 16 (the host checks the alignment), else element-wise. */
+template <typename T, int V> struct VcLanes {
+  float v[V];
+  __device__ __forceinline__ void load(const T *p) {
+    if (V * sizeof(T) == 16) {
+      alignas(16) T e[V];
+      *reinterpret_cast<uint4 *>(e) = __ldg(reinterpret_cast<const uint4 *>(p));
+#pragma unroll
+      for (int j = 0; j < V; j++)
+        v[j] = VcDtype<T>::load(e + j);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; j++)
+        v[j] = VcDtype<T>::load(p + j);
+    }
+  }
+  __device__ __forceinline__ void store(T *p) const {
+    if (V * sizeof(T) == 16) {
+      alignas(16) T e[V];
+#pragma unroll
+      for (int j = 0; j < V; j++)
+        VcDtype<T>::store(e + j, v[j]);
+      *reinterpret_cast<uint4 *>(p) = *reinterpret_cast<const uint4 *>(e);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; j++)
+        VcDtype<T>::store(p + j, v[j]);
+    }
+  }
+};
+
 /* dst[r][c] = reduce over k of src[nbr[r][k]][c] (count: AVG backward,
  * dividing each term by the source row's pair count). */
-template <typename T>
+template <typename T, int V>
 __global__ void vc_pool_reduce_kernel(const int32_t *__restrict__ nbr,
                                       int64_t n_rows, int K, int64_t C,
                                       int red, const int32_t *__restrict__ count,
                                       const T *__restrict__ src,
                                       T *__restrict__ dst) {
-  const int64_t total = n_rows * C;
+  const int64_t groups = C / V;
+  const int64_t total = n_rows * groups;
   for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
        t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = t / C;
-    const int64_t c = t - r * C;
+    const int64_t r = t / groups;
+    const int64_t c = (t - r * groups) * V;
     const int32_t *row = nbr + r * K;
-    float acc = 0.0f;
+    VcLanes<T, V> acc;
+#pragma unroll
+    for (int j = 0; j < V; j++)
+      acc.v[j] = 0.0f;
     int n = 0;
     for (int k = 0; k < K; k++) {
       const int32_t s = row[k];
       if (s < 0)
         continue;
-      const float v = VcDtype<T>::load(src + (int64_t)s * C + c);
-      if (red == VC_RED_MAX)
-        acc = n == 0 ? v : vc_max_step(acc, v);
-      else if (count)
-        acc += v / (float)count[s];
-      else
-        acc += v;
+      VcLanes<T, V> x;
+      x.load(src + (int64_t)s * C + c);
+      const float cnt = count ? (float)count[s] : 1.0f;
+#pragma unroll
+      for (int j = 0; j < V; j++) {
+        if (red == VC_RED_MAX)
+          acc.v[j] = n == 0 ? x.v[j] : vc_max_step(acc.v[j], x.v[j]);
+        else if (count)
+          acc.v[j] += x.v[j] / cnt;
+        else
+          acc.v[j] += x.v[j];
+      }
       n++;
     }
-    if (red == VC_RED_AVG && n > 0)
-      acc /= (float)n;
-    VcDtype<T>::store(dst + t, acc);
+    if (red == VC_RED_AVG && n > 0) {
+#pragma unroll
+      for (int j = 0; j < V; j++)
+        acc.v[j] /= (float)n;
+    }
+    acc.store(dst + r * C + c);
   }
 }
 
@@ -69,57 +118,109 @@ __global__ void vc_pool_count_kernel(const int32_t *__restrict__ nbr_out,
   }
 }
 
+/* V int16 winner slots: one 16- or 8-byte access for V = 8 / 4. */
+template <int V> struct VcWinners {
+  alignas(16) int16_t w[V];
+  __device__ __forceinline__ void load(const int16_t *p) {
+    if (V == 8)
+      *reinterpret_cast<uint4 *>(w) = __ldg(reinterpret_cast<const uint4 *>(p));
+    else if (V == 4)
+      *reinterpret_cast<uint2 *>(w) = __ldg(reinterpret_cast<const uint2 *>(p));
+    else
+      for (int j = 0; j < V; j++)
+        w[j] = p[j];
+  }
+  __device__ __forceinline__ void store(int16_t *p) const {
+    if (V == 8)
+      *reinterpret_cast<uint4 *>(p) = *reinterpret_cast<const uint4 *>(w);
+    else if (V == 4)
+      *reinterpret_cast<uint2 *>(p) = *reinterpret_cast<const uint2 *>(w);
+    else
+      for (int j = 0; j < V; j++)
+        p[j] = w[j];
+  }
+};
+
 /* MAX backward, phase 1: the k of the first pair (map order) whose x equals
  * y for each (o, c); NaN matches NaN (the forward let the first NaN win). */
-template <typename T>
+template <typename T, int V>
 __global__ void vc_pool_winner_kernel(const int32_t *__restrict__ nbr_out,
                                       int64_t n_out, int K, int64_t C,
                                       const T *__restrict__ x,
                                       const T *__restrict__ y,
                                       int16_t *__restrict__ winner) {
-  const int64_t total = n_out * C;
+  const int64_t groups = C / V;
+  const int64_t total = n_out * groups;
   for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
        t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t o = t / C;
-    const int64_t c = t - o * C;
-    const float yv = VcDtype<T>::load(y + t);
-    int16_t win = -1;
-    for (int k = 0; k < K; k++) {
+    const int64_t o = t / groups;
+    const int64_t c = (t - o * groups) * V;
+    VcLanes<T, V> yv;
+    yv.load(y + o * C + c);
+    VcWinners<V> win;
+#pragma unroll
+    for (int j = 0; j < V; j++)
+      win.w[j] = -1;
+    int open = V; /* channels still without a winner */
+    for (int k = 0; k < K && open > 0; k++) {
       const int32_t i = nbr_out[o * K + k];
       if (i < 0)
         continue;
-      const float xv = VcDtype<T>::load(x + (int64_t)i * C + c);
-      if (xv == yv || (xv != xv && yv != yv)) {
-        win = (int16_t)k;
-        break;
-      }
+      VcLanes<T, V> xv;
+      xv.load(x + (int64_t)i * C + c);
+#pragma unroll
+      for (int j = 0; j < V; j++)
+        if (win.w[j] < 0 && (xv.v[j] == yv.v[j] ||
+                             (xv.v[j] != xv.v[j] && yv.v[j] != yv.v[j]))) {
+          win.w[j] = (int16_t)k;
+          open--;
+        }
     }
-    winner[t] = win;
+    win.store(winner + o * C + c);
   }
 }
 
 /* MAX backward, phase 2: dx[i][c] = sum over k ascending of dy[o][c] where
  * o = nbr_in[i][k] chose pair k for channel c. */
-template <typename T>
+template <typename T, int V>
 __global__ void vc_pool_max_grad_kernel(const int32_t *__restrict__ nbr_in,
                                         int64_t n_in, int K, int64_t C,
                                         const int16_t *__restrict__ winner,
                                         const T *__restrict__ dy,
                                         T *__restrict__ dx) {
-  const int64_t total = n_in * C;
+  const int64_t groups = C / V;
+  const int64_t total = n_in * groups;
   for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
        t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t i = t / C;
-    const int64_t c = t - i * C;
-    float acc = 0.0f;
+    const int64_t i = t / groups;
+    const int64_t c = (t - i * groups) * V;
+    VcLanes<T, V> acc;
+#pragma unroll
+    for (int j = 0; j < V; j++)
+      acc.v[j] = 0.0f;
     for (int k = 0; k < K; k++) {
       const int32_t o = nbr_in[i * K + k];
       if (o < 0)
         continue;
-      if (winner[(int64_t)o * C + c] == k)
-        acc += VcDtype<T>::load(dy + (int64_t)o * C + c);
+      VcWinners<V> w;
+      w.load(winner + (int64_t)o * C + c);
+      bool any = false;
+      bool mine[V];
+#pragma unroll
+      for (int j = 0; j < V; j++) {
+        mine[j] = w.w[j] == k;
+        any = any || mine[j];
+      }
+      if (!any) /* most pairs: this row's value lost in every channel */
+        continue;
+      VcLanes<T, V> g;
+      g.load(dy + (int64_t)o * C + c);
+#pragma unroll
+      for (int j = 0; j < V; j++)
+        if (mine[j])
+          acc.v[j] += g.v[j];
     }
-    VcDtype<T>::store(dx + t, acc);
+    acc.store(dx + i * C + c);
   }
 }
 
@@ -142,6 +243,30 @@ static voxconv_status_t vc_check_dtype(voxconv_handle_t *h, const char *func,
                  func, voxconv_dtype_name(dt));
 }
 
+/* Channels per thread: 16 bytes of them when C allows it and every buffer
+ * the kernel reads or writes per row is 16-byte aligned (an offset view of
+ * a CUDA allocation may not be), else 1. */
+template <typename T>
+static int vc_pool_lanes(int64_t C, const void *a, const void *b,
+                         const void *c = NULL, const void *d = NULL) {
+  const int V = (int)(16 / sizeof(T));
+  const uintptr_t any = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
+  return C % V == 0 && (any & 15u) == 0 ? V : 1;
+}
+
+template <typename T, int V>
+static voxconv_status_t vc_reduce_launch(voxconv_handle_t *h,
+                                         const int32_t *nbr, int64_t n_rows,
+                                         int K, int64_t C, int red,
+                                         const int32_t *count, const void *src,
+                                         void *dst) {
+  vc_pool_reduce_kernel<T, V><<<vc_pool_grid(h, n_rows * (C / V)), kPoolBlock,
+                                0, vc_cuda_stream(h)>>>(
+      nbr, n_rows, K, C, red, count, (const T *)src, (T *)dst);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_pool_reduce_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 template <typename T>
 static voxconv_status_t vc_reduce_t(voxconv_handle_t *h, const int32_t *nbr,
                                     int64_t n_rows, int K, int64_t C, int red,
@@ -149,11 +274,10 @@ static voxconv_status_t vc_reduce_t(voxconv_handle_t *h, const int32_t *nbr,
                                     void *dst) {
   if (n_rows * C == 0)
     return VOXCONV_STATUS_SUCCESS;
-  vc_pool_reduce_kernel<T><<<vc_pool_grid(h, n_rows * C), kPoolBlock, 0,
-                             vc_cuda_stream(h)>>>(
-      nbr, n_rows, K, C, red, count, (const T *)src, (T *)dst);
-  VC_CUDA_LAUNCH_CHECK(h, "vc_pool_reduce_kernel");
-  return VOXCONV_STATUS_SUCCESS;
+  if (vc_pool_lanes<T>(C, src, dst) > 1)
+    return vc_reduce_launch<T, 16 / sizeof(T)>(h, nbr, n_rows, K, C, red,
+                                               count, src, dst);
+  return vc_reduce_launch<T, 1>(h, nbr, n_rows, K, C, red, count, src, dst);
 }
 
 static voxconv_status_t vc_reduce(voxconv_handle_t *h, const char *func,
@@ -177,28 +301,40 @@ static voxconv_status_t vc_reduce(voxconv_handle_t *h, const char *func,
   }
 }
 
+template <typename T, int V>
+static voxconv_status_t vc_max_backward_launch(voxconv_handle_t *h,
+                                               const voxconv_kmap_t *km,
+                                               int64_t C, const void *x,
+                                               const void *y, const void *dy,
+                                               void *dx, int16_t *winner) {
+  if (km->n_out * C > 0) {
+    vc_pool_winner_kernel<T, V><<<vc_pool_grid(h, km->n_out * (C / V)),
+                                  kPoolBlock, 0, vc_cuda_stream(h)>>>(
+        km->nbr_out, km->n_out, km->kvol, C, (const T *)x, (const T *)y,
+        winner);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_pool_winner_kernel");
+  }
+  if (km->n_in * C > 0) {
+    vc_pool_max_grad_kernel<T, V><<<vc_pool_grid(h, km->n_in * (C / V)),
+                                    kPoolBlock, 0, vc_cuda_stream(h)>>>(
+        km->nbr_in, km->n_in, km->kvol, C, winner, (const T *)dy, (T *)dx);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_pool_max_grad_kernel");
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 template <typename T>
 static voxconv_status_t vc_max_backward_t(voxconv_handle_t *h,
                                           const voxconv_kmap_t *km, int64_t C,
                                           const void *x, const void *y,
                                           const void *dy, void *dx) {
   VcWorkspace ws(h);
-  int16_t *winner = NULL;
+  int16_t *winner = NULL; /* a fresh allocation: 16-byte aligned */
   VC_CHECK(ws.get<int16_t>(km->n_out * C, &winner, "MAX pooling winners"));
-  if (km->n_out * C > 0) {
-    vc_pool_winner_kernel<T><<<vc_pool_grid(h, km->n_out * C), kPoolBlock, 0,
-                               vc_cuda_stream(h)>>>(
-        km->nbr_out, km->n_out, km->kvol, C, (const T *)x, (const T *)y,
-        winner);
-    VC_CUDA_LAUNCH_CHECK(h, "vc_pool_winner_kernel");
-  }
-  if (km->n_in * C > 0) {
-    vc_pool_max_grad_kernel<T><<<vc_pool_grid(h, km->n_in * C), kPoolBlock, 0,
-                                 vc_cuda_stream(h)>>>(
-        km->nbr_in, km->n_in, km->kvol, C, winner, (const T *)dy, (T *)dx);
-    VC_CUDA_LAUNCH_CHECK(h, "vc_pool_max_grad_kernel");
-  }
-  return VOXCONV_STATUS_SUCCESS;
+  if (vc_pool_lanes<T>(C, x, y, dy, dx) > 1)
+    return vc_max_backward_launch<T, 16 / sizeof(T)>(h, km, C, x, y, dy, dx,
+                                                     winner);
+  return vc_max_backward_launch<T, 1>(h, km, C, x, y, dy, dx, winner);
 }
 
 extern "C" voxconv_status_t vc_cuda_pool_forward(voxconv_handle_t *h,
