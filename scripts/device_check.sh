@@ -59,19 +59,21 @@ fi
 
 if has sanitize; then
   # Each test's reduced mode: VOXCONV_TEST_SMALL for test_mask_gemm and
-  # test_backend_ops, --quick for test_cuda_kmap. test_backend_ops is not in
-  # the default list: under either tool it runs past 7 minutes. memcheck
+  # test_backend_ops, --quick for test_cuda_kmap. test_backend_ops runs
+  # only the algorithms of SAN_BACKEND_ALGOS (default: pool, the pooling
+  # kernels no other test covers); all of them under either tool run past
+  # 7 minutes. memcheck
   # leaves CUDA API errors out: test_cuda_kmap asks for an impossible
   # allocation on purpose (the library checks and reports every API status;
   # the tests assert them).
   stamp "compute-sanitizer memcheck + racecheck (background)"
-  for t in ${SANITIZE_TESTS:-test_mask_gemm test_cuda_kmap}; do
+  for t in ${SANITIZE_TESTS:-test_mask_gemm test_cuda_kmap test_backend_ops}; do
     args=""
     [ "$t" = test_cuda_kmap ] && args="--quick"
     for tool in memcheck racecheck; do
       extra=""
       [ $tool = memcheck ] && extra="--report-api-errors no"
-      VOXCONV_TEST_SMALL=1 timeout ${SAN_TIMEOUT:-420} $CS --tool $tool $extra \
+      VOXCONV_TEST_ALGO=${SAN_BACKEND_ALGOS:-pool} VOXCONV_TEST_SMALL=1 timeout ${SAN_TIMEOUT:-420} $CS --tool $tool $extra \
         --error-exitcode 9 $B/tests/$t $args >"$OUT/${tool}_$t.txt" 2>&1 &
       pids="$pids $!"
     done
@@ -83,7 +85,7 @@ if has test; then
   grep -E "tests passed|Passed|Failed|\*\*\*|Timeout" "$OUT/ctest_gpu.txt" | tail -12
 fi
 if has sanitize; then
-  for t in ${SANITIZE_TESTS:-test_mask_gemm test_cuda_kmap}; do
+  for t in ${SANITIZE_TESTS:-test_mask_gemm test_cuda_kmap test_backend_ops}; do
     for tool in memcheck racecheck; do
       echo "$tool $t: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|checks' \
         "$OUT/${tool}_$t.txt" | tail -2 | tr '\n' ' ')"
