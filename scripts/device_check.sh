@@ -94,10 +94,12 @@ if has sanitize; then
 fi
 
 if has bench; then
-  stamp "tiles (workload C, D)"
-  $B/bench_tiles --channels 32,64,128,256 --repeat "${TILE_REPEAT:-20}" \
-    ${TILE_ALGOS:+--algos $TILE_ALGOS} >"$OUT/bench_tiles.txt" 2>&1
-  grep -E "kmap build" "$OUT/bench_tiles.txt"
+  if [ "${TILES:-1}" != 0 ]; then # TILES=0: only the workload benches
+    stamp "tiles (workload C, D)"
+    $B/bench_tiles --channels 32,64,128,256 --repeat "${TILE_REPEAT:-20}" \
+      ${TILE_ALGOS:+--algos $TILE_ALGOS} >"$OUT/bench_tiles.txt" 2>&1
+    grep -E "kmap build" "$OUT/bench_tiles.txt"
+  fi
   stamp "first-run autotuning of workload A (empty cache)"
   rm -rf "$VOXCONV_BENCHMARK_CACHE_DIR"
   t0=$(date +%s.%N)

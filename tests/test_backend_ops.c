@@ -24,6 +24,7 @@
  *    dtype  max_rel  norm    why
  *    f32    2e-3     1e-5    fp32 sums of up to ~4k terms reach ~6e-4 max_rel
  *                            on elements near 0 at this floor (simulated);
+ *                            x sqrt(terms / 4096) for longer sums (tol_max);
  *                            the norm (~1e-6 measured in simulation) is what
  *                            catches TF32 (~3e-4) or dropped pairs
  *    f16    2e-3     1e-3    half an fp16 ulp (4.9e-4) + fp32 accumulation
@@ -51,8 +52,17 @@ static voxconv_handle_t *g_cpu, *g_gpu;
 static int g_small;
 
 /* ---- tolerances -------------------------------------------------------- */
-static double tol_max(voxconv_dtype_t dt) {
-  return dt == VOXCONV_DTYPE_F32 ? 2e-3 : dt == VOXCONV_DTYPE_F16 ? 2e-3 : 1.6e-2;
+/* `terms`: products summed into one output element. The f32 bound was set
+ * for sums of up to ~4k terms; the rounding error of a longer sum grows like
+ * its square root, and a weight gradient sums every pair of its offset
+ * (up to the map's row count: an H200 run saw max_rel 2.17e-3, norm
+ * 1.8e-7, for implicit_gemm's wgrad in 8 partial sums on the SemanticKITTI
+ * crop). f16 / bf16 bounds are set by the output rounding and do not
+ * scale. */
+static double tol_max(voxconv_dtype_t dt, int64_t terms) {
+  if (dt == VOXCONV_DTYPE_F32)
+    return terms > 4096 ? 2e-3 * sqrt((double)terms / 4096.0) : 2e-3;
+  return dt == VOXCONV_DTYPE_F16 ? 2e-3 : 1.6e-2;
 }
 static double tol_norm(voxconv_dtype_t dt) {
   return dt == VOXCONV_DTYPE_F32 ? 1e-5 : dt == VOXCONV_DTYPE_F16 ? 1e-3 : 8e-3;
@@ -178,8 +188,9 @@ static void poison_device(void *dev, voxconv_dtype_t dt, int64_t n) {
 /* Downloads dev (n elements of dt), checks every element was written and
  * compares with ref. Returns 1 when within tolerance. */
 static int check_output(const void *dev, voxconv_dtype_t dt, const double *ref,
-                        int64_t n, const char *algo, int pass,
+                        int64_t n, int64_t terms, const char *algo, int pass,
                         const char *label) {
+  const double tol = tol_max(dt, terms);
   const size_t es = voxconv_dtype_size(dt);
   void *h = xmalloc((size_t)n * es);
   gpu_download(h, dev, (size_t)n * es);
@@ -192,17 +203,17 @@ static int check_output(const void *dev, voxconv_dtype_t dt, const double *ref,
     s->worst_max_rel = e.max_rel;
   if (e.norm_rel > s->worst_norm)
     s->worst_norm = e.norm_rel;
-  const int ok = unwritten == 0 && e.max_rel <= tol_max(dt) &&
+  const int ok = unwritten == 0 && e.max_rel <= tol &&
                  e.norm_rel <= tol_norm(dt) && e.n_nonfinite_mismatch == 0;
   VC_EXPECT(unwritten == 0, "%s %s %s: %lld of %lld elements never written",
             label, pass_name(pass), voxconv_dtype_name(dt),
             (long long)unwritten, (long long)n);
-  VC_EXPECT(e.max_rel <= tol_max(dt) && e.norm_rel <= tol_norm(dt) &&
+  VC_EXPECT(e.max_rel <= tol && e.norm_rel <= tol_norm(dt) &&
                 e.n_nonfinite_mismatch == 0,
             "%s %s %s: max_rel %.3g (tol %.3g) at %lld, norm %.3g (tol %.3g), "
             "%lld non-finite mismatches",
             label, pass_name(pass), voxconv_dtype_name(dt), e.max_rel,
-            tol_max(dt), (long long)e.worst_index, e.norm_rel, tol_norm(dt),
+            tol, (long long)e.worst_index, e.norm_rel, tol_norm(dt),
             (long long)e.n_nonfinite_mismatch);
   if (!ok)
     s->failures++;
@@ -431,7 +442,22 @@ static voxconv_status_t run_public(const conv_case_t *c, voxconv_pass_t pass,
   }
 }
 
+/* The most pairs any offset of the map has: the terms of a weight-gradient
+ * element. */
+static int64_t max_pairs_per_offset(const mapping_t *m) {
+  int64_t *po = (int64_t *)xmalloc((size_t)(m->kvol + 1) * sizeof(int64_t));
+  int64_t best = 0;
+  if (voxconv_kmap_get_pairs(g_cpu, m->cpu, po, NULL, NULL) ==
+      VOXCONV_STATUS_SUCCESS)
+    for (int k = 0; k < m->kvol; k++)
+      if (po[k + 1] - po[k] > best)
+        best = po[k + 1] - po[k];
+  free(po);
+  return best;
+}
+
 static int g_param_points, g_public_runs, g_unsupported, g_case_counter;
+static int g_pool_checks; /* pooling cases run */
 #define MAX_POINTS 12
 
 static void run_conv_case(const conv_case_t *c) {
@@ -451,6 +477,10 @@ static void run_conv_case(const conv_case_t *c) {
       const voxconv_pass_t pass = passes[pi];
       const int64_t n_c = out_elems(c, pass);
       const double *ref = pi == 0 ? c->y_ref : pi == 1 ? c->dx_ref : c->dw_ref;
+      /* products per output element (the tolerance grows with it) */
+      const int64_t terms = pi == 2   ? max_pairs_per_offset(m)
+                            : c->depthwise ? m->kvol
+                            : m->kvol * (pi == 0 ? c->cin : c->cout);
       void *a = pi == 1 ? ddy_in : dx_in;
       void *b = pi == 2 ? ddy_in : dw_in;
       void *out = gpu_alloc((size_t)n_c * voxconv_dtype_size(dt));
@@ -500,7 +530,8 @@ static void run_conv_case(const conv_case_t *c) {
           voxconv_free(g_gpu, ws);
           g_param_points++;
           if (st == VOXCONV_STATUS_SUCCESS)
-            check_output(out, dt, ref, n_c, alg->info.name, pass, label);
+            check_output(out, dt, ref, n_c, terms, alg->info.name, pass,
+                         label);
         }
         /* The public entry point with the algorithm forced by name. */
         {
@@ -518,7 +549,8 @@ static void run_conv_case(const conv_case_t *c) {
                     voxconv_status_string(st), voxconv_get_last_error(g_gpu));
           g_public_runs++;
           if (st == VOXCONV_STATUS_SUCCESS)
-            check_output(out, dt, ref, n_c, alg->info.name, pass, label);
+            check_output(out, dt, ref, n_c, terms, alg->info.name, pass,
+                         label);
         }
       }
       voxconv_free(g_gpu, out);
@@ -602,6 +634,7 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
   if (!case_budget_left())
     return;
   g_case_counter++;
+  g_pool_checks++;
   static const voxconv_pool_mode_t modes[3] = {VOXCONV_POOL_MAX,
                                                VOXCONV_POOL_AVG,
                                                VOXCONV_POOL_SUM};
@@ -643,7 +676,8 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s fwd %s: %s", label,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_gpu));
       if (st == VOXCONV_STATUS_SUCCESS)
-        check_output(gy, dt, y, nout, mode_names[mi], PASS_POOL_FWD, label);
+        check_output(gy, dt, y, nout, m->kvol, mode_names[mi], PASS_POOL_FWD,
+                     label);
       poison_device(gdx, dt, nin);
       st = voxconv_pool_backward(g_gpu, m->gpu, modes[mi], &hx, &hy, &hdy, &hdx);
       if (st == VOXCONV_STATUS_SUCCESS)
@@ -651,7 +685,8 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s bwd %s: %s", label,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_gpu));
       if (st == VOXCONV_STATUS_SUCCESS)
-        check_output(gdx, dt, dx, nin, mode_names[mi], PASS_POOL_BWD, label);
+        check_output(gdx, dt, dx, nin, m->kvol, mode_names[mi], PASS_POOL_BWD,
+                     label);
       voxconv_free(g_gpu, gx);
       voxconv_free(g_gpu, gdy);
       voxconv_free(g_gpu, gy);
@@ -682,7 +717,8 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s fwd %s: %s", label,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_gpu));
       if (st == VOXCONV_STATUS_SUCCESS)
-        check_output(gfy, dt, uy, nin, "unpool", PASS_UNPOOL_FWD, label);
+        check_output(gfy, dt, uy, nin, m->kvol, "unpool", PASS_UNPOOL_FWD,
+                     label);
       poison_device(gcdx, dt, nout);
       st = voxconv_unpool_backward(g_gpu, m->gpu, &hfdy, &hcdx);
       if (st == VOXCONV_STATUS_SUCCESS)
@@ -690,7 +726,8 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s bwd %s: %s", label,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_gpu));
       if (st == VOXCONV_STATUS_SUCCESS)
-        check_output(gcdx, dt, udx, nout, "unpool", PASS_UNPOOL_BWD, label);
+        check_output(gcdx, dt, udx, nout, m->kvol, "unpool", PASS_UNPOOL_BWD,
+                     label);
       voxconv_free(g_gpu, gc);
       voxconv_free(g_gpu, gf);
       voxconv_free(g_gpu, gfy);
@@ -866,7 +903,9 @@ int main(void) {
   printf("parameter points run: %d, public calls: %d, unsupported "
          "(record, problem) pairs: %d\n",
          g_param_points, g_public_runs, g_unsupported);
-  VC_EXPECT(g_param_points > 0, "no CUDA algorithm ran at all");
+  /* A VOXCONV_TEST_ALGO=pool run (the sanitizers') runs no conv. */
+  VC_EXPECT(g_param_points > 0 || (g_algo_filter && g_pool_checks > 0),
+            "no CUDA algorithm ran at all");
   for (int i = 0; i < nsets; i++)
     free(sets[i].coords);
   voxconv_destroy(g_gpu);
