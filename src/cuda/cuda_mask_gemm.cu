@@ -42,13 +42,20 @@ typedef Tile<128, 128, 64, 32, 32, 3> F9; /* 16 warps, 32 acc */
  * 128 x 256: fp16 accumulators in registers, BK = 64; fp32 accumulators
  * need all 128 registers per thread for the wgmma accumulators, so its fp32
  * sums live in shared memory (128 KB) and the stages are BK = 32 to fit
- * beside them. */
+ * beside them. Tile 4 is 128 x 96 for the 96-, 160- and 224-channel layers
+ * of spconv-style networks: 64- or 128-wide tiles pad 96 output channels
+ * to 128 (a quarter of the MMAs wasted) and, at BN = 64, gather every input
+ * row twice, once per column block. fp32 accumulators: 4 stages, one
+ * block per SM (two would spill: 128 registers); fp16 ones: 3 stages
+ * (85 KB) and two blocks. */
 typedef WgTile<128, 4> H0;
 typedef WgTile<128, 3> H1;
 typedef WgTile<64, 4, 64, false, 2> H2;
 typedef WgTile<256, 4> H3h;
 typedef WgTile<256, 4, 32, true> H3f;
-#define VC_MG_WG_TILES 4
+typedef WgTile<96, 4> H4f;
+typedef WgTile<96, 3, 64, false, 2> H4h;
+#define VC_MG_WG_TILES 5
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
 typedef Tile<64, 64, 32, 32, 32, 3> G0;
@@ -119,6 +126,11 @@ voxconv_status_t launch_wg_tile(voxconv_handle_t *h, int tile,
       return launch_wg<T, H3h, true>(h, a);
     else
       return launch_wg<T, H3f, false>(h, a);
+  case 4:
+    if constexpr (ACC16)
+      return launch_wg<T, H4h, true>(h, a);
+    else
+      return launch_wg<T, H4f, false>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm_wgmma: tile %d outside 0..%d", tile,
@@ -723,7 +735,7 @@ const vc_param_space_t wg_space = {
     3,
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_WG_TILES, 2, 2},
-    {{0, 1, 2, 3}, {32, 16}, {1, 0}}};
+    {{0, 1, 2, 3, 4}, {32, 16}, {1, 0}}};
 
 const vc_param_space_t *wg_param_space(voxconv_pass_t) {
   return &wg_space;
@@ -869,6 +881,7 @@ const KernelRow *kernel_rows() {
     add_wg_tile<H1, H1>(rows, n, 1);
     add_wg_tile<H2, H2>(rows, n, 2);
     add_wg_tile<H3f, H3h>(rows, n, 3);
+    add_wg_tile<H4f, H4h>(rows, n, 4);
     built = 1;
   }
   return rows;

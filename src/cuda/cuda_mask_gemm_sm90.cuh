@@ -12,7 +12,7 @@
  * Same algorithm as fwd_kernel (cuda_mask_gemm.cuh): the tile scans which
  * kernel offsets its rows need, gathers input rows through the neighbour
  * table with 16-byte cp.async, writes every output once. Differences:
- *  - block = 2 warpgroups x 64 rows (BM = 128), BN in {64, 128, 256},
+ *  - block = 2 warpgroups x 64 rows (BM = 128), BN in {64, 96, 128, 256},
  *    BK = 64 (BK = 32 in the 64-byte swizzle for the 128 x 256 tile with
  *    fp32 accumulators, whose fp32 sums take 128 KB of shared memory);
  *  - B must be K-major ([n][k], k contiguous): dgrad's weights are already
@@ -99,6 +99,12 @@ template <int BK> __host__ __device__ constexpr unsigned wg_desc_hi() {
   ", "                                                                         \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, "     \
   "%30, %31"
+#define VC_WG_R24                                                              \
+  VC_WG_R16 ", %16, %17, %18, %19, %20, %21, %22, %23"
+#define VC_WG_R48                                                              \
+  VC_WG_R32 ", "                                                               \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "     \
+  "%46, %47"
 #define VC_WG_R64                                                              \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"       \
   ", "                                                                         \
@@ -124,7 +130,9 @@ template <int BK> __host__ __device__ constexpr unsigned wg_desc_hi() {
   C((d)[0]), C((d)[1]), C((d)[2]), C((d)[3]), C((d)[4]), C((d)[5]),          \
       C((d)[6]), C((d)[7])
 #define VC_WG_OPS16(C, d) VC_WG_OPS8(C, d), VC_WG_OPS8(C, (d) + 8)
+#define VC_WG_OPS24(C, d) VC_WG_OPS16(C, d), VC_WG_OPS8(C, (d) + 16)
 #define VC_WG_OPS32(C, d) VC_WG_OPS16(C, d), VC_WG_OPS16(C, (d) + 16)
+#define VC_WG_OPS48(C, d) VC_WG_OPS32(C, d), VC_WG_OPS16(C, (d) + 32)
 #define VC_WG_OPS64(C, d) VC_WG_OPS32(C, d), VC_WG_OPS32(C, (d) + 32)
 #define VC_WG_OPS128(C, d) VC_WG_OPS64(C, d), VC_WG_OPS64(C, (d) + 64)
 
@@ -150,6 +158,10 @@ VC_WG_SPEC(__half, false, 64, "f32.f16.f16", float, "+f", 32, "%32", "%33")
 VC_WG_SPEC(__nv_bfloat16, false, 64, "f32.bf16.bf16", float, "+f", 32, "%32",
            "%33")
 VC_WG_SPEC(__half, true, 64, "f16.f16.f16", uint32_t, "+r", 16, "%16", "%17")
+VC_WG_SPEC(__half, false, 96, "f32.f16.f16", float, "+f", 48, "%48", "%49")
+VC_WG_SPEC(__nv_bfloat16, false, 96, "f32.bf16.bf16", float, "+f", 48, "%48",
+           "%49")
+VC_WG_SPEC(__half, true, 96, "f16.f16.f16", uint32_t, "+r", 24, "%24", "%25")
 VC_WG_SPEC(__half, false, 128, "f32.f16.f16", float, "+f", 64, "%64", "%65")
 VC_WG_SPEC(__nv_bfloat16, false, 128, "f32.bf16.bf16", float, "+f", 64, "%64",
            "%65")
@@ -178,8 +190,8 @@ struct WgTile {
   static constexpr int TOTAL_BYTES = SMEM_TOTAL ? BM * BN * 4 : 0;
   static_assert(STAGES >= 3, "one stage computing, one wgmma group in "
                              "flight, at least one being loaded");
-  static_assert(BN == 64 || BN == 128 || BN == 256, "wgmma wrappers: N = "
-                                                    "64, 128, 256");
+  static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 256,
+                "wgmma wrappers: N = 64, 96, 128, 256");
   static_assert(BK == 64 || BK == 32, "swizzle modes: 128 B and 64 B rows");
 };
 
