@@ -359,6 +359,19 @@ static void all_modes(const char *name, const int32_t *c, int64_t n,
              expect_retry, 0);
     voxconv_kmap_destroy(g_cpu, mc);
   }
+  /* Non-overlapping windows with a different size per axis (kernel =
+   * stride (2,1,3)): the GPU builds these tables from one lookup per input
+   * row instead of the neighbour queries (vc_strided_direct_kernel), so
+   * the anisotropic index order needs its own case beside k2x2x2 s2. */
+  voxconv_kmap_desc_t da = make_desc(VOXCONV_KMAP_STRIDED, 2, 1, 3, 1, 1);
+  da.stride[0] = 2;
+  da.stride[1] = 1;
+  da.stride[2] = 3;
+  snprintf(label, sizeof label, "%s strided k2x1x3 s2x1x3", name);
+  voxconv_kmap_t *ma = run_case(label, &da, c, n, 1, NULL, 0, 0, gpu,
+                                expect_retry, 1);
+  if (ma)
+    voxconv_kmap_destroy(g_cpu, ma);
   /* GENERATIVE with stride 1 on the fine set (tensor stride 1). */
   voxconv_kmap_desc_t dg = make_desc(VOXCONV_KMAP_GENERATIVE, 3, 3, 3, 1, 1);
   snprintf(label, sizeof label, "%s generative k3 s1", name);

@@ -33,6 +33,33 @@
  * wgmma chain over 27 x 160 channels reached 4e-3 there and 4.9e-4 here). */
 #define TIGHT_FLOOR 1e-3
 
+/* The tight-floor bound of a weight gradient: each element is one fp32 sum
+ * over every pair of its offset (914k on workload A's level 0, against
+ * 27 x C <= 7k terms for forward and dgrad), whose rounding error grows
+ * like the square root of the length. An H200 run saw every wgrad tile at
+ * max_rel 2.003e-3 on the same element (C = 128, one slice), i.e. the sum's
+ * rounding, not a tile's. So the bound scales by sqrt(pairs / 4096) for
+ * wgrad; forward and dgrad keep the bound their promotion evidence was
+ * measured against. */
+static double tight_tol(double tol, voxconv_pass_t pass, voxconv_handle_t *h,
+                        const voxconv_kmap_t *km) {
+  if (pass != VOXCONV_PASS_CONV_WGRAD)
+    return tol;
+  voxconv_kmap_info_t info;
+  if (voxconv_kmap_get_info(km, &info) != VOXCONV_STATUS_SUCCESS)
+    return tol;
+  int64_t *po = (int64_t *)malloc(sizeof(int64_t) *
+                                  (size_t)(info.kernel_volume + 1));
+  int64_t most = 0;
+  if (po && voxconv_kmap_get_pairs(h, km, po, NULL, NULL) ==
+                VOXCONV_STATUS_SUCCESS)
+    for (int k = 0; k < info.kernel_volume; k++)
+      if (po[k + 1] - po[k] > most)
+        most = po[k + 1] - po[k];
+  free(po);
+  return most > 4096 ? tol * sqrt((double)most / 4096.0) : tol;
+}
+
 static voxconv_handle_t *g_cpu, *g_gpu;
 static FILE *g_report;
 /* VOXCONV_TEST_SMALL: every tile and variant still runs, on one small set,
@@ -114,7 +141,6 @@ static void check_case(const vc_algo_t *algo, const coordset_t *cs,
                        const double *ref_cache, const void *in_a,
                        const void *in_b, double *ref_out, int gate,
                        const char *label) {
-  (void)kc;
   voxconv_kmap_info_t info;
   voxconv_kmap_get_info(kg, &info);
   const size_t es = voxconv_dtype_size(dt);
@@ -172,9 +198,10 @@ static void check_case(const vc_algo_t *algo, const coordset_t *cs,
               e.norm_rel, norm_tol);
     vc_err_stats_t et = vc_compare(host_out, dt, ref_cache, n_out_el,
                                    TIGHT_FLOOR);
-    VC_EXPECT(et.max_rel <= tol,
+    const double ttol = tight_tol(tol, pass, g_cpu, kc);
+    VC_EXPECT(et.max_rel <= ttol,
               "%s: max_rel %.3e > %.1e at a %.0e * rms floor (element %lld)",
-              label, et.max_rel, tol, TIGHT_FLOOR, (long long)et.worst_index);
+              label, et.max_rel, ttol, TIGHT_FLOOR, (long long)et.worst_index);
   }
   else
     VC_EXPECT(e.n_nonfinite_mismatch == 0 && e.max_rel < 1e3,

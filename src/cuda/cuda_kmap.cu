@@ -464,6 +464,73 @@ __global__ void __launch_bounds__(VC_Q_WARPS_MAX * 32)
   }
 }
 
+/* Step 4 for non-overlapping STRIDED maps (kernel = stride on every axis,
+ * offsets 0 .. s-1, e.g. the 2x2x2 stride-2 pooling / downsampling of
+ * U-Nets): input c feeds exactly one pair, output floor(c / s) at the
+ * offset of c mod s, so both neighbour tables follow from one lookup per
+ * input row instead of K per input and K per output row. nbr_in rows are
+ * written whole; nbr_out (filled with -1 before) gets one scattered entry
+ * per input. Rows with VC_KEY_EMPTY (invalid input, the build fails) or
+ * whose output is missing (an overflowed table, the build retries) get
+ * none. */
+__global__ void vc_strided_direct_kernel(const unsigned long long *__restrict__ in_keys,
+                                         int64_t n_in, VcGpuHash out_hash,
+                                         int3 s, int3 ks, int K,
+                                         int32_t *__restrict__ nbr_in,
+                                         int32_t *__restrict__ nbr_out,
+                                         uint32_t *__restrict__ mask_in) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_in;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const uint64_t key = in_keys[i];
+    int32_t o = -1;
+    int k = -1;
+    if (key != VC_KEY_EMPTY) {
+      const VcCoord c = vc_dev_unpack(key);
+      const int32_t ox = vc_dev_floor_div(c.x, s.x),
+                    oy = vc_dev_floor_div(c.y, s.y),
+                    oz = vc_dev_floor_div(c.z, s.z);
+      k = ((c.x - ox * s.x) * ks.y + (c.y - oy * s.y)) * ks.z + (c.z - oz * s.z);
+      o = vc_dev_hash_find(out_hash, vc_dev_pack_key(c.b, ox, oy, oz));
+    }
+    int32_t *row = nbr_in + i * K;
+    for (int kk = 0; kk < K; kk++)
+      row[kk] = (kk == k && o >= 0) ? o : -1;
+    if (o >= 0)
+      nbr_out[(int64_t)o * K + k] = (int32_t)i;
+    if (mask_in)
+      mask_in[i] = o >= 0 ? 1u << k : 0u;
+  }
+}
+
+/* The query's by-products for a table written another way: per (offset,
+ * 32-row tile) hit counts (lane 0 of a warp, a ballot; rows past the
+ * device-side n count nothing) and each row's bitmask (K <= 32). */
+__global__ void vc_nbr_counts_kernel(const int32_t *__restrict__ nbr,
+                                     int64_t n_bound,
+                                     const long long *__restrict__ n_dev, int K,
+                                     long long *__restrict__ counts,
+                                     int64_t n_blocks,
+                                     uint32_t *__restrict__ mask) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = n_dev && *n_dev < n_bound ? *n_dev : n_bound;
+  const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  for (int64_t tile = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+       tile < n_blocks; tile += warps) {
+    const int64_t row = tile * 32 + lane;
+    uint32_t bits = 0u;
+    for (int k = 0; k < K; k++) {
+      const bool hit = row < n && nbr[row * K + k] >= 0;
+      const unsigned b = __ballot_sync(0xFFFFFFFFu, hit);
+      if (lane == 0)
+        counts[(int64_t)k * n_blocks + tile] = __popc(b);
+      if (hit && k < 32)
+        bits |= 1u << k;
+    }
+    if (mask && row < n)
+      mask[row] = bits;
+  }
+}
+
 /* pair_offsets[k] = scanned[k * n_blocks], pair_offsets[K] = total (the
  * scan ran over one extra zero element at the end). */
 __global__ void vc_pair_offsets_kernel(const long long *__restrict__ scanned,
@@ -824,6 +891,26 @@ static int vc_offsets_symmetric(const voxconv_kmap_t *m) {
          (m->desc.kernel_size[2] & 1);
 }
 
+/* STRIDED with kernel = stride and offsets 0 .. s-1 on every axis, in
+ * the (x, y, z) index order the direct kernel computes: every input row
+ * lies in exactly one output's window (vc_strided_direct_kernel). */
+static int vc_strided_direct(const voxconv_kmap_t *m) {
+  const voxconv_kmap_desc_t &d = m->desc;
+  if (d.mode != VOXCONV_KMAP_STRIDED)
+    return 0;
+  for (int a = 0; a < 3; a++)
+    if (d.kernel_size[a] != d.stride[a] || d.dilation[a] != 1)
+      return 0;
+  int k = 0;
+  for (int jx = 0; jx < d.kernel_size[0]; jx++)
+    for (int jy = 0; jy < d.kernel_size[1]; jy++)
+      for (int jz = 0; jz < d.kernel_size[2]; jz++, k++)
+        if (m->offsets[k][0] != jx || m->offsets[k][1] != jy ||
+            m->offsets[k][2] != jz)
+          return 0;
+  return k == m->kvol;
+}
+
 static voxconv_status_t vc_alloc_pair_lists(voxconv_handle_t *h,
                                             voxconv_kmap_t *m) {
   VC_CHECK(vc_cuda_alloc_n<int32_t>(h, m->n_pairs, &m->in_rows,
@@ -1062,37 +1149,55 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_in,
                              "kernel-map row_mask_in"));
   const int mirror = mode == VOXCONV_KMAP_SUBMANIFOLD && vc_offsets_symmetric(m);
-  q.src_keys = out_keys;
-  q.n_src = n_out_bound;
-  q.n_dev = n_out_dev;
-  q.dst = in_hash;
-  q.nbr = nbr_out;
-  q.mirror = mirror ? m->nbr_in : NULL;
-  q.mask = mask_out;
-  q.mirror_mask = mirror ? m->row_mask_in : NULL;
-  q.counts = counts;
-  q.n_blocks = nb;
-  if (fused_dup_check) {
-    q.center_k = (K - 1) / 2;
-    q.dup_row = &d_st->dup_in_row;
-  }
-  /* out -> in: SUBMANIFOLD o + off, STRIDED s*o + off (MULADD, s = 1 for
-   * submanifold); TRANSPOSED (o - off) / s. */
-  VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_SUBDIV : VC_Q_MULADD,
-                    q, b.g));
-  if (!mirror) {
-    /* in -> out: SUBMANIFOLD i - off, STRIDED (i - off) / s (SUBDIV);
-     * TRANSPOSED s*i + off. The hit count of each direction is the same
-     * pair set, so only the first one counts. */
-    memset(&q, 0, sizeof q);
-    q.center_k = -1;
-    q.src_keys = in_keys;
-    q.n_src = n_in;
-    q.dst = out_hash;
-    q.nbr = m->nbr_in;
-    q.mask = m->row_mask_in;
-    VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_MULADD : VC_Q_SUBDIV,
+  if (vc_strided_direct(m)) {
+    /* One lookup per input row (see the kernel); then the counts and masks
+     * the query would have produced. */
+    if (n_in > 0) {
+      VC_CUDA_TRY(h, cudaMemsetAsync(nbr_out, 0xFF,
+                                     (size_t)n_out_bound * K * sizeof(int32_t),
+                                     stream));
+      vc_strided_direct_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
+          in_keys, n_in, out_hash, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]),
+          make_int3(b.g.ks[0], b.g.ks[1], b.g.ks[2]), K, m->nbr_in, nbr_out,
+          m->row_mask_in);
+      VC_CUDA_LAUNCH_CHECK(h, "vc_strided_direct_kernel");
+      vc_nbr_counts_kernel<<<vc_grid_rows(h, nb * 32), kBlock, 0, stream>>>(
+          nbr_out, n_out_bound, n_out_dev, K, counts, nb, mask_out);
+      VC_CUDA_LAUNCH_CHECK(h, "vc_nbr_counts_kernel");
+    }
+  } else {
+    q.src_keys = out_keys;
+    q.n_src = n_out_bound;
+    q.n_dev = n_out_dev;
+    q.dst = in_hash;
+    q.nbr = nbr_out;
+    q.mirror = mirror ? m->nbr_in : NULL;
+    q.mask = mask_out;
+    q.mirror_mask = mirror ? m->row_mask_in : NULL;
+    q.counts = counts;
+    q.n_blocks = nb;
+    if (fused_dup_check) {
+      q.center_k = (K - 1) / 2;
+      q.dup_row = &d_st->dup_in_row;
+    }
+    /* out -> in: SUBMANIFOLD o + off, STRIDED s*o + off (MULADD, s = 1 for
+     * submanifold); TRANSPOSED (o - off) / s. */
+    VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_SUBDIV : VC_Q_MULADD,
                       q, b.g));
+    if (!mirror) {
+      /* in -> out: SUBMANIFOLD i - off, STRIDED (i - off) / s (SUBDIV);
+       * TRANSPOSED s*i + off. The hit count of each direction is the same
+       * pair set, so only the first one counts. */
+      memset(&q, 0, sizeof q);
+      q.center_k = -1;
+      q.src_keys = in_keys;
+      q.n_src = n_in;
+      q.dst = out_hash;
+      q.nbr = m->nbr_in;
+      q.mask = m->row_mask_in;
+      VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_MULADD : VC_Q_SUBDIV,
+                        q, b.g));
+    }
   }
   /* 5: positions. */
   VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
