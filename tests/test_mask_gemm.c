@@ -290,8 +290,12 @@ static int algo_runs_here(const vc_algo_t *algo, voxconv_kmap_t *kg,
 }
 
 /* The algorithms under test: mask_gemm and, where the GPU and the build
- * have it (sm_90a), its wgmma variant (forward and dgrad). */
-static const char *const g_algos[2] = {"mask_gemm", "mask_gemm_wgmma"};
+ * have it (sm_90a), its wgmma variant (forward and dgrad); the im2col
+ * variant where the shape allows it (forward, cin <= 8). */
+#define N_ALGOS 3
+static const char *const g_algos[N_ALGOS] = {"mask_gemm", "mask_gemm_wgmma",
+                                             "mask_gemm_im2col"};
+static int g_im2col_runs; /* checks of mask_gemm_im2col (must be > 0) */
 
 /* All variants of one pass for one coordinate set / channel pair. */
 static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
@@ -313,13 +317,31 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
     vc_fill_normal(a, dt, na);
     vc_fill_normal(b, dt, nb);
     double *ref = cpu_reference(kc, pass, dt, cin, cout, a, b);
-    for (int ai = 0; ai < 2; ai++) {
+    for (int ai = 0; ai < N_ALGOS; ai++) {
       const vc_algo_t *algo = vc_algo_find(g_algos[ai]);
       if (!algo || !(algo->info.passes & (1u << pass)))
         continue;
+      const vc_param_space_t *sp = algo->param_space(pass);
+      if (ai == 2) { /* im2col: a shape constraint, and row_order only */
+        static _Alignas(16) char dummy[16];
+        vc_conv_problem_t q = vc_conv_problem_make(pass, kg, dt, cin, cout,
+                                                   dummy, dummy, dummy);
+        if (!algo->supports(g_gpu, &q))
+          continue;
+        for (int t = 0; t < sp->n_values[0]; t++) {
+          vc_algo_params_t prm = {{sp->values[0][t], 0, 0, 0}};
+          char label[160];
+          snprintf(label, sizeof label, "im2col fwd %s C%lld->%lld row_order %d",
+                   voxconv_dtype_name(dt), (long long)cin, (long long)cout,
+                   prm.v[0]);
+          check_case(algo, cs, kg, kc, pass, dt, cin, cout, &prm, ref, a, b,
+                     NULL, 1, label);
+          g_im2col_runs++;
+        }
+        continue;
+      }
       if (ai > 0 && !algo_runs_here(algo, kg, pass, dt, cin, cout))
         continue;
-      const vc_param_space_t *sp = algo->param_space(pass);
       for (int t = 0; t < sp->n_values[0]; t++) {
         int n2 = sp->n_values[1];
         for (int j = 0; j < n2; j++) {
@@ -470,6 +492,9 @@ int main(void) {
     if (wa.n > 0 && build_maps(&wa, &kg, &kc)) {
       printf("workload A level 0: %lld voxels\n", (long long)wa.n);
       run_pass(&wa, kg, kc, VOXCONV_PASS_CONV_FWD, 32, 32, 0);
+      /* Workload A's first layer, 3 -> 64: every tile, and the im2col
+       * kernel with its blocks looping over many row tiles. */
+      run_pass(&wa, kg, kc, VOXCONV_PASS_CONV_FWD, 3, 64, 0);
       /* Long wgrad reductions (~10^6 pairs per offset with few splits):
        * tensor-core accumulation truncates, so without promotion to fp32
        * every few stages this drifted to max_rel ~1.6e-2. */
@@ -480,6 +505,8 @@ int main(void) {
     free(wa.coords);
   }
   free(rnd.coords);
+  VC_EXPECT(g_im2col_runs > 0, "mask_gemm_im2col never ran (supports() "
+                               "refused every cin <= 8 case?)");
   if (g_report)
     fclose(g_report);
   voxconv_destroy(g_gpu);

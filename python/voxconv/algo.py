@@ -31,7 +31,8 @@ from . import errors
 
 # Algorithm names documented by the GPU issues; kept so enum members exist
 # whatever backend the loaded library was built with.
-_KNOWN_CONV = ("explicit_gemm", "implicit_gemm", "mask_gemm", "mask_gemm_wgmma")
+_KNOWN_CONV = ("explicit_gemm", "implicit_gemm", "mask_gemm", "mask_gemm_wgmma",
+               "mask_gemm_im2col")
 _KNOWN_DEPTHWISE = ("explicit", "implicit", "depthwise_explicit", "depthwise_implicit")
 
 _CONV_PASSES = {"fwd": (_lib.PASS_CONV_FWD,),

@@ -569,6 +569,36 @@ voxconv_status_t ensure_tile_masks(voxconv_handle_t *h, voxconv_kmap_t *m,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* Which kernel family runs a forward/dgrad problem (one record each). */
+enum MgFamily { MG_FAM_MMA = 0, MG_FAM_WGMMA = 1, MG_FAM_IM2COL = 2 };
+
+/* Forward with cin <= 8 (padded to 8) on the whole-row im2col kernel;
+ * blocks loop over row tiles, two per SM (91.6 KB each). */
+template <typename T>
+voxconv_status_t launch_im2col(voxconv_handle_t *h, const FwdArgs &a) {
+  typedef Im2colTile TL;
+  if (a.ka != TL::CP || a.kvol > TL::MAX_KVOL || a.nb % 8 != 0)
+    return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                   "mask_gemm_im2col: needs %d (padded) input channels and "
+                   "kvol <= %d, got %d and %d",
+                   TL::CP, TL::MAX_KVOL, a.ka, a.kvol);
+  auto kern = im2col_fwd_kernel<T>;
+  VC_CUDA_TRY(h, cudaFuncSetAttribute(
+                     kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                     TL::SMEM));
+  const int64_t tiles = vc_ceil_div<int64_t>(a.n_dst, TL::BM);
+  if (tiles == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  const int64_t resident = 2 * (int64_t)vc_cuda_state(h)->sm_count;
+  const int64_t col_blocks = vc_ceil_div<int64_t>(a.nb, TL::BN);
+  int64_t rows = vc_ceil_div<int64_t>(resident, col_blocks);
+  rows = rows < 1 ? 1 : rows > tiles ? tiles : rows;
+  dim3 grid((unsigned)col_blocks, (unsigned)rows);
+  kern<<<grid, TL::THREADS, TL::SMEM, vc_cuda_stream(h)>>>(a);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_im2col kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 /* Forward/dgrad on the wgmma kernel (B K-major: the forward weights go
  * through a transposed scratch copy, 3.5 MB at C = 256). */
 template <typename T>
@@ -595,7 +625,7 @@ voxconv_status_t mg_run_wgmma(voxconv_handle_t *h, const vc_conv_problem_t *p,
 template <typename T>
 voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
                               const vc_algo_params_t *prm, void *ws,
-                              bool wgmma) {
+                              int family) {
   const voxconv_kmap_t *m = p->kmap;
   const int tile = prm->v[0];
   if (p->pass == VOXCONV_PASS_CONV_WGRAD) {
@@ -644,7 +674,7 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   a.tile_mask = NULL;
   if (prm->v[2] == 1) {
     VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, &a.order));
-    if (m->kvol <= 32)
+    if (m->kvol <= 32 && family != MG_FAM_IM2COL) /* im2col: every offset */
       VC_CHECK(ensure_tile_masks(h, (voxconv_kmap_t *)m, dgrad, a.order,
                                  &a.tile_mask));
   }
@@ -658,8 +688,10 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
                    "mask_gemm: fp16 accumulators need f16 inputs, not %s",
                    voxconv_dtype_name(p->dtype));
-  if (wgmma)
+  if (family == MG_FAM_WGMMA)
     return mg_run_wgmma<T>(h, p, a, tile, acc16);
+  if (family == MG_FAM_IM2COL)
+    return launch_im2col<T>(h, a);
   if (acc16)
     return dgrad ? launch_fwd_tile<__half, true, true>(h, tile, a)
                  : launch_fwd_tile<__half, false, true>(h, tile, a);
@@ -672,7 +704,7 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
 template <typename T>
 voxconv_status_t mg_run_padded(voxconv_handle_t *h, const vc_conv_problem_t *p,
                                const vc_algo_params_t *prm, void *ws,
-                               const PadPlan &pp, bool wgmma) {
+                               const PadPlan &pp, int family) {
   VcWorkspace tmp(h);
   vc_conv_problem_t q = padded_problem(p, pp);
   T *buf = NULL;
@@ -689,7 +721,7 @@ voxconv_status_t mg_run_padded(voxconv_handle_t *h, const vc_conv_problem_t *p,
     VC_CHECK(tmp.get<T>(c.A * c.Bp * c.Cp, &buf, "mask_gemm padded output"));
     q.c = buf;
   }
-  VC_CHECK(mg_run_typed<T>(h, &q, prm, ws, wgmma));
+  VC_CHECK(mg_run_typed<T>(h, &q, prm, ws, family));
   if (c.padded()) {
     const voxconv_status_t st =
         repad3<T, false>(h, q.c, (T *)p->c, c.A, c.B, c.C, c.Bp, c.Cp);
@@ -701,19 +733,19 @@ voxconv_status_t mg_run_padded(voxconv_handle_t *h, const vc_conv_problem_t *p,
 
 template <typename T>
 voxconv_status_t mg_run_any(voxconv_handle_t *h, const vc_conv_problem_t *p,
-                            const vc_algo_params_t *prm, void *ws, bool wgmma) {
+                            const vc_algo_params_t *prm, void *ws, int family) {
   const PadPlan pp = pad_plan(p);
   if (pp.any())
-    return mg_run_padded<T>(h, p, prm, ws, pp, wgmma);
-  return mg_run_typed<T>(h, p, prm, ws, wgmma);
+    return mg_run_padded<T>(h, p, prm, ws, pp, family);
+  return mg_run_typed<T>(h, p, prm, ws, family);
 }
 
 voxconv_status_t mg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         const vc_algo_params_t *prm, void *ws) {
   VC_CUDA_DEVICE_GUARD(h);
   if (p->dtype == VOXCONV_DTYPE_F16)
-    return mg_run_any<__half>(h, p, prm, ws, false);
-  return mg_run_any<__nv_bfloat16>(h, p, prm, ws, false);
+    return mg_run_any<__half>(h, p, prm, ws, MG_FAM_MMA);
+  return mg_run_any<__nv_bfloat16>(h, p, prm, ws, MG_FAM_MMA);
 }
 
 /* ---- mask_gemm_wgmma: the Hopper variant (forward and dgrad) ------------ */
@@ -754,8 +786,44 @@ voxconv_status_t wg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                    "90a target, and a forward or dgrad problem mask_gemm "
                    "supports");
   if (p->dtype == VOXCONV_DTYPE_F16)
-    return mg_run_any<__half>(h, p, prm, ws, true);
-  return mg_run_any<__nv_bfloat16>(h, p, prm, ws, true);
+    return mg_run_any<__half>(h, p, prm, ws, MG_FAM_WGMMA);
+  return mg_run_any<__nv_bfloat16>(h, p, prm, ws, MG_FAM_WGMMA);
+}
+
+/* mask_gemm_im2col: forward with cin <= 8 (after zero padding) and
+ * kvol <= 28, e.g. the 3 -> 64 first layer of a point-cloud network. */
+int ic_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
+  return p->pass == VOXCONV_PASS_CONV_FWD && mg_supports(h, p) &&
+         p->cin <= Im2colTile::CP && p->kmap->kvol <= Im2colTile::MAX_KVOL;
+}
+
+const vc_param_space_t ic_space = {1, {"row_order"}, {2}, {{1, 0}}};
+
+const vc_param_space_t *ic_param_space(voxconv_pass_t) { return &ic_space; }
+
+size_t ic_workspace(const vc_conv_problem_t *, const vc_algo_params_t *) {
+  return 0;
+}
+
+voxconv_status_t ic_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                        const vc_algo_params_t *prm, void *ws) {
+  VC_CUDA_DEVICE_GUARD(h);
+  if (!ic_supports(h, p))
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "mask_gemm_im2col: forward only, with cin <= %d and a "
+                   "kernel of at most %d offsets (got pass %d, cin %lld, "
+                   "kvol %d)",
+                   Im2colTile::CP, Im2colTile::MAX_KVOL, (int)p->pass,
+                   (long long)p->cin, (int)p->kmap->kvol);
+  /* mg_run_typed reads (tile, accumulator, row_order). */
+  vc_algo_params_t full;
+  memset(&full, 0, sizeof full);
+  full.v[0] = 0;
+  full.v[1] = 32;
+  full.v[2] = prm->v[0];
+  if (p->dtype == VOXCONV_DTYPE_F16)
+    return mg_run_any<__half>(h, p, &full, ws, MG_FAM_IM2COL);
+  return mg_run_any<__nv_bfloat16>(h, p, &full, ws, MG_FAM_IM2COL);
 }
 
 } // namespace
@@ -783,6 +851,17 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_wgmma = {
     wg_param_space,
     wg_workspace,
     wg_run};
+
+extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_im2col = {
+    {"mask_gemm_im2col", VOXCONV_BACKEND_CUDA, 1u << VOXCONV_PASS_CONV_FWD, 1,
+     "mask_gemm forward for few input channels (cin <= 8, kvol <= 28): each "
+     "tile gathers every (row, offset) input at once into a whole-row "
+     "im2col tile in shared memory and multiplies it in one K <= 224 "
+     "mma.sync chain; f16/bf16, fp32 accumulators"},
+    ic_supports,
+    ic_param_space,
+    ic_workspace,
+    ic_run};
 
 /* ---- kernel table for `voxconv info --kernels` -------------------------- */
 namespace {
@@ -855,8 +934,16 @@ template <typename TL> void add_wgrad_tile(KernelRow *rows, int &n, int id) {
   rows[n++] = wgrad_row<__nv_bfloat16, TL>(id, VOXCONV_DTYPE_BF16);
 }
 
+/* The im2col kernel: one tile shape, forward only (K up to 224). */
+template <typename T> KernelRow im2col_row(voxconv_dtype_t dt) {
+  typedef Im2colTile TL;
+  return KernelRow{"mask_gemm_im2col", (const void *)im2col_fwd_kernel<T>,
+                   VOXCONV_PASS_CONV_FWD, 0, 0, dt, 0, TL::BM, TL::BN,
+                   TL::KMAX, 1, TL::THREADS, TL::SMEM};
+}
+
 const int kKernelRows =
-    6 * VC_MG_FWD_TILES + 2 * VC_MG_WGRAD_TILES + 6 * VC_MG_WG_TILES;
+    6 * VC_MG_FWD_TILES + 2 * VC_MG_WGRAD_TILES + 6 * VC_MG_WG_TILES + 2;
 
 const KernelRow *kernel_rows() {
   static KernelRow rows[kKernelRows];
@@ -882,6 +969,8 @@ const KernelRow *kernel_rows() {
     add_wg_tile<H2, H2>(rows, n, 2);
     add_wg_tile<H3f, H3h>(rows, n, 3);
     add_wg_tile<H4f, H4h>(rows, n, 4);
+    rows[n++] = im2col_row<__half>(VOXCONV_DTYPE_F16);
+    rows[n++] = im2col_row<__nv_bfloat16>(VOXCONV_DTYPE_BF16);
     built = 1;
   }
   return rows;

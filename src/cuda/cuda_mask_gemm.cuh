@@ -556,6 +556,114 @@ struct WgradArgs {
   int kvol, cin, cout, splits;
 };
 
+/* ---- forward, few input channels: whole-row im2col in shared memory ----
+ * (algorithm mask_gemm_im2col). With cin <= 8 (zero-padded to 8) a row's
+ * every offset fits one K = kvol x 8 <= 224 reduction, so a tile gathers
+ * all its (row, offset) inputs at once -- one 16-byte cp.async each, one
+ * barrier -- and runs 14 k-steps of mma.sync from shared memory. The offset
+ * loop of fwd_kernel instead ran one pipeline stage per offset with 8 of
+ * its BK channels real: ~18 barrier-bound stages per tile for a few MMAs
+ * (workload A's 3 -> 64 first layer: 0.38 ms). Weights stay in shared
+ * memory for the block's whole life: blocks loop over row tiles. */
+struct Im2colTile {
+  static constexpr int BM = 128, BN = 64, THREADS = 256, CP = 8;
+  static constexpr int MAX_KVOL = 28;                 /* K <= 224 */
+  static constexpr int KMAX = MAX_KVOL * CP;          /* 224 */
+  static constexpr int A_PITCH = KMAX + 8;            /* halves; 464 B rows */
+  static constexpr int B_PITCH = BN + 8;              /* [k][n] rows */
+  static constexpr int SMEM =
+      (BM * A_PITCH + KMAX * B_PITCH) * 2;            /* 91,648 B */
+};
+
+template <typename T>
+__global__ void __launch_bounds__(Im2colTile::THREADS, 2)
+    im2col_fwd_kernel(const FwdArgs args) {
+  using TL = Im2colTile;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T *a_s = reinterpret_cast<T *>(smem_raw);
+  T *b_s = a_s + TL::BM * TL::A_PITCH;
+  const T *A = reinterpret_cast<const T *>(args.a);
+  const T *W = reinterpret_cast<const T *>(args.w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kvol = args.kvol, nb = args.nb;
+  const int K = kvol * TL::CP, KP = (K + 15) & ~15;
+  const int n0 = blockIdx.x * TL::BN;
+
+  /* Weights: B[kk][n] = W[kk / 8][kk % 8][n0 + n], i.e. row kk of W seen
+   * as [kvol * 8][nb]; rows K .. KP-1 and columns past nb are zeros. */
+  for (int v = tid; v < KP * (TL::BN / 8); v += TL::THREADS) {
+    const int kk = v / (TL::BN / 8), c8 = (v % (TL::BN / 8)) * 8;
+    const bool ok = kk < K && n0 + c8 < nb;
+    cp_async16(b_s + kk * TL::B_PITCH + c8,
+               ok ? (const void *)(W + (int64_t)kk * nb + n0 + c8)
+                  : (const void *)W,
+               ok);
+  }
+  cp_async_commit();
+  /* The A columns K .. KP-1 are never gathered into: zero them once. */
+  for (int v = tid; v < TL::BM * (KP - K) / 8; v += TL::THREADS) {
+    const int r = v / ((KP - K) / 8), c8 = K + (v % ((KP - K) / 8)) * 8;
+    *reinterpret_cast<uint4 *>(a_s + r * TL::A_PITCH + c8) =
+        make_uint4(0u, 0u, 0u, 0u);
+  }
+
+  const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
+  for (int tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
+    const int m0 = tile * TL::BM;
+    /* Gather: element v = (r, k), k fastest, so a warp reads a run of
+     * neighbour-table entries of consecutive rows. */
+    for (int v = tid; v < TL::BM * kvol; v += TL::THREADS) {
+      const int r = v / kvol, k = v - r * kvol;
+      int32_t src = -1;
+      if (m0 + r < args.n_dst) {
+        const int row = args.order ? args.order[m0 + r] : m0 + r;
+        src = args.nbr[(int64_t)row * kvol + k];
+      }
+      cp_async16(a_s + r * TL::A_PITCH + k * TL::CP,
+                 src >= 0 ? (const void *)(A + (int64_t)src * TL::CP)
+                          : (const void *)A,
+                 src >= 0);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* Warp w: rows 16 w .. 16 w + 15, all 64 columns (8 n-tiles). */
+    Acc<false> acc[TL::BN / 8];
+#pragma unroll
+    for (int j = 0; j < TL::BN / 8; j++)
+      acc[j].zero();
+    for (int kk = 0; kk < KP; kk += 16) {
+      uint32_t af[4];
+      ldsm_x4(af, a_s + (warp * 16 + (lane & 15)) * TL::A_PITCH + kk +
+                      (lane >> 4) * 8);
+      uint32_t bfr[TL::BN / 8][2];
+      load_b_kn<T, TL::BN / 8, TL::B_PITCH>(bfr, b_s, kk, 0, lane);
+#pragma unroll
+      for (int j = 0; j < TL::BN / 8; j++)
+        Mma<T, false>::run(acc[j], af, bfr[j]);
+    }
+
+    T *out = reinterpret_cast<T *>(args.out);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int r = warp * 16 + (lane >> 2) + h * 8;
+      if (m0 + r >= args.n_dst)
+        continue;
+      const int row = args.order ? args.order[m0 + r] : m0 + r;
+#pragma unroll
+      for (int j = 0; j < TL::BN / 8; j++) {
+        const int col = n0 + j * 8 + (lane & 3) * 2;
+        if (col < nb)
+          Store2<T>::f32(out + (int64_t)row * nb + col, acc[j].v[2 * h],
+                         acc[j].v[2 * h + 1]);
+      }
+    }
+    __syncthreads(); /* a_s is gathered into again */
+  }
+  cp_async_wait<0>(); /* a block with no tile still waits for its B copies */
+}
+
 template <typename TL> constexpr int wgrad_smem_bytes() {
   return TL::STAGES * 2 *
          (TL::BK * (TL::BM + 8) + TL::BK * TL::B_PITCH_N);

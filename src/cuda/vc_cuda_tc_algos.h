@@ -9,7 +9,11 @@
  *              accumulator_type (fwd/dgrad), split_k_slices (wgrad).
  *  mask_gemm_wgmma  the same algorithm for forward/dgrad on Hopper warpgroup
  *              MMA (wgmma, sm_90a only; supports() is false elsewhere).
- *              Params: mma_tile, accumulator_type, row_order. */
+ *              Params: mma_tile, accumulator_type, row_order.
+ *  mask_gemm_im2col  forward with cin <= 8 and kvol <= 28 (first layers):
+ *              every (row, offset) input of a tile gathered at once into
+ *              a whole-row im2col tile, one mma.sync chain. Params:
+ *              row_order. */
 #ifndef VC_CUDA_TC_ALGOS_H
 #define VC_CUDA_TC_ALGOS_H
 
@@ -21,9 +25,11 @@ extern "C" {
 
 extern const vc_algo_t vc_algo_cuda_mask_gemm;
 extern const vc_algo_t vc_algo_cuda_mask_gemm_wgmma;
+extern const vc_algo_t vc_algo_cuda_mask_gemm_im2col;
 
 #define VC_CUDA_TC_ALGO_LIST                                                  \
-  &vc_algo_cuda_mask_gemm, &vc_algo_cuda_mask_gemm_wgmma,
+  &vc_algo_cuda_mask_gemm, &vc_algo_cuda_mask_gemm_wgmma,                    \
+      &vc_algo_cuda_mask_gemm_im2col,
 
 #ifdef __cplusplus
 }
