@@ -60,8 +60,9 @@ fi
 if has sanitize; then
   # Each test's reduced mode: VOXCONV_TEST_SMALL for test_mask_gemm and
   # test_backend_ops, --quick for test_cuda_kmap. test_backend_ops runs
-  # only the algorithms of SAN_BACKEND_ALGOS (default: pool, the pooling
-  # kernels no other test covers); all of them under either tool run past
+  # only the algorithms of SAN_BACKEND_ALGOS (default: pool and
+  # mask_gemm_im2col, on every map geometry; test_mask_gemm covers the
+  # other tensor-core kernels); all of them under either tool run past
   # 7 minutes. memcheck
   # leaves CUDA API errors out: test_cuda_kmap asks for an impossible
   # allocation on purpose (the library checks and reports every API status;
@@ -73,7 +74,7 @@ if has sanitize; then
     for tool in memcheck racecheck; do
       extra=""
       [ $tool = memcheck ] && extra="--report-api-errors no"
-      VOXCONV_TEST_ALGO=${SAN_BACKEND_ALGOS:-pool} VOXCONV_TEST_SMALL=1 timeout ${SAN_TIMEOUT:-420} $CS --tool $tool $extra \
+      VOXCONV_TEST_ALGO=${SAN_BACKEND_ALGOS:-pool,mask_gemm_im2col} VOXCONV_TEST_SMALL=1 timeout ${SAN_TIMEOUT:-420} $CS --tool $tool $extra \
         --error-exitcode 9 $B/tests/$t $args >"$OUT/${tool}_$t.txt" 2>&1 &
       pids="$pids $!"
     done
