@@ -57,7 +57,7 @@ def main(path):
     fwd_ids, wgrad_ids = tile_ids()
     wg_ids = wg_tile_ids()
     wg_re = re.compile(r"WgTileILi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELi(\d+)EEELb(\d)E")
-    rows, wg_rows, fn = [], [], None
+    rows, wg_rows, ic_rows, fn = [], [], [], None
     tile_re = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE")
     for line in open(path):
         m = re.search(r"Compiling entry function '([^']+)'", line)
@@ -72,6 +72,14 @@ def main(path):
         regs = int(m.group(1))
         sm = re.search(r"(\d+) bytes smem", line)
         static_smem = int(sm.group(1)) if sm else 0
+        if "im2col_fwd_kernel" in fn:
+            # Im2colTile (cuda_mask_gemm.cuh): A 128 x 232 halves, B 224 x 72
+            smem = static_smem + (128 * 232 + 224 * 72) * 2
+            blocks, occ = occupancy(regs, 256, smem)
+            ic_rows.append(("f16" if "6__half" in fn else "bf16", regs, smem,
+                            blocks, f"{occ:.0%}"))
+            fn = None
+            continue
         w = wg_re.search(fn) if "wg_fwd_kernel" in fn else None
         if w:
             bn, st, bk, stot, minb, acc16 = map(int, w.groups())
@@ -130,6 +138,14 @@ def main(path):
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in wg_rows:
             print("| " + " | ".join(str(x) for x in r) + " |")
+    if ic_rows:
+        print("\nmask_gemm_im2col (forward, cin <= 8):\n")
+        print("| tile | dtype | acc | block M×N×K | warp tile | stages | registers "
+              "| smem (B) | blocks/SM | occupancy |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for dt, regs, smem, blocks, occ in sorted(ic_rows):
+            print(f"| im2col | {dt} | f32 | 128x64x224 | 16x64 | 1 (gather, then MMA) "
+                  f"| {regs} | {smem} | {blocks} | {occ} |")
 
 
 if __name__ == "__main__":
