@@ -10,6 +10,10 @@
 # profile: Nsight Compute sections of single kernels, PROFILE_CASES="C:match
 # C:match ..." (match as bench_tiles --match, e.g. 64:mma_tile=0,acc).
 #
+# Knobs: GPU_TESTS (ctest -R regex), SANITIZE_TESTS, SAN_BACKEND_ALGOS
+# (test_backend_ops' algorithms under the sanitizers), TILES=0 (skip
+# bench_tiles), TILE_ALGOS, TILE_REPEAT, TEST_TIMEOUT, SAN_TIMEOUT.
+#
 # kprof: the duration of every kernel of one workload-A forward + backward
 # (ncu, serialised), to split each layer's time into kernels and launch
 # gaps; run after bench (it reuses the tuning cache bench filled).

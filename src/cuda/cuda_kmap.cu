@@ -885,6 +885,23 @@ static voxconv_status_t vc_report_generative(voxconv_handle_t *h,
                  (long long)i, k);
 }
 
+/* The in -> out neighbour query filling m->nbr_in and its row masks (the
+ * second direction of a build: no counts, no duplicate check). */
+static voxconv_status_t vc_query_in_rows(voxconv_handle_t *h, int dir,
+                                         const unsigned long long *in_keys,
+                                         int64_t n_in, const VcGpuHash &out_hash,
+                                         voxconv_kmap_t *m, const VcGeom &g) {
+  VcQuery q;
+  memset(&q, 0, sizeof q);
+  q.center_k = -1;
+  q.src_keys = in_keys;
+  q.n_src = n_in;
+  q.dst = out_hash;
+  q.nbr = m->nbr_in;
+  q.mask = m->row_mask_in;
+  return vc_query(h, dir, q, g);
+}
+
 /* ---- one attempt per mode ------------------------------------------------ */
 static int vc_offsets_symmetric(const voxconv_kmap_t *m) {
   return (m->desc.kernel_size[0] & 1) && (m->desc.kernel_size[1] & 1) &&
@@ -1065,16 +1082,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     q.counts = counts;
     q.n_blocks = nb;
     VC_CHECK(vc_query(h, VC_Q_SUBDIV, q, b.g));
-    memset(&q, 0, sizeof q);
-    q.center_k = -1;
-    q.src_keys = in_keys;
-    q.n_src = n_in;
-    q.dst = out_hash;
-    q.nbr = m->nbr_in;
     VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_in,
                                "kernel-map row_mask_in"));
-    q.mask = m->row_mask_in;
-    VC_CHECK(vc_query(h, VC_Q_MULADD, q, b.g));
+    VC_CHECK(vc_query_in_rows(h, VC_Q_MULADD, in_keys, n_in, out_hash, m, b.g));
     VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
     VC_CHECK(vc_alloc_pair_lists(h, m));
     return vc_write_pairs(h, m->nbr_out, n_out, K, counts, nb, m->in_rows,
@@ -1188,15 +1198,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
       /* in -> out: SUBMANIFOLD i - off, STRIDED (i - off) / s (SUBDIV);
        * TRANSPOSED s*i + off. The hit count of each direction is the same
        * pair set, so only the first one counts. */
-      memset(&q, 0, sizeof q);
-      q.center_k = -1;
-      q.src_keys = in_keys;
-      q.n_src = n_in;
-      q.dst = out_hash;
-      q.nbr = m->nbr_in;
-      q.mask = m->row_mask_in;
-      VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_MULADD : VC_Q_SUBDIV,
-                        q, b.g));
+      VC_CHECK(vc_query_in_rows(
+          h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_MULADD : VC_Q_SUBDIV,
+          in_keys, n_in, out_hash, m, b.g));
     }
   }
   /* 5: positions. */

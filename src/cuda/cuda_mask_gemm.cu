@@ -740,12 +740,19 @@ voxconv_status_t mg_run_any(voxconv_handle_t *h, const vc_conv_problem_t *p,
   return mg_run_typed<T>(h, p, prm, ws, family);
 }
 
+/* mg_run_any for the problem's dtype (f16 or bf16: supports() checked). */
+voxconv_status_t mg_run_dtype(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                              const vc_algo_params_t *prm, void *ws,
+                              int family) {
+  if (p->dtype == VOXCONV_DTYPE_F16)
+    return mg_run_any<__half>(h, p, prm, ws, family);
+  return mg_run_any<__nv_bfloat16>(h, p, prm, ws, family);
+}
+
 voxconv_status_t mg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         const vc_algo_params_t *prm, void *ws) {
   VC_CUDA_DEVICE_GUARD(h);
-  if (p->dtype == VOXCONV_DTYPE_F16)
-    return mg_run_any<__half>(h, p, prm, ws, MG_FAM_MMA);
-  return mg_run_any<__nv_bfloat16>(h, p, prm, ws, MG_FAM_MMA);
+  return mg_run_dtype(h, p, prm, ws, MG_FAM_MMA);
 }
 
 /* ---- mask_gemm_wgmma: the Hopper variant (forward and dgrad) ------------ */
@@ -773,10 +780,6 @@ const vc_param_space_t *wg_param_space(voxconv_pass_t) {
   return &wg_space;
 }
 
-size_t wg_workspace(const vc_conv_problem_t *, const vc_algo_params_t *) {
-  return 0;
-}
-
 voxconv_status_t wg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         const vc_algo_params_t *prm, void *ws) {
   VC_CUDA_DEVICE_GUARD(h);
@@ -785,9 +788,7 @@ voxconv_status_t wg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                    "mask_gemm_wgmma: needs an sm_90 GPU, a build with the "
                    "90a target, and a forward or dgrad problem mask_gemm "
                    "supports");
-  if (p->dtype == VOXCONV_DTYPE_F16)
-    return mg_run_any<__half>(h, p, prm, ws, MG_FAM_WGMMA);
-  return mg_run_any<__nv_bfloat16>(h, p, prm, ws, MG_FAM_WGMMA);
+  return mg_run_dtype(h, p, prm, ws, MG_FAM_WGMMA);
 }
 
 /* mask_gemm_im2col: forward with cin <= 8 (after zero padding) and
@@ -800,10 +801,6 @@ int ic_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
 const vc_param_space_t ic_space = {1, {"row_order"}, {2}, {{1, 0}}};
 
 const vc_param_space_t *ic_param_space(voxconv_pass_t) { return &ic_space; }
-
-size_t ic_workspace(const vc_conv_problem_t *, const vc_algo_params_t *) {
-  return 0;
-}
 
 voxconv_status_t ic_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         const vc_algo_params_t *prm, void *ws) {
@@ -821,9 +818,7 @@ voxconv_status_t ic_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
   full.v[0] = 0;
   full.v[1] = 32;
   full.v[2] = prm->v[0];
-  if (p->dtype == VOXCONV_DTYPE_F16)
-    return mg_run_any<__half>(h, p, &full, ws, MG_FAM_IM2COL);
-  return mg_run_any<__nv_bfloat16>(h, p, &full, ws, MG_FAM_IM2COL);
+  return mg_run_dtype(h, p, &full, ws, MG_FAM_IM2COL);
 }
 
 } // namespace
@@ -849,7 +844,7 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_wgmma = {
      "f16/bf16"},
     wg_supports,
     wg_param_space,
-    wg_workspace,
+    NULL, /* no scratch */
     wg_run};
 
 extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_im2col = {
@@ -860,7 +855,7 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_im2col = {
      "mma.sync chain; f16/bf16, fp32 accumulators"},
     ic_supports,
     ic_param_space,
-    ic_workspace,
+    NULL, /* no scratch */
     ic_run};
 
 /* ---- kernel table for `voxconv info --kernels` -------------------------- */
