@@ -607,23 +607,43 @@ __global__ void __launch_bounds__(Im2colTile::THREADS, 2)
         make_uint4(0u, 0u, 0u, 0u);
   }
 
+  /* Gather sources of a tile: element v = tid + j * THREADS is (r, k) =
+   * (v / kvol, v % kvol), k fastest, so a warp reads a run of neighbour-
+   * table entries of consecutive rows. All GJ loads are independent and
+   * the next tile's are issued before this tile's copies are waited for:
+   * a thread's gathers no longer wait one after another on their table
+   * entries (307 us at 3 -> 64 on workload A level 0 when they did). */
+  constexpr int GJ = (TL::BM * TL::MAX_KVOL + TL::THREADS - 1) / TL::THREADS;
   const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
+  int32_t src[GJ];
+  auto fetch = [&](int tile) {
+    const int m0 = tile * TL::BM;
+#pragma unroll
+    for (int j = 0; j < GJ; j++) {
+      const int v = tid + j * TL::THREADS;
+      const int r = v / kvol, k = v - r * kvol;
+      src[j] = -1;
+      if (tile < tiles && v < TL::BM * kvol && m0 + r < args.n_dst) {
+        const int row = args.order ? args.order[m0 + r] : m0 + r;
+        src[j] = args.nbr[(int64_t)row * kvol + k];
+      }
+    }
+  };
+  fetch(blockIdx.y);
   for (int tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
     const int m0 = tile * TL::BM;
-    /* Gather: element v = (r, k), k fastest, so a warp reads a run of
-     * neighbour-table entries of consecutive rows. */
-    for (int v = tid; v < TL::BM * kvol; v += TL::THREADS) {
-      const int r = v / kvol, k = v - r * kvol;
-      int32_t src = -1;
-      if (m0 + r < args.n_dst) {
-        const int row = args.order ? args.order[m0 + r] : m0 + r;
-        src = args.nbr[(int64_t)row * kvol + k];
+#pragma unroll
+    for (int j = 0; j < GJ; j++) {
+      const int v = tid + j * TL::THREADS;
+      if (v < TL::BM * kvol) {
+        const int r = v / kvol, k = v - r * kvol;
+        cp_async16(a_s + r * TL::A_PITCH + k * TL::CP,
+                   src[j] >= 0 ? (const void *)(A + (int64_t)src[j] * TL::CP)
+                               : (const void *)A,
+                   src[j] >= 0);
       }
-      cp_async16(a_s + r * TL::A_PITCH + k * TL::CP,
-                 src >= 0 ? (const void *)(A + (int64_t)src * TL::CP)
-                          : (const void *)A,
-                 src >= 0);
     }
+    fetch(tile + gridDim.y); /* in flight during the wait and the MMAs */
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
