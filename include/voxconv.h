@@ -205,6 +205,34 @@ VOXCONV_API voxconv_status_t voxconv_set_deterministic(voxconv_handle_t *h,
 /* Wait for all work queued on the handle's stream (no-op on CPU). */
 VOXCONV_API voxconv_status_t voxconv_synchronize(voxconv_handle_t *h);
 
+/* Streams for overlapping independent work, e.g. building the next level's
+ * kernel maps while this level's convolutions run (a map build waits for
+ * its own stream once, so on the stream the convolutions use it would
+ * drain their queue; `voxconv bench --maps overlap` shows the pattern).
+ * Use one handle per stream: a handle's temporaries are ordered on its
+ * stream, so two streams must not share one handle concurrently.
+ *   voxconv_stream_create   a new non-blocking CUDA stream on h's device
+ *                           (*stream = NULL on CPU, where every call is
+ *                           synchronous anyway); pass it to a handle's
+ *                           desc.stream or voxconv_set_stream
+ *   voxconv_stream_destroy  releases it once its queued work is done
+ *                           (NULL: no-op); no handle may use it afterwards
+ *   voxconv_stream_wait     work queued on h's stream after this call runs
+ *                           after everything queued on `other` before it
+ *                           (a CUDA event; the host does not wait). `other`
+ *                           must be a stream of h's device (NULL: the legacy
+ *                           default stream); a no-op on CPU.
+ * Kernel maps may be built on one handle and used and destroyed on another
+ * of the same device (order them with voxconv_stream_wait); destroy frees
+ * through the destroying handle's allocator, so with a custom allocator
+ * destroy on a handle sharing the building handle's allocator. */
+VOXCONV_API voxconv_status_t voxconv_stream_create(voxconv_handle_t *h,
+                                                   void **stream);
+VOXCONV_API voxconv_status_t voxconv_stream_destroy(voxconv_handle_t *h,
+                                                    void *stream);
+VOXCONV_API voxconv_status_t voxconv_stream_wait(voxconv_handle_t *h,
+                                                 void *other);
+
 /* Timing library calls the way benchmarks should: on a CUDA handle a pair
  * of CUDA events on the handle's stream, so the result is the time the GPU
  * took from start to stop (host launch overhead before the first kernel and

@@ -88,6 +88,11 @@ fi
 if has test; then
   stamp "GPU tests"
   grep -E "tests passed|Passed|Failed|\*\*\*|Timeout" "$OUT/ctest_gpu.txt" | tail -12
+  # test_core's stream-ordering check must be able to fail: without its
+  # voxconv_stream_wait it has to see the race.
+  VC_TEST_STREAMS_NO_WAIT=1 $B/tests/test_core >"$OUT/test_core_no_wait.txt" 2>&1 &&
+    echo "test_core without the stream wait PASSED: its ordering check cannot fail" ||
+    echo "test_core without the stream wait fails as it must: $(grep -m1 'stream B read' "$OUT/test_core_no_wait.txt" | cut -c1-160)"
 fi
 if has sanitize; then
   for t in ${SANITIZE_TESTS:-test_mask_gemm test_cuda_kmap test_backend_ops}; do
@@ -116,6 +121,11 @@ if has bench; then
     $B/voxconv bench --workload $w --json >"$OUT/bench_$w.json" \
       2>"$OUT/bench_$w.txt"
     grep -E "forward|backward|kmap|total" "$OUT/bench_$w.txt" | tail -6
+    case $w in A | B) # the same network with its maps on the conv stream
+      $B/voxconv bench --workload $w --maps serial --json \
+        >"$OUT/bench_${w}_serial.json" 2>"$OUT/bench_${w}_serial.txt"
+      echo "--maps serial: $(grep -E '^forward' "$OUT/bench_${w}_serial.txt")" ;;
+    esac
   done
 fi
 if has profile; then

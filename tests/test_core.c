@@ -145,6 +145,132 @@ static void test_timer(void) {
   }
 }
 
+/* Streams: the contract on CPU (no streams, every call answered), and on a
+ * GPU that voxconv_stream_wait really orders two streams: stream A
+ * overwrites Y many times, stream B copies Y out after waiting for A; were
+ * the wait missing, B's copy would run beside A's and see Y's poison. */
+static void test_streams(void) {
+  voxconv_handle_t *h = NULL;
+  voxconv_handle_desc_t d = {0};
+  d.backend = VOXCONV_BACKEND_CPU;
+  d.num_threads = 1;
+  void *s = (void *)1;
+  VC_EXPECT_STATUS(NULL, voxconv_stream_create(NULL, &s),
+                   VOXCONV_STATUS_NULL_POINTER);
+  VC_EXPECT_STATUS(NULL, voxconv_stream_wait(NULL, NULL),
+                   VOXCONV_STATUS_NULL_POINTER);
+  VC_EXPECT_STATUS(NULL, voxconv_stream_destroy(NULL, NULL),
+                   VOXCONV_STATUS_NULL_POINTER);
+  VC_EXPECT_STATUS(NULL, voxconv_create(&h, &d), VOXCONV_STATUS_SUCCESS);
+  if (h) {
+    VC_EXPECT_STATUS(h, voxconv_stream_create(h, NULL),
+                     VOXCONV_STATUS_NULL_POINTER);
+    VC_EXPECT_STATUS(h, voxconv_stream_create(h, &s), VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT(s == NULL, "CPU stream_create gave %p, want NULL", s);
+    VC_EXPECT_STATUS(h, voxconv_stream_wait(h, NULL), VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(h, voxconv_stream_wait(h, (void *)1),
+                     VOXCONV_STATUS_INVALID_ARGUMENT);
+    VC_EXPECT_STATUS(h, voxconv_stream_destroy(h, NULL),
+                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(h, voxconv_stream_destroy(h, (void *)1),
+                     VOXCONV_STATUS_INVALID_ARGUMENT);
+  }
+  voxconv_destroy(h);
+
+  int n_dev = 0;
+  if (voxconv_device_count(&n_dev) != VOXCONV_STATUS_SUCCESS || n_dev == 0) {
+    printf("test_core: no GPU, CUDA streams not checked\n");
+    return;
+  }
+  d.backend = VOXCONV_BACKEND_CUDA;
+  voxconv_handle_t *ha = NULL, *hb = NULL;
+  void *sa = NULL, *sb = NULL;
+  VC_EXPECT_STATUS(NULL, voxconv_create(&ha, &d), VOXCONV_STATUS_SUCCESS);
+  if (!ha)
+    return;
+  VC_EXPECT_STATUS(ha, voxconv_stream_create(ha, &sa), VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(ha, voxconv_stream_create(ha, &sb), VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT(sa && sb && sa != sb, "two CUDA streams: %p %p", sa, sb);
+  VC_EXPECT_STATUS(ha, voxconv_set_stream(ha, sa), VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(ha, voxconv_stream_destroy(ha, sa),
+                   VOXCONV_STATUS_INVALID_ARGUMENT); /* its own stream */
+  VC_EXPECT_STATUS(ha, voxconv_stream_wait(ha, sa), VOXCONV_STATUS_SUCCESS);
+  d.stream = sb;
+  VC_EXPECT_STATUS(NULL, voxconv_create(&hb, &d), VOXCONV_STATUS_SUCCESS);
+  const size_t n = (size_t)16 << 20; /* 64 MiB of uint32 */
+  uint32_t *host = (uint32_t *)malloc(n * sizeof *host);
+  void *x = NULL, *y = NULL, *p = NULL, *z = NULL;
+  if (hb && host &&
+      voxconv_malloc(ha, n * 4, &x) == VOXCONV_STATUS_SUCCESS &&
+      voxconv_malloc(ha, n * 4, &y) == VOXCONV_STATUS_SUCCESS &&
+      voxconv_malloc(ha, n * 4, &p) == VOXCONV_STATUS_SUCCESS &&
+      voxconv_malloc(ha, n * 4, &z) == VOXCONV_STATUS_SUCCESS) {
+    const uint32_t salt = (uint32_t)time(NULL) * 2654435761u;
+    for (size_t i = 0; i < n; i++)
+      host[i] = 0xDEADBEEFu;
+    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, p, host, n * 4,
+                                        VOXCONV_MEMCPY_HOST_TO_BACKEND),
+                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, z, host, n * 4,
+                                        VOXCONV_MEMCPY_HOST_TO_BACKEND),
+                     VOXCONV_STATUS_SUCCESS);
+    for (size_t i = 0; i < n; i++)
+      host[i] = (uint32_t)i * 2654435761u ^ salt;
+    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, x, host, n * 4,
+                                        VOXCONV_MEMCPY_HOST_TO_BACKEND),
+                     VOXCONV_STATUS_SUCCESS);
+    /* The buffers were filled through A's stream, which has finished (host
+     * copies return when done). Now A writes poison and X into Y in turn,
+     * 24 times, X last (a few ms of copies: the host has queued B's copy
+     * long before they end, so without the wait B reads Y mid-sequence,
+     * half the time poisoned); B waits for all of it and copies Y to Z. */
+    voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+    for (int k = 0; k < 24 && st == VOXCONV_STATUS_SUCCESS; k++)
+      if ((st = voxconv_memcpy(ha, y, p, n * 4,
+                               VOXCONV_MEMCPY_BACKEND_TO_BACKEND)) ==
+          VOXCONV_STATUS_SUCCESS)
+        st = voxconv_memcpy(ha, y, x, n * 4,
+                            VOXCONV_MEMCPY_BACKEND_TO_BACKEND);
+    VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "copies on A: %s",
+              voxconv_get_last_error(ha));
+    /* VC_TEST_STREAMS_NO_WAIT=1 leaves the wait out: this check must then
+     * fail (run so once on a GPU to see that it can). */
+    const char *no_wait = getenv("VC_TEST_STREAMS_NO_WAIT");
+    if (!no_wait || strcmp(no_wait, "1") != 0)
+      VC_EXPECT_STATUS(hb, voxconv_stream_wait(hb, sa),
+                       VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(hb, voxconv_memcpy(hb, z, y, n * 4,
+                                        VOXCONV_MEMCPY_BACKEND_TO_BACKEND),
+                     VOXCONV_STATUS_SUCCESS);
+    memset(host, 0, n * sizeof *host);
+    VC_EXPECT_STATUS(hb, voxconv_memcpy(hb, host, z, n * 4,
+                                        VOXCONV_MEMCPY_BACKEND_TO_HOST),
+                     VOXCONV_STATUS_SUCCESS);
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; i++)
+      if (host[i] != ((uint32_t)i * 2654435761u ^ salt)) {
+        bad++;
+        if (first == n)
+          first = i;
+      }
+    VC_EXPECT(bad == 0,
+              "stream B read Y before stream A finished writing it: %zu of "
+              "%zu words wrong, first at %zu (0x%08x)",
+              bad, n, first, first < n ? host[first] : 0u);
+  }
+  VC_EXPECT_STATUS(ha, voxconv_synchronize(ha), VOXCONV_STATUS_SUCCESS);
+  voxconv_free(ha, x);
+  voxconv_free(ha, y);
+  voxconv_free(ha, p);
+  voxconv_free(ha, z);
+  free(host);
+  voxconv_destroy(hb);
+  VC_EXPECT_STATUS(ha, voxconv_set_stream(ha, NULL), VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(ha, voxconv_stream_destroy(ha, sa), VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(ha, voxconv_stream_destroy(ha, sb), VOXCONV_STATUS_SUCCESS);
+  voxconv_destroy(ha);
+}
+
 static void test_dtypes(void) {
   /* hand-computed IEEE half / bfloat16 bit patterns */
   VC_EXPECT(vc_f32_to_f16(1.0f) == 0x3C00, "1.0");
@@ -209,6 +335,7 @@ int main(void) {
   test_status_names();
   test_handle();
   test_timer();
+  test_streams();
   test_dtypes();
   test_threads();
   return vc_test_finish();

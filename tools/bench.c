@@ -2,10 +2,14 @@
  *
  * Everything goes through the public API: memory through voxconv_malloc /
  * voxconv_memcpy, so one code path serves the CPU and CUDA backends. Timing
- * uses the monotonic clock; on CUDA every per-layer row is bracketed by
- * voxconv_synchronize (the API has no events), and the forward/backward
- * totals are measured separately end to end with one synchronisation at
- * the end, so the per-layer syncs do not inflate them. */
+ * uses CUDA events on CUDA (voxconv_timer_*), the monotonic clock on the
+ * CPU; every per-layer row is a run of its own op between syncs, and the
+ * forward/backward totals are measured separately end to end with one
+ * synchronisation at the end, so the per-layer syncs do not inflate them.
+ * On CUDA the end-to-end forward builds the kernel maps on a second handle
+ * and stream (--maps overlap, the default): a map build waits for its own
+ * stream once, which on the convolutions' stream would drain their queue
+ * at every level. */
 #include "bench.h"
 
 #include "scan_io.h"
@@ -60,6 +64,7 @@ typedef struct bench_opts {
   int json, quiet;
   double peak_tflops, peak_tbps; /* 0 = defaults by dtype */
   uint64_t seed;
+  int maps_serial; /* --maps serial: maps on the convolutions' stream */
 } bench_opts_t;
 
 void vt_bench_usage(FILE *out) {
@@ -99,6 +104,9 @@ void vt_bench_usage(FILE *out) {
       "CUDA)\n"
       "  --warmup N            untimed runs first (default 1 CPU, 3 CUDA)\n"
       "  --seed N              weights/gradients seed (default 1)\n"
+      "  --maps overlap|serial  CUDA end-to-end forward: build kernel maps\n"
+      "                        on a second stream, overlapping the previous\n"
+      "                        level's convolutions (default), or in line\n"
       "output:\n"
       "  --json                JSON on stdout (the table goes to stderr)\n"
       "  --quiet               no table or progress on stderr\n"
@@ -210,7 +218,7 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
   o->repeat = o->warmup = -1;
   o->fp16_accum = -1;
   o->seed = 1;
-  int channels_set = 0;
+  int channels_set = 0, maps_set = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -324,6 +332,15 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
       if (!vt_parse_long(v, 0, 2147483647L, &n))
         return usage_error("--seed %s: want 0..2147483647", v);
       o->seed = (uint64_t)n;
+    } else if (strcmp(a, "--maps") == 0) {
+      NEED_VALUE();
+      if (strcmp(v, "overlap") == 0)
+        o->maps_serial = 0;
+      else if (strcmp(v, "serial") == 0)
+        o->maps_serial = 1;
+      else
+        return usage_error("--maps %s: want overlap or serial", v);
+      maps_set = 1;
     } else {
       return usage_error("unknown option \"%s\"", a);
     }
@@ -338,6 +355,9 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
     return usage_error("--fields applies to --scan");
   if (o->voxel > 0 && o->workload)
     return usage_error("--workload %c fixes its voxel size (0.1 m)",
+                       o->workload);
+  if (maps_set && (o->workload == 'C' || o->workload == 'D'))
+    return usage_error("--maps applies to the network, not --workload %c",
                        o->workload);
   if (channels_set && o->workload != 'C')
     return usage_error("--channels applies to --workload C");
@@ -374,6 +394,10 @@ typedef struct net_level {
 typedef struct bench {
   bench_opts_t o;
   voxconv_handle_t *h;
+  /* --maps overlap on CUDA: the handle and stream the end-to-end forward
+   * builds its kernel maps on (NULL otherwise). */
+  voxconv_handle_t *hm;
+  void *map_stream;
   voxconv_backend_t backend;
   char device_name[300];
   int n_threads_shown;
@@ -916,53 +940,41 @@ static void release_maps(bench_t *B) {
   }
 }
 
-/* One map build, timed into *ms when `timed` (else *ms = 0). */
-static int timed_kmap_build(bench_t *B, int timed, const char *what,
-                            const voxconv_kmap_desc_t *d,
-                            const voxconv_coords_t *c, voxconv_kmap_t **map,
-                            double *ms) {
+/* Builds one map of level l on coords (n rows) through handle h: the
+ * submanifold map, or (pool) the 2/2 pool map, which also gives the next
+ * level's size. Timed into *ms when `timed` (else *ms = 0); checks the size
+ * against the plan when `check` (maps are deterministic, so a change is a
+ * bug). */
+static int build_map(bench_t *B, voxconv_handle_t *h, int l,
+                     const int32_t *coords, int64_t n, int pool, int check,
+                     int timed, double *ms) {
+  net_level_t *L = &B->lv[l];
+  const voxconv_coords_t c = level_coords(coords, n, l);
+  const voxconv_kmap_desc_t d = pool ? pool2_desc() : subm3_desc();
+  voxconv_kmap_t **map = pool ? &L->pool : &L->subm;
+  char what[64];
   int rc;
+  snprintf(what, sizeof what, "voxconv_kmap_build (level %d %s)", l,
+           pool ? "pool 2/2" : "subm3");
   *ms = 0;
   if (timed && (rc = clock_start(B, &B->t_op)))
     return rc;
-  TRY(B, what, voxconv_kmap_build(B->h, d, c, NULL, map));
-  return timed ? clock_stop(B, &B->t_op, ms) : 0;
-}
-
-/* Builds the maps of level l on coords (n rows); checks the sizes against
- * the plan when `check` (maps are deterministic, so a change is a bug). */
-static int build_level_maps(bench_t *B, int l, const int32_t *coords,
-                            int64_t n, int with_pool, int check,
-                            double *ms_subm, double *ms_pool, int sync) {
-  net_level_t *L = &B->lv[l];
-  const voxconv_coords_t c = level_coords(coords, n, l);
-  const voxconv_kmap_desc_t ds = subm3_desc(), dp = pool2_desc();
-  char what[64];
-  int rc;
-  double ms;
-  snprintf(what, sizeof what, "voxconv_kmap_build (level %d subm3)", l);
-  if ((rc = timed_kmap_build(B, sync, what, &ds, &c, &L->subm, &ms)))
+  TRY(B, what, voxconv_kmap_build(h, &d, &c, NULL, map));
+  if (timed && (rc = clock_stop(B, &B->t_op, ms)))
     return rc;
-  if (ms_subm)
-    *ms_subm = ms;
   voxconv_kmap_info_t info;
-  TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->subm, &info));
-  if (check && info.n_pairs != L->pairs_subm) {
-    fprintf(stderr,
-            "voxconv bench: level %d map has %lld pairs, %lld before: maps "
-            "are not deterministic\n",
-            l, (long long)info.n_pairs, (long long)L->pairs_subm);
-    return VT_EXIT_FAIL;
-  }
-  L->pairs_subm = info.n_pairs;
-  if (!with_pool)
+  TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(*map, &info));
+  if (!pool) {
+    if (check && info.n_pairs != L->pairs_subm) {
+      fprintf(stderr,
+              "voxconv bench: level %d map has %lld pairs, %lld before: maps "
+              "are not deterministic\n",
+              l, (long long)info.n_pairs, (long long)L->pairs_subm);
+      return VT_EXIT_FAIL;
+    }
+    L->pairs_subm = info.n_pairs;
     return 0;
-  snprintf(what, sizeof what, "voxconv_kmap_build (level %d pool 2/2)", l);
-  if ((rc = timed_kmap_build(B, sync, what, &dp, &c, &L->pool, &ms)))
-    return rc;
-  if (ms_pool)
-    *ms_pool = ms;
-  TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->pool, &info));
+  }
   if (check && (info.n_pairs != L->pairs_pool || info.n_out != L->n_next)) {
     fprintf(stderr,
             "voxconv bench: level %d pool map changed size between runs\n", l);
@@ -985,10 +997,12 @@ static int plan_network(bench_t *B) {
     L->n = n;
     L->cin = l == 0 ? k_input_channels : k_level_channels[l - 1];
     L->c = k_level_channels[l];
-    if ((rc = build_level_maps(B, l, coords, n, l + 1 < NET_LEVELS, 0, NULL,
-                               NULL, 0)))
+    double ms;
+    if ((rc = build_map(B, B->h, l, coords, n, 0, 0, 0, &ms)))
       return rc;
     if (l + 1 < NET_LEVELS) {
+      if ((rc = build_map(B, B->h, l, coords, n, 1, 0, 0, &ms)))
+        return rc;
       TRY(B, "voxconv_kmap_out_coords",
           voxconv_kmap_out_coords(L->pool, &coords));
       n = L->n_next;
@@ -1103,22 +1117,38 @@ static int plan_network(bench_t *B) {
   } while (0)
 
 /* Forward from coordinates + features. per_layer: sync after every op and
- * record rows into run rep; otherwise only the end-to-end time. */
-static int net_forward(bench_t *B, int rep, int per_layer, double *total) {
+ * record rows into run rep; otherwise only the end-to-end time. overlap
+ * (end to end only): maps are built on B->hm, on B->map_stream, and the
+ * convolution stream waits for each map just before its first use, so a
+ * level's pool map and the next level's submanifold map are built while
+ * this level's convolutions run. */
+static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
+                       double *total) {
   const int rec = per_layer ? rep : -1;
+  overlap = overlap && !per_layer && B->hm;
+  voxconv_handle_t *hm = overlap ? B->hm : B->h;
   int r = 0, rc;
   if ((rc = clock_start(B, &B->t_total)))
     return rc;
+  /* Map work starts after the start event (and after the last run's use of
+   * the map stream's memory). */
+  if (overlap)
+    TRY(B, "voxconv_stream_wait", voxconv_stream_wait(hm, NULL)); /* B->h: legacy stream */
   const int32_t *coords = B->coords;
   for (int l = 0; l < NET_LEVELS; l++) {
     net_level_t *L = &B->lv[l];
     const int has_pool = l + 1 < NET_LEVELS;
     double ms_subm = 0, ms_pool = 0;
-    /* Both maps of the level are built first; their rows come first too. */
-    if ((rc = build_level_maps(B, l, coords, L->n, has_pool, 1, &ms_subm,
-                               &ms_pool, per_layer)))
-      return rc;
     const int r_subm = r++;
+    /* Per-layer runs build the level's pool map here too, so its row sits
+     * before the convolutions' as in the table; overlapped runs build it
+     * after they are queued. */
+    if ((rc = build_map(B, hm, l, coords, L->n, 0, 1, per_layer, &ms_subm)) ||
+        (has_pool && !overlap &&
+         (rc = build_map(B, hm, l, coords, L->n, 1, 1, per_layer, &ms_pool))))
+      return rc;
+    if (overlap)
+      TRY(B, "voxconv_stream_wait", voxconv_stream_wait(B->h, B->map_stream));
     const voxconv_feats_t x = feats_of(B, L->x, L->n, L->cin);
     const voxconv_feats_t a = feats_of(B, L->a, L->n, L->c);
     const voxconv_feats_t b = feats_of(B, L->b, L->n, L->c);
@@ -1131,6 +1161,12 @@ static int net_forward(bench_t *B, int rep, int per_layer, double *total) {
     if (rec >= 0)
       B->rows[r_subm].ms[rec] = ms_subm;
     if (has_pool) {
+      if (overlap) {
+        if ((rc = build_map(B, hm, l, coords, L->n, 1, 1, 0, &ms_pool)))
+          return rc;
+        TRY(B, "voxconv_stream_wait",
+            voxconv_stream_wait(B->h, B->map_stream));
+      }
       if (rec >= 0)
         B->rows[r].ms[rec] = ms_pool;
       r++;
@@ -1198,8 +1234,11 @@ static int run_network(bench_t *B) {
     return VT_EXIT_FAIL;
   const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
   double f, b;
+  /* The first warm-up tunes (on an empty cache): in line, so no map build
+   * runs beside the candidates being timed. */
   for (int i = 0; i < B->warmup; i++) {
-    if ((rc = net_forward(B, -1, 0, &f)) || (rc = net_backward(B, -1, 0, &b)))
+    if ((rc = net_forward(B, -1, 0, i > 0, &f)) ||
+        (rc = net_backward(B, -1, 0, &b)))
       return rc;
     release_maps(B);
     progress(B, "warm-up %d/%d: forward %.2f ms, backward %.2f ms", i + 1,
@@ -1209,7 +1248,8 @@ static int run_network(bench_t *B) {
    * asynchronous); on CUDA the per-layer syncs would inflate the totals,
    * so those come from separate runs with one sync at the end. */
   for (int i = 0; i < B->repeat; i++) {
-    if ((rc = net_forward(B, i, 1, &f)) || (rc = net_backward(B, i, 1, &b)))
+    if ((rc = net_forward(B, i, 1, 0, &f)) ||
+        (rc = net_backward(B, i, 1, &b)))
       return rc;
     release_maps(B);
     if (!cuda)
@@ -1219,7 +1259,7 @@ static int run_network(bench_t *B) {
   }
   if (cuda)
     for (int i = 0; i < B->repeat; i++) {
-      if ((rc = net_forward(B, i, 0, &B->fwd_total[i])) ||
+      if ((rc = net_forward(B, i, 0, 1, &B->fwd_total[i])) ||
           (rc = net_backward(B, i, 0, &B->bwd_total[i])))
         return rc;
       release_maps(B);
@@ -1236,7 +1276,8 @@ static int run_workload_c(bench_t *B) {
   L->n = B->n_voxels;
   int rc;
   progress(B, "workload C: building the level-0 subm3 map (untimed)");
-  if ((rc = build_level_maps(B, 0, B->coords, L->n, 0, 0, NULL, NULL, 0)))
+  double ms;
+  if ((rc = build_map(B, B->h, 0, B->coords, L->n, 0, 0, 0, &ms)))
     return rc;
   if (L->pairs_subm != k_workload_a_pairs)
     fprintf(stderr,
@@ -1308,7 +1349,8 @@ static int run_workload_d(bench_t *B) {
   net_level_t *L = &B->lv[0];
   L->n = B->n_voxels;
   int rc;
-  if ((rc = build_level_maps(B, 0, B->coords, L->n, 0, 0, NULL, NULL, 1)))
+  double ms0;
+  if ((rc = build_map(B, B->h, 0, B->coords, L->n, 0, 0, 1, &ms0)))
     return rc;
   release_maps(B);
   if (L->pairs_subm != k_workload_a_pairs)
@@ -1322,7 +1364,7 @@ static int run_workload_d(bench_t *B) {
   for (int i = -B->warmup; i < B->repeat; i++) {
     double ms = 0;
     TRY(B, "voxconv_synchronize", voxconv_synchronize(B->h));
-    if ((rc = build_level_maps(B, 0, B->coords, L->n, 0, 1, &ms, NULL, 1)))
+    if ((rc = build_map(B, B->h, 0, B->coords, L->n, 0, 1, 1, &ms)))
       return rc;
     release_maps(B);
     if (i >= 0)
@@ -1335,6 +1377,14 @@ static int run_workload_d(bench_t *B) {
 
 static const char *backend_name(voxconv_backend_t b) {
   return b == VOXCONV_BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+/* How the end-to-end forward builds its maps (NULL: no network run). */
+static const char *maps_schedule(const bench_t *B) {
+  if (B->o.workload == 'C' || B->o.workload == 'D')
+    return NULL;
+  return B->hm ? "overlap" : B->backend == VOXCONV_BACKEND_CUDA ? "serial"
+                                                                : "in line";
 }
 
 static double row_rate(const row_t *r, double ms) {
@@ -1360,6 +1410,11 @@ static void print_human(const bench_t *B, FILE *f) {
           cuda ? "rows: CUDA events around each op (voxconv_timer_*); "
                  "totals: separate end-to-end runs, one event pair"
                : "CPU monotonic clock");
+  if (cuda && maps_schedule(B))
+    fprintf(f, "maps      : %s%s\n", maps_schedule(B),
+            B->hm ? " (end-to-end forward: maps built on a second stream "
+                    "while the previous convolutions run; rows in line)"
+                  : " (on the convolutions' stream)");
   if (cuda)
     fprintf(f,
             "ceilings  : %.0f TFLOP/s, %.2f TB/s%s\n",
@@ -1465,6 +1520,8 @@ static void print_json(const bench_t *B, FILE *f) {
   /* How the times were taken (results recorded before this key existed
    * used the host clock with a synchronize after each op). */
   fprintf(f, "  \"clock\": \"%s\",\n", cuda ? "cuda_events" : "monotonic");
+  if (maps_schedule(B)) /* absent in older results: "serial" then */
+    fprintf(f, "  \"maps\": \"%s\",\n", maps_schedule(B));
   if (cuda)
     fprintf(f,
             "  \"ceilings\": {\"tflops\": %g, \"tbps\": %g, \"source\": "
@@ -1534,6 +1591,8 @@ static void bench_cleanup(bench_t *B) {
     voxconv_timer_discard(B->h, B->t_op);
     voxconv_timer_discard(B->h, B->t_total);
     bfree_all(B);
+    voxconv_destroy(B->hm); /* waits for its stream */
+    voxconv_stream_destroy(B->h, B->map_stream);
     voxconv_destroy(B->h);
   }
 }
@@ -1557,6 +1616,14 @@ static int bench_setup(bench_t *B) {
   }
   TRY(B, "voxconv_get_backend", voxconv_get_backend(B->h, &B->backend));
   const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
+  if (cuda && !B->o.maps_serial && B->o.workload != 'C' &&
+      B->o.workload != 'D') {
+    TRY(B, "voxconv_stream_create",
+        voxconv_stream_create(B->h, &B->map_stream));
+    hd.backend = VOXCONV_BACKEND_CUDA;
+    hd.stream = B->map_stream;
+    TRY(B, "voxconv_create (map handle)", voxconv_create(&B->hm, &hd));
+  }
   if (cuda) {
     voxconv_device_info_t di;
     memset(&di, 0, sizeof di);

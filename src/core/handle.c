@@ -169,6 +169,53 @@ voxconv_status_t voxconv_synchronize(voxconv_handle_t *h) {
   return VOXCONV_STATUS_SUCCESS;
 }
 
+voxconv_status_t voxconv_stream_create(voxconv_handle_t *h, void **stream) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, stream, "stream");
+  *stream = NULL;
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    return vc_cuda_stream_create(h, stream);
+#endif
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_stream_destroy(voxconv_handle_t *h, void *stream) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  if (!stream)
+    return VOXCONV_STATUS_SUCCESS;
+  if (h->backend != VOXCONV_BACKEND_CUDA)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_stream_destroy: the CPU backend has no streams");
+  if (stream == h->stream)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_stream_destroy: the stream is this handle's own "
+                   "(voxconv_set_stream another one first)");
+#ifdef VOXCONV_HAVE_CUDA
+  return vc_cuda_stream_destroy(h, stream);
+#else
+  return VOXCONV_STATUS_SUCCESS;
+#endif
+}
+
+voxconv_status_t voxconv_stream_wait(voxconv_handle_t *h, void *other) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  if (h->backend != VOXCONV_BACKEND_CUDA) {
+    if (other)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "voxconv_stream_wait: the CPU backend has no streams");
+    return VOXCONV_STATUS_SUCCESS;
+  }
+#ifdef VOXCONV_HAVE_CUDA
+  return vc_cuda_stream_wait(h, other);
+#else
+  return VOXCONV_STATUS_SUCCESS;
+#endif
+}
+
 /* ---- timing on the handle's stream ------------------------------------ */
 struct voxconv_timer {
   const voxconv_handle_t *h; /* the handle it was started on */

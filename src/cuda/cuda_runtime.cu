@@ -183,6 +183,8 @@ extern "C" void vc_cuda_handle_fini(voxconv_handle_t *h) {
   cublasDestroy(s->cublas);
   if (s->host_status)
     cudaFreeHost(s->host_status);
+  if (s->wait_event)
+    cudaEventDestroy(s->wait_event);
   /* Returns immediately; memory still allocated from the pool (kernel maps
    * the caller has not destroyed) keeps it alive until freed. */
   cudaMemPoolDestroy(s->pool);
@@ -254,5 +256,40 @@ extern "C" voxconv_status_t vc_cuda_memcpy(voxconv_handle_t *h, void *dst,
 extern "C" voxconv_status_t vc_cuda_synchronize(voxconv_handle_t *h) {
   VC_CUDA_DEVICE_GUARD(h);
   VC_CUDA_TRY(h, cudaStreamSynchronize(vc_cuda_stream(h)));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* ---- streams --------------------------------------------------------------
+ * Non-blocking, so a stream made here never synchronises implicitly with
+ * the legacy default stream: ordering is only what voxconv_stream_wait
+ * asks for. */
+extern "C" voxconv_status_t vc_cuda_stream_create(voxconv_handle_t *h,
+                                                  void **stream) {
+  VC_CUDA_DEVICE_GUARD(h);
+  cudaStream_t st = NULL;
+  VC_CUDA_TRY(h, cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  *stream = st;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" voxconv_status_t vc_cuda_stream_destroy(voxconv_handle_t *h,
+                                                   void *stream) {
+  VC_CUDA_DEVICE_GUARD(h);
+  /* cudaStreamDestroy returns at once and lets queued work finish. */
+  VC_CUDA_TRY(h, cudaStreamDestroy((cudaStream_t)stream));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" voxconv_status_t vc_cuda_stream_wait(voxconv_handle_t *h,
+                                                void *other) {
+  VC_CUDA_DEVICE_GUARD(h);
+  vc_cuda_state_t *s = vc_cuda_state(h);
+  if (other == h->stream)
+    return VOXCONV_STATUS_SUCCESS; /* a stream is ordered with itself */
+  if (!s->wait_event)
+    VC_CUDA_TRY(h, cudaEventCreateWithFlags(&s->wait_event,
+                                            cudaEventDisableTiming));
+  VC_CUDA_TRY(h, cudaEventRecord(s->wait_event, (cudaStream_t)other));
+  VC_CUDA_TRY(h, cudaStreamWaitEvent(vc_cuda_stream(h), s->wait_event, 0));
   return VOXCONV_STATUS_SUCCESS;
 }

@@ -24,6 +24,9 @@ voxconv_status_t vc_cuda_memcpy(voxconv_handle_t *h, void *dst,
                                 const void *src, size_t bytes,
                                 voxconv_memcpy_kind_t kind);
 voxconv_status_t vc_cuda_synchronize(voxconv_handle_t *h);
+voxconv_status_t vc_cuda_stream_create(voxconv_handle_t *h, void **stream);
+voxconv_status_t vc_cuda_stream_destroy(voxconv_handle_t *h, void *stream);
+voxconv_status_t vc_cuda_stream_wait(voxconv_handle_t *h, void *other);
 
 /* coordinates (cuda_kmap.cu, cuda_voxelize.cu) */
 voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,

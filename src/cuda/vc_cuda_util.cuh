@@ -44,6 +44,9 @@ typedef struct vc_cuda_state {
    * (counts and error rows), allocated on first use. */
   void *host_status;
   size_t host_status_bytes;
+  /* voxconv_stream_wait's event (no timing), created on first use; one is
+   * enough: a wait takes the event's state when it is queued. */
+  cudaEvent_t wait_event;
 } vc_cuda_state_t;
 
 static inline vc_cuda_state_t *vc_cuda_state(const voxconv_handle_t *h) {
