@@ -147,8 +147,9 @@ static void test_timer(void) {
 
 /* Streams: the contract on CPU (no streams, every call answered), and on a
  * GPU that voxconv_stream_wait really orders two streams: stream A
- * overwrites Y many times, stream B copies Y out after waiting for A; were
- * the wait missing, B's copy would run beside A's and see Y's poison. */
+ * poisons and recomputes Y many times, stream B copies Y out after waiting
+ * for A; were the wait missing, B's copy would run beside A's work and see
+ * Y poisoned or half written. */
 static void test_streams(void) {
   voxconv_handle_t *h = NULL;
   voxconv_handle_desc_t d = {0};
@@ -197,41 +198,71 @@ static void test_streams(void) {
   VC_EXPECT_STATUS(ha, voxconv_stream_wait(ha, sa), VOXCONV_STATUS_SUCCESS);
   d.stream = sb;
   VC_EXPECT_STATUS(NULL, voxconv_create(&hb, &d), VOXCONV_STATUS_SUCCESS);
-  const size_t n = (size_t)16 << 20; /* 64 MiB of uint32 */
-  uint32_t *host = (uint32_t *)malloc(n * sizeof *host);
-  void *x = NULL, *y = NULL, *p = NULL, *z = NULL;
-  if (hb && host &&
-      voxconv_malloc(ha, n * 4, &x) == VOXCONV_STATUS_SUCCESS &&
-      voxconv_malloc(ha, n * 4, &y) == VOXCONV_STATUS_SUCCESS &&
-      voxconv_malloc(ha, n * 4, &p) == VOXCONV_STATUS_SUCCESS &&
-      voxconv_malloc(ha, n * 4, &z) == VOXCONV_STATUS_SUCCESS) {
-    const uint32_t salt = (uint32_t)time(NULL) * 2654435761u;
-    for (size_t i = 0; i < n; i++)
-      host[i] = 0xDEADBEEFu;
-    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, p, host, n * 4,
+  /* Stream A's work is kernels: a 3x3x3 submanifold conv on a dense
+   * 48^3 block (110,592 rows, 32 -> 32 channels, f32), run 16 times into Y,
+   * each time after Y is poisoned. (Copies alone cannot show a missing
+   * wait: device-to-device copies of two streams may share one copy
+   * engine queue and run in order anyway.) */
+  const int side = 48;
+  const int64_t rows = (int64_t)side * side * side, ch = 32;
+  const size_t fbytes = (size_t)rows * ch * sizeof(float);
+  int32_t *hc = (int32_t *)malloc((size_t)rows * 4 * sizeof *hc);
+  float *host = (float *)malloc(fbytes), *yfin = (float *)malloc(fbytes);
+  void *c = NULL, *x = NULL, *w = NULL, *y = NULL, *p = NULL, *z = NULL;
+  voxconv_kmap_t *map = NULL;
+  if (hb && hc && host && yfin &&
+      voxconv_malloc(ha, (size_t)rows * 4 * sizeof *hc, &c) ==
+          VOXCONV_STATUS_SUCCESS &&
+      voxconv_malloc(ha, fbytes, &x) == VOXCONV_STATUS_SUCCESS &&
+      voxconv_malloc(ha, 27 * ch * ch * sizeof(float), &w) ==
+          VOXCONV_STATUS_SUCCESS &&
+      voxconv_malloc(ha, fbytes, &y) == VOXCONV_STATUS_SUCCESS &&
+      voxconv_malloc(ha, fbytes, &p) == VOXCONV_STATUS_SUCCESS &&
+      voxconv_malloc(ha, fbytes, &z) == VOXCONV_STATUS_SUCCESS) {
+    for (int64_t i = 0; i < rows; i++) {
+      hc[4 * i] = 0;
+      hc[4 * i + 1] = (int32_t)(i % side);
+      hc[4 * i + 2] = (int32_t)(i / side % side);
+      hc[4 * i + 3] = (int32_t)(i / side / side);
+    }
+    uint32_t rng = (uint32_t)time(NULL) | 1u;
+    for (int64_t i = 0; i < rows * ch; i++) {
+      rng = rng * 1664525u + 1013904223u;
+      host[i] = (float)(rng >> 8) / 16777216.0f - 0.5f;
+    }
+    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, c, hc, (size_t)rows * 16,
                                         VOXCONV_MEMCPY_HOST_TO_BACKEND),
                      VOXCONV_STATUS_SUCCESS);
-    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, z, host, n * 4,
+    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, x, host, fbytes,
                                         VOXCONV_MEMCPY_HOST_TO_BACKEND),
                      VOXCONV_STATUS_SUCCESS);
-    for (size_t i = 0; i < n; i++)
-      host[i] = (uint32_t)i * 2654435761u ^ salt;
-    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, x, host, n * 4,
+    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, w, host,
+                                        27 * ch * ch * sizeof(float),
                                         VOXCONV_MEMCPY_HOST_TO_BACKEND),
                      VOXCONV_STATUS_SUCCESS);
-    /* The buffers were filled through A's stream, which has finished (host
-     * copies return when done). Now A writes poison and X into Y in turn,
-     * 24 times, X last (a few ms of copies: the host has queued B's copy
-     * long before they end, so without the wait B reads Y mid-sequence,
-     * half the time poisoned); B waits for all of it and copies Y to Z. */
-    voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
-    for (int k = 0; k < 24 && st == VOXCONV_STATUS_SUCCESS; k++)
-      if ((st = voxconv_memcpy(ha, y, p, n * 4,
+    for (int64_t i = 0; i < rows * ch; i++)
+      host[i] = -12345.0f;
+    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, p, host, fbytes,
+                                        VOXCONV_MEMCPY_HOST_TO_BACKEND),
+                     VOXCONV_STATUS_SUCCESS);
+    const voxconv_coords_t cc = {(const int32_t *)c, rows, {1, 1, 1}};
+    const voxconv_kmap_desc_t geo = {
+        VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
+    VC_EXPECT_STATUS(ha, voxconv_kmap_build(ha, &geo, &cc, NULL, &map),
+                     VOXCONV_STATUS_SUCCESS);
+    const voxconv_feats_t fx = {x, rows, ch, VOXCONV_DTYPE_F32},
+                          fy = {y, rows, ch, VOXCONV_DTYPE_F32};
+    const voxconv_weights_t fw = {w, 27, ch, ch, VOXCONV_DTYPE_F32};
+    voxconv_conv_options_t opt = {0};
+    opt.fwd_algo = "implicit_gemm"; /* no tuner: nothing synchronises */
+    voxconv_status_t st = map ? VOXCONV_STATUS_SUCCESS
+                              : VOXCONV_STATUS_INTERNAL;
+    for (int k = 0; k < 16 && st == VOXCONV_STATUS_SUCCESS; k++)
+      if ((st = voxconv_memcpy(ha, y, p, fbytes,
                                VOXCONV_MEMCPY_BACKEND_TO_BACKEND)) ==
           VOXCONV_STATUS_SUCCESS)
-        st = voxconv_memcpy(ha, y, x, n * 4,
-                            VOXCONV_MEMCPY_BACKEND_TO_BACKEND);
-    VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "copies on A: %s",
+        st = voxconv_conv_forward(ha, map, &fx, &fw, &fy, &opt);
+    VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "work on stream A: %s",
               voxconv_get_last_error(ha));
     /* VC_TEST_STREAMS_NO_WAIT=1 leaves the wait out: this check must then
      * fail (run so once on a GPU to see that it can). */
@@ -239,31 +270,44 @@ static void test_streams(void) {
     if (!no_wait || strcmp(no_wait, "1") != 0)
       VC_EXPECT_STATUS(hb, voxconv_stream_wait(hb, sa),
                        VOXCONV_STATUS_SUCCESS);
-    VC_EXPECT_STATUS(hb, voxconv_memcpy(hb, z, y, n * 4,
+    VC_EXPECT_STATUS(hb, voxconv_memcpy(hb, z, y, fbytes,
                                         VOXCONV_MEMCPY_BACKEND_TO_BACKEND),
                      VOXCONV_STATUS_SUCCESS);
-    memset(host, 0, n * sizeof *host);
-    VC_EXPECT_STATUS(hb, voxconv_memcpy(hb, host, z, n * 4,
+    VC_EXPECT_STATUS(hb, voxconv_memcpy(hb, host, z, fbytes,
                                         VOXCONV_MEMCPY_BACKEND_TO_HOST),
                      VOXCONV_STATUS_SUCCESS);
-    size_t bad = 0, first = n;
-    for (size_t i = 0; i < n; i++)
-      if (host[i] != ((uint32_t)i * 2654435761u ^ salt)) {
+    /* Y once A is done: every run wrote the same values. */
+    VC_EXPECT_STATUS(ha, voxconv_memcpy(ha, yfin, y, fbytes,
+                                        VOXCONV_MEMCPY_BACKEND_TO_HOST),
+                     VOXCONV_STATUS_SUCCESS);
+    int64_t bad = 0, first = -1, poisoned = 0;
+    for (int64_t i = 0; i < rows * ch; i++) {
+      poisoned += yfin[i] == -12345.0f;
+      if (memcmp(&host[i], &yfin[i], sizeof(float)) != 0) {
         bad++;
-        if (first == n)
+        if (first < 0)
           first = i;
       }
+    }
+    VC_EXPECT(poisoned == 0, "Y still holds %lld poisoned values after the "
+              "conv", (long long)poisoned);
     VC_EXPECT(bad == 0,
-              "stream B read Y before stream A finished writing it: %zu of "
-              "%zu words wrong, first at %zu (0x%08x)",
-              bad, n, first, first < n ? host[first] : 0u);
+              "stream B read Y before stream A finished writing it: %lld of "
+              "%lld values differ, first at %lld (%g, final %g)",
+              (long long)bad, (long long)(rows * ch), (long long)first,
+              first >= 0 ? host[first] : 0.0, first >= 0 ? yfin[first] : 0.0);
   }
+  voxconv_kmap_destroy(ha, map);
   VC_EXPECT_STATUS(ha, voxconv_synchronize(ha), VOXCONV_STATUS_SUCCESS);
+  voxconv_free(ha, c);
   voxconv_free(ha, x);
+  voxconv_free(ha, w);
   voxconv_free(ha, y);
   voxconv_free(ha, p);
   voxconv_free(ha, z);
+  free(hc);
   free(host);
+  free(yfin);
   voxconv_destroy(hb);
   VC_EXPECT_STATUS(ha, voxconv_set_stream(ha, NULL), VOXCONV_STATUS_SUCCESS);
   VC_EXPECT_STATUS(ha, voxconv_stream_destroy(ha, sa), VOXCONV_STATUS_SUCCESS);
