@@ -62,7 +62,14 @@ typedef Tile<64, 64, 32, 32, 32, 3> G0;
 typedef Tile<32, 32, 32, 16, 16, 3> G1;
 typedef Tile<128, 128, 32, 64, 32, 3> G2;
 typedef Tile<64, 128, 32, 32, 32, 3> G3;
-#define VC_MG_WGRAD_TILES 4
+/* 64 x 64 (C = 32-64 layers) with half the barriers per pair (BK = 64), or
+ * twice the warps per block (8 warps of 32 x 16, half the accumulators per
+ * thread), or both: G0's pipeline is latency-bound at 4 blocks of 4 warps
+ * per SM (128 registers). */
+typedef Tile<64, 64, 64, 32, 32, 3> G4;
+typedef Tile<64, 64, 32, 32, 16, 3> G5;
+typedef Tile<64, 64, 64, 32, 16, 3> G6;
+#define VC_MG_WGRAD_TILES 7
 
 /* Launches a forward/dgrad kernel (either family) over the output tiles.
  * Raising the dynamic shared-memory limit is per function and cheap; doing
@@ -181,6 +188,9 @@ voxconv_status_t launch_wgrad_tile(voxconv_handle_t *h, int tile,
   case 1: return launch_wgrad<T, G1>(h, a);
   case 2: return launch_wgrad<T, G2>(h, a);
   case 3: return launch_wgrad<T, G3>(h, a);
+  case 4: return launch_wgrad<T, G4>(h, a);
+  case 5: return launch_wgrad<T, G5>(h, a);
+  case 6: return launch_wgrad<T, G6>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm: wgrad tile %d outside 0..%d", tile,
@@ -320,11 +330,11 @@ const vc_param_space_t mg_space_wgrad = {
     2,
     {"mma_tile", "split_k_slices"},
     {VC_MG_WGRAD_TILES, 8},
-    {{0, 1, 2, 3}, {0, 64, 32, 16, 8, 4, 2, 1}}};
+    {{0, 1, 2, 3, 4, 5, 6}, {0, 64, 32, 16, 8, 4, 2, 1}}};
 
 /* Wgrad tile shapes (M = cin, N = cout), indexed by tile ID. */
 const int kWgradTileMN[VC_MG_WGRAD_TILES][2] = {
-    {64, 64}, {32, 32}, {128, 128}, {64, 128}};
+    {64, 64}, {32, 32}, {128, 128}, {64, 128}, {64, 64}, {64, 64}, {64, 64}};
 
 /* Adaptive split count for a GPU with `sms` multiprocessors (monotone in
  * sms, so the workspace is sized with an upper bound on it).
@@ -959,6 +969,9 @@ const KernelRow *kernel_rows() {
     add_wgrad_tile<G1>(rows, n, 1);
     add_wgrad_tile<G2>(rows, n, 2);
     add_wgrad_tile<G3>(rows, n, 3);
+    add_wgrad_tile<G4>(rows, n, 4);
+    add_wgrad_tile<G5>(rows, n, 5);
+    add_wgrad_tile<G6>(rows, n, 6);
     add_wg_tile<H0, H0>(rows, n, 0);
     add_wg_tile<H1, H1>(rows, n, 1);
     add_wg_tile<H2, H2>(rows, n, 2);
