@@ -712,26 +712,30 @@ __global__ void __launch_bounds__(TL::THREADS)
   const int64_t p_end = pk0 + len * (split + 1) / args.splits;
   const int iters = (int)((p_end - p_begin + TL::BK - 1) / TL::BK);
 
-  /* Pair -> row indices of the next iteration, loaded one iteration ahead
-   * into registers (as in the forward kernel) so no cp.async waits on them. */
+  /* Pair -> row indices, loaded into registers two iterations ahead of the
+   * gathers that use them (a_src/b_src: the next stage to issue; a_nx/b_nx:
+   * the one after). Each BK-pair slice of in_rows/out_rows is a new cache
+   * line, usually from DRAM; one iteration of MMAs (~0.3 us at BK = 32)
+   * did not cover that latency. */
   constexpr int AV = TL::BM / 8, BV = TL::BN / 8;
   constexpr int AVPT = (TL::BK * AV + TL::THREADS - 1) / TL::THREADS;
   constexpr int BVPT = (TL::BK * BV + TL::THREADS - 1) / TL::THREADS;
-  int a_src[AVPT], b_src[BVPT];
-  auto fetch_rows = [&](int it) {
+  int a_src[AVPT], b_src[BVPT], a_nx[AVPT], b_nx[BVPT];
+  auto fetch_rows = [&](int it, int(&a)[AVPT], int(&b)[BVPT]) {
     const int64_t p0 = p_begin + (int64_t)it * TL::BK;
 #pragma unroll
     for (int j = 0; j < AVPT; j++) {
       const int64_t p = p0 + (tid + j * TL::THREADS) / AV;
-      a_src[j] = p < p_end ? __ldg(args.in_rows + p) : -1;
+      a[j] = p < p_end ? __ldg(args.in_rows + p) : -1;
     }
 #pragma unroll
     for (int j = 0; j < BVPT; j++) {
       const int64_t p = p0 + (tid + j * TL::THREADS) / BV;
-      b_src[j] = p < p_end ? __ldg(args.out_rows + p) : -1;
+      b[j] = p < p_end ? __ldg(args.out_rows + p) : -1;
     }
   };
-  fetch_rows(0);
+  fetch_rows(0, a_src, b_src);
+  fetch_rows(1, a_nx, b_nx);
 
   auto load_stage = [&](int stage, int it) {
     T *a_dst = sA + stage * TL::BK * A_PITCH_M;
@@ -758,7 +762,13 @@ __global__ void __launch_bounds__(TL::THREADS)
       const T *g = ok ? DY + (int64_t)b_src[j] * cout + col : DY;
       cp_async16(b_dst + pr * TL::B_PITCH_N + nv * 8, g, ok);
     }
-    fetch_rows(it + 1);
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      a_src[j] = a_nx[j];
+#pragma unroll
+    for (int j = 0; j < BVPT; j++)
+      b_src[j] = b_nx[j];
+    fetch_rows(it + 2, a_nx, b_nx);
   };
 
   WarpAcc<false, TL::MI, TL::NI> acc;
