@@ -223,9 +223,12 @@ VOXCONV_API voxconv_status_t voxconv_synchronize(voxconv_handle_t *h);
  *                           must be a stream of h's device (NULL: the legacy
  *                           default stream); a no-op on CPU.
  * Kernel maps may be built on one handle and used and destroyed on another
- * of the same device (order them with voxconv_stream_wait); destroy frees
- * through the destroying handle's allocator, so with a custom allocator
- * destroy on a handle sharing the building handle's allocator. */
+ * of the same device (order them with voxconv_stream_wait). Every buffer of
+ * a map, including those a convolution adds to it (mask_gemm's row
+ * orders), is freed through the destroying handle's allocator on its
+ * stream: handles that share maps must share one allocator (the built-in
+ * one, or the same custom one), and the destroying stream must be ordered
+ * after every use. */
 VOXCONV_API voxconv_status_t voxconv_stream_create(voxconv_handle_t *h,
                                                    void **stream);
 VOXCONV_API voxconv_status_t voxconv_stream_destroy(voxconv_handle_t *h,
