@@ -1384,7 +1384,7 @@ static const char *maps_schedule(const bench_t *B) {
   if (B->o.workload == 'C' || B->o.workload == 'D')
     return NULL;
   return B->hm ? "overlap" : B->backend == VOXCONV_BACKEND_CUDA ? "serial"
-                                                                : "in line";
+                                                                : "inline";
 }
 
 static double row_rate(const row_t *r, double ms) {
