@@ -427,18 +427,28 @@ typedef struct bench {
   size_t bytes_allocated;
 } bench_t;
 
-static int lib_fail(bench_t *B, const char *what, voxconv_status_t st) {
+/* A failed library call, with the message the library kept on the handle
+ * it was made through (h; NULL: the calling thread's, as for create). */
+static int lib_fail_on(const voxconv_handle_t *h, const char *what,
+                       voxconv_status_t st) {
   fprintf(stderr, "voxconv bench: %s failed: %s: %s\n", what,
-          voxconv_status_string(st), voxconv_get_last_error(B ? B->h : NULL));
+          voxconv_status_string(st), voxconv_get_last_error(h));
   return VT_EXIT_FAIL;
 }
 
-#define TRY(B, what, call)                                                     \
+static int lib_fail(bench_t *B, const char *what, voxconv_status_t st) {
+  return lib_fail_on(B ? B->h : NULL, what, st);
+}
+
+/* TRY: a call through B->h; TRY_ON: through another handle h (the map
+ * handle), whose message is the one to print. */
+#define TRY_ON(h, what, call)                                                  \
   do {                                                                         \
     const voxconv_status_t st_ = (call);                                       \
     if (st_ != VOXCONV_STATUS_SUCCESS)                                         \
-      return lib_fail((B), (what), st_);                                       \
+      return lib_fail_on((h), (what), st_);                                    \
   } while (0)
+#define TRY(B, what, call) TRY_ON((B)->h, what, call)
 
 /* Timing follows BENCHMARKS.md: CUDA events on the handle's stream (the
  * library's voxconv_timer_*), the monotonic clock on the CPU. The timer in
@@ -959,7 +969,7 @@ static int build_map(bench_t *B, voxconv_handle_t *h, int l,
   *ms = 0;
   if (timed && (rc = clock_start(B, &B->t_op)))
     return rc;
-  TRY(B, what, voxconv_kmap_build(h, &d, &c, NULL, map));
+  TRY_ON(h, what, voxconv_kmap_build(h, &d, &c, NULL, map));
   if (timed && (rc = clock_stop(B, &B->t_op, ms)))
     return rc;
   voxconv_kmap_info_t info;
@@ -1133,7 +1143,8 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
   /* Map work starts after the start event (and after the last run's use of
    * the map stream's memory). */
   if (overlap)
-    TRY(B, "voxconv_stream_wait", voxconv_stream_wait(hm, NULL)); /* B->h: legacy stream */
+    TRY_ON(hm, "voxconv_stream_wait",
+           voxconv_stream_wait(hm, NULL)); /* B->h: legacy stream */
   const int32_t *coords = B->coords;
   for (int l = 0; l < NET_LEVELS; l++) {
     net_level_t *L = &B->lv[l];
@@ -1622,7 +1633,7 @@ static int bench_setup(bench_t *B) {
         voxconv_stream_create(B->h, &B->map_stream));
     hd.backend = VOXCONV_BACKEND_CUDA;
     hd.stream = B->map_stream;
-    TRY(B, "voxconv_create (map handle)", voxconv_create(&B->hm, &hd));
+    TRY_ON(NULL, "voxconv_create (map handle)", voxconv_create(&B->hm, &hd));
   }
   if (cuda) {
     voxconv_device_info_t di;
