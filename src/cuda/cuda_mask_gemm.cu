@@ -71,6 +71,14 @@ typedef Tile<64, 64, 32, 32, 16, 3> G5;
 typedef Tile<64, 64, 64, 32, 16, 3> G6;
 #define VC_MG_WGRAD_TILES 7
 
+/* Hopper wgmma wgrad tiles (mask_gemm_wgmma, wgrad): M = cin in 128 rows
+ * (2 warpgroups), N = cout, 64 pairs per stage, 4 stages. W0 (129 KB) runs
+ * one block per SM: 64 wgmma accumulators plus their 64 fp32 sums per
+ * thread; W1 (97 KB, half the accumulators) two. */
+typedef WgGradTile<128, 4> W0;
+typedef WgGradTile<64, 4, 2> W1;
+#define VC_MG_WG_WGRAD_TILES 2
+
 /* Launches a forward/dgrad kernel (either family) over the output tiles.
  * Raising the dynamic shared-memory limit is per function and cheap; doing
  * it on every launch avoids racy "done once" flags. */
@@ -195,6 +203,32 @@ voxconv_status_t launch_wgrad_tile(voxconv_handle_t *h, int tile,
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm: wgrad tile %d outside 0..%d", tile,
                  VC_MG_WGRAD_TILES - 1);
+}
+
+template <typename T, typename TL>
+voxconv_status_t launch_wg_wgrad(voxconv_handle_t *h, const WgradArgs &a) {
+  auto kern = wg_wgrad_kernel<T, TL>;
+  const int smem = wg_smem_bytes<TL>();
+  VC_CUDA_TRY(h, cudaFuncSetAttribute(
+                     kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  dim3 grid((unsigned)vc_ceil_div(a.cout, TL::BN),
+            (unsigned)vc_ceil_div(a.cin, TL::BM),
+            (unsigned)(a.kvol * a.splits));
+  kern<<<grid, TL::THREADS, smem, vc_cuda_stream(h)>>>(a);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_wgmma wg_wgrad_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+template <typename T>
+voxconv_status_t launch_wg_wgrad_tile(voxconv_handle_t *h, int tile,
+                                      const WgradArgs &a) {
+  switch (tile) {
+  case 0: return launch_wg_wgrad<T, W0>(h, a);
+  case 1: return launch_wg_wgrad<T, W1>(h, a);
+  }
+  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                 "mask_gemm_wgmma: wgrad tile %d outside 0..%d", tile,
+                 VC_MG_WG_WGRAD_TILES - 1);
 }
 
 /* ---- the registry record ----------------------------------------------- */
@@ -332,9 +366,14 @@ const vc_param_space_t mg_space_wgrad = {
     {VC_MG_WGRAD_TILES, 8},
     {{0, 1, 2, 3, 4, 5, 6}, {0, 64, 32, 16, 8, 4, 2, 1}}};
 
-/* Wgrad tile shapes (M = cin, N = cout), indexed by tile ID. */
+/* Wgrad tile shapes (M = cin, N = cout), indexed by tile ID: mask_gemm's
+ * and mask_gemm_wgmma's. */
 const int kWgradTileMN[VC_MG_WGRAD_TILES][2] = {
     {64, 64}, {32, 32}, {128, 128}, {64, 128}, {64, 64}, {64, 64}, {64, 64}};
+const int kWgWgradTileMN[VC_MG_WG_WGRAD_TILES][2] = {{128, 128}, {128, 64}};
+
+/* Which kernel family runs a problem (one record each). */
+enum MgFamily { MG_FAM_MMA = 0, MG_FAM_WGMMA = 1, MG_FAM_IM2COL = 2 };
 
 /* Adaptive split count for a GPU with `sms` multiprocessors (monotone in
  * sms, so the workspace is sized with an upper bound on it).
@@ -355,13 +394,15 @@ const int kWgradBlocksPerSm = 13;
 const int64_t kWgradAdaptiveWsBytes = (int64_t)64 << 20;
 
 int wgrad_splits(int sms, const vc_conv_problem_t *p,
-                 const vc_algo_params_t *prm) {
+                 const vc_algo_params_t *prm, int family) {
   if (prm->v[1] >= 1)
     return prm->v[1];
-  const int t = prm->v[0] >= 0 && prm->v[0] < VC_MG_WGRAD_TILES ? prm->v[0]
-                                                                 : 0;
-  const int64_t tiles = vc_ceil_div<int64_t>(p->cin, kWgradTileMN[t][0]) *
-                        vc_ceil_div<int64_t>(p->cout, kWgradTileMN[t][1]) *
+  const bool wg = family == MG_FAM_WGMMA;
+  const int nt = wg ? VC_MG_WG_WGRAD_TILES : VC_MG_WGRAD_TILES;
+  const int t = prm->v[0] >= 0 && prm->v[0] < nt ? prm->v[0] : 0;
+  const int *mn = wg ? kWgWgradTileMN[t] : kWgradTileMN[t];
+  const int64_t tiles = vc_ceil_div<int64_t>(p->cin, mn[0]) *
+                        vc_ceil_div<int64_t>(p->cout, mn[1]) *
                         p->kmap->kvol;
   int64_t s = vc_ceil_div<int64_t>(kWgradBlocksPerSm * (int64_t)sms, tiles);
   /* keep at least ~512 pairs per slice on average */
@@ -385,15 +426,20 @@ const vc_param_space_t *mg_param_space(voxconv_pass_t pass) {
 
 /* The handle (so the SM count) is not known here: sized for the split
  * count of the largest GPU we size for; run() never exceeds it. */
-size_t mg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
+size_t wgrad_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm,
+                       int family) {
   if (p->pass != VOXCONV_PASS_CONV_WGRAD)
     return 0;
   const vc_conv_problem_t q = padded_problem(p, pad_plan(p));
-  const int splits = wgrad_splits(kMaxSmsForWorkspace, &q, prm);
+  const int splits = wgrad_splits(kMaxSmsForWorkspace, &q, prm, family);
   if (splits <= 1)
     return 0;
   return (size_t)splits * (size_t)p->kmap->kvol * (size_t)q.cin *
          (size_t)q.cout * sizeof(float);
+}
+
+size_t mg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
+  return wgrad_workspace(p, prm, MG_FAM_MMA);
 }
 
 /* Bit permutation of the row sort key: bit j of the key is offset perm[j]
@@ -579,8 +625,6 @@ voxconv_status_t ensure_tile_masks(voxconv_handle_t *h, voxconv_kmap_t *m,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-/* Which kernel family runs a forward/dgrad problem (one record each). */
-enum MgFamily { MG_FAM_MMA = 0, MG_FAM_WGMMA = 1, MG_FAM_IM2COL = 2 };
 
 /* Forward with cin <= 8 (padded to 8) on the whole-row im2col kernel;
  * blocks loop over row tiles, two per SM (91.6 KB each). */
@@ -641,7 +685,7 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   if (p->pass == VOXCONV_PASS_CONV_WGRAD) {
     const int sms = vc_cuda_state(h)->sm_count;
     const int splits = wgrad_splits(
-        sms < kMaxSmsForWorkspace ? sms : kMaxSmsForWorkspace, p, prm);
+        sms < kMaxSmsForWorkspace ? sms : kMaxSmsForWorkspace, p, prm, family);
     if (splits > VC_MG_MAX_SPLITS)
       return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                      "mask_gemm: split_k_slices=%d above %d", splits,
@@ -664,7 +708,8 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
     a.cin = (int)p->cin;
     a.cout = (int)p->cout;
     a.splits = splits;
-    VC_CHECK(launch_wgrad_tile<T>(h, tile, a));
+    VC_CHECK(family == MG_FAM_WGMMA ? launch_wg_wgrad_tile<T>(h, tile, a)
+                                    : launch_wgrad_tile<T>(h, tile, a));
     if (splits > 1) {
       const int64_t n = (int64_t)m->kvol * p->cin * p->cout;
       wgrad_reduce_kernel<T><<<vc_grid_1d(n, 256, INT32_MAX), 256, 0,
@@ -765,10 +810,10 @@ voxconv_status_t mg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
   return mg_run_dtype(h, p, prm, ws, MG_FAM_MMA);
 }
 
-/* ---- mask_gemm_wgmma: the Hopper variant (forward and dgrad) ------------ */
+/* ---- mask_gemm_wgmma: the Hopper variant -------------------------------- */
 int wg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
 #ifdef VC_HAVE_SM90A
-  if (p->pass == VOXCONV_PASS_CONV_WGRAD || !mg_supports(h, p))
+  if (!mg_supports(h, p))
     return 0;
   /* wgmma is sm_90a only: not on later architectures either */
   const vc_cuda_state_t *s = vc_cuda_state(h);
@@ -785,9 +830,19 @@ const vc_param_space_t wg_space = {
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_WG_TILES, 2, 2},
     {{0, 1, 2, 3, 4}, {32, 16}, {1, 0}}};
+/* wgrad: split counts as mask_gemm's (wgrad_splits) */
+const vc_param_space_t wg_space_wgrad = {
+    2,
+    {"mma_tile", "split_k_slices"},
+    {VC_MG_WG_WGRAD_TILES, 8},
+    {{0, 1}, {0, 64, 32, 16, 8, 4, 2, 1}}};
 
-const vc_param_space_t *wg_param_space(voxconv_pass_t) {
-  return &wg_space;
+const vc_param_space_t *wg_param_space(voxconv_pass_t pass) {
+  return pass == VOXCONV_PASS_CONV_WGRAD ? &wg_space_wgrad : &wg_space;
+}
+
+size_t wg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
+  return wgrad_workspace(p, prm, MG_FAM_WGMMA);
 }
 
 voxconv_status_t wg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
@@ -796,8 +851,7 @@ voxconv_status_t wg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
   if (!wg_supports(h, p))
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
                    "mask_gemm_wgmma: needs an sm_90 GPU, a build with the "
-                   "90a target, and a forward or dgrad problem mask_gemm "
-                   "supports");
+                   "90a target, and a problem mask_gemm supports");
   return mg_run_dtype(h, p, prm, ws, MG_FAM_WGMMA);
 }
 
@@ -848,13 +902,15 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm = {
 
 extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_wgmma = {
     {"mask_gemm_wgmma", VOXCONV_BACKEND_CUDA,
-     (1u << VOXCONV_PASS_CONV_FWD) | (1u << VOXCONV_PASS_CONV_DGRAD), 1,
+     (1u << VOXCONV_PASS_CONV_FWD) | (1u << VOXCONV_PASS_CONV_DGRAD) |
+         (1u << VOXCONV_PASS_CONV_WGRAD),
+     1,
      "mask_gemm on Hopper warpgroup MMA (wgmma, sm_90a): operands read by "
-     "the tensor cores from swizzled shared memory; forward and dgrad; "
-     "f16/bf16"},
+     "the tensor cores from swizzled shared memory (wgrad: both MN-major, "
+     "split over pairs like mask_gemm's); f16/bf16"},
     wg_supports,
     wg_param_space,
-    NULL, /* no scratch */
+    wg_workspace, /* wgrad split partials */
     wg_run};
 
 extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_im2col = {
@@ -914,6 +970,16 @@ KernelRow wg_row(int tile_id, voxconv_dtype_t dt, bool dgrad) {
                       VOXCONV_PASS_CONV_FWD, dgrad, tile_id, dt, ACC16,
                       wg_smem_bytes<TL>());
 }
+template <typename T, typename TL> KernelRow wg_wgrad_row(int tile_id,
+                                                          voxconv_dtype_t dt) {
+  return tile_row<TL>("mask_gemm_wgmma", (const void *)wg_wgrad_kernel<T, TL>,
+                      VOXCONV_PASS_CONV_WGRAD, false, tile_id, dt, false,
+                      wg_smem_bytes<TL>());
+}
+template <typename TL> void add_wg_wgrad_tile(KernelRow *rows, int &n, int id) {
+  rows[n++] = wg_wgrad_row<__half, TL>(id, VOXCONV_DTYPE_F16);
+  rows[n++] = wg_wgrad_row<__nv_bfloat16, TL>(id, VOXCONV_DTYPE_BF16);
+}
 /* TLF: the tile's shape for fp32 accumulators, TLH for fp16 ones. */
 template <typename TLF, typename TLH>
 void add_wg_tile(KernelRow *rows, int &n, int id) {
@@ -947,8 +1013,8 @@ template <typename T> KernelRow im2col_row(voxconv_dtype_t dt) {
                    TL::KMAX, 1, TL::THREADS, TL::SMEM};
 }
 
-const int kKernelRows =
-    6 * VC_MG_FWD_TILES + 2 * VC_MG_WGRAD_TILES + 6 * VC_MG_WG_TILES + 2;
+const int kKernelRows = 6 * VC_MG_FWD_TILES + 2 * VC_MG_WGRAD_TILES +
+                        6 * VC_MG_WG_TILES + 2 * VC_MG_WG_WGRAD_TILES + 2;
 
 const KernelRow *kernel_rows() {
   static KernelRow rows[kKernelRows];
@@ -977,6 +1043,8 @@ const KernelRow *kernel_rows() {
     add_wg_tile<H2, H2>(rows, n, 2);
     add_wg_tile<H3f, H3h>(rows, n, 3);
     add_wg_tile<H4f, H4h>(rows, n, 4);
+    add_wg_wgrad_tile<W0>(rows, n, 0);
+    add_wg_wgrad_tile<W1>(rows, n, 1);
     rows[n++] = im2col_row<__half>(VOXCONV_DTYPE_F16);
     rows[n++] = im2col_row<__nv_bfloat16>(VOXCONV_DTYPE_BF16);
     built = 1;

@@ -136,24 +136,30 @@ template <int BK> __host__ __device__ constexpr unsigned wg_desc_hi() {
 #define VC_WG_OPS64(C, d) VC_WG_OPS32(C, d), VC_WG_OPS32(C, (d) + 32)
 #define VC_WG_OPS128(C, d) VC_WG_OPS64(C, d), VC_WG_OPS64(C, (d) + 64)
 
-#define VC_WG_ASM(INSTR, NREG, IA, IB, C)                                      \
+#define VC_WG_ASM(INSTR, NREG, IA, IB, C, TR)                                  \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" INSTR                \
-               " {" VC_WG_R##NREG "}, " IA ", " IB ", p, 1, 1, 0, 0;\n}\n"     \
+               " {" VC_WG_R##NREG "}, " IA ", " IB ", p, 1, 1, " TR ", " TR    \
+               ";\n}\n"                                                        \
                : VC_WG_OPS##NREG(C, d)                                         \
                : "l"(da), "l"(db))
 
 /* One m64nNk16 wgmma of a warpgroup: d += A(da) * B(db), d being NREG
  * registers of REG_T (constraint C); IA / IB name the descriptor operands
- * (%NREG, %NREG+1). One specialization per (input type, accumulator, N). */
-template <typename T, bool ACC16, int N> struct Wgmma;
-#define VC_WG_SPEC(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)                 \
-  template <> struct Wgmma<T, ACC16, N> {                                      \
+ * (%NREG, %NREG+1). One specialization per (input type, accumulator, N,
+ * operand majorness). MN = false: both operands K-major (forward/dgrad);
+ * true: both MN-major, i.e. the transpose immediates set (wgrad, whose
+ * operands are gathered rows with the M or N channels contiguous). */
+template <typename T, bool ACC16, int N, bool MN = false> struct Wgmma;
+#define VC_WG_SPEC_MN(T, ACC16, N, MN, TR, TYPES, REG_T, C, NREG, IA, IB)      \
+  template <> struct Wgmma<T, ACC16, N, MN> {                                  \
     static __device__ __forceinline__ void run(REG_T (&d)[NREG], uint64_t da,  \
                                                uint64_t db) {                  \
       VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k16." TYPES, NREG, IA, \
-                IB, C);                                                        \
+                IB, C, TR);                                                    \
     }                                                                          \
   };
+#define VC_WG_SPEC(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)                 \
+  VC_WG_SPEC_MN(T, ACC16, N, false, "0", TYPES, REG_T, C, NREG, IA, IB)
 VC_WG_SPEC(__half, false, 64, "f32.f16.f16", float, "+f", 32, "%32", "%33")
 VC_WG_SPEC(__nv_bfloat16, false, 64, "f32.bf16.bf16", float, "+f", 32, "%32",
            "%33")
@@ -170,7 +176,16 @@ VC_WG_SPEC(__half, false, 256, "f32.f16.f16", float, "+f", 128, "%128", "%129")
 VC_WG_SPEC(__nv_bfloat16, false, 256, "f32.bf16.bf16", float, "+f", 128,
            "%128", "%129")
 VC_WG_SPEC(__half, true, 256, "f16.f16.f16", uint32_t, "+r", 64, "%64", "%65")
+VC_WG_SPEC_MN(__half, false, 64, true, "1", "f32.f16.f16", float, "+f", 32,
+              "%32", "%33")
+VC_WG_SPEC_MN(__nv_bfloat16, false, 64, true, "1", "f32.bf16.bf16", float,
+              "+f", 32, "%32", "%33")
+VC_WG_SPEC_MN(__half, false, 128, true, "1", "f32.f16.f16", float, "+f", 64,
+              "%64", "%65")
+VC_WG_SPEC_MN(__nv_bfloat16, false, 128, true, "1", "f32.bf16.bf16", float,
+              "+f", 64, "%64", "%65")
 #undef VC_WG_SPEC
+#undef VC_WG_SPEC_MN
 
 /* Tile of the wgmma kernel: 2 warpgroups, each 64 rows x BN; stage rows
  * of BK halves (BK = 64: 128-byte rows, 128-byte swizzle; BK = 32: 64-byte
@@ -418,6 +433,194 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
       else
         Store2<T>::f32(p, acc.value(4 * j + 2 * h),
                        acc.value(4 * j + 2 * h + 1));
+    }
+  }
+#endif
+}
+
+/* ---- wgrad on wgmma ------------------------------------------------------
+ * dW[k] (cin x cout) = sum over the pairs p of offset k of X[in(p)]^T
+ * dY[out(p)]: M = cin, N = cout, the reduction runs over pairs. A stage
+ * holds BK gathered pairs: X rows (cin contiguous) for A and dY rows (cout
+ * contiguous) for B, so both operands are MN-major -- the layout wgmma
+ * reads with its transpose immediates set (f16/bf16 only), which the
+ * mma.sync wgrad_kernel reaches through ldmatrix.trans instead. Why a
+ * wgmma wgrad: wgrad_kernel runs at ~180 TFLOP/s at C = 256 (5.3 ms on
+ * workload C), latency-bound on the ldmatrix -> mma chain like the mma.sync
+ * forward tiles were before wgmma_fwd (docs/perf-notes.md items 11, 27).
+ *
+ * Shared-memory layout of one operand of a stage (PTX "canonical layouts",
+ * MN-major, 128-byte swizzle): channel blocks of 64 (128 bytes), each a
+ * [BK pairs][128 B] region of BK * 128 bytes; 16-byte chunk c of pair row r
+ * at chunk c ^ (r % 8). Descriptor: leading byte offset = the distance
+ * between 64-channel blocks (BK * 128), stride byte offset = between groups
+ * of 8 pair rows (1024); one k16 step moves 16 rows = 2048 bytes.
+ * Warpgroup wg owns cin rows 64 wg .. 64 wg + 63 of the tile (one channel
+ * block of A) and all BN columns. Same pipeline as wg_fwd_kernel; pair
+ * indices two iterations ahead as in wgrad_kernel; fp32 promotion every
+ * WGRAD_PROMOTE_ITERS x 32 pairs as there. */
+template <int BN_, int STAGES_, int MIN_BLOCKS_ = 1> struct WgGradTile {
+  static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
+  static constexpr int MIN_BLOCKS = MIN_BLOCKS_, THREADS = 256;
+  static constexpr int CH_BLOCK = BK * 128; /* bytes of 64 channels x BK */
+  static constexpr int A_STAGE = BM / 64 * CH_BLOCK;
+  static constexpr int B_STAGE = BN / 64 * CH_BLOCK;
+  static constexpr int TOTAL_BYTES = 0; /* for wg_smem_bytes */
+  static_assert(BN == 64 || BN == 128, "MN-major wgmma wrappers: N = 64, 128");
+  static_assert(STAGES >= 3, "as WgTile");
+};
+
+template <typename T, typename TL>
+__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
+    wg_wgrad_kernel(const WgradArgs args) {
+#ifdef VC_MG_SM90_BODY
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  /* the swizzle is a function of address bits 4-9: 1024-byte aligned */
+  const unsigned sa_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned sb_base = sa_base + TL::STAGES * TL::A_STAGE;
+
+  const T *X = reinterpret_cast<const T *>(args.x);
+  const T *DY = reinterpret_cast<const T *>(args.dy);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wq = warp & 3;
+  const int n0 = blockIdx.x * TL::BN, m0 = blockIdx.y * TL::BM;
+  const int k = blockIdx.z / args.splits, split = blockIdx.z % args.splits;
+  const int cin = args.cin, cout = args.cout;
+  const int64_t pk0 = args.po[k], len = args.po[k + 1] - pk0;
+  const int64_t p_begin = pk0 + len * split / args.splits;
+  const int64_t p_end = pk0 + len * (split + 1) / args.splits;
+  const int iters = (int)((p_end - p_begin + TL::BK - 1) / TL::BK);
+
+  /* Vector v = tid + j * THREADS of an operand is chunk v % V (8 channels)
+   * of pair row v / V: a thread's chunk is fixed, its rows step by
+   * THREADS / V, a multiple of 8, so the swizzle of every row it writes
+   * is the same and its shared offsets are one base plus constants. */
+  constexpr int AV = TL::BM / 8, BV = TL::BN / 8;
+  constexpr int AVPT = TL::BK * AV / TL::THREADS;
+  constexpr int BVPT = TL::BK * BV / TL::THREADS;
+  constexpr int RA = TL::THREADS / AV, RB = TL::THREADS / BV;
+  static_assert(TL::BK * AV % TL::THREADS == 0 &&
+                    TL::BK * BV % TL::THREADS == 0 && RA % 8 == 0 &&
+                    RB % 8 == 0,
+                "whole vectors per thread, row steps keep the swizzle");
+  const int ca = tid % AV, ra = tid / AV, cb = tid % BV, rb = tid / BV;
+  const unsigned a_soff =
+      (ca >> 3) * TL::CH_BLOCK + ra * 128 + (((ca & 7) ^ (ra & 7)) << 4);
+  const unsigned b_soff =
+      (cb >> 3) * TL::CH_BLOCK + rb * 128 + (((cb & 7) ^ (rb & 7)) << 4);
+  const bool a_col = m0 + ca * 8 < cin, b_col = n0 + cb * 8 < cout;
+  const T *xa = X + (a_col ? m0 + ca * 8 : 0);
+  const T *dyb = DY + (b_col ? n0 + cb * 8 : 0);
+
+  /* Pair -> row indices two iterations ahead (see wgrad_kernel). */
+  int a_src[AVPT], b_src[BVPT], a_nx[AVPT], b_nx[BVPT];
+  auto fetch_rows = [&](int it, int(&a)[AVPT], int(&b)[BVPT]) {
+    const int64_t p0 = p_begin + (int64_t)it * TL::BK;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++) {
+      const int64_t p = p0 + ra + j * RA;
+      a[j] = p < p_end ? __ldg(args.in_rows + p) : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < BVPT; j++) {
+      const int64_t p = p0 + rb + j * RB;
+      b[j] = p < p_end ? __ldg(args.out_rows + p) : -1;
+    }
+  };
+  fetch_rows(0, a_src, b_src);
+  fetch_rows(1, a_nx, b_nx);
+  auto load_stage = [&](int stage, int it) {
+    const unsigned a_dst = sa_base + stage * TL::A_STAGE + a_soff;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++) {
+      const bool ok = a_src[j] >= 0 && a_col;
+      cp_async16_s(a_dst + j * RA * 128,
+                   ok ? xa + (int64_t)a_src[j] * cin : X, ok);
+    }
+    const unsigned b_dst = sb_base + stage * TL::B_STAGE + b_soff;
+#pragma unroll
+    for (int j = 0; j < BVPT; j++) {
+      const bool ok = b_src[j] >= 0 && b_col;
+      cp_async16_s(b_dst + j * RB * 128,
+                   ok ? dyb + (int64_t)b_src[j] * cout : DY, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      a_src[j] = a_nx[j];
+#pragma unroll
+    for (int j = 0; j < BVPT; j++)
+      b_src[j] = b_nx[j];
+    fetch_rows(it + 2, a_nx, b_nx);
+  };
+
+  WgAcc<false, TL::BN, false> acc;
+  acc.zero(nullptr);
+  constexpr int promote_iters = WGRAD_PROMOTE_ITERS * 32 / TL::BK;
+  static_assert(promote_iters >= 1, "promotion every 256 pairs");
+  /* Descriptor low words: start >> 4, leading byte offset (the distance
+   * between 64-channel blocks) >> 4; high word: 1024-byte stride between
+   * 8-row groups, 128-byte swizzle (the K-major tiles' high word). */
+  const unsigned lbo = (unsigned)(TL::CH_BLOCK >> 4) << 16;
+  const unsigned da0 = ((sa_base + wg * TL::CH_BLOCK) & 0x3FFFFu) >> 4 | lbo;
+  const unsigned db0 = (sb_base & 0x3FFFFu) >> 4 | lbo;
+  constexpr uint64_t dhi = (uint64_t)wg_desc_hi<64>() << 32;
+#pragma unroll
+  for (int s = 0; s < TL::STAGES - 2; s++) {
+    if (s < iters)
+      load_stage(s, s);
+    cp_async_commit();
+  }
+  int stage = 0, ld_stage = TL::STAGES - 2;
+  for (int it = 0; it < iters; it++) {
+    cp_async_wait<TL::STAGES - 3>();
+    fence_proxy_async_smem();
+    __syncthreads();
+    /* the group of it - 2 is done (see wg_fwd_kernel): refill its stage */
+    if (it + TL::STAGES - 2 < iters)
+      load_stage(ld_stage, it + TL::STAGES - 2);
+    cp_async_commit();
+    ld_stage = ld_stage == TL::STAGES - 1 ? 0 : ld_stage + 1;
+    if (it > 0 && it % promote_iters == 0) {
+      wgmma_wait<0>();
+      acc.promote();
+    }
+    const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
+    const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < TL::BK / 16; ks++) /* 16 pair rows = 2048 bytes */
+      Wgmma<T, false, TL::BN, true>::run(acc.c, dhi | (da + 128 * ks),
+                                         dhi | (db + 128 * ks));
+    wgmma_commit();
+    wgmma_wait<1>();
+    stage = stage == TL::STAGES - 1 ? 0 : stage + 1;
+  }
+  wgmma_wait<0>();
+  acc.pin_all();
+  cp_async_wait<0>();
+
+  /* cin rows 64 wg + 16 wq + g (+8), cout columns 8 j + 2 t4 (+1). */
+  const int g = lane >> 2, t4 = lane & 3;
+  const int64_t wsk = (int64_t)cin * cout;
+#pragma unroll
+  for (int j = 0; j < TL::BN / 8; j++) {
+    const int col = n0 + j * 8 + t4 * 2;
+    if (col >= cout)
+      continue;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int row = m0 + wg * 64 + wq * 16 + g + h * 8;
+      if (row >= cin)
+        continue;
+      const float a = acc.value(4 * j + 2 * h);
+      const float b = acc.value(4 * j + 2 * h + 1);
+      const int64_t off = (int64_t)k * wsk + (int64_t)row * cout + col;
+      if (args.splits == 1)
+        Store2<T>::f32(reinterpret_cast<T *>(args.dw) + off, a, b);
+      else
+        *reinterpret_cast<float2 *>(args.partial +
+                                    (int64_t)split * args.kvol * wsk + off) =
+            make_float2(a, b);
     }
   }
 #endif
