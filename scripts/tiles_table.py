@@ -44,6 +44,18 @@ def wg_tile_ids():
     return ids
 
 
+def wg_wgrad_tile_ids():
+    """mask_gemm_wgmma wgrad tile IDs by shape (`typedef WgGradTile<BN,
+    STAGES[, MIN_BLOCKS]> W<id>;`)."""
+    ids = {}
+    pat = re.compile(r"typedef WgGradTile<\s*([\d,\s]+)>\s*W(\d+)\s*;")
+    for m in pat.finditer(open(SRC).read()):
+        a = [int(x) for x in m.group(1).split(",")]
+        a += [1][len(a) - 2:]
+        ids[tuple(a)] = int(m.group(2))
+    return ids
+
+
 def occupancy(regs, threads, smem):
     warps = threads // 32
     per_warp = -(-regs * 32 // 256) * 256
@@ -56,6 +68,9 @@ def occupancy(regs, threads, smem):
 def main(path):
     fwd_ids, wgrad_ids = tile_ids()
     wg_ids = wg_tile_ids()
+    wgw_ids = wg_wgrad_tile_ids()
+    wgw_re = re.compile(r"WgGradTileILi(\d+)ELi(\d+)ELi(\d+)EE")
+    wgw_rows = []
     wg_re = re.compile(r"WgTileILi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELi(\d+)EEELb(\d)E")
     rows, wg_rows, ic_rows, fn = [], [], [], None
     tile_re = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE")
@@ -78,6 +93,18 @@ def main(path):
             blocks, occ = occupancy(regs, 256, smem)
             ic_rows.append(("f16" if "6__half" in fn else "bf16", regs, smem,
                             blocks, f"{occ:.0%}"))
+            fn = None
+            continue
+        w = wgw_re.search(fn) if "wg_wgrad_kernel" in fn else None
+        if w:
+            # WgGradTile (cuda_mask_gemm_sm90.cuh): BM = 128, BK = 64 pairs
+            bn, st, minb = map(int, w.groups())
+            smem = static_smem + st * (128 + bn) * 64 * 2 + 1024
+            blocks, occ = occupancy(regs, 256, smem)
+            wgw_rows.append((wgw_ids.get((bn, st, minb)),
+                             "f16" if "6__half" in fn else "bf16",
+                             f"128x{bn}x64", f"64x{bn}", st, bn // 2, regs,
+                             smem, blocks, f"{occ:.0%}"))
             fn = None
             continue
         w = wg_re.search(fn) if "wg_fwd_kernel" in fn else None
@@ -137,6 +164,16 @@ def main(path):
               "| occupancy |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for r in wg_rows:
+            print("| " + " | ".join(str(x) for x in r) + " |")
+    if wgw_rows:
+        wgw_rows.sort(key=lambda r: (r[0], r[1]))
+        print("\nmask_gemm_wgmma wgrad (M = cin, N = cout, K = 64 pairs per "
+              "stage; both operands MN-major; fp32 accumulators promoted into "
+              "fp32 sums in registers every 256 pairs):\n")
+        print("| tile ID | dtype | block M×N×K | warpgroup tile | stages "
+              "| acc regs/thread | registers | smem (B) | blocks/SM | occupancy |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for r in wgw_rows:
             print("| " + " | ".join(str(x) for x in r) + " |")
     if ic_rows:
         print("\nmask_gemm_im2col (forward, cin <= 8):\n")

@@ -290,7 +290,7 @@ static int algo_runs_here(const vc_algo_t *algo, voxconv_kmap_t *kg,
 }
 
 /* The algorithms under test: mask_gemm and, where the GPU and the build
- * have it (sm_90a), its wgmma variant (forward and dgrad); the im2col
+ * have it (sm_90a), its wgmma variant (every pass); the im2col
  * variant where the shape allows it (forward, cin <= 8). */
 #define N_ALGOS 3
 static const char *const g_algos[N_ALGOS] = {"mask_gemm", "mask_gemm_wgmma",

@@ -72,17 +72,13 @@ typedef Tile<64, 64, 64, 32, 16, 3> G6;
 #define VC_MG_WGRAD_TILES 7
 
 /* Hopper wgmma wgrad tiles (mask_gemm_wgmma, wgrad): M = cin in 128 rows
- * (2 warpgroups), N = cout, 64 pairs per stage. W0 (4 stages, 129 KB) runs
+ * (2 warpgroups), N = cout, 64 pairs per stage, 4 stages. W0 (129 KB) runs
  * one block per SM: 64 wgmma accumulators plus their 64 fp32 sums per
- * thread; W1 (97 KB, half the accumulators) two. W1 at two blocks per SM
- * ran as fast as W0 at C = 256 while moving 1.5x the bytes per MAC with
- * 1.5x the bytes in flight, i.e. the gathers are latency-bound: W2 and W3
- * are W0 with 4 and 3 stages of gathers in flight instead of 2. */
+ * thread; W1 (97 KB, half the accumulators) two. Five and six stages
+ * (3-4 in flight) were tried and ran no faster (docs/perf-notes.md). */
 typedef WgGradTile<128, 4> W0;
 typedef WgGradTile<64, 4, 2> W1;
-typedef WgGradTile<128, 6> W2; /* 193 KB */
-typedef WgGradTile<128, 5> W3; /* 161 KB */
-#define VC_MG_WG_WGRAD_TILES 4
+#define VC_MG_WG_WGRAD_TILES 2
 
 /* Launches a forward/dgrad kernel (either family) over the output tiles.
  * Raising the dynamic shared-memory limit is per function and cheap; doing
@@ -230,8 +226,6 @@ voxconv_status_t launch_wg_wgrad_tile(voxconv_handle_t *h, int tile,
   switch (tile) {
   case 0: return launch_wg_wgrad<T, W0>(h, a);
   case 1: return launch_wg_wgrad<T, W1>(h, a);
-  case 2: return launch_wg_wgrad<T, W2>(h, a);
-  case 3: return launch_wg_wgrad<T, W3>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm_wgmma: wgrad tile %d outside 0..%d", tile,
@@ -377,8 +371,7 @@ const vc_param_space_t mg_space_wgrad = {
  * and mask_gemm_wgmma's. */
 const int kWgradTileMN[VC_MG_WGRAD_TILES][2] = {
     {64, 64}, {32, 32}, {128, 128}, {64, 128}, {64, 64}, {64, 64}, {64, 64}};
-const int kWgWgradTileMN[VC_MG_WG_WGRAD_TILES][2] = {
-    {128, 128}, {128, 64}, {128, 128}, {128, 128}};
+const int kWgWgradTileMN[VC_MG_WG_WGRAD_TILES][2] = {{128, 128}, {128, 64}};
 
 /* Which kernel family runs a problem (one record each). */
 enum MgFamily { MG_FAM_MMA = 0, MG_FAM_WGMMA = 1, MG_FAM_IM2COL = 2 };
@@ -843,7 +836,7 @@ const vc_param_space_t wg_space_wgrad = {
     2,
     {"mma_tile", "split_k_slices"},
     {VC_MG_WG_WGRAD_TILES, 8},
-    {{0, 1, 2, 3}, {0, 64, 32, 16, 8, 4, 2, 1}}};
+    {{0, 1}, {0, 64, 32, 16, 8, 4, 2, 1}}};
 
 const vc_param_space_t *wg_param_space(voxconv_pass_t pass) {
   return pass == VOXCONV_PASS_CONV_WGRAD ? &wg_space_wgrad : &wg_space;
@@ -1053,8 +1046,6 @@ const KernelRow *kernel_rows() {
     add_wg_tile<H4f, H4h>(rows, n, 4);
     add_wg_wgrad_tile<W0>(rows, n, 0);
     add_wg_wgrad_tile<W1>(rows, n, 1);
-    add_wg_wgrad_tile<W2>(rows, n, 2);
-    add_wg_wgrad_tile<W3>(rows, n, 3);
     rows[n++] = im2col_row<__half>(VOXCONV_DTYPE_F16);
     rows[n++] = im2col_row<__nv_bfloat16>(VOXCONV_DTYPE_BF16);
     built = 1;

@@ -1,4 +1,5 @@
-/* Hopper (sm_90a) variant of the mask_gemm forward/dgrad kernel:
+/* Hopper (sm_90a) variants of the mask_gemm kernels, forward/dgrad
+ * (wg_fwd_kernel) and wgrad (wg_wgrad_kernel, at the end of this file):
  * warpgroup MMA (wgmma.mma_async) with both operands read by the tensor
  * cores straight from shared memory.
  *

@@ -7,9 +7,10 @@
  *              output once (no atomics); wgrad reduces split partials in a
  *              fixed order. Deterministic. Params: mma_tile,
  *              accumulator_type (fwd/dgrad), split_k_slices (wgrad).
- *  mask_gemm_wgmma  the same algorithm for forward/dgrad on Hopper warpgroup
- *              MMA (wgmma, sm_90a only; supports() is false elsewhere).
- *              Params: mma_tile, accumulator_type, row_order.
+ *  mask_gemm_wgmma  the same algorithm on Hopper warpgroup MMA (wgmma,
+ *              sm_90a only; supports() is false elsewhere). Params:
+ *              mma_tile, accumulator_type, row_order (fwd/dgrad);
+ *              mma_tile, split_k_slices (wgrad, fp32 accumulators).
  *  mask_gemm_im2col  forward with cin <= 8 and kvol <= 28 (first layers):
  *              every (row, offset) input of a tile gathered at once into
  *              a whole-row im2col tile, one mma.sync chain. Params:
