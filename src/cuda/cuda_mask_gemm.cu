@@ -709,7 +709,6 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
     a.cin = (int)p->cin;
     a.cout = (int)p->cout;
     a.splits = splits;
-    a.split_major = family == MG_FAM_WGMMA && prm->v[2] == 1;
     VC_CHECK(family == MG_FAM_WGMMA ? launch_wg_wgrad_tile<T>(h, tile, a)
                                     : launch_wgrad_tile<T>(h, tile, a));
     if (splits > 1) {
@@ -832,14 +831,12 @@ const vc_param_space_t wg_space = {
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_WG_TILES, 2, 2},
     {{0, 1, 2, 3, 4}, {32, 16}, {1, 0}}};
-/* wgrad: split counts as mask_gemm's (wgrad_splits); block_order 1 runs
- * slice s of every offset together (L2 reuse of the rows they share), 0
- * the slices of one offset together (see wg_wgrad_kernel). */
+/* wgrad: split counts as mask_gemm's (wgrad_splits) */
 const vc_param_space_t wg_space_wgrad = {
-    3,
-    {"mma_tile", "split_k_slices", "block_order"},
-    {VC_MG_WG_WGRAD_TILES, 8, 2},
-    {{0, 1}, {0, 64, 32, 16, 8, 4, 2, 1}, {1, 0}}};
+    2,
+    {"mma_tile", "split_k_slices"},
+    {VC_MG_WG_WGRAD_TILES, 8},
+    {{0, 1}, {0, 64, 32, 16, 8, 4, 2, 1}}};
 
 const vc_param_space_t *wg_param_space(voxconv_pass_t pass) {
   return pass == VOXCONV_PASS_CONV_WGRAD ? &wg_space_wgrad : &wg_space;

@@ -554,10 +554,6 @@ struct WgradArgs {
   float *partial;       /* [splits][kvol][cin][cout] when splits > 1 */
   void *dw;             /* [kvol][cin][cout] (dtype T) when splits == 1 */
   int kvol, cin, cout, splits;
-  /* wg_wgrad_kernel's block order along z: 0 offset-major (the blocks of
-   * one offset's slices run together), 1 split-major (slice s of every
-   * offset together; see wg_wgrad_kernel). wgrad_kernel: offset-major. */
-  int split_major;
 };
 
 /* ---- forward, few input channels: whole-row im2col in shared memory ----
