@@ -360,14 +360,14 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
             continue;
           char label[160];
           snprintf(label, sizeof label,
-                   "%s%s %s C%lld->%lld tile %d %s %d row_order %d",
+                   "%s%s %s C%lld->%lld tile %d %s %d %s %d",
                    ai ? "wgmma " : "",
                    pass == VOXCONV_PASS_CONV_FWD     ? "fwd"
                    : pass == VOXCONV_PASS_CONV_DGRAD ? "dgrad"
                                                      : "wgrad",
                    voxconv_dtype_name(dt), (long long)cin, (long long)cout,
                    prm.v[0], pass == VOXCONV_PASS_CONV_WGRAD ? "splits" : "acc",
-                   prm.v[1], prm.v[2]);
+                   prm.v[1], sp->n > 2 ? sp->names[2] : "-", prm.v[2]);
           check_case(algo, cs, kg, kc, pass, dt, cin, cout, &prm, ref, a, b,
                      NULL, !acc16, label);
         }
