@@ -360,12 +360,18 @@ const vc_param_space_t mg_space_fwd = {
 /* split_k_slices 0 = adaptive (wgrad_splits). The other values run from
  * many slices to few: the tuner's reduced search takes the first values of
  * each tile first, and many slices won on the H200 (C = 32: 64 slices
- * 0.40 ms against 1.33 ms for the adaptive count of that time). */
+ * 0.40 ms against 1.33 ms for the adaptive count of that time).
+ * Tiles are listed best-first for the same reason: with mask_gemm_wgmma
+ * also in the wgrad pool, auto's 24 candidates give mask_gemm six, the
+ * first six tiles at split 0; in ID order that left out tile 6, the best
+ * at C = 64 (0.49 ms against 0.52 for tile 4; C = 64 fwd+bwd 1.46 ->
+ * 1.49 ms on the H200). Order from the H200 sweep: 6 (C = 64), 4 (C = 32),
+ * 0, 3 (C = 128), 2 (C = 256), 1 (few channels), 5. */
 const vc_param_space_t mg_space_wgrad = {
     2,
     {"mma_tile", "split_k_slices"},
     {VC_MG_WGRAD_TILES, 8},
-    {{0, 1, 2, 3, 4, 5, 6}, {0, 64, 32, 16, 8, 4, 2, 1}}};
+    {{6, 4, 0, 3, 2, 1, 5}, {0, 64, 32, 16, 8, 4, 2, 1}}};
 
 /* Wgrad tile shapes (M = cin, N = cout), indexed by tile ID: mask_gemm's
  * and mask_gemm_wgmma's. */
