@@ -150,40 +150,41 @@ def main(path):
         fn = None
     order = {"fwd": 0, "dgrad": 1, "wgrad": 2}
     rows.sort(key=lambda r: (order[r[0]], r[1], r[2], r[3]))
-    print("| pass | tile ID | dtype | acc | block M×N×K | warp tile | stages | threads "
-          "| acc regs/thread | registers | smem (B) | blocks/SM | occupancy |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print_table(None, ["pass", "tile ID", "dtype", "acc", "block M×N×K",
+                       "warp tile", "stages", "threads", "acc regs/thread",
+                       "registers", "smem (B)", "blocks/SM", "occupancy"], rows)
+    wg_rows.sort(key=lambda r: (r[0], r[1], r[2]))
+    print_table("mask_gemm_wgmma (forward and dgrad share each kernel; 256 "
+                "threads = 2 warpgroups):",
+                ["tile ID", "dtype", "acc", "block M×N×K", "warpgroup tile",
+                 "stages", "fp32 sums", "acc regs/thread", "registers",
+                 "smem (B)", "blocks/SM", "occupancy"], wg_rows)
+    wgw_rows.sort(key=lambda r: (r[0], r[1]))
+    print_table("mask_gemm_wgmma wgrad (M = cin, N = cout, K = 64 pairs per "
+                "stage; both operands MN-major; fp32 accumulators promoted into "
+                "fp32 sums in registers every 256 pairs):",
+                ["tile ID", "dtype", "block M×N×K", "warpgroup tile", "stages",
+                 "acc regs/thread", "registers", "smem (B)", "blocks/SM",
+                 "occupancy"], wgw_rows)
+    print_table("mask_gemm_im2col (forward, cin <= 8):",
+                ["tile", "dtype", "acc", "block M×N×K", "warp tile", "stages",
+                 "registers", "smem (B)", "blocks/SM", "occupancy"],
+                [("im2col", dt, "f32", "128x64x224", "16x64",
+                  "1 (gather, then MMA)", regs, smem, blocks, occ)
+                 for dt, regs, smem, blocks, occ in sorted(ic_rows)])
+
+
+def print_table(title, header, rows):
+    """A markdown table (after a title paragraph, if any); nothing without
+    rows unless it is the untitled main table."""
+    if title is not None:
+        if not rows:
+            return
+        print("\n" + title + "\n")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
     for r in rows:
         print("| " + " | ".join(str(x) for x in r) + " |")
-    if wg_rows:
-        wg_rows.sort(key=lambda r: (r[0], r[1], r[2]))
-        print("\nmask_gemm_wgmma (forward and dgrad share each kernel; 256 threads = "
-              "2 warpgroups):\n")
-        print("| tile ID | dtype | acc | block M×N×K | warpgroup tile | stages "
-              "| fp32 sums | acc regs/thread | registers | smem (B) | blocks/SM "
-              "| occupancy |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for r in wg_rows:
-            print("| " + " | ".join(str(x) for x in r) + " |")
-    if wgw_rows:
-        wgw_rows.sort(key=lambda r: (r[0], r[1]))
-        print("\nmask_gemm_wgmma wgrad (M = cin, N = cout, K = 64 pairs per "
-              "stage; both operands MN-major; fp32 accumulators promoted into "
-              "fp32 sums in registers every 256 pairs):\n")
-        print("| tile ID | dtype | block M×N×K | warpgroup tile | stages "
-              "| acc regs/thread | registers | smem (B) | blocks/SM | occupancy |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for r in wgw_rows:
-            print("| " + " | ".join(str(x) for x in r) + " |")
-    if ic_rows:
-        print("\nmask_gemm_im2col (forward, cin <= 8):\n")
-        print("| tile | dtype | acc | block M×N×K | warp tile | stages | registers "
-              "| smem (B) | blocks/SM | occupancy |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for dt, regs, smem, blocks, occ in sorted(ic_rows):
-            print(f"| im2col | {dt} | f32 | 128x64x224 | 16x64 | 1 (gather, then MMA) "
-                  f"| {regs} | {smem} | {blocks} | {occ} |")
-
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:

@@ -174,10 +174,12 @@ __global__ void transpose_w_kernel(const T *__restrict__ w, T *__restrict__ wt,
   }
 }
 
-template <typename T, typename TL>
-voxconv_status_t launch_wgrad(voxconv_handle_t *h, const WgradArgs &a) {
-  auto kern = wgrad_kernel<T, TL>;
-  const int smem = wgrad_smem_bytes<TL>();
+/* Launches a wgrad kernel (either family): one block per (cout tile, cin
+ * tile, offset x split), as wgrad_slice() decodes blockIdx.z. The caller
+ * checks the launch (VC_CUDA_LAUNCH_CHECK names the kernel). */
+template <typename TL, typename Kernel>
+voxconv_status_t launch_wgrad_grid(voxconv_handle_t *h, Kernel kern, int smem,
+                                   const WgradArgs &a) {
   if (smem > 48 * 1024)
     VC_CUDA_TRY(h, cudaFuncSetAttribute(
                        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -185,6 +187,13 @@ voxconv_status_t launch_wgrad(voxconv_handle_t *h, const WgradArgs &a) {
             (unsigned)vc_ceil_div(a.cin, TL::BM),
             (unsigned)(a.kvol * a.splits));
   kern<<<grid, TL::THREADS, smem, vc_cuda_stream(h)>>>(a);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+template <typename T, typename TL>
+voxconv_status_t launch_wgrad(voxconv_handle_t *h, const WgradArgs &a) {
+  VC_CHECK(launch_wgrad_grid<TL>(h, wgrad_kernel<T, TL>,
+                                 wgrad_smem_bytes<TL>(), a));
   VC_CUDA_LAUNCH_CHECK(h, "mask_gemm wgrad_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -208,14 +217,8 @@ voxconv_status_t launch_wgrad_tile(voxconv_handle_t *h, int tile,
 
 template <typename T, typename TL>
 voxconv_status_t launch_wg_wgrad(voxconv_handle_t *h, const WgradArgs &a) {
-  auto kern = wg_wgrad_kernel<T, TL>;
-  const int smem = wg_smem_bytes<TL>();
-  VC_CUDA_TRY(h, cudaFuncSetAttribute(
-                     kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  dim3 grid((unsigned)vc_ceil_div(a.cout, TL::BN),
-            (unsigned)vc_ceil_div(a.cin, TL::BM),
-            (unsigned)(a.kvol * a.splits));
-  kern<<<grid, TL::THREADS, smem, vc_cuda_stream(h)>>>(a);
+  VC_CHECK(launch_wgrad_grid<TL>(h, wg_wgrad_kernel<T, TL>,
+                                 wg_smem_bytes<TL>(), a));
   VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_wgmma wg_wgrad_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }

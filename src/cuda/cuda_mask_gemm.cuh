@@ -556,6 +556,24 @@ struct WgradArgs {
   int kvol, cin, cout, splits;
 };
 
+/* The pairs of one wgrad block (blockIdx.z = k * splits + split: the
+ * slices of one offset run together): offset k's slice `split` of
+ * args.splits, [p_begin, p_end), in iters stages of BK pairs. */
+struct WgradSlice {
+  int64_t p_begin, p_end;
+  int iters;
+};
+template <int BK>
+__device__ __forceinline__ WgradSlice wgrad_slice(const WgradArgs &args, int k,
+                                                  int split) {
+  const int64_t pk0 = args.po[k], len = args.po[k + 1] - pk0;
+  WgradSlice s;
+  s.p_begin = pk0 + len * split / args.splits;
+  s.p_end = pk0 + len * (split + 1) / args.splits;
+  s.iters = (int)((s.p_end - s.p_begin + BK - 1) / BK);
+  return s;
+}
+
 /* ---- forward, few input channels: whole-row im2col in shared memory ----
  * (algorithm mask_gemm_im2col). With cin <= 8 (zero-padded to 8) a row's
  * every offset fits one K = kvol x 8 <= 224 reduction, so a tile gathers
@@ -706,11 +724,9 @@ __global__ void __launch_bounds__(TL::THREADS)
   const int n0 = blockIdx.x * TL::BN, m0 = blockIdx.y * TL::BM;
   const int k = blockIdx.z / args.splits, split = blockIdx.z % args.splits;
   const int cin = args.cin, cout = args.cout;
-  const int64_t pk0 = args.po[k], pk1 = args.po[k + 1];
-  const int64_t len = pk1 - pk0;
-  const int64_t p_begin = pk0 + len * split / args.splits;
-  const int64_t p_end = pk0 + len * (split + 1) / args.splits;
-  const int iters = (int)((p_end - p_begin + TL::BK - 1) / TL::BK);
+  const WgradSlice sl = wgrad_slice<TL::BK>(args, k, split);
+  const int64_t p_begin = sl.p_begin, p_end = sl.p_end;
+  const int iters = sl.iters;
 
   /* Pair -> row indices, loaded into registers two iterations ahead of the
    * gathers that use them (a_src/b_src: the next stage to issue; a_nx/b_nx:

@@ -284,6 +284,49 @@ template <int BK> __device__ __forceinline__ int swz(int r, int c) {
     return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
 }
 
+/* The main loop of both wgmma kernels: STAGES - 2 stages of copies in
+ * flight, one wgmma group in flight across the barrier, so the stage
+ * refilled at iteration it is the one read at it - 2. load(stage, it)
+ * issues iteration it's cp.async copies into stage; mma(stage) issues
+ * that stage's wgmma k-steps; promote() runs after a full wgmma drain
+ * every PROMOTE iterations (0: never, fp16 accumulators). cp.async writes
+ * are generic-proxy writes and wgmma reads through the async proxy: every
+ * thread fences after its copies landed, before the barrier that
+ * publishes the stage. Returns with every wgmma group complete. */
+template <int STAGES, int PROMOTE, typename Load, typename Mma,
+          typename Promote>
+__device__ __forceinline__ void wg_pipeline(int iters, Load &&load, Mma &&mma,
+                                            Promote &&promote) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 2; s++) {
+    if (s < iters)
+      load(s, s);
+    cp_async_commit();
+  }
+  int stage = 0, ld_stage = STAGES - 2;
+  for (int it = 0; it < iters; it++) {
+    cp_async_wait<STAGES - 3>();
+    fence_proxy_async_smem();
+    __syncthreads();
+    /* Every warpgroup has passed wgmma_wait<1> of it - 1, so the group of
+     * it - 2 is done and its stage can be refilled. */
+    if (it + STAGES - 2 < iters)
+      load(ld_stage, it + STAGES - 2);
+    cp_async_commit();
+    ld_stage = ld_stage == STAGES - 1 ? 0 : ld_stage + 1;
+    if constexpr (PROMOTE > 0) {
+      if (it > 0 && it % PROMOTE == 0) {
+        wgmma_wait<0>();
+        promote();
+      }
+    }
+    mma(stage);
+    wgmma_wait<1>();
+    stage = stage == STAGES - 1 ? 0 : stage + 1;
+  }
+  wgmma_wait<0>();
+}
+
 /* args.w is K-major: B[kk][n] = W[k][n][kk] ([kvol][nb][ka]). */
 template <typename T, typename TL, bool ACC16>
 __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
@@ -342,7 +385,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const unsigned sa_base = smem_addr(sA), sb_base = smem_addr(sB);
 
   int ld_ai = 0, ld_chunk = 0;
-  auto load_stage = [&](int stage) {
+  auto load_stage = [&](int stage, int) { /* stages come in order */
     if (ld_chunk == 0) { /* a new offset: its gathered rows */
 #pragma unroll
       for (int j = 0; j < AVPT; j++) {
@@ -378,39 +421,19 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const unsigned da0 = wg_desc_lo(sa_base + wg * 64 * TL::ROW_BYTES);
   const unsigned db0 = wg_desc_lo(sb_base);
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
+  wg_pipeline<TL::STAGES, ACC16 ? 0 : promote_iters>(
+      iters, load_stage,
+      [&](int stage) {
+        const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
+        const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
+        wgmma_fence();
 #pragma unroll
-  for (int s = 0; s < TL::STAGES - 2; s++) {
-    if (s < iters)
-      load_stage(s);
-    cp_async_commit();
-  }
-  int stage = 0, ld_stage = TL::STAGES - 2;
-  for (int it = 0; it < iters; it++) {
-    cp_async_wait<TL::STAGES - 3>();
-    fence_proxy_async_smem();
-    __syncthreads();
-    /* Every warpgroup has passed wgmma_wait<1> of it - 1, so the group of
-     * it - 2 is done and its stage can be refilled. */
-    if (it + TL::STAGES - 2 < iters)
-      load_stage(ld_stage);
-    cp_async_commit();
-    ld_stage = ld_stage == TL::STAGES - 1 ? 0 : ld_stage + 1;
-    if (!ACC16 && it > 0 && it % promote_iters == 0) {
-      wgmma_wait<0>();
-      acc.promote();
-    }
-    const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
-    const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
-      Wgmma<T, ACC16, TL::BN>::run(acc.c, dhi | (da + 2 * ks),
-                                   dhi | (db + 2 * ks));
-    wgmma_commit();
-    wgmma_wait<1>();
-    stage = stage == TL::STAGES - 1 ? 0 : stage + 1;
-  }
-  wgmma_wait<0>();
+        for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
+          Wgmma<T, ACC16, TL::BN>::run(acc.c, dhi | (da + 2 * ks),
+                                       dhi | (db + 2 * ks));
+        wgmma_commit();
+      },
+      [&] { acc.promote(); });
   acc.pin_all();
   cp_async_wait<0>();
 
@@ -487,10 +510,9 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const int n0 = blockIdx.x * TL::BN, m0 = blockIdx.y * TL::BM;
   const int k = blockIdx.z / args.splits, split = blockIdx.z % args.splits;
   const int cin = args.cin, cout = args.cout;
-  const int64_t pk0 = args.po[k], len = args.po[k + 1] - pk0;
-  const int64_t p_begin = pk0 + len * split / args.splits;
-  const int64_t p_end = pk0 + len * (split + 1) / args.splits;
-  const int iters = (int)((p_end - p_begin + TL::BK - 1) / TL::BK);
+  const WgradSlice sl = wgrad_slice<TL::BK>(args, k, split);
+  const int64_t p_begin = sl.p_begin, p_end = sl.p_end;
+  const int iters = sl.iters;
 
   /* Vector v = tid + j * THREADS of an operand is chunk v % V (8 channels)
    * of pair row v / V: a thread's chunk is fixed, its rows step by
@@ -565,38 +587,19 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const unsigned da0 = ((sa_base + wg * TL::CH_BLOCK) & 0x3FFFFu) >> 4 | lbo;
   const unsigned db0 = (sb_base & 0x3FFFFu) >> 4 | lbo;
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<64>() << 32;
+  wg_pipeline<TL::STAGES, promote_iters>(
+      iters, load_stage,
+      [&](int stage) {
+        const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
+        const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
+        wgmma_fence();
 #pragma unroll
-  for (int s = 0; s < TL::STAGES - 2; s++) {
-    if (s < iters)
-      load_stage(s, s);
-    cp_async_commit();
-  }
-  int stage = 0, ld_stage = TL::STAGES - 2;
-  for (int it = 0; it < iters; it++) {
-    cp_async_wait<TL::STAGES - 3>();
-    fence_proxy_async_smem();
-    __syncthreads();
-    /* the group of it - 2 is done (see wg_fwd_kernel): refill its stage */
-    if (it + TL::STAGES - 2 < iters)
-      load_stage(ld_stage, it + TL::STAGES - 2);
-    cp_async_commit();
-    ld_stage = ld_stage == TL::STAGES - 1 ? 0 : ld_stage + 1;
-    if (it > 0 && it % promote_iters == 0) {
-      wgmma_wait<0>();
-      acc.promote();
-    }
-    const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
-    const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < TL::BK / 16; ks++) /* 16 pair rows = 2048 bytes */
-      Wgmma<T, false, TL::BN, true>::run(acc.c, dhi | (da + 128 * ks),
-                                         dhi | (db + 128 * ks));
-    wgmma_commit();
-    wgmma_wait<1>();
-    stage = stage == TL::STAGES - 1 ? 0 : stage + 1;
-  }
-  wgmma_wait<0>();
+        for (int ks = 0; ks < TL::BK / 16; ks++) /* 16 pair rows: 2048 B */
+          Wgmma<T, false, TL::BN, true>::run(acc.c, dhi | (da + 128 * ks),
+                                             dhi | (db + 128 * ks));
+        wgmma_commit();
+      },
+      [&] { acc.promote(); });
   acc.pin_all();
   cp_async_wait<0>();
 
