@@ -8,7 +8,8 @@
 #   (default: build test sanitize bench)
 #
 # profile: Nsight Compute sections of single kernels, PROFILE_CASES="C:match
-# C:match ..." (match as bench_tiles --match, e.g. 64:mma_tile=0,acc).
+# C:match[:pass[:algo]] ..." (match as bench_tiles --match, e.g.
+# 64:mma_tile=0,acc; pass fwd/dgrad/wgrad, algo default mask_gemm).
 #
 # Knobs: GPU_TESTS (ctest -R regex), SANITIZE_TESTS, SAN_BACKEND_ALGOS
 # (test_backend_ops' algorithms under the sanitizers), TILES=0 (skip
@@ -129,16 +130,23 @@ if has bench; then
   done
 fi
 if has profile; then
+  # case: C:match[:pass[:algo]] (pass fwd, dgrad or wgrad; default fwd on
+  # mask_gemm); the profiled kernel is the pass's (fwd and dgrad share one).
   for case in ${PROFILE_CASES:-64:mma_tile=0,accumulator_type=32,row_order=1}; do
-    c=${case%%:*} m=${case#*:}
-    stamp "ncu C=$c $m"
-    timeout 300 ncu --clock-control none -k regex:fwd_kernel --launch-skip 3 \
+    IFS=: read -r c m pass algo <<<"$case"
+    pass=${pass:-fwd} algo=${algo:-mask_gemm}
+    kern=fwd_kernel
+    [ "$pass" = wgrad ] && kern=wgrad_kernel
+    log="$OUT/ncu_${pass}_${algo}_C${c}_${m//[=,]/_}.txt"
+    stamp "ncu $pass $algo C=$c $m"
+    timeout 300 ncu --clock-control none -k regex:$kern --launch-skip 3 \
       --launch-count 1 --section SpeedOfLight --section WarpStateStats \
-      --section Occupancy --section MemoryWorkloadAnalysis \
-      --section LaunchStats $B/bench_tiles --channels "$c" --passes fwd \
-      --algos mask_gemm --match "$m" --repeat 1 >"$OUT/ncu_C${c}_${m//[=,]/_}.txt" 2>&1
-    grep -E "Duration|Throughput|Stall|Warp Cycles|Achieved Occupancy|Registers|Issued" \
-      "$OUT/ncu_C${c}_${m//[=,]/_}.txt" | head -30
+      --section SchedulerStats --section Occupancy \
+      --section MemoryWorkloadAnalysis --section LaunchStats \
+      $B/bench_tiles --channels "$c" --passes "$pass" --algos "$algo" \
+      --match "$m" --repeat 1 >"$log" 2>&1
+    grep -E "Duration|Throughput|Stall|Warp Cycles|Achieved Occupancy|Registers|Issued|Hit Rate|Eligible|No Eligible" \
+      "$log" | head -40
   done
 fi
 if has kprof; then

@@ -308,18 +308,24 @@ __device__ __forceinline__ void wg_pipeline(int iters, Load &&load, Mma &&mma,
     cp_async_wait<STAGES - 3>();
     fence_proxy_async_smem();
     __syncthreads();
-    /* Every warpgroup has passed wgmma_wait<1> of it - 1, so the group of
-     * it - 2 is done and its stage can be refilled. */
-    if (it + STAGES - 2 < iters)
-      load(ld_stage, it + STAGES - 2);
-    cp_async_commit();
-    ld_stage = ld_stage == STAGES - 1 ? 0 : ld_stage + 1;
+    /* A promotion drains the wgmma groups before this iteration's
+     * gathers are issued, not after: measured on the H200 (same machine,
+     * bench_tiles), wgrad at C = 256 3.92 -> 3.49 ms, forward 3.90 ->
+     * 3.72-3.83; why is not established (docs/perf-notes.md item 35). The
+     * MMAs stay after the gathers: issued first they were slower
+     * everywhere (item 34). */
     if constexpr (PROMOTE > 0) {
       if (it > 0 && it % PROMOTE == 0) {
         wgmma_wait<0>();
         promote();
       }
     }
+    /* Every warpgroup has passed wgmma_wait<1> of it - 1, so the group of
+     * it - 2 is done and its stage can be refilled. */
+    if (it + STAGES - 2 < iters)
+      load(ld_stage, it + STAGES - 2);
+    cp_async_commit();
+    ld_stage = ld_stage == STAGES - 1 ? 0 : ld_stage + 1;
     mma(stage);
     wgmma_wait<1>();
     stage = stage == STAGES - 1 ? 0 : stage + 1;
