@@ -45,14 +45,15 @@ def wg_tile_ids():
 
 
 def wg_wgrad_tile_ids():
-    """mask_gemm_wgmma wgrad tile IDs by shape (`typedef WgGradTile<BN,
-    STAGES[, MIN_BLOCKS]> W<id>;`)."""
+    """mask_gemm_wgmma wgrad tile IDs by (warp-specialised, shape):
+    `typedef WgGradTile<BN, STAGES[, MIN_BLOCKS]> W<id>;` or
+    `typedef WgGradWsTile<BN, STAGES> W<id>;` (MIN_BLOCKS 1)."""
     ids = {}
-    pat = re.compile(r"typedef WgGradTile<\s*([\d,\s]+)>\s*W(\d+)\s*;")
+    pat = re.compile(r"typedef WgGrad(Ws)?Tile<\s*([\d,\s]+)>\s*W(\d+)\s*;")
     for m in pat.finditer(open(SRC).read()):
-        a = [int(x) for x in m.group(1).split(",")]
+        a = [int(x) for x in m.group(2).split(",")]
         a += [1][len(a) - 2:]
-        ids[tuple(a)] = int(m.group(2))
+        ids[(bool(m.group(1)),) + tuple(a)] = int(m.group(3))
     return ids
 
 
@@ -70,6 +71,7 @@ def main(path):
     wg_ids = wg_tile_ids()
     wgw_ids = wg_wgrad_tile_ids()
     wgw_re = re.compile(r"WgGradTileILi(\d+)ELi(\d+)ELi(\d+)EE")
+    wgws_re = re.compile(r"WgGradWsTileILi(\d+)ELi(\d+)EE")
     wgw_rows = []
     wg_re = re.compile(r"WgTileILi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELi(\d+)EEELb(\d)E")
     rows, wg_rows, ic_rows, fn = [], [], [], None
@@ -96,14 +98,21 @@ def main(path):
             fn = None
             continue
         w = wgw_re.search(fn) if "wg_wgrad_kernel" in fn else None
-        if w:
-            # WgGradTile (cuda_mask_gemm_sm90.cuh): BM = 128, BK = 64 pairs
-            bn, st, minb = map(int, w.groups())
+        ws = wgws_re.search(fn) if "wg_wgrad_ws_kernel" in fn else None
+        if w or ws:
+            # WgGradTile (cuda_mask_gemm_sm90.cuh): BM = 128, BK = 64 pairs;
+            # WgGradWsTile: the same with a third, gathering warpgroup
+            if ws:
+                (bn, st), minb, threads = map(int, ws.groups()), 1, 384
+            else:
+                (bn, st, minb), threads = map(int, w.groups()), 256
             smem = static_smem + st * (128 + bn) * 64 * 2 + 1024
-            blocks, occ = occupancy(regs, 256, smem)
-            wgw_rows.append((wgw_ids.get((bn, st, minb)),
+            blocks, occ = occupancy(regs, threads, smem)
+            wgw_rows.append((wgw_ids.get((bool(ws), bn, st, minb)),
                              "f16" if "6__half" in fn else "bf16",
-                             f"128x{bn}x64", f"64x{bn}", st, bn // 2, regs,
+                             f"128x{bn}x64", f"64x{bn}",
+                             "384: 1 gathering + 2 MMA warpgroups"
+                             if ws else "256", st, bn // 2, regs,
                              smem, blocks, f"{occ:.0%}"))
             fn = None
             continue
@@ -163,9 +172,9 @@ def main(path):
     print_table("mask_gemm_wgmma wgrad (M = cin, N = cout, K = 64 pairs per "
                 "stage; both operands MN-major; fp32 accumulators promoted into "
                 "fp32 sums in registers every 256 pairs):",
-                ["tile ID", "dtype", "block M×N×K", "warpgroup tile", "stages",
-                 "acc regs/thread", "registers", "smem (B)", "blocks/SM",
-                 "occupancy"], wgw_rows)
+                ["tile ID", "dtype", "block M×N×K", "warpgroup tile",
+                 "threads", "stages", "acc regs/thread", "registers",
+                 "smem (B)", "blocks/SM", "occupancy"], wgw_rows)
     print_table("mask_gemm_im2col (forward, cin <= 8):",
                 ["tile", "dtype", "acc", "block M×N×K", "warp tile", "stages",
                  "registers", "smem (B)", "blocks/SM", "occupancy"],

@@ -78,7 +78,10 @@ typedef Tile<64, 64, 64, 32, 16, 3> G6;
  * (3-4 in flight) were tried and ran no faster (docs/perf-notes.md). */
 typedef WgGradTile<128, 4> W0;
 typedef WgGradTile<64, 4, 2> W1;
-#define VC_MG_WG_WGRAD_TILES 2
+/* W2: W0's shape, warp-specialised (wg_wgrad_ws_kernel: one gathering
+ * warpgroup, two wgmma warpgroups, mbarrier hand-over per stage). */
+typedef WgGradWsTile<128, 4> W2;
+#define VC_MG_WG_WGRAD_TILES 3
 
 /* Launches a forward/dgrad kernel (either family) over the output tiles.
  * Raising the dynamic shared-memory limit is per function and cheap; doing
@@ -217,9 +220,12 @@ voxconv_status_t launch_wgrad_tile(voxconv_handle_t *h, int tile,
 
 template <typename T, typename TL>
 voxconv_status_t launch_wg_wgrad(voxconv_handle_t *h, const WgradArgs &a) {
-  VC_CHECK(launch_wgrad_grid<TL>(h, wg_wgrad_kernel<T, TL>,
+  VC_CHECK(launch_wgrad_grid<TL>(h, wg_wgrad_kernel_for<T, TL>(),
                                  wg_smem_bytes<TL>(), a));
-  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_wgmma wg_wgrad_kernel");
+  if constexpr (TL::WS)
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_wgmma wg_wgrad_ws_kernel");
+  else
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_wgmma wg_wgrad_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -229,6 +235,7 @@ voxconv_status_t launch_wg_wgrad_tile(voxconv_handle_t *h, int tile,
   switch (tile) {
   case 0: return launch_wg_wgrad<T, W0>(h, a);
   case 1: return launch_wg_wgrad<T, W1>(h, a);
+  case 2: return launch_wg_wgrad<T, W2>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm_wgmma: wgrad tile %d outside 0..%d", tile,
@@ -380,7 +387,8 @@ const vc_param_space_t mg_space_wgrad = {
  * and mask_gemm_wgmma's. */
 const int kWgradTileMN[VC_MG_WGRAD_TILES][2] = {
     {64, 64}, {32, 32}, {128, 128}, {64, 128}, {64, 64}, {64, 64}, {64, 64}};
-const int kWgWgradTileMN[VC_MG_WG_WGRAD_TILES][2] = {{128, 128}, {128, 64}};
+const int kWgWgradTileMN[VC_MG_WG_WGRAD_TILES][2] = {
+    {128, 128}, {128, 64}, {128, 128}};
 
 /* Which kernel family runs a problem (one record each). */
 enum MgFamily { MG_FAM_MMA = 0, MG_FAM_WGMMA = 1, MG_FAM_IM2COL = 2 };
@@ -845,7 +853,7 @@ const vc_param_space_t wg_space_wgrad = {
     2,
     {"mma_tile", "split_k_slices"},
     {VC_MG_WG_WGRAD_TILES, 8},
-    {{0, 1}, {0, 64, 32, 16, 8, 4, 2, 1}}};
+    {{2, 0, 1}, {0, 64, 32, 16, 8, 4, 2, 1}}};
 
 const vc_param_space_t *wg_param_space(voxconv_pass_t pass) {
   return pass == VOXCONV_PASS_CONV_WGRAD ? &wg_space_wgrad : &wg_space;
@@ -982,7 +990,7 @@ KernelRow wg_row(int tile_id, voxconv_dtype_t dt, bool dgrad) {
 }
 template <typename T, typename TL> KernelRow wg_wgrad_row(int tile_id,
                                                           voxconv_dtype_t dt) {
-  return tile_row<TL>("mask_gemm_wgmma", (const void *)wg_wgrad_kernel<T, TL>,
+  return tile_row<TL>("mask_gemm_wgmma", (const void *)wg_wgrad_kernel_for<T, TL>(),
                       VOXCONV_PASS_CONV_WGRAD, false, tile_id, dt, false,
                       wg_smem_bytes<TL>());
 }
@@ -1055,6 +1063,7 @@ const KernelRow *kernel_rows() {
     add_wg_tile<H4f, H4h>(rows, n, 4);
     add_wg_wgrad_tile<W0>(rows, n, 0);
     add_wg_wgrad_tile<W1>(rows, n, 1);
+    add_wg_wgrad_tile<W2>(rows, n, 2);
     rows[n++] = im2col_row<__half>(VOXCONV_DTYPE_F16);
     rows[n++] = im2col_row<__nv_bfloat16>(VOXCONV_DTYPE_BF16);
     built = 1;

@@ -492,81 +492,103 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
 template <int BN_, int STAGES_, int MIN_BLOCKS_ = 1> struct WgGradTile {
   static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
   static constexpr int MIN_BLOCKS = MIN_BLOCKS_, THREADS = 256;
+  /* threads that gather (all of them here; see WgGradWsTile) */
+  static constexpr int LOADERS = THREADS;
   static constexpr int CH_BLOCK = BK * 128; /* bytes of 64 channels x BK */
   static constexpr int A_STAGE = BM / 64 * CH_BLOCK;
   static constexpr int B_STAGE = BN / 64 * CH_BLOCK;
   static constexpr int TOTAL_BYTES = 0; /* for wg_smem_bytes */
+  static constexpr bool WS = false; /* wg_wgrad_kernel */
   static_assert(BN == 64 || BN == 128, "MN-major wgmma wrappers: N = 64, 128");
   static_assert(STAGES >= 3, "as WgTile");
 };
 
-template <typename T, typename TL>
-__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
-    wg_wgrad_kernel(const WgradArgs args) {
-#ifdef VC_MG_SM90_BODY
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  /* the swizzle is a function of address bits 4-9: 1024-byte aligned */
-  const unsigned sa_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned sb_base = sa_base + TL::STAGES * TL::A_STAGE;
+/* Warp-specialised wgrad tile (wg_wgrad_ws_kernel): warpgroup 0 only
+ * gathers, warpgroups 1-2 only issue wgmma; stages are handed over through
+ * mbarriers instead of one block-wide barrier per stage. Same shapes and
+ * shared-memory layout as WgGradTile. */
+template <int BN_, int STAGES_> struct WgGradWsTile : WgGradTile<BN_, STAGES_> {
+  static constexpr int THREADS = 384, LOADERS = 128;
+  static constexpr bool WS = true; /* wg_wgrad_ws_kernel */
+  static_assert(STAGES_ >= 3, "a stage computing, one wgmma group in "
+                              "flight, at least one being gathered");
+};
 
-  const T *X = reinterpret_cast<const T *>(args.x);
-  const T *DY = reinterpret_cast<const T *>(args.dy);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = warp >> 2, wq = warp & 3;
-  const int n0 = blockIdx.x * TL::BN, m0 = blockIdx.y * TL::BM;
-  const int k = blockIdx.z / args.splits, split = blockIdx.z % args.splits;
-  const int cin = args.cin, cout = args.cout;
-  const WgradSlice sl = wgrad_slice<TL::BK>(args, k, split);
-  const int64_t p_begin = sl.p_begin, p_end = sl.p_end;
-  const int iters = sl.iters;
-
-  /* Vector v = tid + j * THREADS of an operand is chunk v % V (8 channels)
-   * of pair row v / V: a thread's chunk is fixed, its rows step by
-   * THREADS / V, a multiple of 8, so the swizzle of every row it writes
-   * is the same and its shared offsets are one base plus constants. */
-  constexpr int AV = TL::BM / 8, BV = TL::BN / 8;
-  constexpr int AVPT = TL::BK * AV / TL::THREADS;
-  constexpr int BVPT = TL::BK * BV / TL::THREADS;
-  constexpr int RA = TL::THREADS / AV, RB = TL::THREADS / BV;
-  static_assert(TL::BK * AV % TL::THREADS == 0 &&
-                    TL::BK * BV % TL::THREADS == 0 && RA % 8 == 0 &&
+/* The gathers of one wgrad stage, shared by both wgrad kernels: LOADERS
+ * threads (0 .. LOADERS-1, `lt`) copy BK pair rows of X (cin channels
+ * m0..m0+BM) into A and of dY (cout channels n0..n0+BN) into B. Vector
+ * v = lt + j * LOADERS of an operand is chunk v % V (8 channels) of pair
+ * row v / V: a thread's chunk is fixed, its rows step by LOADERS / V, a
+ * multiple of 8, so the swizzle of every row it writes is the same and
+ * its shared offsets are one base plus constants. Pair -> row indices are
+ * loaded two iterations ahead (see wgrad_kernel): a_src/b_src for the next
+ * stage to issue, a_nx/b_nx for the one after. */
+template <typename T, typename TL> struct WgradGather {
+  static constexpr int AV = TL::BM / 8, BV = TL::BN / 8;
+  static constexpr int AVPT = TL::BK * AV / TL::LOADERS;
+  static constexpr int BVPT = TL::BK * BV / TL::LOADERS;
+  static constexpr int RA = TL::LOADERS / AV, RB = TL::LOADERS / BV;
+  static_assert(TL::BK * AV % TL::LOADERS == 0 &&
+                    TL::BK * BV % TL::LOADERS == 0 && RA % 8 == 0 &&
                     RB % 8 == 0,
                 "whole vectors per thread, row steps keep the swizzle");
-  const int ca = tid % AV, ra = tid / AV, cb = tid % BV, rb = tid / BV;
-  const unsigned a_soff =
-      (ca >> 3) * TL::CH_BLOCK + ra * 128 + (((ca & 7) ^ (ra & 7)) << 4);
-  const unsigned b_soff =
-      (cb >> 3) * TL::CH_BLOCK + rb * 128 + (((cb & 7) ^ (rb & 7)) << 4);
-  const bool a_col = m0 + ca * 8 < cin, b_col = n0 + cb * 8 < cout;
-  const T *xa = X + (a_col ? m0 + ca * 8 : 0);
-  const T *dyb = DY + (b_col ? n0 + cb * 8 : 0);
-
-  /* Pair -> row indices two iterations ahead (see wgrad_kernel). */
+  const T *X, *DY, *xa, *dyb;
+  const int *in_rows, *out_rows;
+  int64_t p_begin, p_end;
+  int cin, cout, ra, rb;
+  unsigned a_soff, b_soff;
+  bool a_col, b_col;
   int a_src[AVPT], b_src[BVPT], a_nx[AVPT], b_nx[BVPT];
-  auto fetch_rows = [&](int it, int(&a)[AVPT], int(&b)[BVPT]) {
+
+  __device__ __forceinline__ void fetch_rows(int it, int (&a)[AVPT],
+                                             int (&b)[BVPT]) {
     const int64_t p0 = p_begin + (int64_t)it * TL::BK;
 #pragma unroll
     for (int j = 0; j < AVPT; j++) {
       const int64_t p = p0 + ra + j * RA;
-      a[j] = p < p_end ? __ldg(args.in_rows + p) : -1;
+      a[j] = p < p_end ? __ldg(in_rows + p) : -1;
     }
 #pragma unroll
     for (int j = 0; j < BVPT; j++) {
       const int64_t p = p0 + rb + j * RB;
-      b[j] = p < p_end ? __ldg(args.out_rows + p) : -1;
+      b[j] = p < p_end ? __ldg(out_rows + p) : -1;
     }
-  };
-  fetch_rows(0, a_src, b_src);
-  fetch_rows(1, a_nx, b_nx);
-  auto load_stage = [&](int stage, int it) {
-    const unsigned a_dst = sa_base + stage * TL::A_STAGE + a_soff;
+  }
+  __device__ __forceinline__ void init(const WgradArgs &args,
+                                       const WgradSlice &sl, int lt, int m0,
+                                       int n0) {
+    X = reinterpret_cast<const T *>(args.x);
+    DY = reinterpret_cast<const T *>(args.dy);
+    in_rows = args.in_rows;
+    out_rows = args.out_rows;
+    p_begin = sl.p_begin;
+    p_end = sl.p_end;
+    cin = args.cin;
+    cout = args.cout;
+    const int ca = lt % AV, cb = lt % BV;
+    ra = lt / AV;
+    rb = lt / BV;
+    a_soff = (ca >> 3) * TL::CH_BLOCK + ra * 128 + (((ca & 7) ^ (ra & 7)) << 4);
+    b_soff = (cb >> 3) * TL::CH_BLOCK + rb * 128 + (((cb & 7) ^ (rb & 7)) << 4);
+    a_col = m0 + ca * 8 < cin;
+    b_col = n0 + cb * 8 < cout;
+    xa = X + (a_col ? m0 + ca * 8 : 0);
+    dyb = DY + (b_col ? n0 + cb * 8 : 0);
+    fetch_rows(0, a_src, b_src);
+    fetch_rows(1, a_nx, b_nx);
+  }
+  /* issues iteration it's copies into the stage at a_stage / b_stage
+   * (shared addresses), then loads the indices of it + 2 */
+  __device__ __forceinline__ void load(unsigned a_stage, unsigned b_stage,
+                                       int it) {
+    const unsigned a_dst = a_stage + a_soff;
 #pragma unroll
     for (int j = 0; j < AVPT; j++) {
       const bool ok = a_src[j] >= 0 && a_col;
       cp_async16_s(a_dst + j * RA * 128,
                    ok ? xa + (int64_t)a_src[j] * cin : X, ok);
     }
-    const unsigned b_dst = sb_base + stage * TL::B_STAGE + b_soff;
+    const unsigned b_dst = b_stage + b_soff;
 #pragma unroll
     for (int j = 0; j < BVPT; j++) {
       const bool ok = b_src[j] >= 0 && b_col;
@@ -580,37 +602,46 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     for (int j = 0; j < BVPT; j++)
       b_src[j] = b_nx[j];
     fetch_rows(it + 2, a_nx, b_nx);
-  };
+  }
+};
 
-  WgAcc<false, TL::BN, false> acc;
-  acc.zero(nullptr);
-  constexpr int promote_iters = WGRAD_PROMOTE_ITERS * 32 / TL::BK;
-  static_assert(promote_iters >= 1, "promotion every 256 pairs");
-  /* Descriptor low words: start >> 4, leading byte offset (the distance
-   * between 64-channel blocks) >> 4; high word: 1024-byte stride between
-   * 8-row groups, 128-byte swizzle (the K-major tiles' high word). */
-  const unsigned lbo = (unsigned)(TL::CH_BLOCK >> 4) << 16;
-  const unsigned da0 = ((sa_base + wg * TL::CH_BLOCK) & 0x3FFFFu) >> 4 | lbo;
-  const unsigned db0 = (sb_base & 0x3FFFFu) >> 4 | lbo;
-  constexpr uint64_t dhi = (uint64_t)wg_desc_hi<64>() << 32;
-  wg_pipeline<TL::STAGES, promote_iters>(
-      iters, load_stage,
-      [&](int stage) {
-        const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
-        const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
-        wgmma_fence();
+/* The wgmma k-steps of one wgrad stage for warpgroup cwg (cin rows
+ * 64 cwg .. 64 cwg + 63 of the tile). Descriptor low words: start >> 4,
+ * leading byte offset (the distance between 64-channel blocks) >> 4; high
+ * word: 1024-byte stride between 8-row groups, 128-byte swizzle (the
+ * K-major tiles' high word). */
+template <typename T, typename TL> struct WgradMma {
+  unsigned da0, db0;
+  __device__ __forceinline__ WgradMma(unsigned sa_base, unsigned sb_base,
+                                      int cwg) {
+    const unsigned lbo = (unsigned)(TL::CH_BLOCK >> 4) << 16;
+    da0 = ((sa_base + cwg * TL::CH_BLOCK) & 0x3FFFFu) >> 4 | lbo;
+    db0 = (sb_base & 0x3FFFFu) >> 4 | lbo;
+  }
+  template <int R>
+  __device__ __forceinline__ void run(float (&c)[R], int stage) const {
+    constexpr uint64_t dhi = (uint64_t)wg_desc_hi<64>() << 32;
+    const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
+    const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
+    wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < TL::BK / 16; ks++) /* 16 pair rows: 2048 B */
-          Wgmma<T, false, TL::BN, true>::run(acc.c, dhi | (da + 128 * ks),
-                                             dhi | (db + 128 * ks));
-        wgmma_commit();
-      },
-      [&] { acc.promote(); });
-  acc.pin_all();
-  cp_async_wait<0>();
+    for (int ks = 0; ks < TL::BK / 16; ks++) /* 16 pair rows: 2048 B */
+      Wgmma<T, false, TL::BN, true>::run(c, dhi | (da + 128 * ks),
+                                         dhi | (db + 128 * ks));
+    wgmma_commit();
+  }
+};
 
-  /* cin rows 64 wg + 16 wq + g (+8), cout columns 8 j + 2 t4 (+1). */
+/* Writes warpgroup cwg's part of a wgrad tile: cin rows 64 cwg + 16 wq + g
+ * (+8), cout columns 8 j + 2 t4 (+1); straight to dW (one split) or to the
+ * split's fp32 partials. */
+template <typename T, typename TL, typename Acc>
+__device__ __forceinline__ void wg_wgrad_store(const WgradArgs &args,
+                                               Acc &acc, int cwg, int wq,
+                                               int lane, int k, int split,
+                                               int m0, int n0) {
   const int g = lane >> 2, t4 = lane & 3;
+  const int cin = args.cin, cout = args.cout;
   const int64_t wsk = (int64_t)cin * cout;
 #pragma unroll
   for (int j = 0; j < TL::BN / 8; j++) {
@@ -619,7 +650,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
       continue;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int row = m0 + wg * 64 + wq * 16 + g + h * 8;
+      const int row = m0 + cwg * 64 + wq * 16 + g + h * 8;
       if (row >= cin)
         continue;
       const float a = acc.value(4 * j + 2 * h);
@@ -633,7 +664,159 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
             make_float2(a, b);
     }
   }
+}
+
+template <typename T, typename TL>
+__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
+    wg_wgrad_kernel(const WgradArgs args) {
+#ifdef VC_MG_SM90_BODY
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  /* the swizzle is a function of address bits 4-9: 1024-byte aligned */
+  const unsigned sa_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned sb_base = sa_base + TL::STAGES * TL::A_STAGE;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wq = warp & 3;
+  const int n0 = blockIdx.x * TL::BN, m0 = blockIdx.y * TL::BM;
+  const int k = blockIdx.z / args.splits, split = blockIdx.z % args.splits;
+  const WgradSlice sl = wgrad_slice<TL::BK>(args, k, split);
+
+  WgradGather<T, TL> gather;
+  gather.init(args, sl, tid, m0, n0);
+  WgAcc<false, TL::BN, false> acc;
+  acc.zero(nullptr);
+  constexpr int promote_iters = WGRAD_PROMOTE_ITERS * 32 / TL::BK;
+  static_assert(promote_iters >= 1, "promotion every 256 pairs");
+  const WgradMma<T, TL> mma(sa_base, sb_base, wg);
+  wg_pipeline<TL::STAGES, promote_iters>(
+      sl.iters,
+      [&](int stage, int it) {
+        gather.load(sa_base + stage * TL::A_STAGE,
+                    sb_base + stage * TL::B_STAGE, it);
+      },
+      [&](int stage) { mma.run(acc.c, stage); }, [&] { acc.promote(); });
+  acc.pin_all();
+  cp_async_wait<0>();
+  wg_wgrad_store<T, TL>(args, acc, wg, wq, lane, k, split, m0, n0);
 #endif
+}
+
+/* ---- warp-specialised wgrad (tile W2) -----------------------------------
+ * Why: ncu of wg_wgrad_kernel at C = 256 (docs/perf-notes.md, eighth
+ * session) shows it latency-bound: 0.33 instructions issued per cycle per
+ * scheduler, 0.45 of 2 warps eligible, the largest stall on global loads.
+ * Every warp there both gathers and issues MMAs, and one block-wide
+ * barrier per stage keeps all of them in lock step, so a late index or
+ * copy stalls the tensor cores too (item 35's 11% from moving one drain
+ * shows how sensitive that is). Here warpgroup 0 only gathers and the two
+ * consumer warpgroups only run wgmma:
+ *  - full[s] (count LOADERS): every gathering thread arrives through
+ *    cp.async.mbarrier.arrive.noinc once its copies into stage s have
+ *    landed, so a gatherer never waits on its own copies;
+ *  - empty[s] (count 8, one per consumer warp): a consumer warp arrives
+ *    once its wgmma group reading stage s has completed (wgmma_wait<1> of
+ *    the next stage);
+ *  - cp.async writes through the generic proxy and wgmma reads through the
+ *    async proxy: every consumer thread fences (fence.proxy.async) after
+ *    its wait on full[s] and before the wgmma that reads s.
+ * Phases: use u = it / STAGES of stage s completes phase u of full[s]; the
+ * gatherer refilling s for use u >= 1 waits for phase u - 1 of empty[s]. */
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+               "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar)
+               : "memory");
+}
+/* arrives once every cp.async this thread issued before has landed */
+__device__ __forceinline__ void mbar_arrive_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                   bar)
+               : "memory");
+}
+/* returns once the phase of parity `parity` has completed */
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+
+template <typename T, typename TL>
+__global__ void __launch_bounds__(TL::THREADS, 1)
+    wg_wgrad_ws_kernel(const WgradArgs args) {
+#ifdef VC_MG_SM90_BODY
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[2 * TL::STAGES]; /* full, empty */
+  const unsigned sa_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const unsigned sb_base = sa_base + TL::STAGES * TL::A_STAGE;
+  const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * TL::STAGES;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wq = warp & 3;
+  const int n0 = blockIdx.x * TL::BN, m0 = blockIdx.y * TL::BM;
+  const int k = blockIdx.z / args.splits, split = blockIdx.z % args.splits;
+  const WgradSlice sl = wgrad_slice<TL::BK>(args, k, split);
+  const int iters = sl.iters;
+  if (tid == 0) {
+    for (int s = 0; s < TL::STAGES; s++) {
+      mbar_init(full0 + 8 * s, TL::LOADERS);
+      mbar_init(empty0 + 8 * s, 8);
+    }
+  }
+  __syncthreads(); /* the barriers are initialised before any use */
+
+  if (wg == 0) { /* the gatherer */
+    WgradGather<T, TL> gather;
+    gather.init(args, sl, tid, m0, n0);
+    for (int it = 0; it < iters; it++) {
+      const int s = it % TL::STAGES;
+      const unsigned use = (unsigned)(it / TL::STAGES);
+      if (use > 0)
+        mbar_wait(empty0 + 8 * s, (use - 1) & 1);
+      gather.load(sa_base + s * TL::A_STAGE, sb_base + s * TL::B_STAGE, it);
+      mbar_arrive_copies(full0 + 8 * s);
+    }
+    cp_async_commit();
+    cp_async_wait<0>(); /* nothing in flight when the thread exits */
+    return;
+  }
+
+  const int cwg = wg - 1; /* consumer warpgroup: cin rows 64 cwg.. */
+  WgAcc<false, TL::BN, false> acc;
+  acc.zero(nullptr);
+  constexpr int promote_iters = WGRAD_PROMOTE_ITERS * 32 / TL::BK;
+  static_assert(promote_iters >= 1, "promotion every 256 pairs");
+  const WgradMma<T, TL> mma(sa_base, sb_base, cwg);
+  for (int it = 0; it < iters; it++) {
+    const int s = it % TL::STAGES;
+    mbar_wait(full0 + 8 * s, (unsigned)(it / TL::STAGES) & 1);
+    fence_proxy_async_smem();
+    if (it > 0 && it % promote_iters == 0) {
+      wgmma_wait<0>();
+      acc.promote();
+    }
+    mma.run(acc.c, s);
+    wgmma_wait<1>(); /* the group of it - 1 is done: release its stage */
+    if (it > 0 && lane == 0)
+      mbar_arrive(empty0 + 8 * ((it - 1) % TL::STAGES));
+  }
+  wgmma_wait<0>();
+  acc.pin_all();
+  wg_wgrad_store<T, TL>(args, acc, cwg, wq, lane, k, split, m0, n0);
+#endif
+}
+
+/* The kernel of a wgrad tile: warp-specialised (TL::WS) or not. */
+template <typename T, typename TL>
+constexpr void (*wg_wgrad_kernel_for())(const WgradArgs) {
+  if constexpr (TL::WS)
+    return wg_wgrad_ws_kernel<T, TL>;
+  else
+    return wg_wgrad_kernel<T, TL>;
 }
 
 } // namespace vc_mask_gemm
