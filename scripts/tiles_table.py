@@ -32,15 +32,16 @@ def tile_ids():
 
 
 def wg_tile_ids():
-    """mask_gemm_wgmma tile IDs by shape (`typedef WgTile<BN, STAGES[, BK,
-    SMEM_TOTAL, MIN_BLOCKS]> H<id>[f|h];`, defaults as in the header)."""
+    """mask_gemm_wgmma tile IDs by (warp-specialised, shape): `typedef
+    WgTile<BN, STAGES[, BK, SMEM_TOTAL, MIN_BLOCKS]> H<id>[f|h];` or
+    `typedef WgWsTile<BN, STAGES> H<id>;` (defaults as in the header)."""
     ids = {}
-    pat = re.compile(r"typedef WgTile<\s*([\w,\s]+)>\s*H(\d+)[fh]?\s*;")
+    pat = re.compile(r"typedef Wg(Ws)?Tile<\s*([\w,\s]+)>\s*H(\d+)[fh]?\s*;")
     for m in pat.finditer(open(SRC).read()):
-        a = [x.strip() for x in m.group(1).split(",")]
+        a = [x.strip() for x in m.group(2).split(",")]
         a += ["64", "false", "1"][len(a) - 2:]
         shape = (int(a[0]), int(a[1]), int(a[2]), a[3] == "true", int(a[4]))
-        ids[shape] = int(m.group(2))
+        ids[(bool(m.group(1)),) + shape] = int(m.group(3))
     return ids
 
 
@@ -55,6 +56,9 @@ def wg_wgrad_tile_ids():
         a += [1][len(a) - 2:]
         ids[(bool(m.group(1)),) + tuple(a)] = int(m.group(3))
     return ids
+
+
+WS_THREADS = "384: 1 gathering + 2 MMA warpgroups"
 
 
 def occupancy(regs, threads, smem):
@@ -74,6 +78,7 @@ def main(path):
     wgws_re = re.compile(r"WgGradWsTileILi(\d+)ELi(\d+)EE")
     wgw_rows = []
     wg_re = re.compile(r"WgTileILi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELi(\d+)EEELb(\d)E")
+    wgs_re = re.compile(r"WgWsTileILi(\d+)ELi(\d+)EEELb(\d)E")
     rows, wg_rows, ic_rows, fn = [], [], [], None
     tile_re = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE")
     for line in open(path):
@@ -98,7 +103,7 @@ def main(path):
             fn = None
             continue
         w = wgw_re.search(fn) if "wg_wgrad_kernel" in fn else None
-        ws = wgws_re.search(fn) if "wg_wgrad_ws_kernel" in fn else None
+        ws = wgws_re.search(fn) if "wg_wgrad_kernel" in fn else None
         if w or ws:
             # WgGradTile (cuda_mask_gemm_sm90.cuh): BM = 128, BK = 64 pairs;
             # WgGradWsTile: the same with a third, gathering warpgroup
@@ -111,21 +116,26 @@ def main(path):
             wgw_rows.append((wgw_ids.get((bool(ws), bn, st, minb)),
                              "f16" if "6__half" in fn else "bf16",
                              f"128x{bn}x64", f"64x{bn}",
-                             "384: 1 gathering + 2 MMA warpgroups"
-                             if ws else "256", st, bn // 2, regs,
+                             WS_THREADS if ws else "256", st, bn // 2, regs,
                              smem, blocks, f"{occ:.0%}"))
             fn = None
             continue
         w = wg_re.search(fn) if "wg_fwd_kernel" in fn else None
-        if w:
-            bn, st, bk, stot, minb, acc16 = map(int, w.groups())
+        ws = wgs_re.search(fn) if "wg_fwd_kernel" in fn else None
+        if w or ws:
+            if ws:  # WgWsTile: WgTile<BN, STAGES> plus a gathering warpgroup
+                (bn, st, acc16), bk, stot, minb = map(int, ws.groups()), 64, 0, 1
+            else:
+                bn, st, bk, stot, minb, acc16 = map(int, w.groups())
+            threads = 384 if ws else 256
             smem = static_smem + st * (128 * bk * 2 + bn * bk * 2) + \
                 (128 * bn * 4 if stot else 0) + 1024
-            blocks, occ = occupancy(regs, 256, smem)
-            wg_rows.append((wg_ids.get((bn, st, bk, bool(stot), minb)),
+            blocks, occ = occupancy(regs, threads, smem)
+            wg_rows.append((wg_ids.get((bool(ws), bn, st, bk, bool(stot),
+                                        minb)),
                             "f16" if "6__half" in fn else "bf16",
                             "f16" if acc16 else "f32", f"128x{bn}x{bk}",
-                            f"64x{bn}", st,
+                            f"64x{bn}", WS_THREADS if ws else "256", st,
                             "smem" if stot else ("-" if acc16 else "registers"),
                             bn // 4 if acc16 else bn // 2, regs, smem, blocks,
                             f"{occ:.0%}"))
@@ -163,10 +173,10 @@ def main(path):
                        "warp tile", "stages", "threads", "acc regs/thread",
                        "registers", "smem (B)", "blocks/SM", "occupancy"], rows)
     wg_rows.sort(key=lambda r: (r[0], r[1], r[2]))
-    print_table("mask_gemm_wgmma (forward and dgrad share each kernel; 256 "
-                "threads = 2 warpgroups):",
+    print_table("mask_gemm_wgmma (forward and dgrad share each kernel; two "
+                "MMA warpgroups of 64 rows):",
                 ["tile ID", "dtype", "acc", "block M×N×K", "warpgroup tile",
-                 "stages", "fp32 sums", "acc regs/thread", "registers",
+                 "threads", "stages", "fp32 sums", "acc regs/thread", "registers",
                  "smem (B)", "blocks/SM", "occupancy"], wg_rows)
     wgw_rows.sort(key=lambda r: (r[0], r[1]))
     print_table("mask_gemm_wgmma wgrad (M = cin, N = cout, K = 64 pairs per "

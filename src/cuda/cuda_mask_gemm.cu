@@ -55,7 +55,10 @@ typedef WgTile<256, 4> H3h;
 typedef WgTile<256, 4, 32, true> H3f;
 typedef WgTile<96, 4> H4f;
 typedef WgTile<96, 3, 64, false, 2> H4h;
-#define VC_MG_WG_TILES 5
+/* H5: H0's shape, warp-specialised (wg_ws_pipeline: one gathering
+ * warpgroup, two wgmma warpgroups, mbarrier hand-over per stage). */
+typedef WgWsTile<128, 4> H5;
+#define VC_MG_WG_TILES 6
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
 typedef Tile<64, 64, 32, 32, 32, 3> G0;
@@ -78,7 +81,7 @@ typedef Tile<64, 64, 64, 32, 16, 3> G6;
  * (3-4 in flight) were tried and ran no faster (docs/perf-notes.md). */
 typedef WgGradTile<128, 4> W0;
 typedef WgGradTile<64, 4, 2> W1;
-/* W2: W0's shape, warp-specialised (wg_wgrad_ws_kernel: one gathering
+/* W2: W0's shape, warp-specialised (wg_ws_pipeline: one gathering
  * warpgroup, two wgmma warpgroups, mbarrier hand-over per stage). */
 typedef WgGradWsTile<128, 4> W2;
 #define VC_MG_WG_WGRAD_TILES 3
@@ -150,6 +153,7 @@ voxconv_status_t launch_wg_tile(voxconv_handle_t *h, int tile,
       return launch_wg<T, H4h, true>(h, a);
     else
       return launch_wg<T, H4f, false>(h, a);
+  case 5: return launch_wg<T, H5, ACC16>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm_wgmma: tile %d outside 0..%d", tile,
@@ -220,12 +224,9 @@ voxconv_status_t launch_wgrad_tile(voxconv_handle_t *h, int tile,
 
 template <typename T, typename TL>
 voxconv_status_t launch_wg_wgrad(voxconv_handle_t *h, const WgradArgs &a) {
-  VC_CHECK(launch_wgrad_grid<TL>(h, wg_wgrad_kernel_for<T, TL>(),
+  VC_CHECK(launch_wgrad_grid<TL>(h, wg_wgrad_kernel<T, TL>,
                                  wg_smem_bytes<TL>(), a));
-  if constexpr (TL::WS)
-    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_wgmma wg_wgrad_ws_kernel");
-  else
-    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_wgmma wg_wgrad_kernel");
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_wgmma wg_wgrad_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -847,7 +848,7 @@ const vc_param_space_t wg_space = {
     3,
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_WG_TILES, 2, 2},
-    {{0, 1, 2, 3, 4}, {32, 16}, {1, 0}}};
+    {{5, 0, 1, 2, 3, 4}, {32, 16}, {1, 0}}};
 /* wgrad: split counts as mask_gemm's (wgrad_splits) */
 const vc_param_space_t wg_space_wgrad = {
     2,
@@ -990,7 +991,7 @@ KernelRow wg_row(int tile_id, voxconv_dtype_t dt, bool dgrad) {
 }
 template <typename T, typename TL> KernelRow wg_wgrad_row(int tile_id,
                                                           voxconv_dtype_t dt) {
-  return tile_row<TL>("mask_gemm_wgmma", (const void *)wg_wgrad_kernel_for<T, TL>(),
+  return tile_row<TL>("mask_gemm_wgmma", (const void *)wg_wgrad_kernel<T, TL>,
                       VOXCONV_PASS_CONV_WGRAD, false, tile_id, dt, false,
                       wg_smem_bytes<TL>());
 }
@@ -1061,6 +1062,7 @@ const KernelRow *kernel_rows() {
     add_wg_tile<H2, H2>(rows, n, 2);
     add_wg_tile<H3f, H3h>(rows, n, 3);
     add_wg_tile<H4f, H4h>(rows, n, 4);
+    add_wg_tile<H5, H5>(rows, n, 5);
     add_wg_wgrad_tile<W0>(rows, n, 0);
     add_wg_wgrad_tile<W1>(rows, n, 1);
     add_wg_wgrad_tile<W2>(rows, n, 2);

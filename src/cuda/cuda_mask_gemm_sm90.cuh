@@ -209,6 +209,16 @@ struct WgTile {
   static_assert(BN == 64 || BN == 96 || BN == 128 || BN == 256,
                 "wgmma wrappers: N = 64, 96, 128, 256");
   static_assert(BK == 64 || BK == 32, "swizzle modes: 128 B and 64 B rows");
+  /* every thread gathers and issues MMAs (see WgWsTile) */
+  static constexpr int LOADERS = THREADS;
+  static constexpr bool WS = false;
+};
+
+/* Warp-specialised variant (wg_ws_pipeline): warpgroup 0 only gathers,
+ * warpgroups 1-2 only issue wgmma; 64-row halves and layout as WgTile. */
+template <int BN_, int STAGES_> struct WgWsTile : WgTile<BN_, STAGES_> {
+  static constexpr int THREADS = 384, LOADERS = 128;
+  static constexpr bool WS = true;
 };
 
 /* Stages, the shared fp32 sums, and slack to align the stages to 1024 B
@@ -333,65 +343,155 @@ __device__ __forceinline__ void wg_pipeline(int iters, Load &&load, Mma &&mma,
   wgmma_wait<0>();
 }
 
-/* args.w is K-major: B[kk][n] = W[k][n][kk] ([kvol][nb][ka]). */
-template <typename T, typename TL, bool ACC16>
-__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
-    wg_fwd_kernel(const FwdArgs args) {
-#ifdef VC_MG_SM90_BODY
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ TileOffsets<TL::BM> tile;
-  const unsigned raw = smem_addr(smem_raw);
-  unsigned char *const sA = smem_raw + (((raw + 1023u) & ~1023u) - raw);
-  unsigned char *const sB = sA + TL::STAGES * TL::A_STAGE;
-  float *const s_total =
-      reinterpret_cast<float *>(sB + TL::STAGES * TL::B_STAGE);
+/* ---- warp-specialised main loop (WgWsTile, WgGradWsTile) ---------------
+ * Why: ncu of the wgmma kernels at C = 256 (docs/perf-notes.md, eighth
+ * session) shows it latency-bound: 0.33 instructions issued per cycle per
+ * scheduler, 0.45 of 2 warps eligible, the largest stall on global loads.
+ * Every warp of wg_pipeline both gathers and issues MMAs, and one
+ * block-wide barrier per stage keeps all of them in lock step, so a late index or
+ * copy stalls the tensor cores too (item 35's 11% from moving one drain
+ * shows how sensitive that is). Here warpgroup 0 only gathers and the two
+ * consumer warpgroups only run wgmma:
+ *  - full[s] (count LOADERS): every gathering thread arrives through
+ *    cp.async.mbarrier.arrive.noinc once its copies into stage s have
+ *    landed, so a gatherer never waits on its own copies;
+ *  - empty[s] (count 8, one per consumer warp): a consumer warp arrives
+ *    once its wgmma group reading stage s has completed (wgmma_wait<1> of
+ *    the next stage);
+ *  - cp.async writes through the generic proxy and wgmma reads through the
+ *    async proxy: every consumer thread fences (fence.proxy.async) after
+ *    its wait on full[s] and before the wgmma that reads s.
+ * Phases: use u = it / STAGES of stage s completes phase u of full[s]; the
+ * gatherer refilling s for use u >= 1 waits for phase u - 1 of empty[s]. */
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
+               "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar)
+               : "memory");
+}
+/* arrives once every cp.async this thread issued before has landed */
+__device__ __forceinline__ void mbar_arrive_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                   bar)
+               : "memory");
+}
+/* returns once the phase of parity `parity` has completed */
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
 
-  const T *A = reinterpret_cast<const T *>(args.a);
-  const T *W = reinterpret_cast<const T *>(args.w);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = warp >> 2, wq = warp & 3; /* warpgroup, warp in it */
-  const int kvol = args.kvol, ka = args.ka, nb = args.nb;
-  const int64_t wsk = (int64_t)ka * nb;
-  const TileSpan span = begin_tile<TL>(args, tile);
-  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
-            iters = span.iters;
+/* The warp-specialised main loop: the gatherers (warpgroup 0, `producer`)
+ * run load(stage, it) for every iteration and return with their copies
+ * landed; the MMA warpgroups run mma(stage) and promote() as wg_pipeline
+ * does and return with every wgmma group complete. full0 / empty0: the
+ * shared addresses of the STAGES full and empty barriers, initialised
+ * (wg_ws_init) and published by a block barrier before the call. */
+template <int STAGES, int PROMOTE, typename Load, typename Mma,
+          typename Promote>
+__device__ __forceinline__ void
+wg_ws_pipeline(int iters, bool producer, unsigned full0, unsigned empty0,
+               Load &&load, Mma &&mma, Promote &&promote) {
+  if (producer) {
+    for (int it = 0; it < iters; it++) {
+      const int s = it % STAGES;
+      const unsigned use = (unsigned)(it / STAGES);
+      if (use > 0)
+        mbar_wait(empty0 + 8 * s, (use - 1) & 1);
+      load(s, it);
+      mbar_arrive_copies(full0 + 8 * s);
+    }
+    cp_async_commit();
+    cp_async_wait<0>(); /* nothing in flight when the thread leaves */
+    return;
+  }
+  const int lane = threadIdx.x & 31;
+  for (int it = 0; it < iters; it++) {
+    const int s = it % STAGES;
+    mbar_wait(full0 + 8 * s, (unsigned)(it / STAGES) & 1);
+    fence_proxy_async_smem();
+    if constexpr (PROMOTE > 0) {
+      if (it > 0 && it % PROMOTE == 0) {
+        wgmma_wait<0>();
+        promote();
+      }
+    }
+    mma(s);
+    wgmma_wait<1>(); /* the group of it - 1 is done: release its stage */
+    if (it > 0 && lane == 0)
+      mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+  }
+  wgmma_wait<0>();
+}
+/* full[s]: one arrival per gathering thread; empty[s]: one per MMA warp */
+template <int STAGES, int LOADERS, int THREADS>
+__device__ __forceinline__ void wg_ws_init(unsigned full0, unsigned empty0) {
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; s++) {
+      mbar_init(full0 + 8 * s, LOADERS);
+      mbar_init(empty0 + 8 * s, (THREADS - LOADERS) / 32);
+    }
+  }
+}
 
-  constexpr int AV = TL::BK / 8; /* 16-byte vectors per row */
-  constexpr int AVPT = TL::BM * AV / TL::THREADS;
-  constexpr int BVPT = TL::BN * AV / TL::THREADS;
-  static_assert(TL::BM * AV % TL::THREADS == 0 &&
-                    TL::BN * AV % TL::THREADS == 0,
+/* The gathers of the forward/dgrad stages, in order: LOADERS threads
+ * (`lt` 0 .. LOADERS-1) copy BM gathered input rows and BN weight rows of
+ * BK channels per stage. The load path is most of the instructions a warp
+ * issues per stage (ncu: ~200 per warp per stage before this layout), so
+ * everything that does not change per stage is computed once: vector v =
+ * lt + j * LOADERS is chunk cv = v % AV of row v / AV (A: tile row, B:
+ * output channel) in every stage; a B vector's source moves by a
+ * block-uniform offset (offset k, chunk); an A vector's source row changes
+ * once per active offset. args.w is K-major: B[kk][n] = W[k][n][kk]
+ * ([kvol][nb][ka]). */
+template <typename T, typename TL> struct WgFwdGather {
+  static constexpr int AV = TL::BK / 8; /* 16-byte vectors per row */
+  static constexpr int AVPT = TL::BM * AV / TL::LOADERS;
+  static constexpr int BVPT = TL::BN * AV / TL::LOADERS;
+  static_assert(TL::BM * AV % TL::LOADERS == 0 &&
+                    TL::BN * AV % TL::LOADERS == 0,
                 "every thread copies whole vectors of each stage");
   RowGather<AVPT> gather;
-  gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
-  gather.fetch(args.nbr, tile, 0);
-  /* The load path is most of the instructions a warp issues per stage
-   * (ncu: ~200 per warp per stage before this layout), so everything that
-   * does not change per stage is computed once: vector v = tid + j *
-   * THREADS is chunk cv = v % AV of row v / AV (A: tile row, B: output
-   * channel) in every stage; a B vector's source moves by a block-uniform
-   * offset (offset k, chunk); an A vector's source row changes once per
-   * active offset. */
-  const int cv = tid % AV;
+  const T *A;
+  const T *a_src[AVPT], *b_src[BVPT];
   unsigned a_soff[AVPT], b_soff[BVPT];
-  const T *b_src[BVPT];
-  bool b_ok[BVPT];
-#pragma unroll
-  for (int j = 0; j < AVPT; j++)
-    a_soff[j] = swz<TL::BK>((tid + j * TL::THREADS) / AV, cv);
-#pragma unroll
-  for (int j = 0; j < BVPT; j++) {
-    const int n = (tid + j * TL::THREADS) / AV;
-    b_soff[j] = swz<TL::BK>(n, cv);
-    b_ok[j] = n0 + n < nb;
-    b_src[j] = W + (b_ok[j] ? (n0 + n) * ka + cv * 8 : 0);
-  }
-  const T *a_src[AVPT];
-  bool a_ok[AVPT];
-  const unsigned sa_base = smem_addr(sA), sb_base = smem_addr(sB);
+  bool a_ok[AVPT], b_ok[BVPT];
+  int cv, ld_ai, ld_chunk;
 
-  int ld_ai = 0, ld_chunk = 0;
-  auto load_stage = [&](int stage, int) { /* stages come in order */
+  __device__ __forceinline__ void init(const FwdArgs &args,
+                                       const TileOffsets<TL::BM> &tile,
+                                       const TileSpan &span, int lt) {
+    A = reinterpret_cast<const T *>(args.a);
+    const T *W = reinterpret_cast<const T *>(args.w);
+    gather.template init<TL::LOADERS, AV>(lt, span.rows, tile.rows,
+                                          args.kvol);
+    gather.fetch(args.nbr, tile, 0);
+    cv = lt % AV;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      a_soff[j] = swz<TL::BK>((lt + j * TL::LOADERS) / AV, cv);
+#pragma unroll
+    for (int j = 0; j < BVPT; j++) {
+      const int n = (lt + j * TL::LOADERS) / AV;
+      b_soff[j] = swz<TL::BK>(n, cv);
+      b_ok[j] = span.n0 + n < args.nb;
+      b_src[j] = W + (b_ok[j] ? (span.n0 + n) * args.ka + cv * 8 : 0);
+    }
+    ld_ai = 0;
+    ld_chunk = 0;
+  }
+  /* the next stage's copies into a_stage / b_stage (shared addresses) */
+  __device__ __forceinline__ void load(const FwdArgs &args,
+                                       const TileOffsets<TL::BM> &tile,
+                                       int nchunk, unsigned a_stage,
+                                       unsigned b_stage) {
+    const int ka = args.ka;
     if (ld_chunk == 0) { /* a new offset: its gathered rows */
 #pragma unroll
       for (int j = 0; j < AVPT; j++) {
@@ -402,49 +502,97 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     }
     const int c0 = ld_chunk * TL::BK;
     const bool col_ok = c0 + cv * 8 < ka;
-    const int64_t b_off = (int64_t)tile.act[ld_ai] * wsk + c0;
-    const unsigned a_dst = sa_base + stage * TL::A_STAGE;
+    const int64_t b_off =
+        (int64_t)tile.act[ld_ai] * ((int64_t)ka * args.nb) + c0;
 #pragma unroll
     for (int j = 0; j < AVPT; j++)
-      cp_async16_s(a_dst + a_soff[j], a_src[j] + c0, a_ok[j] && col_ok);
-    const unsigned b_dst = sb_base + stage * TL::B_STAGE;
+      cp_async16_s(a_stage + a_soff[j], a_src[j] + c0, a_ok[j] && col_ok);
 #pragma unroll
     for (int j = 0; j < BVPT; j++)
-      cp_async16_s(b_dst + b_soff[j], b_src[j] + b_off, b_ok[j] && col_ok);
+      cp_async16_s(b_stage + b_soff[j], b_src[j] + b_off, b_ok[j] && col_ok);
     if (++ld_chunk == nchunk) {
       ld_chunk = 0;
       gather.fetch(args.nbr, tile, ++ld_ai); /* one offset ahead */
     }
+  }
+};
+
+/* Forward / dgrad tile on wgmma: begin_tile (cuda_mask_gemm.cuh) picks
+ * the tile's rows and offsets; MMA warpgroup mw owns tile rows 64 mw ..
+ * 64 mw + 63. With TL::WS the gathers run on their own warpgroup
+ * (wg_ws_pipeline), else every thread gathers and issues MMAs
+ * (wg_pipeline). */
+template <typename T, typename TL, bool ACC16>
+__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
+    wg_fwd_kernel(const FwdArgs args) {
+#ifdef VC_MG_SM90_BODY
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ TileOffsets<TL::BM> tile;
+  __shared__ __align__(8) uint64_t bars[TL::WS ? 2 * TL::STAGES : 1];
+  const unsigned raw = smem_addr(smem_raw);
+  unsigned char *const sA = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  unsigned char *const sB = sA + TL::STAGES * TL::A_STAGE;
+  float *const s_total =
+      reinterpret_cast<float *>(sB + TL::STAGES * TL::B_STAGE);
+  const unsigned sa_base = smem_addr(sA), sb_base = smem_addr(sB);
+  const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * TL::STAGES;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wq = warp & 3; /* warpgroup, warp in it */
+  const bool producer = TL::WS && wg == 0;
+  const int mw = TL::WS ? wg - 1 : wg; /* MMA warpgroup */
+  if constexpr (TL::WS)
+    wg_ws_init<TL::STAGES, TL::LOADERS, TL::THREADS>(full0, empty0);
+  /* ends with a block barrier, which also publishes the mbarriers */
+  const TileSpan span = begin_tile<TL>(args, tile);
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
+            iters = span.iters;
+
+  WgFwdGather<T, TL> gather;
+  if (!TL::WS || producer)
+    gather.init(args, tile, span, tid);
+  auto load_stage = [&](int stage, int) { /* stages come in order */
+    gather.load(args, tile, nchunk, sa_base + stage * TL::A_STAGE,
+                sb_base + stage * TL::B_STAGE);
   };
 
+  static_assert(!(TL::WS && TL::SMEM_TOTAL),
+                "shared fp32 sums are indexed by the MMA threads' ids");
   WgAcc<ACC16, TL::BN, TL::SMEM_TOTAL> acc;
   acc.zero(s_total + tid);
-  constexpr int promote_iters = PROMOTE_CHANNELS / TL::BK;
+  constexpr int promote_iters = ACC16 ? 0 : PROMOTE_CHANNELS / TL::BK;
   /* Descriptor words: the low one (start address >> 4, leading byte
    * offset 1) moves by stage and k-step and stays below 2^14 (shared
    * addresses < 256 KB), so plain 32-bit adds build it; the high one is
    * constant. */
-  const unsigned da0 = wg_desc_lo(sa_base + wg * 64 * TL::ROW_BYTES);
+  const unsigned da0 = wg_desc_lo(sa_base + mw * 64 * TL::ROW_BYTES);
   const unsigned db0 = wg_desc_lo(sb_base);
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
-  wg_pipeline<TL::STAGES, ACC16 ? 0 : promote_iters>(
-      iters, load_stage,
-      [&](int stage) {
-        const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
-        const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
-        wgmma_fence();
+  auto mma = [&](int stage) {
+    const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
+    const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
+    wgmma_fence();
 #pragma unroll
-        for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
-          Wgmma<T, ACC16, TL::BN>::run(acc.c, dhi | (da + 2 * ks),
-                                       dhi | (db + 2 * ks));
-        wgmma_commit();
-      },
-      [&] { acc.promote(); });
+    for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
+      Wgmma<T, ACC16, TL::BN>::run(acc.c, dhi | (da + 2 * ks),
+                                   dhi | (db + 2 * ks));
+    wgmma_commit();
+  };
+  auto promote = [&] { acc.promote(); };
+  if constexpr (TL::WS) {
+    wg_ws_pipeline<TL::STAGES, promote_iters>(iters, producer, full0, empty0,
+                                              load_stage, mma, promote);
+    if (producer)
+      return;
+  } else {
+    wg_pipeline<TL::STAGES, promote_iters>(iters, load_stage, mma, promote);
+  }
   acc.pin_all();
   cp_async_wait<0>();
 
   /* Epilogue: rows 16 wq + g (+8) of this warpgroup's 64, every 8-column
    * block j; each (row < n_dst, col < nb) written once. */
+  const int nb = args.nb;
   T *out = reinterpret_cast<T *>(args.out);
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
@@ -454,7 +602,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
       continue;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      const int r = wg * 64 + wq * 16 + g + h * 8;
+      const int r = mw * 64 + wq * 16 + g + h * 8;
       if (r >= rows)
         continue;
       T *p = out + (int64_t)tile.rows[r] * nb + col;
@@ -498,18 +646,18 @@ template <int BN_, int STAGES_, int MIN_BLOCKS_ = 1> struct WgGradTile {
   static constexpr int A_STAGE = BM / 64 * CH_BLOCK;
   static constexpr int B_STAGE = BN / 64 * CH_BLOCK;
   static constexpr int TOTAL_BYTES = 0; /* for wg_smem_bytes */
-  static constexpr bool WS = false; /* wg_wgrad_kernel */
+  static constexpr bool WS = false;
   static_assert(BN == 64 || BN == 128, "MN-major wgmma wrappers: N = 64, 128");
   static_assert(STAGES >= 3, "as WgTile");
 };
 
-/* Warp-specialised wgrad tile (wg_wgrad_ws_kernel): warpgroup 0 only
- * gathers, warpgroups 1-2 only issue wgmma; stages are handed over through
+/* Warp-specialised wgrad tile (wg_ws_pipeline): warpgroup 0 only gathers,
+ * warpgroups 1-2 only issue wgmma; stages are handed over through
  * mbarriers instead of one block-wide barrier per stage. Same shapes and
  * shared-memory layout as WgGradTile. */
 template <int BN_, int STAGES_> struct WgGradWsTile : WgGradTile<BN_, STAGES_> {
   static constexpr int THREADS = 384, LOADERS = 128;
-  static constexpr bool WS = true; /* wg_wgrad_ws_kernel */
+  static constexpr bool WS = true;
   static_assert(STAGES_ >= 3, "a stage computing, one wgmma group in "
                               "flight, at least one being gathered");
 };
@@ -671,152 +819,52 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     wg_wgrad_kernel(const WgradArgs args) {
 #ifdef VC_MG_SM90_BODY
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ __align__(8) uint64_t bars[TL::WS ? 2 * TL::STAGES : 1];
   /* the swizzle is a function of address bits 4-9: 1024-byte aligned */
-  const unsigned sa_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const unsigned sb_base = sa_base + TL::STAGES * TL::A_STAGE;
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = warp >> 2, wq = warp & 3;
-  const int n0 = blockIdx.x * TL::BN, m0 = blockIdx.y * TL::BM;
-  const int k = blockIdx.z / args.splits, split = blockIdx.z % args.splits;
-  const WgradSlice sl = wgrad_slice<TL::BK>(args, k, split);
-
-  WgradGather<T, TL> gather;
-  gather.init(args, sl, tid, m0, n0);
-  WgAcc<false, TL::BN, false> acc;
-  acc.zero(nullptr);
-  constexpr int promote_iters = WGRAD_PROMOTE_ITERS * 32 / TL::BK;
-  static_assert(promote_iters >= 1, "promotion every 256 pairs");
-  const WgradMma<T, TL> mma(sa_base, sb_base, wg);
-  wg_pipeline<TL::STAGES, promote_iters>(
-      sl.iters,
-      [&](int stage, int it) {
-        gather.load(sa_base + stage * TL::A_STAGE,
-                    sb_base + stage * TL::B_STAGE, it);
-      },
-      [&](int stage) { mma.run(acc.c, stage); }, [&] { acc.promote(); });
-  acc.pin_all();
-  cp_async_wait<0>();
-  wg_wgrad_store<T, TL>(args, acc, wg, wq, lane, k, split, m0, n0);
-#endif
-}
-
-/* ---- warp-specialised wgrad (tile W2) -----------------------------------
- * Why: ncu of wg_wgrad_kernel at C = 256 (docs/perf-notes.md, eighth
- * session) shows it latency-bound: 0.33 instructions issued per cycle per
- * scheduler, 0.45 of 2 warps eligible, the largest stall on global loads.
- * Every warp there both gathers and issues MMAs, and one block-wide
- * barrier per stage keeps all of them in lock step, so a late index or
- * copy stalls the tensor cores too (item 35's 11% from moving one drain
- * shows how sensitive that is). Here warpgroup 0 only gathers and the two
- * consumer warpgroups only run wgmma:
- *  - full[s] (count LOADERS): every gathering thread arrives through
- *    cp.async.mbarrier.arrive.noinc once its copies into stage s have
- *    landed, so a gatherer never waits on its own copies;
- *  - empty[s] (count 8, one per consumer warp): a consumer warp arrives
- *    once its wgmma group reading stage s has completed (wgmma_wait<1> of
- *    the next stage);
- *  - cp.async writes through the generic proxy and wgmma reads through the
- *    async proxy: every consumer thread fences (fence.proxy.async) after
- *    its wait on full[s] and before the wgmma that reads s.
- * Phases: use u = it / STAGES of stage s completes phase u of full[s]; the
- * gatherer refilling s for use u >= 1 waits for phase u - 1 of empty[s]. */
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar),
-               "r"(count)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar)
-               : "memory");
-}
-/* arrives once every cp.async this thread issued before has landed */
-__device__ __forceinline__ void mbar_arrive_copies(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
-                   bar)
-               : "memory");
-}
-/* returns once the phase of parity `parity` has completed */
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-  asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
-               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-               "@!p bra WAIT_%=;\n}\n" ::"r"(bar),
-               "r"(parity)
-               : "memory");
-}
-
-template <typename T, typename TL>
-__global__ void __launch_bounds__(TL::THREADS, 1)
-    wg_wgrad_ws_kernel(const WgradArgs args) {
-#ifdef VC_MG_SM90_BODY
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ __align__(8) uint64_t bars[2 * TL::STAGES]; /* full, empty */
   const unsigned sa_base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const unsigned sb_base = sa_base + TL::STAGES * TL::A_STAGE;
   const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * TL::STAGES;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3;
+  const bool producer = TL::WS && wg == 0;
+  const int mw = TL::WS ? wg - 1 : wg; /* MMA warpgroup: cin rows 64 mw.. */
   const int n0 = blockIdx.x * TL::BN, m0 = blockIdx.y * TL::BM;
   const int k = blockIdx.z / args.splits, split = blockIdx.z % args.splits;
   const WgradSlice sl = wgrad_slice<TL::BK>(args, k, split);
-  const int iters = sl.iters;
-  if (tid == 0) {
-    for (int s = 0; s < TL::STAGES; s++) {
-      mbar_init(full0 + 8 * s, TL::LOADERS);
-      mbar_init(empty0 + 8 * s, 8);
-    }
+  if constexpr (TL::WS) {
+    wg_ws_init<TL::STAGES, TL::LOADERS, TL::THREADS>(full0, empty0);
+    __syncthreads();
   }
-  __syncthreads(); /* the barriers are initialised before any use */
 
-  if (wg == 0) { /* the gatherer */
-    WgradGather<T, TL> gather;
+  WgradGather<T, TL> gather;
+  if (!TL::WS || producer)
     gather.init(args, sl, tid, m0, n0);
-    for (int it = 0; it < iters; it++) {
-      const int s = it % TL::STAGES;
-      const unsigned use = (unsigned)(it / TL::STAGES);
-      if (use > 0)
-        mbar_wait(empty0 + 8 * s, (use - 1) & 1);
-      gather.load(sa_base + s * TL::A_STAGE, sb_base + s * TL::B_STAGE, it);
-      mbar_arrive_copies(full0 + 8 * s);
-    }
-    cp_async_commit();
-    cp_async_wait<0>(); /* nothing in flight when the thread exits */
-    return;
-  }
-
-  const int cwg = wg - 1; /* consumer warpgroup: cin rows 64 cwg.. */
+  auto load_stage = [&](int stage, int it) {
+    gather.load(sa_base + stage * TL::A_STAGE, sb_base + stage * TL::B_STAGE,
+                it);
+  };
   WgAcc<false, TL::BN, false> acc;
   acc.zero(nullptr);
   constexpr int promote_iters = WGRAD_PROMOTE_ITERS * 32 / TL::BK;
   static_assert(promote_iters >= 1, "promotion every 256 pairs");
-  const WgradMma<T, TL> mma(sa_base, sb_base, cwg);
-  for (int it = 0; it < iters; it++) {
-    const int s = it % TL::STAGES;
-    mbar_wait(full0 + 8 * s, (unsigned)(it / TL::STAGES) & 1);
-    fence_proxy_async_smem();
-    if (it > 0 && it % promote_iters == 0) {
-      wgmma_wait<0>();
-      acc.promote();
-    }
-    mma.run(acc.c, s);
-    wgmma_wait<1>(); /* the group of it - 1 is done: release its stage */
-    if (it > 0 && lane == 0)
-      mbar_arrive(empty0 + 8 * ((it - 1) % TL::STAGES));
+  const WgradMma<T, TL> mma(sa_base, sb_base, mw);
+  auto run_mma = [&](int stage) { mma.run(acc.c, stage); };
+  auto promote = [&] { acc.promote(); };
+  if constexpr (TL::WS) {
+    wg_ws_pipeline<TL::STAGES, promote_iters>(sl.iters, producer, full0,
+                                              empty0, load_stage, run_mma,
+                                              promote);
+    if (producer)
+      return;
+  } else {
+    wg_pipeline<TL::STAGES, promote_iters>(sl.iters, load_stage, run_mma,
+                                           promote);
   }
-  wgmma_wait<0>();
   acc.pin_all();
-  wg_wgrad_store<T, TL>(args, acc, cwg, wq, lane, k, split, m0, n0);
+  cp_async_wait<0>();
+  wg_wgrad_store<T, TL>(args, acc, mw, wq, lane, k, split, m0, n0);
 #endif
-}
-
-/* The kernel of a wgrad tile: warp-specialised (TL::WS) or not. */
-template <typename T, typename TL>
-constexpr void (*wg_wgrad_kernel_for())(const WgradArgs) {
-  if constexpr (TL::WS)
-    return wg_wgrad_ws_kernel<T, TL>;
-  else
-    return wg_wgrad_kernel<T, TL>;
 }
 
 } // namespace vc_mask_gemm
