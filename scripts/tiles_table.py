@@ -39,9 +39,15 @@ def wg_tile_ids():
     pat = re.compile(r"typedef Wg(Ws)?Tile<\s*([\w,\s]+)>\s*H(\d+)[fh]?\s*;")
     for m in pat.finditer(open(SRC).read()):
         a = [x.strip() for x in m.group(2).split(",")]
-        a += ["64", "false", "1"][len(a) - 2:]
-        shape = (int(a[0]), int(a[1]), int(a[2]), a[3] == "true", int(a[4]))
-        ids[(bool(m.group(1)),) + shape] = int(m.group(3))
+        if m.group(1):  # WgWsTile<BN, STAGES[, HALF_SKIP]>
+            skip = len(a) > 2 and a[2] == "true"
+            shape = (int(a[0]), int(a[1]), 64, False, 1)
+        else:
+            skip = False
+            a += ["64", "false", "1"][len(a) - 2:]
+            shape = (int(a[0]), int(a[1]), int(a[2]), a[3] == "true",
+                     int(a[4]))
+        ids[(bool(m.group(1)), skip) + shape] = int(m.group(3))
     return ids
 
 
@@ -78,7 +84,7 @@ def main(path):
     wgws_re = re.compile(r"WgGradWsTileILi(\d+)ELi(\d+)EE")
     wgw_rows = []
     wg_re = re.compile(r"WgTileILi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELi(\d+)EEELb(\d)E")
-    wgs_re = re.compile(r"WgWsTileILi(\d+)ELi(\d+)EEELb(\d)E")
+    wgs_re = re.compile(r"WgWsTileILi(\d+)ELi(\d+)ELb(\d)EEELb(\d)E")
     rows, wg_rows, ic_rows, fn = [], [], [], None
     tile_re = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE")
     for line in open(path):
@@ -123,19 +129,24 @@ def main(path):
         w = wg_re.search(fn) if "wg_fwd_kernel" in fn else None
         ws = wgs_re.search(fn) if "wg_fwd_kernel" in fn else None
         if w or ws:
+            skip = 0
             if ws:  # WgWsTile: WgTile<BN, STAGES> plus a gathering warpgroup
-                (bn, st, acc16), bk, stot, minb = map(int, ws.groups()), 64, 0, 1
+                (bn, st, skip, acc16), bk, stot, minb = \
+                    map(int, ws.groups()), 64, 0, 1
             else:
                 bn, st, bk, stot, minb, acc16 = map(int, w.groups())
             threads = 384 if ws else 256
             smem = static_smem + st * (128 * bk * 2 + bn * bk * 2) + \
                 (128 * bn * 4 if stot else 0) + 1024
             blocks, occ = occupancy(regs, threads, smem)
-            wg_rows.append((wg_ids.get((bool(ws), bn, st, bk, bool(stot),
-                                        minb)),
+            wg_rows.append((wg_ids.get((bool(ws), bool(skip), bn, st, bk,
+                                        bool(stot), minb)),
                             "f16" if "6__half" in fn else "bf16",
                             "f16" if acc16 else "f32", f"128x{bn}x{bk}",
-                            f"64x{bn}", WS_THREADS if ws else "256", st,
+                            f"64x{bn}",
+                            (WS_THREADS + (", per-half offset skip"
+                                           if skip else ""))
+                            if ws else "256", st,
                             "smem" if stot else ("-" if acc16 else "registers"),
                             bn // 4 if acc16 else bn // 2, regs, smem, blocks,
                             f"{occ:.0%}"))

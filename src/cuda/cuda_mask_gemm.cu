@@ -58,7 +58,10 @@ typedef WgTile<96, 3, 64, false, 2> H4h;
 /* H5: H0's shape, warp-specialised (wg_ws_pipeline: one gathering
  * warpgroup, two wgmma warpgroups, mbarrier hand-over per stage). */
 typedef WgWsTile<128, 4> H5;
-#define VC_MG_WG_TILES 6
+/* H6: H5 whose MMA warpgroups also skip the offsets their own 64 rows lack
+ * (docs/perf-notes.md item 39: 0.617 -> ~0.67 useful MMA rows). */
+typedef WgWsTile<128, 4, true> H6;
+#define VC_MG_WG_TILES 7
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
 typedef Tile<64, 64, 32, 32, 32, 3> G0;
@@ -154,6 +157,7 @@ voxconv_status_t launch_wg_tile(voxconv_handle_t *h, int tile,
     else
       return launch_wg<T, H4f, false>(h, a);
   case 5: return launch_wg<T, H5, ACC16>(h, a);
+  case 6: return launch_wg<T, H6, ACC16>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm_wgmma: tile %d outside 0..%d", tile,
@@ -746,6 +750,8 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   a.nbr = dgrad ? m->nbr_in : m->nbr_out;
   a.order = NULL;
   a.tile_mask = NULL;
+  a.row_mask = m->kvol <= 32 ? (dgrad ? m->row_mask_in : m->row_mask_out)
+                             : NULL;
   if (prm->v[2] == 1) {
     VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, &a.order));
     if (m->kvol <= 32 && family != MG_FAM_IM2COL) /* im2col: every offset */
@@ -848,7 +854,7 @@ const vc_param_space_t wg_space = {
     3,
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_WG_TILES, 2, 2},
-    {{5, 0, 1, 2, 3, 4}, {32, 16}, {1, 0}}};
+    {{5, 6, 0, 1, 2, 3, 4}, {32, 16}, {1, 0}}};
 /* wgrad: split counts as mask_gemm's (wgrad_splits) */
 const vc_param_space_t wg_space_wgrad = {
     2,
@@ -1063,6 +1069,7 @@ const KernelRow *kernel_rows() {
     add_wg_tile<H3f, H3h>(rows, n, 3);
     add_wg_tile<H4f, H4h>(rows, n, 4);
     add_wg_tile<H5, H5>(rows, n, 5);
+    add_wg_tile<H6, H6>(rows, n, 6);
     add_wg_wgrad_tile<W0>(rows, n, 0);
     add_wg_wgrad_tile<W1>(rows, n, 1);
     add_wg_wgrad_tile<W2>(rows, n, 2);

@@ -211,14 +211,18 @@ struct WgTile {
   static_assert(BK == 64 || BK == 32, "swizzle modes: 128 B and 64 B rows");
   /* every thread gathers and issues MMAs (see WgWsTile) */
   static constexpr int LOADERS = THREADS;
-  static constexpr bool WS = false;
+  static constexpr bool WS = false, HALF_SKIP = false;
 };
 
 /* Warp-specialised variant (wg_ws_pipeline): warpgroup 0 only gathers,
  * warpgroups 1-2 only issue wgmma; 64-row halves and layout as WgTile. */
-template <int BN_, int STAGES_> struct WgWsTile : WgTile<BN_, STAGES_> {
+template <int BN_, int STAGES_, bool HALF_SKIP_ = false>
+struct WgWsTile : WgTile<BN_, STAGES_> {
   static constexpr int THREADS = 384, LOADERS = 128;
   static constexpr bool WS = true;
+  /* each MMA warpgroup skips the wgmma of offsets none of its 64 rows has
+   * (the stage's A rows of that half are all zero-filled then) */
+  static constexpr bool HALF_SKIP = HALF_SKIP_;
 };
 
 /* Stages, the shared fp32 sums, and slack to align the stages to 1024 B
@@ -547,6 +551,26 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const TileSpan span = begin_tile<TL>(args, tile);
   const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
             iters = span.iters;
+  /* HALF_SKIP: the offsets of each 64-row half (all of them without row
+   * masks), OR-reduced per warp; warps 0-1 read rows 0-63, 2-3 rows
+   * 64-127 */
+  __shared__ unsigned half_mask[2];
+  unsigned my_half = ~0u;
+  if constexpr (TL::HALF_SKIP) {
+    if (tid < 2)
+      half_mask[tid] = args.row_mask ? 0u : ~0u;
+    __syncthreads();
+    if (args.row_mask && tid < TL::BM) {
+      const unsigned m =
+          __reduce_or_sync(0xffffffffu, tid < rows ? __ldg(args.row_mask +
+                                                           tile.rows[tid])
+                                                   : 0u);
+      if (lane == 0)
+        atomicOr(&half_mask[tid / 64], m);
+    }
+    __syncthreads();
+    my_half = half_mask[mw < 0 ? 0 : mw];
+  }
 
   WgFwdGather<T, TL> gather;
   if (!TL::WS || producer)
@@ -568,7 +592,20 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const unsigned da0 = wg_desc_lo(sa_base + mw * 64 * TL::ROW_BYTES);
   const unsigned db0 = wg_desc_lo(sb_base);
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
+  int mma_ai = 0, mma_chunk = 0; /* the offset and chunk of the stage */
   auto mma = [&](int stage) {
+    if constexpr (TL::HALF_SKIP) {
+      const int k = tile.act[mma_ai];
+      const bool need = k >= 32 || ((my_half >> k) & 1u);
+      if (++mma_chunk == nchunk) {
+        mma_chunk = 0;
+        mma_ai++;
+      }
+      if (!need) { /* an empty group keeps wgmma_wait<1>'s count */
+        wgmma_commit();
+        return;
+      }
+    }
     const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
     const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
     wgmma_fence();
