@@ -601,8 +601,11 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
         mma_chunk = 0;
         mma_ai++;
       }
-      if (!need) { /* an empty group keeps wgmma_wait<1>'s count */
-        wgmma_commit();
+      if (!need) {
+        /* No group for this stage: drain the earlier ones, so the
+         * pipeline's wgmma_wait<1> and release of stage it - 1 stay right
+         * whether or not an empty commit would count as a group. */
+        wgmma_wait<0>();
         return;
       }
     }
