@@ -57,10 +57,18 @@ typedef WgTile<96, 4> H4f;
 typedef WgTile<96, 3, 64, false, 2> H4h;
 /* H5: H0's shape, warp-specialised (wg_ws_pipeline: one gathering
  * warpgroup, two wgmma warpgroups, mbarrier hand-over per stage). */
-typedef WgWsTile<128, 4> H5;
+/* Stages of the warp-specialised forward/dgrad tiles (an A/B knob): their
+ * gatherers wait out the memory latency between a stage's release and its
+ * refill, so more stages should help them more than tile 0. Measured (H200,
+ * ninth session, same machine, 6 against 4): C = 256 tile 5 -1%, tile 6
+ * -3%; C = 128 +1% / 0%; the wgrad tile W2 +3% (it keeps 4). */
+#ifndef VC_WS_STAGES
+#define VC_WS_STAGES 6
+#endif
+typedef WgWsTile<128, VC_WS_STAGES> H5;
 /* H6: H5 whose MMA warpgroups also skip the offsets their own 64 rows lack
  * (docs/perf-notes.md item 39: 0.617 -> ~0.67 useful MMA rows). */
-typedef WgWsTile<128, 4, true> H6;
+typedef WgWsTile<128, VC_WS_STAGES, true> H6;
 #define VC_MG_WG_TILES 7
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
@@ -133,10 +141,18 @@ voxconv_status_t launch_fwd_tile(voxconv_handle_t *h, int tile,
                  VC_MG_FWD_TILES - 1);
 }
 
+/* the forward/dgrad kernel of a wgmma tile */
+template <typename T, typename TL, bool ACC16> auto wg_fwd_kernel_of() {
+  if constexpr (TL::WS)
+    return wg_fwd_ws_kernel<T, TL, ACC16>;
+  else
+    return wg_fwd_kernel<T, TL, ACC16>;
+}
+
 template <typename T, typename TL, bool ACC16>
 voxconv_status_t launch_wg(voxconv_handle_t *h, const FwdArgs &a) {
-  auto kern = wg_fwd_kernel<T, TL, ACC16>;
-  return launch_tiles<TL>(h, kern, wg_smem_bytes<TL>(), a);
+  return launch_tiles<TL>(h, wg_fwd_kernel_of<T, TL, ACC16>(),
+                          wg_smem_bytes<TL>(), a);
 }
 
 template <typename T, bool ACC16>
@@ -182,6 +198,46 @@ __global__ void transpose_w_kernel(const T *__restrict__ w, T *__restrict__ wt,
     const int n = n0 + i, c = c0 + threadIdx.x;
     if (c < cin && n < cout)
       wt[kb + (int64_t)n * cin + c] = t[threadIdx.x][i];
+  }
+}
+
+/* The B operand of the warp-specialised wgmma tiles (WgWsTile, tiles 5
+ * and 6): for every offset k,
+ * column tile nt (BN output channels) and reduction chunk kc (BK
+ * channels), the BN x BK stage tile exactly as a stage holds it in shared
+ * memory (16-byte vector cv of row n at swz<BK>(n, cv)), zero-padded past
+ * nb and ka, images ordered [kvol][n tiles][chunks]; one bulk copy then
+ * fills a stage. B[kk][n] = W[k][kk][n] in the forward (ka = cin, nb =
+ * cout) and W[k][n][kk] in dgrad (ka = cout, nb = cin); W is [kvol][cin]
+ * [cout]. One thread per 16-byte vector; consecutive threads take
+ * consecutive n, so the forward's reads coalesce. */
+template <typename T, int BN, int BK>
+__global__ void wg_stage_image_kernel(const T *__restrict__ w,
+                                      T *__restrict__ img, int kvol, int ka,
+                                      int nb, bool dgrad) {
+  constexpr int AV = BK / 8;
+  const int ntiles = (nb + BN - 1) / BN, nchunk = (ka + BK - 1) / BK;
+  const int64_t total = (int64_t)kvol * ntiles * nchunk * BN * AV;
+  for (int64_t v = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; v < total;
+       v += (int64_t)gridDim.x * blockDim.x) {
+    const int n = (int)(v % BN);
+    int64_t r = v / BN;
+    const int cv = (int)(r % AV);
+    r /= AV; /* the image: (k * ntiles + nt) * nchunk + kc */
+    const int kc = (int)(r % nchunk);
+    const int nt = (int)(r / nchunk % ntiles);
+    const int k = (int)(r / nchunk / ntiles);
+    const int nn = nt * BN + n;
+    T *dst = img + r * (BN * BK) + swz<BK>(n, cv) / 2;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+      const int kk = kc * BK + cv * 8 + e;
+      T x = T(0.0f);
+      if (nn < nb && kk < ka)
+        x = dgrad ? w[((int64_t)k * nb + nn) * ka + kk]
+                  : w[((int64_t)k * ka + kk) * nb + nn];
+      dst[e] = x;
+    }
   }
 }
 
@@ -682,7 +738,23 @@ template <typename T>
 voxconv_status_t mg_run_wgmma(voxconv_handle_t *h, const vc_conv_problem_t *p,
                               FwdArgs &a, int tile, bool acc16) {
   VcWorkspace tmp(h);
-  if (p->pass == VOXCONV_PASS_CONV_FWD) {
+  static_assert(H5::WS && H6::WS && !H0::WS && !H1::WS && !H2::WS &&
+                    !H3f::WS && !H3h::WS && !H4f::WS && !H4h::WS,
+                "the tiles that read stage images are 5 and 6");
+  if (tile == 5 || tile == 6) {
+    const int kvol = p->kmap->kvol, ka = a.ka, nb = a.nb;
+    constexpr int BN = H5::BN, BK = H5::BK;
+    const int64_t n = (int64_t)kvol * vc_ceil_div(nb, BN) *
+                      vc_ceil_div(ka, BK) * (BN * BK);
+    T *img = NULL;
+    VC_CHECK(tmp.get<T>(n, &img, "mask_gemm_wgmma weight stage images"));
+    wg_stage_image_kernel<T, BN, BK>
+        <<<vc_grid_1d(n / 8, 256, 4 * 1024), 256, 0, vc_cuda_stream(h)>>>(
+            (const T *)p->b, img, kvol, ka, nb,
+            p->pass == VOXCONV_PASS_CONV_DGRAD);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm wg_stage_image_kernel");
+    a.w = img;
+  } else if (p->pass == VOXCONV_PASS_CONV_FWD) {
     const int kvol = p->kmap->kvol, ci = (int)p->cin, co = (int)p->cout;
     T *wt = NULL;
     VC_CHECK(tmp.get<T>((int64_t)kvol * ci * co, &wt,
@@ -991,7 +1063,7 @@ template <typename T, typename TL> KernelRow wgrad_row(int tile_id,
 template <typename T, typename TL, bool ACC16>
 KernelRow wg_row(int tile_id, voxconv_dtype_t dt, bool dgrad) {
   return tile_row<TL>("mask_gemm_wgmma",
-                      (const void *)wg_fwd_kernel<T, TL, ACC16>,
+                      (const void *)wg_fwd_kernel_of<T, TL, ACC16>(),
                       VOXCONV_PASS_CONV_FWD, dgrad, tile_id, dt, ACC16,
                       wg_smem_bytes<TL>());
 }

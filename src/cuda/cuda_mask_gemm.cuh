@@ -233,11 +233,12 @@ struct FwdArgs {
   /* offsets needed by each 128-row tile (kvol <= 32), or NULL: then (and
    * for other tile heights) the tile scans the neighbour table itself */
   const unsigned *tile_mask;
-  /* per output row, the offsets it has a neighbour at (kvol <= 32), or
-   * NULL (the warp-specialised tiles that skip per 64-row half use it) */
-  const uint32_t *row_mask;
   void *out;          /* [n_dst][nb] */
   int n_dst, kvol, ka, nb;
+  /* per output row, the offsets it has a neighbour at (kvol <= 32), or
+   * NULL (the warp-specialised tiles that skip per 64-row half use it);
+   * last, so the older kernels' parameter offsets did not move */
+  const uint32_t *row_mask;
 };
 
 /* Compile-time tile shape. TRANS_W: B[kk][n] = W[k][n][kk] (dgrad),

@@ -215,7 +215,9 @@ struct WgTile {
 };
 
 /* Warp-specialised variant (wg_ws_pipeline): warpgroup 0 only gathers,
- * warpgroups 1-2 only issue wgmma; 64-row halves and layout as WgTile. */
+ * warpgroups 1-2 only issue wgmma; 64-row halves and layout as WgTile.
+ * Forward/dgrad (wg_fwd_ws_kernel) read B as stage images, one bulk copy
+ * per stage (WgFwdGather); wgrad (WgGradWsTile) gathers both operands. */
 template <int BN_, int STAGES_, bool HALF_SKIP_ = false>
 struct WgWsTile : WgTile<BN_, STAGES_> {
   static constexpr int THREADS = 384, LOADERS = 128;
@@ -382,6 +384,22 @@ __device__ __forceinline__ void mbar_arrive_copies(unsigned bar) {
                    bar)
                : "memory");
 }
+/* the current phase of `bar` also waits for `bytes` of bulk copies */
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::
+                   "r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+/* one bulk copy global -> shared (16-byte aligned, bytes % 16 == 0) that
+ * completes its bytes on `bar` */
+__device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void *src,
+                                              unsigned bytes, unsigned bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::"
+               "bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
 /* returns once the phase of parity `parity` has completed */
 __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
   asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
@@ -444,194 +462,28 @@ __device__ __forceinline__ void wg_ws_init(unsigned full0, unsigned empty0) {
   }
 }
 
-/* The gathers of the forward/dgrad stages, in order: LOADERS threads
- * (`lt` 0 .. LOADERS-1) copy BM gathered input rows and BN weight rows of
- * BK channels per stage. The load path is most of the instructions a warp
- * issues per stage (ncu: ~200 per warp per stage before this layout), so
- * everything that does not change per stage is computed once: vector v =
- * lt + j * LOADERS is chunk cv = v % AV of row v / AV (A: tile row, B:
- * output channel) in every stage; a B vector's source moves by a
- * block-uniform offset (offset k, chunk); an A vector's source row changes
- * once per active offset. args.w is K-major: B[kk][n] = W[k][n][kk]
- * ([kvol][nb][ka]). */
-template <typename T, typename TL> struct WgFwdGather {
-  static constexpr int AV = TL::BK / 8; /* 16-byte vectors per row */
-  static constexpr int AVPT = TL::BM * AV / TL::LOADERS;
-  static constexpr int BVPT = TL::BN * AV / TL::LOADERS;
-  static_assert(TL::BM * AV % TL::LOADERS == 0 &&
-                    TL::BN * AV % TL::LOADERS == 0,
-                "every thread copies whole vectors of each stage");
-  RowGather<AVPT> gather;
-  const T *A;
-  const T *a_src[AVPT], *b_src[BVPT];
-  unsigned a_soff[AVPT], b_soff[BVPT];
-  bool a_ok[AVPT], b_ok[BVPT];
-  int cv, ld_ai, ld_chunk;
-
-  __device__ __forceinline__ void init(const FwdArgs &args,
-                                       const TileOffsets<TL::BM> &tile,
-                                       const TileSpan &span, int lt) {
-    A = reinterpret_cast<const T *>(args.a);
-    const T *W = reinterpret_cast<const T *>(args.w);
-    gather.template init<TL::LOADERS, AV>(lt, span.rows, tile.rows,
-                                          args.kvol);
-    gather.fetch(args.nbr, tile, 0);
-    cv = lt % AV;
-#pragma unroll
-    for (int j = 0; j < AVPT; j++)
-      a_soff[j] = swz<TL::BK>((lt + j * TL::LOADERS) / AV, cv);
-#pragma unroll
-    for (int j = 0; j < BVPT; j++) {
-      const int n = (lt + j * TL::LOADERS) / AV;
-      b_soff[j] = swz<TL::BK>(n, cv);
-      b_ok[j] = span.n0 + n < args.nb;
-      b_src[j] = W + (b_ok[j] ? (span.n0 + n) * args.ka + cv * 8 : 0);
-    }
-    ld_ai = 0;
-    ld_chunk = 0;
-  }
-  /* the next stage's copies into a_stage / b_stage (shared addresses) */
-  __device__ __forceinline__ void load(const FwdArgs &args,
-                                       const TileOffsets<TL::BM> &tile,
-                                       int nchunk, unsigned a_stage,
-                                       unsigned b_stage) {
-    const int ka = args.ka;
-    if (ld_chunk == 0) { /* a new offset: its gathered rows */
-#pragma unroll
-      for (int j = 0; j < AVPT; j++) {
-        const int src = gather.src[j];
-        a_ok[j] = src >= 0;
-        a_src[j] = A + (a_ok[j] ? (int64_t)src * ka + cv * 8 : 0);
-      }
-    }
-    const int c0 = ld_chunk * TL::BK;
-    const bool col_ok = c0 + cv * 8 < ka;
-    const int64_t b_off =
-        (int64_t)tile.act[ld_ai] * ((int64_t)ka * args.nb) + c0;
-#pragma unroll
-    for (int j = 0; j < AVPT; j++)
-      cp_async16_s(a_stage + a_soff[j], a_src[j] + c0, a_ok[j] && col_ok);
-#pragma unroll
-    for (int j = 0; j < BVPT; j++)
-      cp_async16_s(b_stage + b_soff[j], b_src[j] + b_off, b_ok[j] && col_ok);
-    if (++ld_chunk == nchunk) {
-      ld_chunk = 0;
-      gather.fetch(args.nbr, tile, ++ld_ai); /* one offset ahead */
-    }
-  }
-};
-
-/* Forward / dgrad tile on wgmma: begin_tile (cuda_mask_gemm.cuh) picks
- * the tile's rows and offsets; MMA warpgroup mw owns tile rows 64 mw ..
- * 64 mw + 63. With TL::WS the gathers run on their own warpgroup
- * (wg_ws_pipeline), else every thread gathers and issues MMAs
- * (wg_pipeline). */
-template <typename T, typename TL, bool ACC16>
-__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
-    wg_fwd_kernel(const FwdArgs args) {
-#ifdef VC_MG_SM90_BODY
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ TileOffsets<TL::BM> tile;
-  __shared__ __align__(8) uint64_t bars[TL::WS ? 2 * TL::STAGES : 1];
-  const unsigned raw = smem_addr(smem_raw);
-  unsigned char *const sA = smem_raw + (((raw + 1023u) & ~1023u) - raw);
-  unsigned char *const sB = sA + TL::STAGES * TL::A_STAGE;
-  float *const s_total =
-      reinterpret_cast<float *>(sB + TL::STAGES * TL::B_STAGE);
-  const unsigned sa_base = smem_addr(sA), sb_base = smem_addr(sB);
-  const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * TL::STAGES;
-
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = warp >> 2, wq = warp & 3; /* warpgroup, warp in it */
-  const bool producer = TL::WS && wg == 0;
-  const int mw = TL::WS ? wg - 1 : wg; /* MMA warpgroup */
-  if constexpr (TL::WS)
-    wg_ws_init<TL::STAGES, TL::LOADERS, TL::THREADS>(full0, empty0);
-  /* ends with a block barrier, which also publishes the mbarriers */
-  const TileSpan span = begin_tile<TL>(args, tile);
-  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
-            iters = span.iters;
-  /* HALF_SKIP: the offsets of each 64-row half (all of them without row
-   * masks), OR-reduced per warp; warps 0-1 read rows 0-63, 2-3 rows
-   * 64-127 */
-  __shared__ unsigned half_mask[2];
-  unsigned my_half = ~0u;
-  if constexpr (TL::HALF_SKIP) {
-    if (tid < 2)
-      half_mask[tid] = args.row_mask ? 0u : ~0u;
-    __syncthreads();
-    if (args.row_mask && tid < TL::BM) {
-      const unsigned m =
-          __reduce_or_sync(0xffffffffu, tid < rows ? __ldg(args.row_mask +
-                                                           tile.rows[tid])
-                                                   : 0u);
-      if (lane == 0)
-        atomicOr(&half_mask[tid / 64], m);
-    }
-    __syncthreads();
-    my_half = half_mask[mw < 0 ? 0 : mw];
-  }
-
-  WgFwdGather<T, TL> gather;
-  if (!TL::WS || producer)
-    gather.init(args, tile, span, tid);
-  auto load_stage = [&](int stage, int) { /* stages come in order */
-    gather.load(args, tile, nchunk, sa_base + stage * TL::A_STAGE,
-                sb_base + stage * TL::B_STAGE);
-  };
-
-  static_assert(!(TL::WS && TL::SMEM_TOTAL),
-                "shared fp32 sums are indexed by the MMA threads' ids");
-  WgAcc<ACC16, TL::BN, TL::SMEM_TOTAL> acc;
-  acc.zero(s_total + tid);
-  constexpr int promote_iters = ACC16 ? 0 : PROMOTE_CHANNELS / TL::BK;
-  /* Descriptor words: the low one (start address >> 4, leading byte
-   * offset 1) moves by stage and k-step and stays below 2^14 (shared
-   * addresses < 256 KB), so plain 32-bit adds build it; the high one is
-   * constant. */
-  const unsigned da0 = wg_desc_lo(sa_base + mw * 64 * TL::ROW_BYTES);
-  const unsigned db0 = wg_desc_lo(sb_base);
+/* One stage's wgmma k-steps for a forward/dgrad tile: A rows of this
+ * warpgroup at descriptor da0 (stage 0), B at db0. */
+template <typename T, typename TL, bool ACC16, typename C>
+__device__ __forceinline__ void wg_fwd_mma(C &c, unsigned da0, unsigned db0,
+                                           int stage) {
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
-  int mma_ai = 0, mma_chunk = 0; /* the offset and chunk of the stage */
-  auto mma = [&](int stage) {
-    if constexpr (TL::HALF_SKIP) {
-      const int k = tile.act[mma_ai];
-      const bool need = k >= 32 || ((my_half >> k) & 1u);
-      if (++mma_chunk == nchunk) {
-        mma_chunk = 0;
-        mma_ai++;
-      }
-      if (!need) {
-        /* No group for this stage: drain the earlier ones, so the
-         * pipeline's wgmma_wait<1> and release of stage it - 1 stay right
-         * whether or not an empty commit would count as a group. */
-        wgmma_wait<0>();
-        return;
-      }
-    }
-    const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
-    const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
-    wgmma_fence();
+  const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
+  const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
+  wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
-      Wgmma<T, ACC16, TL::BN>::run(acc.c, dhi | (da + 2 * ks),
-                                   dhi | (db + 2 * ks));
-    wgmma_commit();
-  };
-  auto promote = [&] { acc.promote(); };
-  if constexpr (TL::WS) {
-    wg_ws_pipeline<TL::STAGES, promote_iters>(iters, producer, full0, empty0,
-                                              load_stage, mma, promote);
-    if (producer)
-      return;
-  } else {
-    wg_pipeline<TL::STAGES, promote_iters>(iters, load_stage, mma, promote);
-  }
-  acc.pin_all();
-  cp_async_wait<0>();
+  for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
+    Wgmma<T, ACC16, TL::BN>::run(c, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
+  wgmma_commit();
+}
 
-  /* Epilogue: rows 16 wq + g (+8) of this warpgroup's 64, every 8-column
-   * block j; each (row < n_dst, col < nb) written once. */
+/* Epilogue of a forward/dgrad tile: rows 16 wq + g (+8) of warpgroup
+ * mw's 64, every 8-column block j; each (row < n_dst, col < nb) written
+ * once. */
+template <typename T, typename TL, bool ACC16, typename Acc>
+__device__ __forceinline__ void
+wg_fwd_store(const FwdArgs &args, const TileOffsets<TL::BM> &tile, int n0,
+             int rows, int mw, int wq, int lane, Acc &acc) {
   const int nb = args.nb;
   T *out = reinterpret_cast<T *>(args.out);
   const int g = lane >> 2, t4 = lane & 3;
@@ -653,6 +505,283 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
                        acc.value(4 * j + 2 * h + 1));
     }
   }
+}
+
+/* Forward / dgrad tile on wgmma (WgTile: every thread gathers and issues
+ * MMAs, wg_pipeline). args.w is K-major: B[kk][n] = W[k][n][kk]
+ * ([kvol][nb][ka]). */
+template <typename T, typename TL, bool ACC16>
+__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
+    wg_fwd_kernel(const FwdArgs args) {
+#ifdef VC_MG_SM90_BODY
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ TileOffsets<TL::BM> tile;
+  const unsigned raw = smem_addr(smem_raw);
+  unsigned char *const sA = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  unsigned char *const sB = sA + TL::STAGES * TL::A_STAGE;
+  float *const s_total =
+      reinterpret_cast<float *>(sB + TL::STAGES * TL::B_STAGE);
+
+  const T *A = reinterpret_cast<const T *>(args.a);
+  const T *W = reinterpret_cast<const T *>(args.w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wq = warp & 3; /* warpgroup, warp in it */
+  const int kvol = args.kvol, ka = args.ka, nb = args.nb;
+  const int64_t wsk = (int64_t)ka * nb;
+  const TileSpan span = begin_tile<TL>(args, tile);
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
+            iters = span.iters;
+
+  constexpr int AV = TL::BK / 8; /* 16-byte vectors per row */
+  constexpr int AVPT = TL::BM * AV / TL::THREADS;
+  constexpr int BVPT = TL::BN * AV / TL::THREADS;
+  static_assert(TL::BM * AV % TL::THREADS == 0 &&
+                    TL::BN * AV % TL::THREADS == 0,
+                "every thread copies whole vectors of each stage");
+  RowGather<AVPT> gather;
+  gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
+  gather.fetch(args.nbr, tile, 0);
+  /* The load path is most of the instructions a warp issues per stage
+   * (ncu: ~200 per warp per stage before this layout), so everything that
+   * does not change per stage is computed once: vector v = tid + j *
+   * THREADS is chunk cv = v % AV of row v / AV (A: tile row, B: output
+   * channel) in every stage; a B vector's source moves by a block-uniform
+   * offset (offset k, chunk); an A vector's source row changes once per
+   * active offset. */
+  const int cv = tid % AV;
+  unsigned a_soff[AVPT], b_soff[BVPT];
+  const T *b_src[BVPT];
+  bool b_ok[BVPT];
+#pragma unroll
+  for (int j = 0; j < AVPT; j++)
+    a_soff[j] = swz<TL::BK>((tid + j * TL::THREADS) / AV, cv);
+#pragma unroll
+  for (int j = 0; j < BVPT; j++) {
+    const int n = (tid + j * TL::THREADS) / AV;
+    b_soff[j] = swz<TL::BK>(n, cv);
+    b_ok[j] = n0 + n < nb;
+    b_src[j] = W + (b_ok[j] ? (n0 + n) * ka + cv * 8 : 0);
+  }
+  const T *a_src[AVPT];
+  bool a_ok[AVPT];
+  const unsigned sa_base = smem_addr(sA), sb_base = smem_addr(sB);
+
+  int ld_ai = 0, ld_chunk = 0;
+  auto load_stage = [&](int stage, int) { /* stages come in order */
+    if (ld_chunk == 0) { /* a new offset: its gathered rows */
+#pragma unroll
+      for (int j = 0; j < AVPT; j++) {
+        const int src = gather.src[j];
+        a_ok[j] = src >= 0;
+        a_src[j] = A + (a_ok[j] ? (int64_t)src * ka + cv * 8 : 0);
+      }
+    }
+    const int c0 = ld_chunk * TL::BK;
+    const bool col_ok = c0 + cv * 8 < ka;
+    const int64_t b_off = (int64_t)tile.act[ld_ai] * wsk + c0;
+    const unsigned a_dst = sa_base + stage * TL::A_STAGE;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      cp_async16_s(a_dst + a_soff[j], a_src[j] + c0, a_ok[j] && col_ok);
+    const unsigned b_dst = sb_base + stage * TL::B_STAGE;
+#pragma unroll
+    for (int j = 0; j < BVPT; j++)
+      cp_async16_s(b_dst + b_soff[j], b_src[j] + b_off, b_ok[j] && col_ok);
+    if (++ld_chunk == nchunk) {
+      ld_chunk = 0;
+      gather.fetch(args.nbr, tile, ++ld_ai); /* one offset ahead */
+    }
+  };
+
+  WgAcc<ACC16, TL::BN, TL::SMEM_TOTAL> acc;
+  acc.zero(s_total + tid);
+  constexpr int promote_iters = PROMOTE_CHANNELS / TL::BK;
+  /* Descriptor words: the low one (start address >> 4, leading byte
+   * offset 1) moves by stage and k-step and stays below 2^14 (shared
+   * addresses < 256 KB), so plain 32-bit adds build it; the high one is
+   * constant. */
+  const unsigned da0 = wg_desc_lo(sa_base + wg * 64 * TL::ROW_BYTES);
+  const unsigned db0 = wg_desc_lo(sb_base);
+  wg_pipeline<TL::STAGES, ACC16 ? 0 : promote_iters>(
+      iters, load_stage,
+      [&](int stage) {
+        wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
+      },
+      [&] { acc.promote(); });
+  acc.pin_all();
+  cp_async_wait<0>();
+
+  wg_fwd_store<T, TL, ACC16>(args, tile, n0, rows, wg, wq, lane, acc);
+#endif
+}
+
+/* The gathers of a warp-specialised forward/dgrad tile (WgWsTile), in
+ * stage order: LOADERS threads (`lt` 0 .. LOADERS-1) copy the BM gathered
+ * input rows of BK channels per stage, vector v = lt + j * LOADERS being
+ * chunk cv = v % AV of tile row v / AV in every stage (so the shared
+ * offsets are computed once and an A source changes once per offset), and
+ * thread 0 moves the stage's B tile with one bulk copy from the stage
+ * images (wg_stage_image_kernel; args.w = images [kvol][n tiles][chunks]),
+ * completing on the stage's full barrier. Why bulk B: ncu source sampling
+ * (ninth session, C = 256) found the gathering warpgroup busy ~80% of the
+ * time, one warp per scheduler issuing ~180 instructions per stage, half
+ * of them the weight rows' copies and addresses. */
+template <typename T, typename TL> struct WgFwdGather {
+  static constexpr int AV = TL::BK / 8; /* 16-byte vectors per row */
+  static constexpr int AVPT = TL::BM * AV / TL::LOADERS;
+  static_assert(TL::BM * AV % TL::LOADERS == 0,
+                "every thread copies whole vectors of each stage");
+  static constexpr int64_t IMG = TL::BN * TL::BK; /* elements per image */
+  RowGather<AVPT> gather;
+  const T *A;
+  const T *a_src[AVPT];
+  unsigned a_soff[AVPT];
+  bool a_ok[AVPT];
+  int cv, ld_ai, ld_chunk;
+  const T *b_img; /* this column tile's first image */
+  int64_t img_k;  /* elements between two offsets' images */
+
+  __device__ __forceinline__ void init(const FwdArgs &args,
+                                       const TileOffsets<TL::BM> &tile,
+                                       const TileSpan &span, int lt) {
+    A = reinterpret_cast<const T *>(args.a);
+    gather.template init<TL::LOADERS, AV>(lt, span.rows, tile.rows,
+                                          args.kvol);
+    gather.fetch(args.nbr, tile, 0);
+    cv = lt % AV;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      a_soff[j] = swz<TL::BK>((lt + j * TL::LOADERS) / AV, cv);
+    const int ntiles = (args.nb + TL::BN - 1) / TL::BN;
+    img_k = (int64_t)ntiles * span.nchunk * IMG;
+    b_img = reinterpret_cast<const T *>(args.w) +
+            (int64_t)(span.n0 / TL::BN) * span.nchunk * IMG;
+    ld_ai = 0;
+    ld_chunk = 0;
+  }
+  /* the next stage's copies into a_stage / b_stage (shared addresses),
+   * B completing on `full` */
+  __device__ __forceinline__ void load(const FwdArgs &args,
+                                       const TileOffsets<TL::BM> &tile,
+                                       int nchunk, unsigned a_stage,
+                                       unsigned b_stage, unsigned full,
+                                       int lt) {
+    const int ka = args.ka;
+    if (ld_chunk == 0) { /* a new offset: its gathered rows */
+#pragma unroll
+      for (int j = 0; j < AVPT; j++) {
+        const int src = gather.src[j];
+        a_ok[j] = src >= 0;
+        a_src[j] = A + (a_ok[j] ? (int64_t)src * ka + cv * 8 : 0);
+      }
+      /* the next offset's indices now, nchunk stages ahead of their use
+       * (ncu: the gatherers waited on them 10% of the time when they were
+       * fetched one stage ahead, as wg_fwd_kernel does) */
+      gather.fetch(args.nbr, tile, ld_ai + 1);
+    }
+    if (lt == 0) {
+      mbar_expect_tx(full, TL::B_STAGE);
+      bulk_copy_g2s(b_stage,
+                    b_img + tile.act[ld_ai] * img_k + ld_chunk * IMG,
+                    TL::B_STAGE, full);
+    }
+    const int c0 = ld_chunk * TL::BK;
+    const bool col_ok = c0 + cv * 8 < ka;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      cp_async16_s(a_stage + a_soff[j], a_src[j] + c0, a_ok[j] && col_ok);
+    if (++ld_chunk == nchunk) {
+      ld_chunk = 0;
+      ld_ai++;
+    }
+  }
+};
+
+/* Warp-specialised forward / dgrad tile (WgWsTile): warpgroup 0 gathers
+ * (WgFwdGather), MMA warpgroup mw = 0, 1 (warpgroups 1, 2) owns tile rows
+ * 64 mw .. 64 mw + 63; stages handed over by wg_ws_pipeline. */
+template <typename T, typename TL, bool ACC16>
+__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
+    wg_fwd_ws_kernel(const FwdArgs args) {
+#ifdef VC_MG_SM90_BODY
+  static_assert(TL::WS && !TL::SMEM_TOTAL, "WgWsTile only");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ TileOffsets<TL::BM> tile;
+  __shared__ __align__(8) uint64_t bars[2 * TL::STAGES];
+  const unsigned raw = smem_addr(smem_raw);
+  unsigned char *const sA = smem_raw + (((raw + 1023u) & ~1023u) - raw);
+  unsigned char *const sB = sA + TL::STAGES * TL::A_STAGE;
+  const unsigned sa_base = smem_addr(sA), sb_base = smem_addr(sB);
+  const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * TL::STAGES;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wq = warp & 3; /* warpgroup, warp in it */
+  const bool producer = wg == 0;
+  const int mw = wg - 1; /* MMA warpgroup */
+  wg_ws_init<TL::STAGES, TL::LOADERS, TL::THREADS>(full0, empty0);
+  /* ends with a block barrier, which also publishes the mbarriers */
+  const TileSpan span = begin_tile<TL>(args, tile);
+  const int nchunk = span.nchunk, iters = span.iters;
+  /* HALF_SKIP: the offsets of each 64-row half (all of them without row
+   * masks), OR-reduced per warp; warps 0-1 read rows 0-63, 2-3 rows
+   * 64-127 */
+  __shared__ unsigned half_mask[2];
+  unsigned my_half = ~0u;
+  if constexpr (TL::HALF_SKIP) {
+    if (tid < 2)
+      half_mask[tid] = args.row_mask ? 0u : ~0u;
+    __syncthreads();
+    if (args.row_mask && tid < TL::BM) {
+      const unsigned m = __reduce_or_sync(
+          0xffffffffu,
+          tid < span.rows ? __ldg(args.row_mask + tile.rows[tid]) : 0u);
+      if (lane == 0)
+        atomicOr(&half_mask[tid / 64], m);
+    }
+    __syncthreads();
+    my_half = half_mask[mw < 0 ? 0 : mw];
+  }
+
+  WgFwdGather<T, TL> gather;
+  if (producer)
+    gather.init(args, tile, span, tid);
+  auto load_stage = [&](int stage, int) { /* stages come in order */
+    gather.load(args, tile, nchunk, sa_base + stage * TL::A_STAGE,
+                sb_base + stage * TL::B_STAGE, full0 + 8 * stage, tid);
+  };
+
+  WgAcc<ACC16, TL::BN, false> acc;
+  acc.zero(nullptr);
+  constexpr int promote_iters = ACC16 ? 0 : PROMOTE_CHANNELS / TL::BK;
+  const unsigned da0 = wg_desc_lo(sa_base + mw * 64 * TL::ROW_BYTES);
+  const unsigned db0 = wg_desc_lo(sb_base);
+  int mma_ai = 0, mma_chunk = 0; /* the offset and chunk of the stage */
+  auto mma = [&](int stage) {
+    if constexpr (TL::HALF_SKIP) {
+      const int k = tile.act[mma_ai];
+      const bool need = k >= 32 || ((my_half >> k) & 1u);
+      if (++mma_chunk == nchunk) {
+        mma_chunk = 0;
+        mma_ai++;
+      }
+      if (!need) {
+        /* No group for this stage: drain the earlier ones, so the
+         * pipeline's wgmma_wait<1> and release of stage it - 1 stay right
+         * whether or not an empty commit would count as a group. */
+        wgmma_wait<0>();
+        return;
+      }
+    }
+    wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
+  };
+  wg_ws_pipeline<TL::STAGES, promote_iters>(iters, producer, full0, empty0,
+                                            load_stage, mma,
+                                            [&] { acc.promote(); });
+  if (producer)
+    return;
+  acc.pin_all();
+  wg_fwd_store<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq, lane,
+                             acc);
 #endif
 }
 
