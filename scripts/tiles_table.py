@@ -31,13 +31,23 @@ def tile_ids():
     return fwd, wgrad
 
 
+def source():
+    """cuda_mask_gemm.cu with its numeric #define knobs (e.g. VC_WS_STAGES)
+    substituted, so typedefs written with them parse as numbers."""
+    text = open(SRC).read()
+    for name, value in re.findall(r"#define\s+(VC_\w+)\s+(\d+)\s*$", text,
+                                  re.M):
+        text = re.sub(r"(?<!#define )\b%s\b" % name, value, text)
+    return text
+
+
 def wg_tile_ids():
     """mask_gemm_wgmma tile IDs by (warp-specialised, shape): `typedef
     WgTile<BN, STAGES[, BK, SMEM_TOTAL, MIN_BLOCKS]> H<id>[f|h];` or
     `typedef WgWsTile<BN, STAGES> H<id>;` (defaults as in the header)."""
     ids = {}
     pat = re.compile(r"typedef Wg(Ws)?Tile<\s*([\w,\s]+)>\s*H(\d+)[fh]?\s*;")
-    for m in pat.finditer(open(SRC).read()):
+    for m in pat.finditer(source()):
         a = [x.strip() for x in m.group(2).split(",")]
         if m.group(1):  # WgWsTile<BN, STAGES[, HALF_SKIP]>
             skip = len(a) > 2 and a[2] == "true"
@@ -57,7 +67,7 @@ def wg_wgrad_tile_ids():
     `typedef WgGradWsTile<BN, STAGES> W<id>;` (MIN_BLOCKS 1)."""
     ids = {}
     pat = re.compile(r"typedef WgGrad(Ws)?Tile<\s*([\d,\s]+)>\s*W(\d+)\s*;")
-    for m in pat.finditer(open(SRC).read()):
+    for m in pat.finditer(source()):
         a = [int(x) for x in m.group(2).split(",")]
         a += [1][len(a) - 2:]
         ids[(bool(m.group(1)),) + tuple(a)] = int(m.group(3))
@@ -126,8 +136,9 @@ def main(path):
                              smem, blocks, f"{occ:.0%}"))
             fn = None
             continue
-        w = wg_re.search(fn) if "wg_fwd_kernel" in fn else None
-        ws = wgs_re.search(fn) if "wg_fwd_kernel" in fn else None
+        fwd = "wg_fwd_kernel" in fn or "wg_fwd_ws_kernel" in fn
+        w = wg_re.search(fn) if fwd else None
+        ws = wgs_re.search(fn) if fwd else None
         if w or ws:
             skip = 0
             if ws:  # WgWsTile: WgTile<BN, STAGES> plus a gathering warpgroup

@@ -15,6 +15,14 @@ refill while a warp's wgmma may still read the stage. Mutations of the
 protocol (release stage it instead of it - 1; wait on the wrong empty
 phase) make it fail, so it is not vacuous.
 
+Not modelled separately: the forward tiles' bulk copy of the weight tile.
+Thread 0 issues it after the same empty[s] wait and after
+mbarrier.expect_tx on full[s], before its own arrival, so full[s] cannot
+complete a phase without it: to this model it is one more copy of the
+stage that lands later. That the expect_tx falls in the right phase needs
+the empty wait: empty[s] for use u - 1 completes only after the MMA warps
+saw full[s] complete use u - 1.
+
   scripts/ws_protocol_model.py        # prints "failures 0"
 """
 import random
