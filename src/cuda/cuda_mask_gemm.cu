@@ -55,8 +55,6 @@ typedef WgTile<256, 4> H3h;
 typedef WgTile<256, 4, 32, true> H3f;
 typedef WgTile<96, 4> H4f;
 typedef WgTile<96, 3, 64, false, 2> H4h;
-/* H5: H0's shape, warp-specialised (wg_ws_pipeline: one gathering
- * warpgroup, two wgmma warpgroups, mbarrier hand-over per stage). */
 /* Stages of the warp-specialised forward/dgrad tiles (an A/B knob): their
  * gatherers wait out the memory latency between a stage's release and its
  * refill, so more stages should help them more than tile 0. Measured (H200,
@@ -65,6 +63,9 @@ typedef WgTile<96, 3, 64, false, 2> H4h;
 #ifndef VC_WS_STAGES
 #define VC_WS_STAGES 6
 #endif
+/* H5: H0's shape, warp-specialised (wg_fwd_ws_kernel: one gathering
+ * warpgroup, two wgmma warpgroups, mbarrier hand-over per stage, weight
+ * tiles as stage images). */
 typedef WgWsTile<128, VC_WS_STAGES> H5;
 /* H6: H5 whose MMA warpgroups also skip the offsets their own 64 rows lack
  * (docs/perf-notes.md item 39: 0.617 -> ~0.67 useful MMA rows). */
@@ -202,10 +203,9 @@ __global__ void transpose_w_kernel(const T *__restrict__ w, T *__restrict__ wt,
 }
 
 /* The B operand of the warp-specialised wgmma tiles (WgWsTile, tiles 5
- * and 6): for every offset k,
- * column tile nt (BN output channels) and reduction chunk kc (BK
- * channels), the BN x BK stage tile exactly as a stage holds it in shared
- * memory (16-byte vector cv of row n at swz<BK>(n, cv)), zero-padded past
+ * and 6): for every offset k, column tile nt (BN output channels) and
+ * reduction chunk kc (BK channels), the BN x BK stage tile exactly as a
+ * stage holds it in shared memory (16-byte vector cv of row n at swz<BK>(n, cv)), zero-padded past
  * nb and ka, images ordered [kvol][n tiles][chunks]; one bulk copy then
  * fills a stage. B[kk][n] = W[k][kk][n] in the forward (ka = cin, nb =
  * cout) and W[k][n][kk] in dgrad (ka = cout, nb = cin); W is [kvol][cin]
