@@ -70,7 +70,15 @@ typedef WgWsTile<128, VC_WS_STAGES> H5;
 /* H6: H5 whose MMA warpgroups also skip the offsets their own 64 rows lack
  * (docs/perf-notes.md item 39: 0.617 -> ~0.67 useful MMA rows). */
 typedef WgWsTile<128, VC_WS_STAGES, true> H6;
-#define VC_MG_WG_TILES 7
+/* H7: 128 x 256, warp-specialised (as H5), for C > 128: every gathered
+ * row feeds 256 output channels, so the L2 -> SM bytes per MMA drop by a
+ * quarter against 128 x 128 (whose two column tiles gather every row
+ * twice). fp32 accumulators: half the promoted sums in shared memory and
+ * registers moved to the MMA warpgroups (WgAccSplit, setmaxnreg), 3
+ * stages beside the 64 KB of sums; fp16 ones: 4 stages. */
+typedef WgWsTile<256, 3, false, true> H7f;
+typedef WgWsTile<256, 4> H7h;
+#define VC_MG_WG_TILES 8
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
 typedef Tile<64, 64, 32, 32, 32, 3> G0;
@@ -175,6 +183,11 @@ voxconv_status_t launch_wg_tile(voxconv_handle_t *h, int tile,
       return launch_wg<T, H4f, false>(h, a);
   case 5: return launch_wg<T, H5, ACC16>(h, a);
   case 6: return launch_wg<T, H6, ACC16>(h, a);
+  case 7:
+    if constexpr (ACC16)
+      return launch_wg<T, H7h, true>(h, a);
+    else
+      return launch_wg<T, H7f, false>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm_wgmma: tile %d outside 0..%d", tile,
@@ -738,20 +751,26 @@ template <typename T>
 voxconv_status_t mg_run_wgmma(voxconv_handle_t *h, const vc_conv_problem_t *p,
                               FwdArgs &a, int tile, bool acc16) {
   VcWorkspace tmp(h);
-  static_assert(H5::WS && H6::WS && !H0::WS && !H1::WS && !H2::WS &&
-                    !H3f::WS && !H3h::WS && !H4f::WS && !H4h::WS,
-                "the tiles that read stage images are 5 and 6");
-  if (tile == 5 || tile == 6) {
+  static_assert(H5::WS && H6::WS && H7f::WS && H7h::WS && !H0::WS &&
+                    !H1::WS && !H2::WS && !H3f::WS && !H3h::WS && !H4f::WS &&
+                    !H4h::WS,
+                "the tiles that read stage images are 5, 6 and 7");
+  static_assert(H5::BN == H6::BN && H7f::BN == H7h::BN && H5::BK == H7f::BK &&
+                    H7f::BK == H7h::BK,
+                "one image layout per tile id");
+  if (tile == 5 || tile == 6 || tile == 7) {
     const int kvol = p->kmap->kvol, ka = a.ka, nb = a.nb;
-    constexpr int BN = H5::BN, BK = H5::BK;
+    constexpr int BK = H5::BK;
+    const int BN = tile == 7 ? H7f::BN : H5::BN;
     const int64_t n = (int64_t)kvol * vc_ceil_div(nb, BN) *
                       vc_ceil_div(ka, BK) * (BN * BK);
     T *img = NULL;
     VC_CHECK(tmp.get<T>(n, &img, "mask_gemm_wgmma weight stage images"));
-    wg_stage_image_kernel<T, BN, BK>
-        <<<vc_grid_1d(n / 8, 256, 4 * 1024), 256, 0, vc_cuda_stream(h)>>>(
-            (const T *)p->b, img, kvol, ka, nb,
-            p->pass == VOXCONV_PASS_CONV_DGRAD);
+    auto kern = tile == 7 ? wg_stage_image_kernel<T, H7f::BN, BK>
+                          : wg_stage_image_kernel<T, H5::BN, BK>;
+    kern<<<vc_grid_1d(n / 8, 256, 4 * 1024), 256, 0, vc_cuda_stream(h)>>>(
+        (const T *)p->b, img, kvol, ka, nb,
+        p->pass == VOXCONV_PASS_CONV_DGRAD);
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm wg_stage_image_kernel");
     a.w = img;
   } else if (p->pass == VOXCONV_PASS_CONV_FWD) {
@@ -926,7 +945,7 @@ const vc_param_space_t wg_space = {
     3,
     {"mma_tile", "accumulator_type", "row_order"},
     {VC_MG_WG_TILES, 2, 2},
-    {{5, 6, 0, 1, 2, 3, 4}, {32, 16}, {1, 0}}};
+    {{5, 6, 0, 7, 1, 2, 3, 4}, {32, 16}, {1, 0}}};
 /* wgrad: split counts as mask_gemm's (wgrad_splits) */
 const vc_param_space_t wg_space_wgrad = {
     2,
@@ -1142,6 +1161,7 @@ const KernelRow *kernel_rows() {
     add_wg_tile<H4f, H4h>(rows, n, 4);
     add_wg_tile<H5, H5>(rows, n, 5);
     add_wg_tile<H6, H6>(rows, n, 6);
+    add_wg_tile<H7f, H7h>(rows, n, 7);
     add_wg_wgrad_tile<W0>(rows, n, 0);
     add_wg_wgrad_tile<W1>(rows, n, 1);
     add_wg_wgrad_tile<W2>(rows, n, 2);

@@ -48,6 +48,8 @@
 
 #include "cuda_mask_gemm.cuh"
 
+#include <type_traits>
+
 /* wgmma exists only in the arch-specific sm_90a target; other targets of a
  * multi-arch build compile an empty kernel that the host never launches
  * (the algorithm's supports() requires compute capability 9.0 and a build
@@ -218,13 +220,31 @@ struct WgTile {
  * warpgroups 1-2 only issue wgmma; 64-row halves and layout as WgTile.
  * Forward/dgrad (wg_fwd_ws_kernel) read B as stage images, one bulk copy
  * per stage (WgFwdGather); wgrad (WgGradWsTile) gathers both operands. */
-template <int BN_, int STAGES_, bool HALF_SKIP_ = false>
+template <int BN_, int STAGES_, bool HALF_SKIP_ = false,
+          bool HALF_SUMS_ = false>
 struct WgWsTile : WgTile<BN_, STAGES_> {
   static constexpr int THREADS = 384, LOADERS = 128;
   static constexpr bool WS = true;
   /* each MMA warpgroup skips the wgmma of offsets none of its 64 rows has
    * (the stage's A rows of that half are all zero-filled then) */
   static constexpr bool HALF_SKIP = HALF_SKIP_;
+  /* fp32 accumulators of a 128 x 256 tile (WgAccSplit): the 128 wgmma
+   * registers per MMA thread leave room for only half of the promoted fp32
+   * sums in registers; the other half lives in shared memory (64 KB), and
+   * the warpgroups move registers from the gatherers with setmaxnreg
+   * (GATHER_REGS / MMA_REGS; 0: not used). The two MMA warpgroups promote
+   * at staggered iterations, so one keeps the tensor cores busy while the
+   * other adds its sums. */
+  static constexpr bool HALF_SUMS = HALF_SUMS_;
+  static constexpr int TOTAL_BYTES = HALF_SUMS ? 128 * BN_ * 2 : 0;
+  /* ptxas -v: the MMA side spills below 208 registers, the gathering side
+   * below 72; 88 uses the rest of the pool */
+  static constexpr int GATHER_REGS = HALF_SUMS ? 88 : 0;
+  static constexpr int MMA_REGS = HALF_SUMS ? 208 : 0;
+  /* the block's 384 x 168 registers, moved, not added to */
+  static_assert(!HALF_SUMS || GATHER_REGS * 128 + MMA_REGS * 256 <=
+                                  65536 / 384 / 8 * 8 * 384,
+                "setmaxnreg: the warpgroups share the block's registers");
 };
 
 /* Stages, the shared fp32 sums, and slack to align the stages to 1024 B
@@ -272,6 +292,65 @@ template <int BN, bool SMEM_TOTAL> struct WgAcc<false, BN, SMEM_TOTAL> {
       pin(c[i]);
   }
   __device__ __forceinline__ float value(int i) { return sum(i) + c[i]; }
+};
+/* fp32 accumulators of a 128 x 256 warp-specialised tile (WgWsTile with
+ * HALF_SUMS): the sums of registers 0 .. R/2-1 (columns 0-127) in
+ * registers, those of R/2 .. R-1 in shared memory, four per float4 at
+ * sh[q * 256] (q = (i - R/2) / 4; 256 MMA threads, so a warp's accesses
+ * are 512 consecutive bytes: conflict-free). */
+template <int BN> struct WgAccSplit {
+  static constexpr int R = BN / 2, RH = R / 2;
+  float c[R];
+  float total[RH];
+  float4 *sh;
+  __device__ __forceinline__ void zero(float4 *s) {
+    sh = s;
+#pragma unroll
+    for (int i = 0; i < R; i++)
+      c[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < RH; i++)
+      total[i] = 0.f;
+#pragma unroll
+    for (int q = 0; q < RH / 4; q++)
+      sh[q * 256] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  /* after wgmma_wait<0>() */
+  __device__ __forceinline__ void promote() {
+#pragma unroll
+    for (int i = 0; i < RH; i++) {
+      pin(c[i]);
+      total[i] += c[i];
+      c[i] = 0.f;
+    }
+#pragma unroll
+    for (int q = 0; q < RH / 4; q++) {
+      float *x = c + RH + 4 * q;
+      pin(x[0]);
+      pin(x[1]);
+      pin(x[2]);
+      pin(x[3]);
+      float4 v = sh[q * 256];
+      v.x += x[0];
+      v.y += x[1];
+      v.z += x[2];
+      v.w += x[3];
+      sh[q * 256] = v;
+      x[0] = x[1] = x[2] = x[3] = 0.f;
+    }
+  }
+  __device__ __forceinline__ void pin_all() {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+      pin(c[i]);
+  }
+  __device__ __forceinline__ float value(int i) {
+    if (i < RH)
+      return total[i] + c[i];
+    const float4 v = sh[(i - RH) / 4 * 256];
+    const int e = (i - RH) % 4;
+    return (e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w) + c[i];
+  }
 };
 template <int BN> struct WgAcc<true, BN, false> {
   static constexpr int R = BN / 4;
@@ -409,37 +488,44 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                : "memory");
 }
 
-/* The warp-specialised main loop: the gatherers (warpgroup 0, `producer`)
- * run load(stage, it) for every iteration and return with their copies
- * landed; the MMA warpgroups run mma(stage) and promote() as wg_pipeline
- * does and return with every wgmma group complete. full0 / empty0: the
- * shared addresses of the STAGES full and empty barriers, initialised
- * (wg_ws_init) and published by a block barrier before the call. */
-template <int STAGES, int PROMOTE, typename Load, typename Mma,
-          typename Promote>
-__device__ __forceinline__ void
-wg_ws_pipeline(int iters, bool producer, unsigned full0, unsigned empty0,
-               Load &&load, Mma &&mma, Promote &&promote) {
-  if (producer) {
-    for (int it = 0; it < iters; it++) {
-      const int s = it % STAGES;
-      const unsigned use = (unsigned)(it / STAGES);
-      if (use > 0)
-        mbar_wait(empty0 + 8 * s, (use - 1) & 1);
-      load(s, it);
-      mbar_arrive_copies(full0 + 8 * s);
-    }
-    cp_async_commit();
-    cp_async_wait<0>(); /* nothing in flight when the thread leaves */
-    return;
+/* The warp-specialised main loop, gathering side: the gatherers
+ * (warpgroup 0) run load(stage, it) for every iteration and return with
+ * their copies landed. full0 / empty0: the shared addresses of the STAGES
+ * full and empty barriers, initialised (wg_ws_init) and published by a
+ * block barrier before the call. */
+template <int STAGES, typename Load>
+__device__ __forceinline__ void wg_ws_produce(int iters, unsigned full0,
+                                              unsigned empty0, Load &&load) {
+  for (int it = 0; it < iters; it++) {
+    const int s = it % STAGES;
+    const unsigned use = (unsigned)(it / STAGES);
+    if (use > 0)
+      mbar_wait(empty0 + 8 * s, (use - 1) & 1);
+    load(s, it);
+    mbar_arrive_copies(full0 + 8 * s);
   }
+  cp_async_commit();
+  cp_async_wait<0>(); /* nothing in flight when the thread leaves */
+}
+/* The MMA side: the MMA warpgroups run mma(stage) and promote() as
+ * wg_pipeline does and return with every wgmma group complete. STAGGER:
+ * MMA warpgroup 1 promotes PROMOTE / 2 iterations after warpgroup 0 (its
+ * chains stay at most PROMOTE iterations long), so while one warpgroup
+ * drains and adds its sums the other can keep the tensor cores busy. */
+template <int STAGES, int PROMOTE, bool STAGGER = false, typename Mma,
+          typename Promote>
+__device__ __forceinline__ void wg_ws_consume(int iters, unsigned full0,
+                                              unsigned empty0, Mma &&mma,
+                                              Promote &&promote) {
   const int lane = threadIdx.x & 31;
+  const int shift = STAGGER ? ((int)(threadIdx.x >> 7) - 1) * (PROMOTE / 2)
+                            : 0;
   for (int it = 0; it < iters; it++) {
     const int s = it % STAGES;
     mbar_wait(full0 + 8 * s, (unsigned)(it / STAGES) & 1);
     fence_proxy_async_smem();
     if constexpr (PROMOTE > 0) {
-      if (it > 0 && it % PROMOTE == 0) {
+      if (it > 0 && (it + shift) % PROMOTE == 0) {
         wgmma_wait<0>();
         promote();
       }
@@ -450,6 +536,18 @@ wg_ws_pipeline(int iters, bool producer, unsigned full0, unsigned empty0,
       mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
   }
   wgmma_wait<0>();
+}
+/* Both sides: `producer` threads gather, the others issue the MMAs. */
+template <int STAGES, int PROMOTE, typename Load, typename Mma,
+          typename Promote>
+__device__ __forceinline__ void
+wg_ws_pipeline(int iters, bool producer, unsigned full0, unsigned empty0,
+               Load &&load, Mma &&mma, Promote &&promote) {
+  if (producer) {
+    wg_ws_produce<STAGES>(iters, full0, empty0, load);
+    return;
+  }
+  wg_ws_consume<STAGES, PROMOTE>(iters, full0, empty0, mma, promote);
 }
 /* full[s]: one arrival per gathering thread; empty[s]: one per MMA warp */
 template <int STAGES, int LOADERS, int THREADS>
@@ -705,12 +803,15 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     wg_fwd_ws_kernel(const FwdArgs args) {
 #ifdef VC_MG_SM90_BODY
   static_assert(TL::WS && !TL::SMEM_TOTAL, "WgWsTile only");
+  constexpr bool SPLIT = TL::HALF_SUMS && !ACC16; /* WgAccSplit */
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ TileOffsets<TL::BM> tile;
   __shared__ __align__(8) uint64_t bars[2 * TL::STAGES];
   const unsigned raw = smem_addr(smem_raw);
   unsigned char *const sA = smem_raw + (((raw + 1023u) & ~1023u) - raw);
   unsigned char *const sB = sA + TL::STAGES * TL::A_STAGE;
+  float4 *const s_sums =
+      reinterpret_cast<float4 *>(sB + TL::STAGES * TL::B_STAGE);
   const unsigned sa_base = smem_addr(sA), sb_base = smem_addr(sB);
   const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * TL::STAGES;
 
@@ -742,43 +843,57 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     my_half = half_mask[mw < 0 ? 0 : mw];
   }
 
-  WgFwdGather<T, TL> gather;
-  if (producer)
+  /* Past the last block barrier the two sides part for good: ptxas
+   * allocates registers per side only when their code does not merge
+   * again (setmaxnreg: the gatherers hand registers to the MMA
+   * warpgroups, whose setmaxnreg.inc waits until the pool has them). */
+  if (producer) {
+    if constexpr (TL::MMA_REGS > 0)
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(
+          TL::GATHER_REGS));
+    WgFwdGather<T, TL> gather;
     gather.init(args, tile, span, tid);
-  auto load_stage = [&](int stage, int) { /* stages come in order */
-    gather.load(args, tile, nchunk, sa_base + stage * TL::A_STAGE,
-                sb_base + stage * TL::B_STAGE, full0 + 8 * stage, tid);
-  };
-
-  WgAcc<ACC16, TL::BN, false> acc;
-  acc.zero(nullptr);
+    wg_ws_produce<TL::STAGES>(iters, full0, empty0, [&](int stage, int) {
+      gather.load(args, tile, nchunk, sa_base + stage * TL::A_STAGE,
+                  sb_base + stage * TL::B_STAGE, full0 + 8 * stage, tid);
+    });
+    return;
+  }
+  if constexpr (TL::MMA_REGS > 0)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
+        TL::MMA_REGS));
+  typename std::conditional<SPLIT, WgAccSplit<TL::BN>,
+                            WgAcc<ACC16, TL::BN, false>>::type acc;
+  if constexpr (SPLIT) /* the sums are the MMA threads' own */
+    acc.zero(s_sums + (tid - 128));
+  else
+    acc.zero(nullptr);
   constexpr int promote_iters = ACC16 ? 0 : PROMOTE_CHANNELS / TL::BK;
   const unsigned da0 = wg_desc_lo(sa_base + mw * 64 * TL::ROW_BYTES);
   const unsigned db0 = wg_desc_lo(sb_base);
   int mma_ai = 0, mma_chunk = 0; /* the offset and chunk of the stage */
-  auto mma = [&](int stage) {
-    if constexpr (TL::HALF_SKIP) {
-      const int k = tile.act[mma_ai];
-      const bool need = k >= 32 || ((my_half >> k) & 1u);
-      if (++mma_chunk == nchunk) {
-        mma_chunk = 0;
-        mma_ai++;
-      }
-      if (!need) {
-        /* No group for this stage: drain the earlier ones, so the
-         * pipeline's wgmma_wait<1> and release of stage it - 1 stay right
-         * whether or not an empty commit would count as a group. */
-        wgmma_wait<0>();
-        return;
-      }
-    }
-    wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
-  };
-  wg_ws_pipeline<TL::STAGES, promote_iters>(iters, producer, full0, empty0,
-                                            load_stage, mma,
-                                            [&] { acc.promote(); });
-  if (producer)
-    return;
+  wg_ws_consume<TL::STAGES, promote_iters, SPLIT>(
+      iters, full0, empty0,
+      [&](int stage) {
+        if constexpr (TL::HALF_SKIP) {
+          const int k = tile.act[mma_ai];
+          const bool need = k >= 32 || ((my_half >> k) & 1u);
+          if (++mma_chunk == nchunk) {
+            mma_chunk = 0;
+            mma_ai++;
+          }
+          if (!need) {
+            /* No group for this stage: drain the earlier ones, so the
+             * pipeline's wgmma_wait<1> and release of stage it - 1 stay
+             * right whether or not an empty commit would count as a
+             * group. */
+            wgmma_wait<0>();
+            return;
+          }
+        }
+        wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
+      },
+      [&] { acc.promote(); });
   acc.pin_all();
   wg_fwd_store<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq, lane,
                              acc);
