@@ -237,10 +237,10 @@ struct WgWsTile : WgTile<BN_, STAGES_> {
    * other adds its sums. */
   static constexpr bool HALF_SUMS = HALF_SUMS_;
   static constexpr int TOTAL_BYTES = HALF_SUMS ? 128 * BN_ * 2 : 0;
-  /* ptxas -v: the MMA side spills below 208 registers, the gathering side
-   * below 72; 88 uses the rest of the pool */
-  static constexpr int GATHER_REGS = HALF_SUMS ? 88 : 0;
-  static constexpr int MMA_REGS = HALF_SUMS ? 208 : 0;
+  /* ptxas -v: the gathering side spills below 72 registers; the MMA side
+   * gets the rest of the pool */
+  static constexpr int GATHER_REGS = HALF_SUMS ? 72 : 0;
+  static constexpr int MMA_REGS = HALF_SUMS ? 216 : 0;
   /* the block's 384 x 168 registers, moved, not added to */
   static_assert(!HALF_SUMS || GATHER_REGS * 128 + MMA_REGS * 256 <=
                                   65536 / 384 / 8 * 8 * 384,
@@ -294,38 +294,40 @@ template <int BN, bool SMEM_TOTAL> struct WgAcc<false, BN, SMEM_TOTAL> {
   __device__ __forceinline__ float value(int i) { return sum(i) + c[i]; }
 };
 /* fp32 accumulators of a 128 x 256 warp-specialised tile (WgWsTile with
- * HALF_SUMS): the sums of registers 0 .. R/2-1 (columns 0-127) in
- * registers, those of R/2 .. R-1 in shared memory, four per float4 at
- * sh[q * 256] (q = (i - R/2) / 4; 256 MMA threads, so a warp's accesses
- * are 512 consecutive bytes: conflict-free). */
+ * HALF_SUMS), as two column halves with a wgmma of N = BN / 2 each (lo:
+ * columns 0 .. BN/2 - 1, hi: the rest; register i of a half is register i
+ * of one N = BN wgmma's fragment, offset by R/2 for hi). The promoted sums
+ * of lo stay in registers, those of hi live in shared memory, four per
+ * float4 at sh[q * 256] (256 MMA threads, so a warp's accesses are 512
+ * consecutive bytes: conflict-free). value(i): register i of the whole
+ * tile's fragment. */
 template <int BN> struct WgAccSplit {
   static constexpr int R = BN / 2, RH = R / 2;
-  float c[R];
+  float lo[RH], hi[RH];
   float total[RH];
   float4 *sh;
   __device__ __forceinline__ void zero(float4 *s) {
     sh = s;
 #pragma unroll
-    for (int i = 0; i < R; i++)
-      c[i] = 0.f;
-#pragma unroll
     for (int i = 0; i < RH; i++)
-      total[i] = 0.f;
+      lo[i] = hi[i] = total[i] = 0.f;
 #pragma unroll
     for (int q = 0; q < RH / 4; q++)
       sh[q * 256] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  /* after wgmma_wait<0>() */
-  __device__ __forceinline__ void promote() {
+  /* each once the wgmma group writing its half has completed */
+  __device__ __forceinline__ void promote_lo() {
 #pragma unroll
     for (int i = 0; i < RH; i++) {
-      pin(c[i]);
-      total[i] += c[i];
-      c[i] = 0.f;
+      pin(lo[i]);
+      total[i] += lo[i];
+      lo[i] = 0.f;
     }
+  }
+  __device__ __forceinline__ void promote_hi() {
 #pragma unroll
     for (int q = 0; q < RH / 4; q++) {
-      float *x = c + RH + 4 * q;
+      float *x = hi + 4 * q;
       pin(x[0]);
       pin(x[1]);
       pin(x[2]);
@@ -341,15 +343,17 @@ template <int BN> struct WgAccSplit {
   }
   __device__ __forceinline__ void pin_all() {
 #pragma unroll
-    for (int i = 0; i < R; i++)
-      pin(c[i]);
+    for (int i = 0; i < RH; i++) {
+      pin(lo[i]);
+      pin(hi[i]);
+    }
   }
   __device__ __forceinline__ float value(int i) {
     if (i < RH)
-      return total[i] + c[i];
+      return total[i] + lo[i];
     const float4 v = sh[(i - RH) / 4 * 256];
     const int e = (i - RH) % 4;
-    return (e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w) + c[i];
+    return (e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w) + hi[i - RH];
   }
 };
 template <int BN> struct WgAcc<true, BN, false> {
@@ -508,30 +512,61 @@ __device__ __forceinline__ void wg_ws_produce(int iters, unsigned full0,
   cp_async_wait<0>(); /* nothing in flight when the thread leaves */
 }
 /* The MMA side: the MMA warpgroups run mma(stage) and promote() as
- * wg_pipeline does and return with every wgmma group complete. STAGGER:
- * MMA warpgroup 1 promotes PROMOTE / 2 iterations after warpgroup 0 (its
- * chains stay at most PROMOTE iterations long), so while one warpgroup
- * drains and adds its sums the other can keep the tensor cores busy. */
-template <int STAGES, int PROMOTE, bool STAGGER = false, typename Mma,
-          typename Promote>
+ * wg_pipeline does and return with every wgmma group complete. */
+template <int STAGES, int PROMOTE, typename Mma, typename Promote>
 __device__ __forceinline__ void wg_ws_consume(int iters, unsigned full0,
                                               unsigned empty0, Mma &&mma,
                                               Promote &&promote) {
   const int lane = threadIdx.x & 31;
-  const int shift = STAGGER ? ((int)(threadIdx.x >> 7) - 1) * (PROMOTE / 2)
-                            : 0;
   for (int it = 0; it < iters; it++) {
     const int s = it % STAGES;
     mbar_wait(full0 + 8 * s, (unsigned)(it / STAGES) & 1);
     fence_proxy_async_smem();
     if constexpr (PROMOTE > 0) {
-      if (it > 0 && (it + shift) % PROMOTE == 0) {
+      if (it > 0 && it % PROMOTE == 0) {
         wgmma_wait<0>();
         promote();
       }
     }
     mma(s);
     wgmma_wait<1>(); /* the group of it - 1 is done: release its stage */
+    if (it > 0 && lane == 0)
+      mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
+  }
+  wgmma_wait<0>();
+}
+/* The MMA side of a tile whose accumulators are two column halves with a
+ * wgmma group each per stage (WgAccSplit): lo(s) then hi(s). A promotion
+ * needs no full drain: it waits for the lo group of the previous stage
+ * only, promotes that half and issues this stage's lo group, then waits
+ * for the previous hi group and promotes the hi half while the tensor
+ * cores run the new lo group. Why: draining both halves before promoting
+ * left the tensor cores idle for the whole promotion (docs/perf-notes.md
+ * item 44: 0.3 ms of 3.3 at C = 256). Two groups per stage stay in
+ * flight, so the stage released at iteration it is it - 1's. */
+template <int STAGES, int PROMOTE, typename MmaLo, typename MmaHi,
+          typename PromoteLo, typename PromoteHi>
+__device__ __forceinline__ void
+wg_ws_consume_halves(int iters, unsigned full0, unsigned empty0,
+                     MmaLo &&mma_lo, MmaHi &&mma_hi, PromoteLo &&promote_lo,
+                     PromoteHi &&promote_hi) {
+  const int lane = threadIdx.x & 31;
+  for (int it = 0; it < iters; it++) {
+    const int s = it % STAGES;
+    mbar_wait(full0 + 8 * s, (unsigned)(it / STAGES) & 1);
+    fence_proxy_async_smem();
+    if (it > 0 && it % PROMOTE == 0) {
+      wgmma_wait<1>(); /* lo(it - 1) done; hi(it - 1) may still run */
+      promote_lo();
+      mma_lo(s);
+      wgmma_wait<1>(); /* hi(it - 1) done; lo(it) may still run */
+      promote_hi();
+      mma_hi(s);
+    } else {
+      mma_lo(s);
+      mma_hi(s);
+    }
+    wgmma_wait<2>(); /* both groups of it - 1 are done: release its stage */
     if (it > 0 && lane == 0)
       mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
   }
@@ -561,8 +596,9 @@ __device__ __forceinline__ void wg_ws_init(unsigned full0, unsigned empty0) {
 }
 
 /* One stage's wgmma k-steps for a forward/dgrad tile: A rows of this
- * warpgroup at descriptor da0 (stage 0), B at db0. */
-template <typename T, typename TL, bool ACC16, typename C>
+ * warpgroup at descriptor da0 (stage 0), B at db0; N columns (a column
+ * half of a WgAccSplit tile: N = BN / 2, db0 at that half's B rows). */
+template <typename T, typename TL, bool ACC16, int N = TL::BN, typename C>
 __device__ __forceinline__ void wg_fwd_mma(C &c, unsigned da0, unsigned db0,
                                            int stage) {
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
@@ -571,7 +607,7 @@ __device__ __forceinline__ void wg_fwd_mma(C &c, unsigned da0, unsigned db0,
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
-    Wgmma<T, ACC16, TL::BN>::run(c, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
+    Wgmma<T, ACC16, N>::run(c, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
   wgmma_commit();
 }
 
@@ -871,29 +907,44 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   constexpr int promote_iters = ACC16 ? 0 : PROMOTE_CHANNELS / TL::BK;
   const unsigned da0 = wg_desc_lo(sa_base + mw * 64 * TL::ROW_BYTES);
   const unsigned db0 = wg_desc_lo(sb_base);
-  int mma_ai = 0, mma_chunk = 0; /* the offset and chunk of the stage */
-  wg_ws_consume<TL::STAGES, promote_iters, SPLIT>(
-      iters, full0, empty0,
-      [&](int stage) {
-        if constexpr (TL::HALF_SKIP) {
-          const int k = tile.act[mma_ai];
-          const bool need = k >= 32 || ((my_half >> k) & 1u);
-          if (++mma_chunk == nchunk) {
-            mma_chunk = 0;
-            mma_ai++;
+  if constexpr (SPLIT) {
+    static_assert(!TL::HALF_SKIP && promote_iters > 0, "WgAccSplit tiles");
+    constexpr int NH = TL::BN / 2; /* hi's B rows: NH rows further */
+    const unsigned db_hi = db0 + (NH * TL::ROW_BYTES >> 4);
+    wg_ws_consume_halves<TL::STAGES, promote_iters>(
+        iters, full0, empty0,
+        [&](int stage) {
+          wg_fwd_mma<T, TL, false, NH>(acc.lo, da0, db0, stage);
+        },
+        [&](int stage) {
+          wg_fwd_mma<T, TL, false, NH>(acc.hi, da0, db_hi, stage);
+        },
+        [&] { acc.promote_lo(); }, [&] { acc.promote_hi(); });
+  } else {
+    int mma_ai = 0, mma_chunk = 0; /* the offset and chunk of the stage */
+    wg_ws_consume<TL::STAGES, promote_iters>(
+        iters, full0, empty0,
+        [&](int stage) {
+          if constexpr (TL::HALF_SKIP) {
+            const int k = tile.act[mma_ai];
+            const bool need = k >= 32 || ((my_half >> k) & 1u);
+            if (++mma_chunk == nchunk) {
+              mma_chunk = 0;
+              mma_ai++;
+            }
+            if (!need) {
+              /* No group for this stage: drain the earlier ones, so the
+               * pipeline's wgmma_wait<1> and release of stage it - 1 stay
+               * right whether or not an empty commit would count as a
+               * group. */
+              wgmma_wait<0>();
+              return;
+            }
           }
-          if (!need) {
-            /* No group for this stage: drain the earlier ones, so the
-             * pipeline's wgmma_wait<1> and release of stage it - 1 stay
-             * right whether or not an empty commit would count as a
-             * group. */
-            wgmma_wait<0>();
-            return;
-          }
-        }
-        wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
-      },
-      [&] { acc.promote(); });
+          wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
+        },
+        [&] { acc.promote(); });
+  }
   acc.pin_all();
   wg_fwd_store<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq, lane,
                              acc);
