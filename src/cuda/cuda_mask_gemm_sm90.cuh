@@ -294,66 +294,69 @@ template <int BN, bool SMEM_TOTAL> struct WgAcc<false, BN, SMEM_TOTAL> {
   __device__ __forceinline__ float value(int i) { return sum(i) + c[i]; }
 };
 /* fp32 accumulators of a 128 x 256 warp-specialised tile (WgWsTile with
- * HALF_SUMS), as two column halves with a wgmma of N = BN / 2 each (lo:
- * columns 0 .. BN/2 - 1, hi: the rest; register i of a half is register i
- * of one N = BN wgmma's fragment, offset by R/2 for hi). The promoted sums
- * of lo stay in registers, those of hi live in shared memory, four per
- * float4 at sh[q * 256] (256 MMA threads, so a warp's accesses are 512
- * consecutive bytes: conflict-free). value(i): register i of the whole
- * tile's fragment. */
+ * HALF_SUMS): the promoted sums of registers 0 .. R/2-1 (columns 0-127)
+ * in registers, those of R/2 .. R-1 in shared memory, four per float4 at
+ * sh[q * 256] (256 MMA threads, so a warp's accesses are 512 consecutive
+ * bytes: conflict-free). */
 template <int BN> struct WgAccSplit {
   static constexpr int R = BN / 2, RH = R / 2;
-  float lo[RH], hi[RH];
+  float c[R];
   float total[RH];
   float4 *sh;
   __device__ __forceinline__ void zero(float4 *s) {
     sh = s;
 #pragma unroll
+    for (int i = 0; i < R; i++)
+      c[i] = 0.f;
+#pragma unroll
     for (int i = 0; i < RH; i++)
-      lo[i] = hi[i] = total[i] = 0.f;
+      total[i] = 0.f;
 #pragma unroll
     for (int q = 0; q < RH / 4; q++)
       sh[q * 256] = make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  /* each once the wgmma group writing its half has completed */
-  __device__ __forceinline__ void promote_lo() {
+  /* After wgmma_wait<0>(). The shared-memory half goes through volatile
+   * accesses, one float4 at a time: with plain loads the compiler hoisted
+   * all 16 loads ahead (64 more live registers). */
+  __device__ __forceinline__ void promote() {
 #pragma unroll
     for (int i = 0; i < RH; i++) {
-      pin(lo[i]);
-      total[i] += lo[i];
-      lo[i] = 0.f;
+      pin(c[i]);
+      total[i] += c[i];
+      c[i] = 0.f;
     }
-  }
-  __device__ __forceinline__ void promote_hi() {
+    const unsigned a = smem_addr(sh);
 #pragma unroll
     for (int q = 0; q < RH / 4; q++) {
-      float *x = hi + 4 * q;
+      float *x = c + RH + 4 * q;
+      float v0, v1, v2, v3;
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                   : "=f"(v0), "=f"(v1), "=f"(v2), "=f"(v3)
+                   : "r"(a + q * 4096u)
+                   : "memory");
       pin(x[0]);
       pin(x[1]);
       pin(x[2]);
       pin(x[3]);
-      float4 v = sh[q * 256];
-      v.x += x[0];
-      v.y += x[1];
-      v.z += x[2];
-      v.w += x[3];
-      sh[q * 256] = v;
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                       a + q * 4096u),
+                   "f"(v0 + x[0]), "f"(v1 + x[1]), "f"(v2 + x[2]),
+                   "f"(v3 + x[3])
+                   : "memory");
       x[0] = x[1] = x[2] = x[3] = 0.f;
     }
   }
   __device__ __forceinline__ void pin_all() {
 #pragma unroll
-    for (int i = 0; i < RH; i++) {
-      pin(lo[i]);
-      pin(hi[i]);
-    }
+    for (int i = 0; i < R; i++)
+      pin(c[i]);
   }
   __device__ __forceinline__ float value(int i) {
     if (i < RH)
-      return total[i] + lo[i];
+      return total[i] + c[i];
     const float4 v = sh[(i - RH) / 4 * 256];
     const int e = (i - RH) % 4;
-    return (e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w) + hi[i - RH];
+    return (e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w) + c[i];
   }
 };
 template <int BN> struct WgAcc<true, BN, false> {
@@ -535,43 +538,6 @@ __device__ __forceinline__ void wg_ws_consume(int iters, unsigned full0,
   }
   wgmma_wait<0>();
 }
-/* The MMA side of a tile whose accumulators are two column halves with a
- * wgmma group each per stage (WgAccSplit): lo(s) then hi(s). A promotion
- * needs no full drain: it waits for the lo group of the previous stage
- * only, promotes that half and issues this stage's lo group, then waits
- * for the previous hi group and promotes the hi half while the tensor
- * cores run the new lo group. Why: draining both halves before promoting
- * left the tensor cores idle for the whole promotion (docs/perf-notes.md
- * item 44: 0.3 ms of 3.3 at C = 256). Two groups per stage stay in
- * flight, so the stage released at iteration it is it - 1's. */
-template <int STAGES, int PROMOTE, typename MmaLo, typename MmaHi,
-          typename PromoteLo, typename PromoteHi>
-__device__ __forceinline__ void
-wg_ws_consume_halves(int iters, unsigned full0, unsigned empty0,
-                     MmaLo &&mma_lo, MmaHi &&mma_hi, PromoteLo &&promote_lo,
-                     PromoteHi &&promote_hi) {
-  const int lane = threadIdx.x & 31;
-  for (int it = 0; it < iters; it++) {
-    const int s = it % STAGES;
-    mbar_wait(full0 + 8 * s, (unsigned)(it / STAGES) & 1);
-    fence_proxy_async_smem();
-    if (it > 0 && it % PROMOTE == 0) {
-      wgmma_wait<1>(); /* lo(it - 1) done; hi(it - 1) may still run */
-      promote_lo();
-      mma_lo(s);
-      wgmma_wait<1>(); /* hi(it - 1) done; lo(it) may still run */
-      promote_hi();
-      mma_hi(s);
-    } else {
-      mma_lo(s);
-      mma_hi(s);
-    }
-    wgmma_wait<2>(); /* both groups of it - 1 are done: release its stage */
-    if (it > 0 && lane == 0)
-      mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
-  }
-  wgmma_wait<0>();
-}
 /* Both sides: `producer` threads gather, the others issue the MMAs. */
 template <int STAGES, int PROMOTE, typename Load, typename Mma,
           typename Promote>
@@ -596,9 +562,8 @@ __device__ __forceinline__ void wg_ws_init(unsigned full0, unsigned empty0) {
 }
 
 /* One stage's wgmma k-steps for a forward/dgrad tile: A rows of this
- * warpgroup at descriptor da0 (stage 0), B at db0; N columns (a column
- * half of a WgAccSplit tile: N = BN / 2, db0 at that half's B rows). */
-template <typename T, typename TL, bool ACC16, int N = TL::BN, typename C>
+ * warpgroup at descriptor da0 (stage 0), B at db0. */
+template <typename T, typename TL, bool ACC16, typename C>
 __device__ __forceinline__ void wg_fwd_mma(C &c, unsigned da0, unsigned db0,
                                            int stage) {
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
@@ -607,7 +572,7 @@ __device__ __forceinline__ void wg_fwd_mma(C &c, unsigned da0, unsigned db0,
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
-    Wgmma<T, ACC16, N>::run(c, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
+    Wgmma<T, ACC16, TL::BN>::run(c, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
   wgmma_commit();
 }
 
@@ -907,44 +872,29 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   constexpr int promote_iters = ACC16 ? 0 : PROMOTE_CHANNELS / TL::BK;
   const unsigned da0 = wg_desc_lo(sa_base + mw * 64 * TL::ROW_BYTES);
   const unsigned db0 = wg_desc_lo(sb_base);
-  if constexpr (SPLIT) {
-    static_assert(!TL::HALF_SKIP && promote_iters > 0, "WgAccSplit tiles");
-    constexpr int NH = TL::BN / 2; /* hi's B rows: NH rows further */
-    const unsigned db_hi = db0 + (NH * TL::ROW_BYTES >> 4);
-    wg_ws_consume_halves<TL::STAGES, promote_iters>(
-        iters, full0, empty0,
-        [&](int stage) {
-          wg_fwd_mma<T, TL, false, NH>(acc.lo, da0, db0, stage);
-        },
-        [&](int stage) {
-          wg_fwd_mma<T, TL, false, NH>(acc.hi, da0, db_hi, stage);
-        },
-        [&] { acc.promote_lo(); }, [&] { acc.promote_hi(); });
-  } else {
-    int mma_ai = 0, mma_chunk = 0; /* the offset and chunk of the stage */
-    wg_ws_consume<TL::STAGES, promote_iters>(
-        iters, full0, empty0,
-        [&](int stage) {
-          if constexpr (TL::HALF_SKIP) {
-            const int k = tile.act[mma_ai];
-            const bool need = k >= 32 || ((my_half >> k) & 1u);
-            if (++mma_chunk == nchunk) {
-              mma_chunk = 0;
-              mma_ai++;
-            }
-            if (!need) {
-              /* No group for this stage: drain the earlier ones, so the
-               * pipeline's wgmma_wait<1> and release of stage it - 1 stay
-               * right whether or not an empty commit would count as a
-               * group. */
-              wgmma_wait<0>();
-              return;
-            }
+  int mma_ai = 0, mma_chunk = 0; /* the offset and chunk of the stage */
+  wg_ws_consume<TL::STAGES, promote_iters>(
+      iters, full0, empty0,
+      [&](int stage) {
+        if constexpr (TL::HALF_SKIP) {
+          const int k = tile.act[mma_ai];
+          const bool need = k >= 32 || ((my_half >> k) & 1u);
+          if (++mma_chunk == nchunk) {
+            mma_chunk = 0;
+            mma_ai++;
           }
-          wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
-        },
-        [&] { acc.promote(); });
-  }
+          if (!need) {
+            /* No group for this stage: drain the earlier ones, so the
+             * pipeline's wgmma_wait<1> and release of stage it - 1 stay
+             * right whether or not an empty commit would count as a
+             * group. */
+            wgmma_wait<0>();
+            return;
+          }
+        }
+        wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
+      },
+      [&] { acc.promote(); });
   acc.pin_all();
   wg_fwd_store<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq, lane,
                              acc);
