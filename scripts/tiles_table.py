@@ -49,9 +49,10 @@ def wg_tile_ids():
     pat = re.compile(r"typedef Wg(Ws)?Tile<\s*([\w,\s]+)>\s*H(\d+)[fh]?\s*;")
     for m in pat.finditer(source()):
         a = [x.strip() for x in m.group(2).split(",")]
-        if m.group(1):  # WgWsTile<BN, STAGES[, HALF_SKIP]>
+        if m.group(1):  # WgWsTile<BN, STAGES[, HALF_SKIP[, HALF_SUMS]]>
             skip = len(a) > 2 and a[2] == "true"
-            shape = (int(a[0]), int(a[1]), 64, False, 1)
+            halves = len(a) > 3 and a[3] == "true"
+            shape = (int(a[0]), int(a[1]), 64, halves, 1)
         else:
             skip = False
             a += ["64", "false", "1"][len(a) - 2:]
@@ -77,6 +78,15 @@ def wg_wgrad_tile_ids():
 WS_THREADS = "384: 1 gathering + 2 MMA warpgroups"
 
 
+def setmaxnreg():
+    """GATHER_REGS / MMA_REGS of a HALF_SUMS WgWsTile (the header's
+    `HALF_SUMS ? n : 0`)."""
+    hdr = open(os.path.join(os.path.dirname(SRC),
+                            "cuda_mask_gemm_sm90.cuh")).read()
+    return tuple(int(re.search(r"%s = HALF_SUMS \? (\d+)" % n, hdr).group(1))
+                 for n in ("GATHER_REGS", "MMA_REGS"))
+
+
 def occupancy(regs, threads, smem):
     warps = threads // 32
     per_warp = -(-regs * 32 // 256) * 256
@@ -94,7 +104,8 @@ def main(path):
     wgws_re = re.compile(r"WgGradWsTileILi(\d+)ELi(\d+)EE")
     wgw_rows = []
     wg_re = re.compile(r"WgTileILi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELi(\d+)EEELb(\d)E")
-    wgs_re = re.compile(r"WgWsTileILi(\d+)ELi(\d+)ELb(\d)EEELb(\d)E")
+    wgs_re = re.compile(
+        r"WgWsTileILi(\d+)ELi(\d+)ELb(\d)ELb(\d)EEELb(\d)E")
     rows, wg_rows, ic_rows, fn = [], [], [], None
     tile_re = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE")
     for line in open(path):
@@ -141,24 +152,31 @@ def main(path):
         ws = wgs_re.search(fn) if fwd else None
         if w or ws:
             skip = 0
+            halves = 0
             if ws:  # WgWsTile: WgTile<BN, STAGES> plus a gathering warpgroup
-                (bn, st, skip, acc16), bk, stot, minb = \
+                (bn, st, skip, halves, acc16), bk, stot, minb = \
                     map(int, ws.groups()), 64, 0, 1
             else:
                 bn, st, bk, stot, minb, acc16 = map(int, w.groups())
             threads = 384 if ws else 256
+            # HALF_SUMS: half the fp32 sums in shared memory (WgAccSplit)
             smem = static_smem + st * (128 * bk * 2 + bn * bk * 2) + \
-                (128 * bn * 4 if stot else 0) + 1024
+                (128 * bn * 4 if stot else 0) + \
+                (128 * bn * 2 if halves else 0) + 1024
             blocks, occ = occupancy(regs, threads, smem)
             wg_rows.append((wg_ids.get((bool(ws), bool(skip), bn, st, bk,
-                                        bool(stot), minb)),
+                                        bool(stot) or bool(halves), minb)),
                             "f16" if "6__half" in fn else "bf16",
                             "f16" if acc16 else "f32", f"128x{bn}x{bk}",
                             f"64x{bn}",
                             (WS_THREADS + (", per-half offset skip"
-                                           if skip else ""))
+                                           if skip else "") +
+                             ("; setmaxnreg: gatherers %d, MMA %d registers"
+                              % setmaxnreg() if halves else ""))
                             if ws else "256", st,
-                            "smem" if stot else ("-" if acc16 else "registers"),
+                            "smem" if stot else ("-" if acc16 else (
+                                "half registers, half smem" if halves
+                                else "registers")),
                             bn // 4 if acc16 else bn // 2, regs, smem, blocks,
                             f"{occ:.0%}"))
             fn = None
