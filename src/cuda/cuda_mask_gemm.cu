@@ -76,14 +76,8 @@ typedef WgWsTile<128, VC_WS_STAGES, true> H6;
  * twice). fp32 accumulators: half the promoted sums in shared memory and
  * registers moved to the MMA warpgroups (WgAccSplit, setmaxnreg), 3
  * stages beside the 64 KB of sums; fp16 ones: 4 stages. */
-#ifndef VC_T7_STAGES_F
-#define VC_T7_STAGES_F 3
-#endif
-#ifndef VC_T7_STAGES_H
-#define VC_T7_STAGES_H 4
-#endif
-typedef WgWsTile<256, VC_T7_STAGES_F, false, true> H7f;
-typedef WgWsTile<256, VC_T7_STAGES_H> H7h;
+typedef WgWsTile<256, 3, false, true> H7f;
+typedef WgWsTile<256, 4> H7h;
 #define VC_MG_WG_TILES 8
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */
