@@ -232,9 +232,9 @@ struct WgWsTile : WgTile<BN_, STAGES_> {
    * registers per MMA thread leave room for only half of the promoted fp32
    * sums in registers; the other half lives in shared memory (64 KB), and
    * the warpgroups move registers from the gatherers with setmaxnreg
-   * (GATHER_REGS / MMA_REGS; 0: not used). The two MMA warpgroups promote
-   * at staggered iterations, so one keeps the tensor cores busy while the
-   * other adds its sums. */
+   * (GATHER_REGS / MMA_REGS; 0: not used). Both MMA warpgroups promote
+   * at the same iterations: staggered promotions were slower (each drain
+   * holds back a stage both must release; docs/perf-notes.md item 44). */
   static constexpr bool HALF_SUMS = HALF_SUMS_;
   static constexpr int TOTAL_BYTES = HALF_SUMS ? 128 * BN_ * 2 : 0;
   /* ptxas -v: the gathering side spills below 72 registers; the MMA side
