@@ -158,42 +158,6 @@ template <typename T, typename TL, bool ACC16> auto wg_fwd_kernel_of() {
     return wg_fwd_kernel<T, TL, ACC16>;
 }
 
-template <typename T, typename TL, bool ACC16>
-voxconv_status_t launch_wg(voxconv_handle_t *h, const FwdArgs &a) {
-  return launch_tiles<TL>(h, wg_fwd_kernel_of<T, TL, ACC16>(),
-                          wg_smem_bytes<TL>(), a);
-}
-
-template <typename T, bool ACC16>
-voxconv_status_t launch_wg_tile(voxconv_handle_t *h, int tile,
-                                const FwdArgs &a) {
-  switch (tile) {
-  case 0: return launch_wg<T, H0, ACC16>(h, a);
-  case 1: return launch_wg<T, H1, ACC16>(h, a);
-  case 2: return launch_wg<T, H2, ACC16>(h, a);
-  case 3:
-    if constexpr (ACC16)
-      return launch_wg<T, H3h, true>(h, a);
-    else
-      return launch_wg<T, H3f, false>(h, a);
-  case 4:
-    if constexpr (ACC16)
-      return launch_wg<T, H4h, true>(h, a);
-    else
-      return launch_wg<T, H4f, false>(h, a);
-  case 5: return launch_wg<T, H5, ACC16>(h, a);
-  case 6: return launch_wg<T, H6, ACC16>(h, a);
-  case 7:
-    if constexpr (ACC16)
-      return launch_wg<T, H7h, true>(h, a);
-    else
-      return launch_wg<T, H7f, false>(h, a);
-  }
-  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                 "mask_gemm_wgmma: tile %d outside 0..%d", tile,
-                 VC_MG_WG_TILES - 1);
-}
-
 /* Wt[k][n][c] = W[k][c][n]: the forward weights K-major for wgmma (one
  * 32 x 32 tile per block through shared memory, both sides coalesced). */
 template <typename T>
@@ -215,8 +179,8 @@ __global__ void transpose_w_kernel(const T *__restrict__ w, T *__restrict__ wt,
   }
 }
 
-/* The B operand of the warp-specialised wgmma tiles (WgWsTile, tiles 5
- * and 6): for every offset k, column tile nt (BN output channels) and
+/* The B operand of the warp-specialised wgmma tiles (WgWsTile, tiles 5,
+ * 6 and 7): for every offset k, column tile nt (BN output channels) and
  * reduction chunk kc (BK channels), the BN x BK stage tile exactly as a
  * stage holds it in shared memory (16-byte vector cv of row n at swz<BK>(n, cv)), zero-padded past
  * nb and ka, images ordered [kvol][n tiles][chunks]; one bulk copy then
@@ -745,49 +709,66 @@ voxconv_status_t launch_im2col(voxconv_handle_t *h, const FwdArgs &a) {
   return VOXCONV_STATUS_SUCCESS;
 }
 
-/* Forward/dgrad on the wgmma kernel (B K-major: the forward weights go
- * through a transposed scratch copy, 3.5 MB at C = 256). */
-template <typename T>
-voxconv_status_t mg_run_wgmma(voxconv_handle_t *h, const vc_conv_problem_t *p,
-                              FwdArgs &a, int tile, bool acc16) {
-  VcWorkspace tmp(h);
-  static_assert(H5::WS && H6::WS && H7f::WS && H7h::WS && !H0::WS &&
-                    !H1::WS && !H2::WS && !H3f::WS && !H3h::WS && !H4f::WS &&
-                    !H4h::WS,
-                "the tiles that read stage images are 5, 6 and 7");
-  static_assert(H5::BN == H6::BN && H7f::BN == H7h::BN && H5::BK == H7f::BK &&
-                    H7f::BK == H7h::BK,
-                "one image layout per tile id");
-  if (tile == 5 || tile == 6 || tile == 7) {
-    const int kvol = p->kmap->kvol, ka = a.ka, nb = a.nb;
-    constexpr int BK = H5::BK;
-    const int BN = tile == 7 ? H7f::BN : H5::BN;
-    const int64_t n = (int64_t)kvol * vc_ceil_div(nb, BN) *
-                      vc_ceil_div(ka, BK) * (BN * BK);
+/* Launches wgmma tile TL after laying out its B operand: the warp-
+ * specialised tiles read stage images of the weights (BN x BK tiles as a
+ * stage holds them), the others K-major weights -- dgrad's as they are,
+ * the forward's through a transposed scratch copy (3.5 MB at C = 256). */
+template <typename T, typename TL, bool ACC16>
+voxconv_status_t launch_wg(voxconv_handle_t *h, FwdArgs a, bool dgrad) {
+  const T *w = (const T *)a.w;
+  VcWorkspace tmp(h); /* stream-ordered frees once the kernel is queued */
+  if constexpr (TL::WS) {
+    const int64_t n = (int64_t)a.kvol * vc_ceil_div(a.nb, TL::BN) *
+                      vc_ceil_div(a.ka, TL::BK) * (TL::BN * TL::BK);
     T *img = NULL;
     VC_CHECK(tmp.get<T>(n, &img, "mask_gemm_wgmma weight stage images"));
-    auto kern = tile == 7 ? wg_stage_image_kernel<T, H7f::BN, BK>
-                          : wg_stage_image_kernel<T, H5::BN, BK>;
-    kern<<<vc_grid_1d(n / 8, 256, 4 * 1024), 256, 0, vc_cuda_stream(h)>>>(
-        (const T *)p->b, img, kvol, ka, nb,
-        p->pass == VOXCONV_PASS_CONV_DGRAD);
+    wg_stage_image_kernel<T, TL::BN, TL::BK>
+        <<<vc_grid_1d(n / 8, 256, 4 * 1024), 256, 0, vc_cuda_stream(h)>>>(
+            w, img, a.kvol, a.ka, a.nb, dgrad);
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm wg_stage_image_kernel");
     a.w = img;
-  } else if (p->pass == VOXCONV_PASS_CONV_FWD) {
-    const int kvol = p->kmap->kvol, ci = (int)p->cin, co = (int)p->cout;
+  } else if (!dgrad) { /* forward: cin = ka, cout = nb */
     T *wt = NULL;
-    VC_CHECK(tmp.get<T>((int64_t)kvol * ci * co, &wt,
+    VC_CHECK(tmp.get<T>((int64_t)a.kvol * a.ka * a.nb, &wt,
                         "mask_gemm_wgmma transposed weights"));
-    dim3 grid((unsigned)vc_ceil_div(co, 32), (unsigned)vc_ceil_div(ci, 32),
-              (unsigned)kvol);
+    dim3 grid((unsigned)vc_ceil_div(a.nb, 32), (unsigned)vc_ceil_div(a.ka, 32),
+              (unsigned)a.kvol);
     transpose_w_kernel<T><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
-        (const T *)p->b, wt, ci, co);
+        w, wt, a.ka, a.nb);
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm transpose_w_kernel");
     a.w = wt;
   }
-  if (acc16)
-    return launch_wg_tile<__half, true>(h, tile, a);
-  return launch_wg_tile<T, false>(h, tile, a);
+  return launch_tiles<TL>(h, wg_fwd_kernel_of<T, TL, ACC16>(),
+                          wg_smem_bytes<TL>(), a);
+}
+
+/* A tile whose fp32- and fp16-accumulator shapes differ (TLF, TLH). */
+template <typename T, typename TLF, typename TLH, bool ACC16>
+voxconv_status_t launch_wg2(voxconv_handle_t *h, const FwdArgs &a,
+                            bool dgrad) {
+  if constexpr (ACC16)
+    return launch_wg<T, TLH, true>(h, a, dgrad);
+  else
+    return launch_wg<T, TLF, false>(h, a, dgrad);
+}
+
+/* Forward/dgrad on the wgmma kernel: tile's shape for the accumulator. */
+template <typename T, bool ACC16>
+voxconv_status_t launch_wg_tile(voxconv_handle_t *h, int tile,
+                                const FwdArgs &a, bool dgrad) {
+  switch (tile) {
+  case 0: return launch_wg<T, H0, ACC16>(h, a, dgrad);
+  case 1: return launch_wg<T, H1, ACC16>(h, a, dgrad);
+  case 2: return launch_wg<T, H2, ACC16>(h, a, dgrad);
+  case 3: return launch_wg2<T, H3f, H3h, ACC16>(h, a, dgrad);
+  case 4: return launch_wg2<T, H4f, H4h, ACC16>(h, a, dgrad);
+  case 5: return launch_wg<T, H5, ACC16>(h, a, dgrad);
+  case 6: return launch_wg<T, H6, ACC16>(h, a, dgrad);
+  case 7: return launch_wg2<T, H7f, H7h, ACC16>(h, a, dgrad);
+  }
+  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                 "mask_gemm_wgmma: tile %d outside 0..%d", tile,
+                 VC_MG_WG_TILES - 1);
 }
 
 template <typename T>
@@ -860,7 +841,8 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
                    "mask_gemm: fp16 accumulators need f16 inputs, not %s",
                    voxconv_dtype_name(p->dtype));
   if (family == MG_FAM_WGMMA)
-    return mg_run_wgmma<T>(h, p, a, tile, acc16);
+    return acc16 ? launch_wg_tile<__half, true>(h, tile, a, dgrad)
+                 : launch_wg_tile<T, false>(h, tile, a, dgrad);
   if (family == MG_FAM_IM2COL)
     return launch_im2col<T>(h, a);
   if (acc16)
