@@ -20,6 +20,8 @@
  *         offset-major (blockIdx.z = k * splits + split, as the kernel) or
  *         split-major. Prints the lines read, the misses (DRAM bytes) and
  *         the steps (a load-balance proxy).
+ *   fwd:  row orders sorted by key within segments of consecutive rows
+ *         against the forward's A gathers at C = 256 (see fwd_model).
  *
  *   cc -O2 -o /tmp/level0_model scripts/level0_model.c -lm
  *   /tmp/level0_model rows ../shared/data/bench/spconv_benchmark_pc.xyz.f32.bin
@@ -339,9 +341,107 @@ static void l2_model(const uint64_t *keys, long pairs, double l2_mb) {
       l2_replay(po, in_rows, out_rows, split_counts[j], major, l2_mb);
 }
 
+/* ---- fwd: orderings against the forward's gathers ----
+ * Row order = (segment, row key) with segments of 2^seg consecutive rows
+ * (natural order: voxels sorted by (x, y, z), so a segment is a slab of
+ * the scan) -- seg = 0: the library's global sort. Per ordering: useful
+ * MMA rows and tile x offset iterations of 128-row tiles, then an LRU
+ * replay of tile 7's A gathers at C = 256 (each needed row's 512 B = 4
+ * lines per active offset of its tile; 132 resident blocks in grid order,
+ * each advancing one offset per step): the lines that miss are DRAM
+ * bytes. */
+static void fwd_replay(const uint64_t *keys, const int *order, double l2_mb) {
+  const int sms = 132, tiles = (n_rows + 127) / 128;
+  lru_cap = (int64_t)(l2_mb * 1024 * 1024 / 128);
+  lru_used = 0;
+  lru_head = lru_tail = -1;
+  n_access = n_miss = 0;
+  for (int64_t i = 0; i < (int64_t)n_rows * 8; i++)
+    where[i] = -1;
+  int *run = malloc(sizeof *run * sms), *ai = malloc(sizeof *ai * sms);
+  uint32_t *um = malloc(sizeof *um * sms);
+  int n_run = 0, next = 0;
+  while (next < tiles || n_run > 0) {
+    while (n_run < sms && next < tiles) {
+      uint32_t u = 0;
+      for (int r = next * 128; r < next * 128 + 128 && r < n_rows; r++)
+        u |= mask[order[r]];
+      run[n_run] = next++;
+      um[n_run] = u;
+      ai[n_run++] = 0;
+    }
+    for (int a = 0; a < n_run; a++) {
+      const int k = __builtin_ctz(um[a]);
+      const int dx = k / 9 - 1, dy = k / 3 % 3 - 1, dz = k % 3 - 1;
+      for (int r = run[a] * 128; r < run[a] * 128 + 128 && r < n_rows; r++) {
+        const int row = order[r];
+        if (!((mask[row] >> k) & 1u))
+          continue;
+        const int x = (int)(keys[row] >> 32),
+                  y = (int)((keys[row] >> 16) & 0xffff),
+                  z = (int)(keys[row] & 0xffff);
+        const int64_t src =
+            present(keys, n_rows, pack(x + dx, y + dy, z + dz));
+        for (int l = 0; l < 4; l++)
+          touch((uint32_t)src * 4 + l);
+      }
+      um[a] &= um[a] - 1;
+    }
+    for (int a = 0; a < n_run;)
+      if (!um[a]) {
+        run[a] = run[--n_run];
+        um[a] = um[n_run];
+      } else
+        a++;
+  }
+  printf("    L2 %.0f MB: %.2f GB gathered, %.2f GB missed (hit %.1f%%)\n",
+         l2_mb, n_access * 128 / 1e9, n_miss * 128 / 1e9,
+         100.0 * (double)(n_access - n_miss) / (double)n_access);
+  free(run);
+  free(ai);
+  free(um);
+}
+
+static void fwd_model(const uint64_t *keys, double l2_mb) {
+  int perm[27], cls[27];
+  for (int k = 0; k < 27; k++) {
+    cls[k] = abs(k / 9 - 1) + abs(k / 3 % 3 - 1) + abs(k % 3 - 1);
+    perm[k] = k;
+  }
+  for (int a = 1; a < 27; a++)
+    for (int b = a; b > 0 && cls[perm[b - 1]] > cls[perm[b]]; b--) {
+      const int t = perm[b];
+      perm[b] = perm[b - 1];
+      perm[b - 1] = t;
+    }
+  where = malloc(sizeof *where * (size_t)n_rows * 8);
+  const int64_t cap_max = (int64_t)(l2_mb * 1024 * 1024 / 128) + 1;
+  node_line = malloc(sizeof *node_line * (size_t)cap_max);
+  node_prev = malloc(sizeof *node_prev * (size_t)cap_max);
+  node_next = malloc(sizeof *node_next * (size_t)cap_max);
+  kv_t *kv = malloc(sizeof *kv * (size_t)n_rows);
+  int *order = malloc(sizeof *order * (size_t)n_rows);
+  static const int segs[] = {0, 19, 18, 17, 16, 15};
+  for (int j = 0; j < 6; j++) {
+    for (int i = 0; i < n_rows; i++) {
+      const uint32_t seg = segs[j] ? (uint32_t)i >> segs[j] : 0u;
+      kv[i].key = (seg << 24) | row_key(mask[i], perm, 24);
+      kv[i].idx = i;
+    }
+    qsort(kv, n_rows, sizeof *kv, cmp_kv);
+    for (int i = 0; i < n_rows; i++)
+      order[i] = kv[i].idx;
+    char name[64];
+    snprintf(name, sizeof name, "segments of 2^%d rows", segs[j]);
+    report(segs[j] ? name : "global sort (the library's)", order);
+    fwd_replay(keys, order, l2_mb);
+  }
+}
+
 int main(int argc, char **argv) {
-  if (argc < 3 || (strcmp(argv[1], "rows") && strcmp(argv[1], "l2"))) {
-    fprintf(stderr, "usage: %s rows|l2 spconv_benchmark_pc.xyz.f32.bin "
+  if (argc < 3 || (strcmp(argv[1], "rows") && strcmp(argv[1], "l2") &&
+                    strcmp(argv[1], "fwd"))) {
+    fprintf(stderr, "usage: %s rows|l2|fwd spconv_benchmark_pc.xyz.f32.bin "
                     "[L2_MB]\n", argv[0]);
     return 2;
   }
@@ -351,6 +451,8 @@ int main(int argc, char **argv) {
          pairs);
   if (!strcmp(argv[1], "rows"))
     rows_model(freq);
+  else if (!strcmp(argv[1], "fwd"))
+    fwd_model(keys, argc > 3 ? atof(argv[3]) : 40.0);
   else
     l2_model(keys, pairs, argc > 3 ? atof(argv[3]) : 50.0);
   return 0;

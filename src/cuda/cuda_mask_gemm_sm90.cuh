@@ -237,10 +237,11 @@ struct WgWsTile : WgTile<BN_, STAGES_> {
    * holds back a stage both must release; docs/perf-notes.md item 44). */
   static constexpr bool HALF_SUMS = HALF_SUMS_;
   static constexpr int TOTAL_BYTES = HALF_SUMS ? 128 * BN_ * 2 : 0;
-  /* ptxas -v: the gathering side spills below 72 registers; the MMA side
-   * gets the rest of the pool */
-  static constexpr int GATHER_REGS = HALF_SUMS ? 72 : 0;
-  static constexpr int MMA_REGS = HALF_SUMS ? 216 : 0;
+  /* ptxas -v: the gathering side spills below 72 registers, the MMA side
+   * below 208; the split is the one measured (eleventh session: 80 / 208,
+   * within noise of 72 / 216) */
+  static constexpr int GATHER_REGS = HALF_SUMS ? 80 : 0;
+  static constexpr int MMA_REGS = HALF_SUMS ? 208 : 0;
   /* the block's 384 x 168 registers, moved, not added to */
   static_assert(!HALF_SUMS || GATHER_REGS * 128 + MMA_REGS * 256 <=
                                   65536 / 384 / 8 * 8 * 384,
@@ -606,6 +607,53 @@ wg_fwd_store(const FwdArgs &args, const TileOffsets<TL::BM> &tile, int n0,
   }
 }
 
+/* Epilogue through shared memory (the warp-specialised 128 x 256 tiles):
+ * each warp writes its 16 rows' fragments into `stg` (rows of BN + 8
+ * halves: a warp's 4-byte writes hit 32 banks), then copies each row out
+ * with 16-byte stores, a whole 512-byte row per warp instruction. Why:
+ * wg_fwd_store's 4-byte stores put 8 rows' 16-byte pieces in every warp
+ * store, and a probe of tile 7 at C = 256 with no stages at all -- only
+ * each tile's prologue and these stores -- ran 0.49 ms, 0.25 ms with this
+ * epilogue (docs/perf-notes.md items 45, 46). Needs nb % 8 == 0 and a
+ * 16-byte-aligned output (the caller checks), and `stg` free: every wgmma
+ * of the block done. */
+template <typename T, typename TL, bool ACC16, typename Acc>
+__device__ __forceinline__ void
+wg_fwd_store_staged(const FwdArgs &args, const TileOffsets<TL::BM> &tile,
+                    int n0, int rows, int mw, int wq, int lane, Acc &acc,
+                    T *stg) {
+  constexpr int PITCH = TL::BN + 8;
+  static_assert(TL::BM * PITCH * (int)sizeof(T) <=
+                    TL::STAGES * (TL::A_STAGE + TL::B_STAGE),
+                "the staged tile fits in the stage buffers");
+  const int g = lane >> 2, t4 = lane & 3, r0 = mw * 64 + wq * 16;
+#pragma unroll
+  for (int j = 0; j < TL::BN / 8; j++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      T *p = stg + (r0 + g + h * 8) * PITCH + j * 8 + t4 * 2;
+      if constexpr (ACC16)
+        Store2<T>::h16(p, acc.c[2 * j + h]);
+      else
+        Store2<T>::f32(p, acc.value(4 * j + 2 * h),
+                       acc.value(4 * j + 2 * h + 1));
+    }
+  __syncwarp(); /* the warp reads back only the rows it wrote */
+  const int nb = args.nb;
+  T *out = reinterpret_cast<T *>(args.out);
+  for (int rr = 0; rr < 16; rr++) {
+    const int r = r0 + rr;
+    if (r >= rows)
+      break;
+    const int64_t row = tile.rows[r];
+#pragma unroll
+    for (int cc = lane * 8; cc < TL::BN; cc += 256)
+      if (n0 + cc < nb)
+        *reinterpret_cast<uint4 *>(out + row * nb + n0 + cc) =
+            *reinterpret_cast<const uint4 *>(stg + r * PITCH + cc);
+  }
+}
+
 /* Forward / dgrad tile on wgmma (WgTile: every thread gathers and issues
  * MMAs, wg_pipeline). args.w is K-major: B[kk][n] = W[k][n][kk]
  * ([kvol][nb][ka]). */
@@ -896,8 +944,16 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
       },
       [&] { acc.promote(); });
   acc.pin_all();
-  wg_fwd_store<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq, lane,
-                             acc);
+  if (TL::BN == 256 && args.nb % 8 == 0 && ((uintptr_t)args.out & 15) == 0) {
+    /* both MMA warpgroups' wgmma have finished reading the stages, and the
+     * gatherers' copies into them have all landed (every stage consumed) */
+    asm volatile("bar.sync 2, 256;\n" ::: "memory"); /* the 8 MMA warps */
+    wg_fwd_store_staged<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq,
+                                      lane, acc, reinterpret_cast<T *>(sA));
+  } else {
+    wg_fwd_store<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq, lane,
+                               acc);
+  }
 #endif
 }
 
