@@ -248,6 +248,24 @@ static void touch(uint32_t line) {
   lru_front(i);
 }
 
+/* The cache's tables for l2_mb of 128-byte lines over the level's X and
+ * dY rows (8 lines per row at C = 256), then an empty cache. */
+static void lru_alloc(double l2_mb) {
+  where = malloc(sizeof *where * (size_t)n_rows * 8);
+  const int64_t cap_max = (int64_t)(l2_mb * 1024 * 1024 / 128) + 1;
+  node_line = malloc(sizeof *node_line * (size_t)cap_max);
+  node_prev = malloc(sizeof *node_prev * (size_t)cap_max);
+  node_next = malloc(sizeof *node_next * (size_t)cap_max);
+}
+static void lru_reset(double l2_mb) {
+  lru_cap = (int64_t)(l2_mb * 1024 * 1024 / 128);
+  lru_used = 0;
+  lru_head = lru_tail = -1;
+  n_access = n_miss = 0;
+  for (int64_t i = 0; i < (int64_t)n_rows * 8; i++)
+    where[i] = -1;
+}
+
 typedef struct {
   int m, n;
   int64_t p, end;
@@ -257,12 +275,7 @@ static void l2_replay(const int64_t *po, const int32_t *in_rows,
                       const int32_t *out_rows, int splits, int split_major,
                       double l2_mb) {
   const int sms = 132, nb = 27 * splits * 4;
-  lru_cap = (int64_t)(l2_mb * 1024 * 1024 / 128);
-  lru_used = 0;
-  lru_head = lru_tail = -1;
-  n_access = n_miss = 0;
-  for (int64_t i = 0; i < (int64_t)n_rows * 8; i++)
-    where[i] = -1;
+  lru_reset(l2_mb);
   block_t *grid = malloc(sizeof *grid * (size_t)nb), *run = malloc(
                                                           sizeof *run * sms);
   int t = 0;
@@ -330,11 +343,7 @@ static void l2_model(const uint64_t *keys, long pairs, double l2_mb) {
     }
   }
   po[27] = q;
-  where = malloc(sizeof *where * (size_t)n_rows * 8);
-  const int64_t cap_max = (int64_t)(l2_mb * 1024 * 1024 / 128) + 1;
-  node_line = malloc(sizeof *node_line * (size_t)cap_max);
-  node_prev = malloc(sizeof *node_prev * (size_t)cap_max);
-  node_next = malloc(sizeof *node_next * (size_t)cap_max);
+  lru_alloc(l2_mb);
   static const int split_counts[] = {9, 32, 64};
   for (int major = 0; major < 2; major++)
     for (int j = 0; j < 3; j++)
@@ -352,13 +361,8 @@ static void l2_model(const uint64_t *keys, long pairs, double l2_mb) {
  * bytes. */
 static void fwd_replay(const uint64_t *keys, const int *order, double l2_mb) {
   const int sms = 132, tiles = (n_rows + 127) / 128;
-  lru_cap = (int64_t)(l2_mb * 1024 * 1024 / 128);
-  lru_used = 0;
-  lru_head = lru_tail = -1;
-  n_access = n_miss = 0;
-  for (int64_t i = 0; i < (int64_t)n_rows * 8; i++)
-    where[i] = -1;
-  int *run = malloc(sizeof *run * sms), *ai = malloc(sizeof *ai * sms);
+  lru_reset(l2_mb);
+  int *run = malloc(sizeof *run * sms);
   uint32_t *um = malloc(sizeof *um * sms);
   int n_run = 0, next = 0;
   while (next < tiles || n_run > 0) {
@@ -367,8 +371,7 @@ static void fwd_replay(const uint64_t *keys, const int *order, double l2_mb) {
       for (int r = next * 128; r < next * 128 + 128 && r < n_rows; r++)
         u |= mask[order[r]];
       run[n_run] = next++;
-      um[n_run] = u;
-      ai[n_run++] = 0;
+      um[n_run++] = u;
     }
     for (int a = 0; a < n_run; a++) {
       const int k = __builtin_ctz(um[a]);
@@ -398,7 +401,6 @@ static void fwd_replay(const uint64_t *keys, const int *order, double l2_mb) {
          l2_mb, n_access * 128 / 1e9, n_miss * 128 / 1e9,
          100.0 * (double)(n_access - n_miss) / (double)n_access);
   free(run);
-  free(ai);
   free(um);
 }
 
@@ -414,11 +416,7 @@ static void fwd_model(const uint64_t *keys, double l2_mb) {
       perm[b] = perm[b - 1];
       perm[b - 1] = t;
     }
-  where = malloc(sizeof *where * (size_t)n_rows * 8);
-  const int64_t cap_max = (int64_t)(l2_mb * 1024 * 1024 / 128) + 1;
-  node_line = malloc(sizeof *node_line * (size_t)cap_max);
-  node_prev = malloc(sizeof *node_prev * (size_t)cap_max);
-  node_next = malloc(sizeof *node_next * (size_t)cap_max);
+  lru_alloc(l2_mb);
   kv_t *kv = malloc(sizeof *kv * (size_t)n_rows);
   int *order = malloc(sizeof *order * (size_t)n_rows);
   static const int segs[] = {0, 19, 18, 17, 16, 15};
