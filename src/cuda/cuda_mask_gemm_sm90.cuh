@@ -626,6 +626,7 @@ wg_fwd_store_staged(const FwdArgs &args, const TileOffsets<TL::BM> &tile,
   static_assert(TL::BM * PITCH * (int)sizeof(T) <=
                     TL::STAGES * (TL::A_STAGE + TL::B_STAGE),
                 "the staged tile fits in the stage buffers");
+  static_assert(TL::BN % 256 == 0, "a warp's 32 lanes copy 256 columns");
   const int g = lane >> 2, t4 = lane & 3, r0 = mw * 64 + wq * 16;
 #pragma unroll
   for (int j = 0; j < TL::BN / 8; j++)
@@ -944,16 +945,20 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
       },
       [&] { acc.promote(); });
   acc.pin_all();
-  if (TL::BN == 256 && args.nb % 8 == 0 && ((uintptr_t)args.out & 15) == 0) {
-    /* both MMA warpgroups' wgmma have finished reading the stages, and the
-     * gatherers' copies into them have all landed (every stage consumed) */
-    asm volatile("bar.sync 2, 256;\n" ::: "memory"); /* the 8 MMA warps */
-    wg_fwd_store_staged<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq,
-                                      lane, acc, reinterpret_cast<T *>(sA));
-  } else {
-    wg_fwd_store<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq, lane,
-                               acc);
+  if constexpr (TL::BN == 256) {
+    if (args.nb % 8 == 0 && ((uintptr_t)args.out & 15) == 0) {
+      /* both MMA warpgroups' wgmma have finished reading the stages, and
+       * the gatherers' copies into them have all landed (every stage
+       * consumed) */
+      asm volatile("bar.sync 2, 256;\n" ::: "memory"); /* the 8 MMA warps */
+      wg_fwd_store_staged<T, TL, ACC16>(args, tile, span.n0, span.rows, mw,
+                                        wq, lane, acc,
+                                        reinterpret_cast<T *>(sA));
+      return;
+    }
   }
+  wg_fwd_store<T, TL, ACC16>(args, tile, span.n0, span.rows, mw, wq, lane,
+                             acc);
 #endif
 }
 
