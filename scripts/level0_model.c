@@ -172,19 +172,29 @@ static uint64_t *build_level(const char *path, long *pairs_out,
   return keys;
 }
 
-static void rows_model(const long freq[27]) {
-  int cls_perm[27], cls[27], freq_perm[27];
+/* The library's key permutation (row_key_perm): offsets by |dx|+|dy|+|dz|,
+ * stably, rarest last. */
+static void class_perm(int perm[27]) {
+  int cls[27];
   for (int k = 0; k < 27; k++) {
     cls[k] = abs(k / 9 - 1) + abs(k / 3 % 3 - 1) + abs(k % 3 - 1);
-    cls_perm[k] = freq_perm[k] = k;
+    perm[k] = k;
   }
-  for (int a = 1; a < 27; a++) /* stable insertion sorts */
+  for (int a = 1; a < 27; a++) /* stable insertion sort */
+    for (int b = a; b > 0 && cls[perm[b - 1]] > cls[perm[b]]; b--) {
+      const int t = perm[b];
+      perm[b] = perm[b - 1];
+      perm[b - 1] = t;
+    }
+}
+
+static void rows_model(const long freq[27]) {
+  int cls_perm[27], freq_perm[27];
+  class_perm(cls_perm);
+  for (int k = 0; k < 27; k++)
+    freq_perm[k] = k;
+  for (int a = 1; a < 27; a++) /* stable insertion sort */
     for (int b = a; b > 0; b--) {
-      if (cls[cls_perm[b - 1]] > cls[cls_perm[b]]) {
-        const int t = cls_perm[b];
-        cls_perm[b] = cls_perm[b - 1];
-        cls_perm[b - 1] = t;
-      }
       if (freq[freq_perm[b - 1]] < freq[freq_perm[b]]) {
         const int t = freq_perm[b];
         freq_perm[b] = freq_perm[b - 1];
@@ -405,17 +415,8 @@ static void fwd_replay(const uint64_t *keys, const int *order, double l2_mb) {
 }
 
 static void fwd_model(const uint64_t *keys, double l2_mb) {
-  int perm[27], cls[27];
-  for (int k = 0; k < 27; k++) {
-    cls[k] = abs(k / 9 - 1) + abs(k / 3 % 3 - 1) + abs(k % 3 - 1);
-    perm[k] = k;
-  }
-  for (int a = 1; a < 27; a++)
-    for (int b = a; b > 0 && cls[perm[b - 1]] > cls[perm[b]]; b--) {
-      const int t = perm[b];
-      perm[b] = perm[b - 1];
-      perm[b - 1] = t;
-    }
+  int perm[27];
+  class_perm(perm);
   lru_alloc(l2_mb);
   kv_t *kv = malloc(sizeof *kv * (size_t)n_rows);
   int *order = malloc(sizeof *order * (size_t)n_rows);
