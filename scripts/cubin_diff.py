@@ -8,12 +8,16 @@ both revisions to cubins for the same target and comparing each kernel's
 that of a revision tested on the device needs no new device run for
 correctness (timing included); any difference is listed and does.
 
-  scripts/cubin_diff.py OLD_REV [--new REV] [--arch 90a] [-j N] [FILE.cu ...]
+  scripts/cubin_diff.py OLD_REV [--new REV] [--arch 90a] [-j N]
+                        [--rename REGEX=REPLACEMENT ...] [FILE.cu ...]
 
 OLD_REV and --new are git revisions (default for --new: the working tree);
 files default to every src/cuda/*.cu. The nvcc flags mirror the library's
 (CMakeLists.txt) minus -lineinfo, which only adds sections. Exit status 0
 when every kernel is identical, 1 when any differs or exists in only one.
+--rename rewrites the new revision's kernel names (Python re.sub) before
+they are matched, for a change that adds a template argument and so renames
+kernels whose code should not change.
 Needs nvcc and readelf (binutils); no GPU.
 """
 import argparse
@@ -80,8 +84,11 @@ def main():
     ap.add_argument("--new", default=None)
     ap.add_argument("--arch", default="90a")
     ap.add_argument("-j", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--rename", action="append", default=[],
+                    metavar="REGEX=REPLACEMENT")
     ap.add_argument("files", nargs="*")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()
+    renames = [tuple(r.split("=", 1)) for r in args.rename]
     files = args.files or sorted(
         os.path.join("src/cuda", f)
         for f in os.listdir(os.path.join(ROOT, "src/cuda"))
@@ -110,6 +117,8 @@ def main():
         for rel in files:
             a = kernels(built[(rel, "old")]) if (rel, "old") in built else {}
             b = kernels(built[(rel, "new")]) if (rel, "new") in built else {}
+            for pat, repl in renames:
+                b = {re.sub(pat, repl, k): v for k, v in b.items()}
             same = sum(1 for k in a if k in b and a[k] == b[k])
             differ = sorted(k for k in a if k in b and a[k] != b[k])
             only = sorted(set(a) ^ set(b))

@@ -76,8 +76,14 @@ typedef WgWsTile<128, VC_WS_STAGES, true> H6;
  * twice). fp32 accumulators: half the promoted sums in shared memory and
  * registers moved to the MMA warpgroups (WgAccSplit, setmaxnreg), 3
  * stages beside the 64 KB of sums; fp16 ones: 4 stages. */
-typedef WgWsTile<256, 3, false, true> H7f;
-typedef WgWsTile<256, 4> H7h;
+#ifndef VC_T7F_A_STAGES
+#define VC_T7F_A_STAGES 4
+#endif
+#ifndef VC_T7H_A_STAGES
+#define VC_T7H_A_STAGES 4
+#endif
+typedef WgWsTile<256, 3, false, true, VC_T7F_A_STAGES> H7f;
+typedef WgWsTile<256, 4, false, false, VC_T7H_A_STAGES> H7h;
 #define VC_MG_WG_TILES 8
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */

@@ -214,6 +214,8 @@ struct WgTile {
   /* every thread gathers and issues MMAs (see WgWsTile) */
   static constexpr int LOADERS = THREADS;
   static constexpr bool WS = false, HALF_SKIP = false;
+  /* stages of A (the gathered operand); STAGES counts those of B */
+  static constexpr int A_STAGES = STAGES;
 };
 
 /* Warp-specialised variant (wg_ws_pipeline): warpgroup 0 only gathers,
@@ -221,7 +223,7 @@ struct WgTile {
  * Forward/dgrad (wg_fwd_ws_kernel) read B as stage images, one bulk copy
  * per stage (WgFwdGather); wgrad (WgGradWsTile) gathers both operands. */
 template <int BN_, int STAGES_, bool HALF_SKIP_ = false,
-          bool HALF_SUMS_ = false>
+          bool HALF_SUMS_ = false, int A_STAGES_ = STAGES_>
 struct WgWsTile : WgTile<BN_, STAGES_> {
   static constexpr int THREADS = 384, LOADERS = 128;
   static constexpr bool WS = true;
@@ -246,12 +248,25 @@ struct WgWsTile : WgTile<BN_, STAGES_> {
   static_assert(!HALF_SUMS || GATHER_REGS * 128 + MMA_REGS * 256 <=
                                   65536 / 384 / 8 * 8 * 384,
                 "setmaxnreg: the warpgroups share the block's registers");
+  /* A ring deeper than B's (forward/dgrad, wg_fwd_ws_kernel): A_STAGES
+   * gathered stages, STAGES weight stages, each stage's weights loaded
+   * B_LAG iterations after its A rows, so that both refills wait for the
+   * release of the same iteration (A of it goes into the slot of
+   * it - A_STAGES, B of it - B_LAG into the slot of it - B_LAG - STAGES).
+   * Why: the gathers are the long-latency side (the MMA warps wait on
+   * full stages 46% of their samples, docs/perf-notes.md item 48) and
+   * the weights come from L2; 4 A stages of 16 KB and 3 weight stages of
+   * 32 KB fit beside tile 7's 64 KB of sums, 4 whole stages do not. */
+  static constexpr int A_STAGES = A_STAGES_;
+  static constexpr int B_LAG = A_STAGES_ - STAGES_;
+  static_assert(B_LAG >= 0, "B refills follow A's");
 };
 
 /* Stages, the shared fp32 sums, and slack to align the stages to 1024 B
  * (the swizzle is a function of address bits 4-9). */
 template <typename TL> constexpr int wg_smem_bytes() {
-  return TL::STAGES * (TL::A_STAGE + TL::B_STAGE) + TL::TOTAL_BYTES + 1024;
+  return TL::A_STAGES * TL::A_STAGE + TL::STAGES * TL::B_STAGE +
+         TL::TOTAL_BYTES + 1024;
 }
 
 /* Accumulators of one thread: the wgmma registers and, for fp32 tiles,
@@ -496,35 +511,67 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                : "memory");
 }
 
+/* arrives once and adds `bytes` of bulk copies to the current phase */
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar,
+                                                      unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::
+                   "r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+
+struct NoLoadB {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
 /* The warp-specialised main loop, gathering side: the gatherers
  * (warpgroup 0) run load(stage, it) for every iteration and return with
  * their copies landed. full0 / empty0: the shared addresses of the STAGES
  * full and empty barriers, initialised (wg_ws_init) and published by a
- * block barrier before the call. */
-template <int STAGES, typename Load>
+ * block barrier before the call. LAG > 0 (WgWsTile::B_LAG): B has its own
+ * ring and barriers; load_b(j) loads the B of iteration j = it - LAG at
+ * step it, after the wait for the release of it - STAGES that A's refill
+ * needs too. */
+template <int STAGES, int LAG = 0, typename Load, typename LoadB = NoLoadB>
 __device__ __forceinline__ void wg_ws_produce(int iters, unsigned full0,
-                                              unsigned empty0, Load &&load) {
-  for (int it = 0; it < iters; it++) {
+                                              unsigned empty0, Load &&load,
+                                              LoadB &&load_b = LoadB{}) {
+  for (int it = 0; it < iters + LAG; it++) {
     const int s = it % STAGES;
     const unsigned use = (unsigned)(it / STAGES);
     if (use > 0)
       mbar_wait(empty0 + 8 * s, (use - 1) & 1);
+    if constexpr (LAG > 0) {
+      if (it >= LAG) /* first: B is due LAG iterations before this A */
+        load_b(it - LAG);
+      if (it >= iters)
+        continue;
+    }
     load(s, it);
     mbar_arrive_copies(full0 + 8 * s);
   }
   cp_async_commit();
   cp_async_wait<0>(); /* nothing in flight when the thread leaves */
 }
-/* The MMA side: the MMA warpgroups run mma(stage) and promote() as
- * wg_pipeline does and return with every wgmma group complete. */
-template <int STAGES, int PROMOTE, typename Mma, typename Promote>
+/* The MMA side: the MMA warpgroups run mma(a stage, b stage) and
+ * promote() as wg_pipeline does and return with every wgmma group
+ * complete. B_STAGES > 0: B's own ring of full barriers at fullb0 (else
+ * the B stage is the A stage, on the same barrier). */
+template <int STAGES, int PROMOTE, int B_STAGES = 0, typename Mma,
+          typename Promote>
 __device__ __forceinline__ void wg_ws_consume(int iters, unsigned full0,
                                               unsigned empty0, Mma &&mma,
-                                              Promote &&promote) {
+                                              Promote &&promote,
+                                              unsigned fullb0 = 0) {
   const int lane = threadIdx.x & 31;
   for (int it = 0; it < iters; it++) {
     const int s = it % STAGES;
+    int sb = s;
     mbar_wait(full0 + 8 * s, (unsigned)(it / STAGES) & 1);
+    if constexpr (B_STAGES > 0) {
+      sb = it % B_STAGES;
+      mbar_wait(fullb0 + 8 * sb, (unsigned)(it / B_STAGES) & 1);
+    }
     fence_proxy_async_smem();
     if constexpr (PROMOTE > 0) {
       if (it > 0 && it % PROMOTE == 0) {
@@ -532,7 +579,7 @@ __device__ __forceinline__ void wg_ws_consume(int iters, unsigned full0,
         promote();
       }
     }
-    mma(s);
+    mma(s, sb);
     wgmma_wait<1>(); /* the group of it - 1 is done: release its stage */
     if (it > 0 && lane == 0)
       mbar_arrive(empty0 + 8 * ((it - 1) % STAGES));
@@ -551,14 +598,18 @@ wg_ws_pipeline(int iters, bool producer, unsigned full0, unsigned empty0,
   }
   wg_ws_consume<STAGES, PROMOTE>(iters, full0, empty0, mma, promote);
 }
-/* full[s]: one arrival per gathering thread; empty[s]: one per MMA warp */
-template <int STAGES, int LOADERS, int THREADS>
-__device__ __forceinline__ void wg_ws_init(unsigned full0, unsigned empty0) {
+/* full[s]: one arrival per gathering thread; empty[s]: one per MMA warp;
+ * B's own full barriers (B_STAGES > 0): one arrival, with the bytes */
+template <int STAGES, int LOADERS, int THREADS, int B_STAGES = 0>
+__device__ __forceinline__ void wg_ws_init(unsigned full0, unsigned empty0,
+                                           unsigned fullb0 = 0) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < STAGES; s++) {
       mbar_init(full0 + 8 * s, LOADERS);
       mbar_init(empty0 + 8 * s, (THREADS - LOADERS) / 32);
     }
+    for (int s = 0; s < B_STAGES; s++)
+      mbar_init(fullb0 + 8 * s, 1);
   }
 }
 
@@ -566,10 +617,10 @@ __device__ __forceinline__ void wg_ws_init(unsigned full0, unsigned empty0) {
  * warpgroup at descriptor da0 (stage 0), B at db0. */
 template <typename T, typename TL, bool ACC16, typename C>
 __device__ __forceinline__ void wg_fwd_mma(C &c, unsigned da0, unsigned db0,
-                                           int stage) {
+                                           int stage, int b_stage) {
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
   const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
-  const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
+  const unsigned db = db0 + b_stage * (TL::B_STAGE >> 4);
   wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
@@ -624,7 +675,7 @@ wg_fwd_store_staged(const FwdArgs &args, const TileOffsets<TL::BM> &tile,
                     T *stg) {
   constexpr int PITCH = TL::BN + 8;
   static_assert(TL::BM * PITCH * (int)sizeof(T) <=
-                    TL::STAGES * (TL::A_STAGE + TL::B_STAGE),
+                    TL::A_STAGES * TL::A_STAGE + TL::STAGES * TL::B_STAGE,
                 "the staged tile fits in the stage buffers");
   static_assert(TL::BN % 256 == 0, "a warp's 32 lanes copy 256 columns");
   const int g = lane >> 2, t4 = lane & 3, r0 = mw * 64 + wq * 16;
@@ -753,7 +804,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   wg_pipeline<TL::STAGES, ACC16 ? 0 : promote_iters>(
       iters, load_stage,
       [&](int stage) {
-        wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
+        wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage, stage);
       },
       [&] { acc.promote(); });
   acc.pin_all();
@@ -788,6 +839,7 @@ template <typename T, typename TL> struct WgFwdGather {
   int cv, ld_ai, ld_chunk;
   const T *b_img; /* this column tile's first image */
   int64_t img_k;  /* elements between two offsets' images */
+  int lb_ai, lb_chunk; /* the next B stage of load_b (B_LAG > 0) */
 
   __device__ __forceinline__ void init(const FwdArgs &args,
                                        const TileOffsets<TL::BM> &tile,
@@ -806,9 +858,17 @@ template <typename T, typename TL> struct WgFwdGather {
             (int64_t)(span.n0 / TL::BN) * span.nchunk * IMG;
     ld_ai = 0;
     ld_chunk = 0;
+    lb_ai = 0;
+    lb_chunk = 0;
+  }
+  /* the weight image of the stage of needed offset ai, chunk ch */
+  __device__ __forceinline__ const T *b_src(const TileOffsets<TL::BM> &tile,
+                                            int ai, int ch) const {
+    return b_img + tile.act[ai] * img_k + ch * IMG;
   }
   /* the next stage's copies into a_stage / b_stage (shared addresses),
-   * B completing on `full` */
+   * B completing on `full`; WITH_B false: A only (B_LAG > 0: load_b) */
+  template <bool WITH_B = true>
   __device__ __forceinline__ void load(const FwdArgs &args,
                                        const TileOffsets<TL::BM> &tile,
                                        int nchunk, unsigned a_stage,
@@ -827,11 +887,10 @@ template <typename T, typename TL> struct WgFwdGather {
        * fetched one stage ahead, as wg_fwd_kernel does) */
       gather.fetch(args.nbr, tile, ld_ai + 1);
     }
-    if (lt == 0) {
+    if (WITH_B && lt == 0) {
       mbar_expect_tx(full, TL::B_STAGE);
-      bulk_copy_g2s(b_stage,
-                    b_img + tile.act[ld_ai] * img_k + ld_chunk * IMG,
-                    TL::B_STAGE, full);
+      bulk_copy_g2s(b_stage, b_src(tile, ld_ai, ld_chunk), TL::B_STAGE,
+                    full);
     }
     const int c0 = ld_chunk * TL::BK;
     const bool col_ok = c0 + cv * 8 < ka;
@@ -841,6 +900,18 @@ template <typename T, typename TL> struct WgFwdGather {
     if (++ld_chunk == nchunk) {
       ld_chunk = 0;
       ld_ai++;
+    }
+  }
+  /* B's own ring (B_LAG > 0; thread 0 only): the next B stage into
+   * b_stage, completing on its barrier `fullb` */
+  __device__ __forceinline__ void load_b(const TileOffsets<TL::BM> &tile,
+                                         int nchunk, unsigned b_stage,
+                                         unsigned fullb) {
+    mbar_arrive_expect_tx(fullb, TL::B_STAGE);
+    bulk_copy_g2s(b_stage, b_src(tile, lb_ai, lb_chunk), TL::B_STAGE, fullb);
+    if (++lb_chunk == nchunk) {
+      lb_chunk = 0;
+      lb_ai++;
     }
   }
 };
@@ -856,20 +927,22 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   constexpr bool SPLIT = TL::HALF_SUMS && !ACC16; /* WgAccSplit */
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ TileOffsets<TL::BM> tile;
-  __shared__ __align__(8) uint64_t bars[2 * TL::STAGES];
+  constexpr int SA = TL::A_STAGES, SB = TL::STAGES;
+  constexpr int SBB = TL::B_LAG > 0 ? SB : 0; /* B's own full barriers */
+  __shared__ __align__(8) uint64_t bars[2 * SA + SBB];
   const unsigned raw = smem_addr(smem_raw);
   unsigned char *const sA = smem_raw + (((raw + 1023u) & ~1023u) - raw);
-  unsigned char *const sB = sA + TL::STAGES * TL::A_STAGE;
-  float4 *const s_sums =
-      reinterpret_cast<float4 *>(sB + TL::STAGES * TL::B_STAGE);
+  unsigned char *const sB = sA + SA * TL::A_STAGE;
+  float4 *const s_sums = reinterpret_cast<float4 *>(sB + SB * TL::B_STAGE);
   const unsigned sa_base = smem_addr(sA), sb_base = smem_addr(sB);
-  const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * TL::STAGES;
+  const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * SA,
+                 fullb0 = empty0 + 8 * SA;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wg = warp >> 2, wq = warp & 3; /* warpgroup, warp in it */
   const bool producer = wg == 0;
   const int mw = wg - 1; /* MMA warpgroup */
-  wg_ws_init<TL::STAGES, TL::LOADERS, TL::THREADS>(full0, empty0);
+  wg_ws_init<SA, TL::LOADERS, TL::THREADS, SBB>(full0, empty0, fullb0);
   /* ends with a block barrier, which also publishes the mbarriers */
   const TileSpan span = begin_tile<TL>(args, tile);
   const int nchunk = span.nchunk, iters = span.iters;
@@ -903,10 +976,25 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
           TL::GATHER_REGS));
     WgFwdGather<T, TL> gather;
     gather.init(args, tile, span, tid);
-    wg_ws_produce<TL::STAGES>(iters, full0, empty0, [&](int stage, int) {
-      gather.load(args, tile, nchunk, sa_base + stage * TL::A_STAGE,
-                  sb_base + stage * TL::B_STAGE, full0 + 8 * stage, tid);
-    });
+    if constexpr (TL::B_LAG > 0) {
+      wg_ws_produce<SA, TL::B_LAG>(
+          iters, full0, empty0,
+          [&](int stage, int) {
+            gather.template load<false>(args, tile, nchunk,
+                                        sa_base + stage * TL::A_STAGE, 0u,
+                                        0u, tid);
+          },
+          [&](int j) {
+            if (tid == 0)
+              gather.load_b(tile, nchunk, sb_base + (j % SB) * TL::B_STAGE,
+                            fullb0 + 8 * (j % SB));
+          });
+    } else {
+      wg_ws_produce<SA>(iters, full0, empty0, [&](int stage, int) {
+        gather.load(args, tile, nchunk, sa_base + stage * TL::A_STAGE,
+                    sb_base + stage * TL::B_STAGE, full0 + 8 * stage, tid);
+      });
+    }
     return;
   }
   if constexpr (TL::MMA_REGS > 0)
@@ -922,9 +1010,9 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const unsigned da0 = wg_desc_lo(sa_base + mw * 64 * TL::ROW_BYTES);
   const unsigned db0 = wg_desc_lo(sb_base);
   int mma_ai = 0, mma_chunk = 0; /* the offset and chunk of the stage */
-  wg_ws_consume<TL::STAGES, promote_iters>(
+  wg_ws_consume<SA, promote_iters, SBB>(
       iters, full0, empty0,
-      [&](int stage) {
+      [&](int stage, int b_stage) {
         if constexpr (TL::HALF_SKIP) {
           const int k = tile.act[mma_ai];
           const bool need = k >= 32 || ((my_half >> k) & 1u);
@@ -941,9 +1029,9 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
             return;
           }
         }
-        wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage);
+        wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage, b_stage);
       },
-      [&] { acc.promote(); });
+      [&] { acc.promote(); }, fullb0);
   acc.pin_all();
   if constexpr (TL::BN == 256) {
     if (args.nb % 8 == 0 && ((uintptr_t)args.out & 15) == 0) {
@@ -985,6 +1073,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
  * WGRAD_PROMOTE_ITERS x 32 pairs as there. */
 template <int BN_, int STAGES_, int MIN_BLOCKS_ = 1> struct WgGradTile {
   static constexpr int BM = 128, BN = BN_, BK = 64, STAGES = STAGES_;
+  static constexpr int A_STAGES = STAGES; /* as WgTile */
   static constexpr int MIN_BLOCKS = MIN_BLOCKS_, THREADS = 256;
   /* threads that gather (all of them here; see WgGradWsTile) */
   static constexpr int LOADERS = THREADS;
@@ -1195,7 +1284,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   constexpr int promote_iters = WGRAD_PROMOTE_ITERS * 32 / TL::BK;
   static_assert(promote_iters >= 1, "promotion every 256 pairs");
   const WgradMma<T, TL> mma(sa_base, sb_base, mw);
-  auto run_mma = [&](int stage) { mma.run(acc.c, stage); };
+  auto run_mma = [&](int stage, int = 0) { mma.run(acc.c, stage); };
   auto promote = [&] { acc.promote(); };
   if constexpr (TL::WS) {
     wg_ws_pipeline<TL::STAGES, promote_iters>(sl.iters, producer, full0,
