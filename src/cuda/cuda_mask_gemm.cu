@@ -110,7 +110,14 @@ typedef WgGradTile<64, 4, 2> W1;
 /* W2: W0's shape, warp-specialised (wg_ws_pipeline: one gathering
  * warpgroup, two wgmma warpgroups, mbarrier hand-over per stage). */
 typedef WgGradWsTile<128, 4> W2;
-#define VC_MG_WG_WGRAD_TILES 3
+/* W3: 128 x 256, warp-specialised, for C > 128: the forward's tile 7
+ * scheme (WgAccSplit sums, setmaxnreg) on wgrad. At C = 256 a 128 x 128
+ * tile gathers every dY row twice and every X row twice; here each X row
+ * twice and each dY row once, 48 KB per 4.2 MFLOP stage instead of 32 KB
+ * per 2.1 (the forward's 128 x 256 tile 7 gained 12% on that,
+ * docs/perf-notes.md item 44). 3 stages beside the 64 KB of sums. */
+typedef WgGradWsTile<256, 3, true> W3;
+#define VC_MG_WG_WGRAD_TILES 4
 
 /* Launches a forward/dgrad kernel (either family) over the output tiles.
  * Raising the dynamic shared-memory limit is per function and cheap; doing
@@ -280,6 +287,7 @@ voxconv_status_t launch_wg_wgrad_tile(voxconv_handle_t *h, int tile,
   case 0: return launch_wg_wgrad<T, W0>(h, a);
   case 1: return launch_wg_wgrad<T, W1>(h, a);
   case 2: return launch_wg_wgrad<T, W2>(h, a);
+  case 3: return launch_wg_wgrad<T, W3>(h, a);
   }
   return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                  "mask_gemm_wgmma: wgrad tile %d outside 0..%d", tile,
@@ -432,7 +440,7 @@ const vc_param_space_t mg_space_wgrad = {
 const int kWgradTileMN[VC_MG_WGRAD_TILES][2] = {
     {64, 64}, {32, 32}, {128, 128}, {64, 128}, {64, 64}, {64, 64}, {64, 64}};
 const int kWgWgradTileMN[VC_MG_WG_WGRAD_TILES][2] = {
-    {128, 128}, {128, 64}, {128, 128}};
+    {128, 128}, {128, 64}, {128, 128}, {128, 256}};
 
 /* Which kernel family runs a problem (one record each). */
 enum MgFamily { MG_FAM_MMA = 0, MG_FAM_WGMMA = 1, MG_FAM_IM2COL = 2 };
@@ -939,7 +947,7 @@ const vc_param_space_t wg_space_wgrad = {
     2,
     {"mma_tile", "split_k_slices"},
     {VC_MG_WG_WGRAD_TILES, 8},
-    {{2, 0, 1}, {0, 64, 32, 16, 8, 4, 2, 1}}};
+    {{2, 0, 1, 3}, {0, 64, 32, 16, 8, 4, 2, 1}}};
 
 const vc_param_space_t *wg_param_space(voxconv_pass_t pass) {
   return pass == VOXCONV_PASS_CONV_WGRAD ? &wg_space_wgrad : &wg_space;
@@ -1153,6 +1161,7 @@ const KernelRow *kernel_rows() {
     add_wg_wgrad_tile<W0>(rows, n, 0);
     add_wg_wgrad_tile<W1>(rows, n, 1);
     add_wg_wgrad_tile<W2>(rows, n, 2);
+    add_wg_wgrad_tile<W3>(rows, n, 3);
     rows[n++] = im2col_row<__half>(VOXCONV_DTYPE_F16);
     rows[n++] = im2col_row<__nv_bfloat16>(VOXCONV_DTYPE_BF16);
     built = 1;

@@ -187,6 +187,10 @@ VC_WG_SPEC_MN(__half, false, 128, true, "1", "f32.f16.f16", float, "+f", 64,
               "%64", "%65")
 VC_WG_SPEC_MN(__nv_bfloat16, false, 128, true, "1", "f32.bf16.bf16", float,
               "+f", 64, "%64", "%65")
+VC_WG_SPEC_MN(__half, false, 256, true, "1", "f32.f16.f16", float, "+f", 128,
+              "%128", "%129")
+VC_WG_SPEC_MN(__nv_bfloat16, false, 256, true, "1", "f32.bf16.bf16", float,
+              "+f", 128, "%128", "%129")
 #undef VC_WG_SPEC
 #undef VC_WG_SPEC_MN
 
@@ -1081,20 +1085,36 @@ template <int BN_, int STAGES_, int MIN_BLOCKS_ = 1> struct WgGradTile {
   static constexpr int A_STAGE = BM / 64 * CH_BLOCK;
   static constexpr int B_STAGE = BN / 64 * CH_BLOCK;
   static constexpr int TOTAL_BYTES = 0; /* for wg_smem_bytes */
-  static constexpr bool WS = false;
-  static_assert(BN == 64 || BN == 128, "MN-major wgmma wrappers: N = 64, 128");
+  static constexpr bool WS = false, HALF_SUMS = false;
+  static constexpr int GATHER_REGS = 0, MMA_REGS = 0;
+  static_assert(BN == 64 || BN == 128 || BN == 256,
+                "MN-major wgmma wrappers: N = 64, 128, 256");
   static_assert(STAGES >= 3, "as WgTile");
 };
 
 /* Warp-specialised wgrad tile (wg_ws_pipeline): warpgroup 0 only gathers,
  * warpgroups 1-2 only issue wgmma; stages are handed over through
  * mbarriers instead of one block-wide barrier per stage. Same shapes and
- * shared-memory layout as WgGradTile. */
-template <int BN_, int STAGES_> struct WgGradWsTile : WgGradTile<BN_, STAGES_> {
+ * shared-memory layout as WgGradTile. HALF_SUMS (BN = 256): the fp32 sums
+ * as the forward's WgWsTile keeps them (WgAccSplit: half in registers,
+ * half in 64 KB of shared memory, setmaxnreg moving registers from the
+ * gatherers to the MMA warpgroups). */
+template <int BN_, int STAGES_, bool HALF_SUMS_ = false>
+struct WgGradWsTile : WgGradTile<BN_, STAGES_> {
   static constexpr int THREADS = 384, LOADERS = 128;
-  static constexpr bool WS = true;
+  static constexpr bool WS = true, HALF_SUMS = HALF_SUMS_;
+  static constexpr int TOTAL_BYTES = HALF_SUMS ? 128 * BN_ * 2 : 0;
+  /* ptxas -v: no spills at 72 / 216 (and 64 / 216); 88 / 208 spilled 16
+   * bytes, 104 / 200 96 */
+  static constexpr int GATHER_REGS = HALF_SUMS ? 72 : 0;
+  static constexpr int MMA_REGS = HALF_SUMS ? 216 : 0;
   static_assert(STAGES_ >= 3, "a stage computing, one wgmma group in "
                               "flight, at least one being gathered");
+  static_assert(HALF_SUMS == (BN_ == 256),
+                "256 columns need the split sums, fewer do not");
+  static_assert(!HALF_SUMS || GATHER_REGS * 128 + MMA_REGS * 256 <=
+                                  65536 / 384 / 8 * 8 * 384,
+                "setmaxnreg: the warpgroups share the block's registers");
 };
 
 /* The gathers of one wgrad stage, shared by both wgrad kernels: LOADERS
@@ -1112,19 +1132,50 @@ template <typename T, typename TL> struct WgradGather {
   static constexpr int BVPT = TL::BK * BV / TL::LOADERS;
   static constexpr int RA = TL::LOADERS / AV, RB = TL::LOADERS / BV;
   static_assert(TL::BK * AV % TL::LOADERS == 0 &&
-                    TL::BK * BV % TL::LOADERS == 0 && RA % 8 == 0 &&
-                    RB % 8 == 0,
-                "whole vectors per thread, row steps keep the swizzle");
+                    TL::BK * BV % TL::LOADERS == 0 &&
+                    (RA % 8 == 0 || RA == 4) && (RB % 8 == 0 || RB == 4),
+                "whole vectors per thread, row steps keep the swizzle or "
+                "flip its bit 2");
+  /* shared offset of a thread's j-th row of an operand whose rows step by
+   * R (base: its first row's). R = 4 (256 columns: 32 vectors a row, 128
+   * threads): row r + 4 j, r < 4, has swizzle (c ^ r) ^ 4 for odd j, so
+   * the offset's chunk bit 2 (byte bit 6) flips. */
+  template <int R>
+  static __device__ __forceinline__ unsigned row_off(unsigned base, int j) {
+    if constexpr (R % 8 == 0)
+      return base + j * R * 128;
+    else
+      return (base ^ ((unsigned)(j & 1) << 6)) + j * R * 128;
+  }
+  /* SHFL (the 128 x 256 tile W3, whose gatherers have 88 registers): each
+   * warp's threads need 16 A rows (two row groups of 16 lanes, 8 rows
+   * each) and 16 B rows (one group, 16 rows) of a stage; lane l loads the
+   * pair index of one of those 32 rows, and each copy takes its row's
+   * index by a shuffle, instead of every thread holding 24 indices twice
+   * over (48 registers: ptxas spilled ~200 bytes). */
+  static constexpr bool SHFL = TL::HALF_SUMS;
+  static_assert(!SHFL || (AV == 16 && BV == 32 && AVPT == 8 && BVPT == 16),
+                "SHFL: 2 x 8 A rows and 16 B rows per warp, one per lane");
   const T *X, *DY, *xa, *dyb;
   const int *in_rows, *out_rows;
   int64_t p_begin, p_end;
   int cin, cout, ra, rb;
   unsigned a_soff, b_soff;
   bool a_col, b_col;
-  int a_src[AVPT], b_src[BVPT], a_nx[AVPT], b_nx[BVPT];
+  int a_src[SHFL ? 1 : AVPT], b_src[SHFL ? 1 : BVPT], a_nx[SHFL ? 1 : AVPT],
+      b_nx[SHFL ? 1 : BVPT];
+  int lane_src, lane_nx; /* SHFL: the index this lane holds, stage it, it+1 */
+  const int *lane_rows;
+  int lane_row;
 
-  __device__ __forceinline__ void fetch_rows(int it, int (&a)[AVPT],
-                                             int (&b)[BVPT]) {
+  /* SHFL: lane l < 16 holds A row (ra of lanes 0-15) + (l & 1) + RA (l/2)
+   * of the warp, lane l >= 16 B row rb + RB (l - 16) */
+  __device__ __forceinline__ int fetch_lane(int it) const {
+    const int64_t p = p_begin + (int64_t)it * TL::BK + lane_row;
+    return p < p_end ? __ldg(lane_rows + p) : -1;
+  }
+  __device__ __forceinline__ void fetch_rows(int it, int (&a)[SHFL ? 1 : AVPT],
+                                             int (&b)[SHFL ? 1 : BVPT]) {
     const int64_t p0 = p_begin + (int64_t)it * TL::BK;
 #pragma unroll
     for (int j = 0; j < AVPT; j++) {
@@ -1157,26 +1208,44 @@ template <typename T, typename TL> struct WgradGather {
     b_col = n0 + cb * 8 < cout;
     xa = X + (a_col ? m0 + ca * 8 : 0);
     dyb = DY + (b_col ? n0 + cb * 8 : 0);
-    fetch_rows(0, a_src, b_src);
-    fetch_rows(1, a_nx, b_nx);
+    if constexpr (SHFL) {
+      const int l = lt & 31, w = lt >> 5;
+      lane_rows = l < 16 ? in_rows : out_rows;
+      lane_row = l < 16 ? 2 * w + (l & 1) + RA * (l >> 1) : w + RB * (l - 16);
+      lane_src = fetch_lane(0);
+      lane_nx = fetch_lane(1);
+    } else {
+      fetch_rows(0, a_src, b_src);
+      fetch_rows(1, a_nx, b_nx);
+    }
   }
   /* issues iteration it's copies into the stage at a_stage / b_stage
    * (shared addresses), then loads the indices of it + 2 */
   __device__ __forceinline__ void load(unsigned a_stage, unsigned b_stage,
                                        int it) {
     const unsigned a_dst = a_stage + a_soff;
+    const int hi = (threadIdx.x >> 4) & 1; /* SHFL: this lane's A group */
 #pragma unroll
     for (int j = 0; j < AVPT; j++) {
-      const bool ok = a_src[j] >= 0 && a_col;
-      cp_async16_s(a_dst + j * RA * 128,
-                   ok ? xa + (int64_t)a_src[j] * cin : X, ok);
+      const int src = SHFL ? __shfl_sync(0xffffffffu, lane_src, 2 * j + hi)
+                           : a_src[SHFL ? 0 : j];
+      const bool ok = src >= 0 && a_col;
+      cp_async16_s(row_off<RA>(a_dst, j), ok ? xa + (int64_t)src * cin : X,
+                   ok);
     }
     const unsigned b_dst = b_stage + b_soff;
 #pragma unroll
     for (int j = 0; j < BVPT; j++) {
-      const bool ok = b_src[j] >= 0 && b_col;
-      cp_async16_s(b_dst + j * RB * 128,
-                   ok ? dyb + (int64_t)b_src[j] * cout : DY, ok);
+      const int src = SHFL ? __shfl_sync(0xffffffffu, lane_src, 16 + j)
+                           : b_src[SHFL ? 0 : j];
+      const bool ok = src >= 0 && b_col;
+      cp_async16_s(row_off<RB>(b_dst, j), ok ? dyb + (int64_t)src * cout : DY,
+                   ok);
+    }
+    if constexpr (SHFL) {
+      lane_src = lane_nx;
+      lane_nx = fetch_lane(it + 2);
+      return;
     }
 #pragma unroll
     for (int j = 0; j < AVPT; j++)
@@ -1273,16 +1342,41 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   }
 
   WgradGather<T, TL> gather;
-  if (!TL::WS || producer)
-    gather.init(args, sl, tid, m0, n0);
   auto load_stage = [&](int stage, int it) {
     gather.load(sa_base + stage * TL::A_STAGE, sb_base + stage * TL::B_STAGE,
                 it);
   };
-  WgAcc<false, TL::BN, false> acc;
-  acc.zero(nullptr);
   constexpr int promote_iters = WGRAD_PROMOTE_ITERS * 32 / TL::BK;
   static_assert(promote_iters >= 1, "promotion every 256 pairs");
+  if constexpr (TL::HALF_SUMS) {
+    /* as wg_fwd_ws_kernel: the sides part for good here, so that ptxas
+     * allocates registers per side, and setmaxnreg moves them */
+    if (producer) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(
+          TL::GATHER_REGS));
+      gather.init(args, sl, tid, m0, n0);
+      wg_ws_produce<TL::STAGES>(sl.iters, full0, empty0, load_stage);
+      return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
+        TL::MMA_REGS));
+    float4 *const s_sums = reinterpret_cast<float4 *>(
+        smem_raw + (sb_base + TL::STAGES * TL::B_STAGE - smem_addr(smem_raw)));
+    WgAccSplit<TL::BN> acc;
+    acc.zero(s_sums + (tid - 128)); /* the MMA threads' own sums */
+    const WgradMma<T, TL> mma(sa_base, sb_base, mw);
+    wg_ws_consume<TL::STAGES, promote_iters>(
+        sl.iters, full0, empty0,
+        [&](int stage, int) { mma.run(acc.c, stage); },
+        [&] { acc.promote(); });
+    acc.pin_all();
+    wg_wgrad_store<T, TL>(args, acc, mw, wq, lane, k, split, m0, n0);
+    return;
+  }
+  if (!TL::WS || producer)
+    gather.init(args, sl, tid, m0, n0);
+  WgAcc<false, TL::BN, false> acc;
+  acc.zero(nullptr);
   const WgradMma<T, TL> mma(sa_base, sb_base, mw);
   auto run_mma = [&](int stage, int = 0) { mma.run(acc.c, stage); };
   auto promote = [&] { acc.promote(); };
