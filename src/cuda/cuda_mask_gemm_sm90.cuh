@@ -266,6 +266,14 @@ struct WgWsTile : WgTile<BN_, STAGES_> {
   static_assert(B_LAG >= 0, "B refills follow A's");
 };
 
+/* A/B knob of the warp-specialised forward/dgrad tiles: MMA warpgroup mw
+ * promotes VC_WS_PROMOTE_STAGGER * mw iterations off the other (0: both
+ * at the same iterations, the measured choice; docs/perf-notes.md items
+ * 44, 49). */
+#ifndef VC_WS_PROMOTE_STAGGER
+#define VC_WS_PROMOTE_STAGGER 0
+#endif
+
 /* Stages, the shared fp32 sums, and slack to align the stages to 1024 B
  * (the swizzle is a function of address bits 4-9). */
 template <typename TL> constexpr int wg_smem_bytes() {
@@ -566,7 +574,8 @@ template <int STAGES, int PROMOTE, int B_STAGES = 0, typename Mma,
 __device__ __forceinline__ void wg_ws_consume(int iters, unsigned full0,
                                               unsigned empty0, Mma &&mma,
                                               Promote &&promote,
-                                              unsigned fullb0 = 0) {
+                                              unsigned fullb0 = 0,
+                                              int shift = 0) {
   const int lane = threadIdx.x & 31;
   for (int it = 0; it < iters; it++) {
     const int s = it % STAGES;
@@ -578,7 +587,7 @@ __device__ __forceinline__ void wg_ws_consume(int iters, unsigned full0,
     }
     fence_proxy_async_smem();
     if constexpr (PROMOTE > 0) {
-      if (it > 0 && it % PROMOTE == 0) {
+      if (it > 0 && (it + shift) % PROMOTE == 0) {
         wgmma_wait<0>();
         promote();
       }
@@ -1035,7 +1044,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
         }
         wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage, b_stage);
       },
-      [&] { acc.promote(); }, fullb0);
+      [&] { acc.promote(); }, fullb0, VC_WS_PROMOTE_STAGGER * mw);
   acc.pin_all();
   if constexpr (TL::BN == 256) {
     if (args.nb % 8 == 0 && ((uintptr_t)args.out & 15) == 0) {
