@@ -65,6 +65,9 @@ static FILE *g_report;
 /* VOXCONV_TEST_SMALL: every tile and variant still runs, on one small set,
  * f16 only, few split counts: sized for compute-sanitizer. */
 static int g_small;
+/* VOXCONV_TEST_CASE: only the cases whose label contains it (to rerun one
+ * tile under compute-sanitizer) */
+static const char *g_case;
 
 typedef struct {
   int32_t *coords;
@@ -334,6 +337,8 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
           snprintf(label, sizeof label, "im2col fwd %s C%lld->%lld row_order %d",
                    voxconv_dtype_name(dt), (long long)cin, (long long)cout,
                    prm.v[0]);
+          if (g_case && !strstr(label, g_case))
+            continue;
           check_case(algo, cs, kg, kc, pass, dt, cin, cout, &prm, ref, a, b,
                      NULL, 1, label);
           g_im2col_runs++;
@@ -368,6 +373,8 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
                    voxconv_dtype_name(dt), (long long)cin, (long long)cout,
                    prm.v[0], pass == VOXCONV_PASS_CONV_WGRAD ? "splits" : "acc",
                    prm.v[1], sp->n > 2 ? sp->names[2] : "-", prm.v[2]);
+          if (g_case && !strstr(label, g_case))
+            continue;
           check_case(algo, cs, kg, kc, pass, dt, cin, cout, &prm, ref, a, b,
                      NULL, !acc16, label);
         }
@@ -424,6 +431,7 @@ int main(void) {
   /* 1. Every tile and variant on a small random set (edges: n not a
    * multiple of any BM, channel counts not multiples of 32/64). */
   g_small = getenv("VOXCONV_TEST_SMALL") != NULL;
+  g_case = getenv("VOXCONV_TEST_CASE");
   int64_t nr = 0;
   int32_t *rc = vc_random_coords(g_small ? 1200 : 3000, 9, &nr);
   coordset_t rnd = make_set(rc, nr, "random");
@@ -505,7 +513,7 @@ int main(void) {
     free(wa.coords);
   }
   free(rnd.coords);
-  VC_EXPECT(g_im2col_runs > 0, "mask_gemm_im2col never ran (supports() "
+  VC_EXPECT(g_case || g_im2col_runs > 0, "mask_gemm_im2col never ran (supports() "
                                "refused every cin <= 8 case?)");
   if (g_report)
     fclose(g_report);

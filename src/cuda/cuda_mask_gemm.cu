@@ -457,11 +457,15 @@ enum MgFamily { MG_FAM_MMA = 0, MG_FAM_WGMMA = 1, MG_FAM_IM2COL = 2 };
  * uneven (the centre offset pairs every row), so more, shorter slices keep
  * the SMs busy to the end. The earlier target of 2 blocks per SM ran
  * 1.3-2.9x slower. The partial sums are capped at kWgradAdaptiveWsBytes so a
- * default call at large C does not take hundreds of MB (at C = 256 the cap
- * allows 9 slices; 8 measured within 12% of the best there). */
+ * default call at large C does not take hundreds of MB: 128 MB, so at
+ * C = 256 (7.1 MB of fp32 partials per slice) 18 slices. It was 64 MB
+ * (9 slices) until the 128 x 256 tile W3, which runs 16 slices in
+ * 2.46-2.48 ms against 2.73-2.91 at 9 and 2.60 / 2.67 at 32 / 64 (H200,
+ * twelfth session; 54 tiles x 9 slices are 3.7 blocks per SM, so the
+ * long centre-offset slices set the end). */
 const int kMaxSmsForWorkspace = 512;
 const int kWgradBlocksPerSm = 13;
-const int64_t kWgradAdaptiveWsBytes = (int64_t)64 << 20;
+const int64_t kWgradAdaptiveWsBytes = (int64_t)128 << 20;
 
 int wgrad_splits(int sms, const vc_conv_problem_t *p,
                  const vc_algo_params_t *prm, int family) {

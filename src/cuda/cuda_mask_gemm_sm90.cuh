@@ -1254,15 +1254,15 @@ template <typename T, typename TL> struct WgradGather {
     if constexpr (SHFL) {
       lane_src = lane_nx;
       lane_nx = fetch_lane(it + 2);
-      return;
+    } else {
+#pragma unroll
+      for (int j = 0; j < AVPT; j++)
+        a_src[j] = a_nx[j];
+#pragma unroll
+      for (int j = 0; j < BVPT; j++)
+        b_src[j] = b_nx[j];
+      fetch_rows(it + 2, a_nx, b_nx);
     }
-#pragma unroll
-    for (int j = 0; j < AVPT; j++)
-      a_src[j] = a_nx[j];
-#pragma unroll
-    for (int j = 0; j < BVPT; j++)
-      b_src[j] = b_nx[j];
-    fetch_rows(it + 2, a_nx, b_nx);
   }
 };
 
