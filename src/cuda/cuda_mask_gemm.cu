@@ -462,9 +462,14 @@ enum MgFamily { MG_FAM_MMA = 0, MG_FAM_WGMMA = 1, MG_FAM_IM2COL = 2 };
  * (9 slices) until the 128 x 256 tile W3, which runs 16 slices in
  * 2.46-2.48 ms against 2.73-2.91 at 9 and 2.60 / 2.67 at 32 / 64 (H200,
  * twelfth session; 54 tiles x 9 slices are 3.7 blocks per SM, so the
- * long centre-offset slices set the end). */
+ * long centre-offset slices set the end; see kWgWgradBlocksPerSm). */
 const int kMaxSmsForWorkspace = 512;
 const int kWgradBlocksPerSm = 13;
+/* The wgmma tiles (one 128-row block per SM) want about half as many: W2
+ * at C = 128 ran 0.99 ms at 36 slices (7.4 blocks per SM) and 1.05 at 64
+ * (13); W3 at C = 256 2.46-2.48 at 16 (6.5), 2.60 at 32 (13), 2.73-2.91 at
+ * 9 (3.7) (H200, twelfth session). */
+const int kWgWgradBlocksPerSm = 7;
 const int64_t kWgradAdaptiveWsBytes = (int64_t)128 << 20;
 
 int wgrad_splits(int sms, const vc_conv_problem_t *p,
@@ -478,7 +483,8 @@ int wgrad_splits(int sms, const vc_conv_problem_t *p,
   const int64_t tiles = vc_ceil_div<int64_t>(p->cin, mn[0]) *
                         vc_ceil_div<int64_t>(p->cout, mn[1]) *
                         p->kmap->kvol;
-  int64_t s = vc_ceil_div<int64_t>(kWgradBlocksPerSm * (int64_t)sms, tiles);
+  const int per_sm = wg ? kWgWgradBlocksPerSm : kWgradBlocksPerSm;
+  int64_t s = vc_ceil_div<int64_t>(per_sm * (int64_t)sms, tiles);
   /* keep at least ~512 pairs per slice on average */
   const int64_t max_by_pairs =
       p->kmap->n_pairs / (512 * (int64_t)p->kmap->kvol) + 1;

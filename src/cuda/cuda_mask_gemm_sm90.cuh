@@ -1364,7 +1364,21 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(
           TL::GATHER_REGS));
       gather.init(args, sl, tid, m0, n0);
-      wg_ws_produce<TL::STAGES>(sl.iters, full0, empty0, load_stage);
+      /* The wait_group is for compute-sanitizer: with 24 copies per
+       * thread per stage (72 in flight) racecheck reported every copy as
+       * a write-after-write hazard with the same thread's copy of the
+       * slot's previous use (W2, 64 in flight, and the forward tiles are
+       * clean; with --racecheck-memcpy-async no, 0 hazards). The mbarrier
+       * protocol already orders them -- the slot is refilled only after
+       * the MMA warps consumed it, so after its copies landed -- and the
+       * wait returns at once; it states that order where racecheck sees
+       * it (twelfth session). */
+      wg_ws_produce<TL::STAGES>(sl.iters, full0, empty0,
+                                [&](int stage, int it) {
+                                  cp_async_wait<TL::STAGES - 1>();
+                                  load_stage(stage, it);
+                                  cp_async_commit();
+                                });
       return;
     }
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
