@@ -266,6 +266,10 @@ struct WgWsTile : WgTile<BN_, STAGES_> {
   static_assert(B_LAG >= 0, "B refills follow A's");
 };
 
+#ifndef VC_WGRAD_RACECHECK_ORDER
+#define VC_WGRAD_RACECHECK_ORDER 0
+#endif
+
 /* A/B knob of the warp-specialised forward/dgrad tiles: MMA warpgroup mw
  * promotes VC_WS_PROMOTE_STAGGER * mw iterations off the other (0: both
  * at the same iterations, the measured choice; docs/perf-notes.md items
@@ -1364,20 +1368,24 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(
           TL::GATHER_REGS));
       gather.init(args, sl, tid, m0, n0);
-      /* The wait_group is for compute-sanitizer: with 24 copies per
-       * thread per stage (72 in flight) racecheck reported every copy as
-       * a write-after-write hazard with the same thread's copy of the
-       * slot's previous use (W2, 64 in flight, and the forward tiles are
-       * clean; with --racecheck-memcpy-async no, 0 hazards). The mbarrier
-       * protocol already orders them -- the slot is refilled only after
-       * the MMA warps consumed it, so after its copies landed -- and the
-       * wait returns at once; it states that order where racecheck sees
-       * it (twelfth session). */
+      /* VC_WGRAD_RACECHECK_ORDER (a build knob, 0 by default): a
+       * cp.async wait_group per stage for compute-sanitizer. With 24
+       * copies per thread per stage (72 in flight) racecheck reports every
+       * copy as a write-after-write hazard with the same thread's copy of
+       * the slot's previous use (W2, 64 in flight, and the forward tiles
+       * are clean; with --racecheck-memcpy-async no, 0 hazards). The
+       * mbarrier protocol already orders them -- a slot is refilled only
+       * after the MMA warps consumed it, so after its copies landed -- and
+       * with the wait racecheck is clean, but the wait cost W3 ~16% on the
+       * H200 (2.47 -> 2.87 ms at C = 256), so only the sanitizer build
+       * has it (twelfth session, docs/perf-notes.md item 50). */
       wg_ws_produce<TL::STAGES>(sl.iters, full0, empty0,
                                 [&](int stage, int it) {
-                                  cp_async_wait<TL::STAGES - 1>();
+                                  if constexpr (VC_WGRAD_RACECHECK_ORDER)
+                                    cp_async_wait<TL::STAGES - 1>();
                                   load_stage(stage, it);
-                                  cp_async_commit();
+                                  if constexpr (VC_WGRAD_RACECHECK_ORDER)
+                                    cp_async_commit();
                                 });
       return;
     }
