@@ -44,20 +44,22 @@ def source():
 def wg_tile_ids():
     """mask_gemm_wgmma tile IDs by (warp-specialised, shape): `typedef
     WgTile<BN, STAGES[, BK, SMEM_TOTAL, MIN_BLOCKS]> H<id>[f|h];` or
-    `typedef WgWsTile<BN, STAGES> H<id>;` (defaults as in the header)."""
+    `typedef WgWsTile<BN, STAGES[, HALF_SKIP[, HALF_SUMS[, A_STAGES]]]>
+    H<id>;` (defaults as in the header)."""
     ids = {}
     pat = re.compile(r"typedef Wg(Ws)?Tile<\s*([\w,\s]+)>\s*H(\d+)[fh]?\s*;")
     for m in pat.finditer(source()):
         a = [x.strip() for x in m.group(2).split(",")]
-        if m.group(1):  # WgWsTile<BN, STAGES[, HALF_SKIP[, HALF_SUMS]]>
+        if m.group(1):  # WgWsTile<BN, STAGES[, HALF_SKIP[, HALF_SUMS[, A]]]>
             skip = len(a) > 2 and a[2] == "true"
             halves = len(a) > 3 and a[3] == "true"
-            shape = (int(a[0]), int(a[1]), 64, halves, 1)
+            a_st = int(a[4]) if len(a) > 4 else int(a[1])
+            shape = (int(a[0]), int(a[1]), 64, halves, 1, a_st)
         else:
             skip = False
             a += ["64", "false", "1"][len(a) - 2:]
             shape = (int(a[0]), int(a[1]), int(a[2]), a[3] == "true",
-                     int(a[4]))
+                     int(a[4]), int(a[1]))
         ids[(bool(m.group(1)), skip) + shape] = int(m.group(3))
     return ids
 
@@ -65,12 +67,16 @@ def wg_tile_ids():
 def wg_wgrad_tile_ids():
     """mask_gemm_wgmma wgrad tile IDs by (warp-specialised, shape):
     `typedef WgGradTile<BN, STAGES[, MIN_BLOCKS]> W<id>;` or
-    `typedef WgGradWsTile<BN, STAGES> W<id>;` (MIN_BLOCKS 1)."""
+    `typedef WgGradWsTile<BN, STAGES[, HALF_SUMS]> W<id>;` (MIN_BLOCKS 1;
+    the key's third number is HALF_SUMS for those)."""
     ids = {}
-    pat = re.compile(r"typedef WgGrad(Ws)?Tile<\s*([\d,\s]+)>\s*W(\d+)\s*;")
+    pat = re.compile(r"typedef WgGrad(Ws)?Tile<\s*([\w,\s]+)>\s*W(\d+)\s*;")
     for m in pat.finditer(source()):
-        a = [int(x) for x in m.group(2).split(",")]
-        a += [1][len(a) - 2:]
+        a = [x.strip() for x in m.group(2).split(",")]
+        if m.group(1):
+            a = [int(a[0]), int(a[1]), int(len(a) > 2 and a[2] == "true")]
+        else:
+            a = [int(x) for x in a] + [1][len(a) - 2:]
         ids[(bool(m.group(1)),) + tuple(a)] = int(m.group(3))
     return ids
 
@@ -78,11 +84,12 @@ def wg_wgrad_tile_ids():
 WS_THREADS = "384: 1 gathering + 2 MMA warpgroups"
 
 
-def setmaxnreg():
-    """GATHER_REGS / MMA_REGS of a HALF_SUMS WgWsTile (the header's
-    `HALF_SUMS ? n : 0`)."""
+def setmaxnreg(struct="WgWsTile"):
+    """GATHER_REGS / MMA_REGS of a HALF_SUMS WgWsTile or WgGradWsTile
+    (the header's `HALF_SUMS ? n : 0` in that struct)."""
     hdr = open(os.path.join(os.path.dirname(SRC),
                             "cuda_mask_gemm_sm90.cuh")).read()
+    hdr = hdr[hdr.index("struct %s :" % struct):]
     return tuple(int(re.search(r"%s = HALF_SUMS \? (\d+)" % n, hdr).group(1))
                  for n in ("GATHER_REGS", "MMA_REGS"))
 
@@ -101,11 +108,11 @@ def main(path):
     wg_ids = wg_tile_ids()
     wgw_ids = wg_wgrad_tile_ids()
     wgw_re = re.compile(r"WgGradTileILi(\d+)ELi(\d+)ELi(\d+)EE")
-    wgws_re = re.compile(r"WgGradWsTileILi(\d+)ELi(\d+)EE")
+    wgws_re = re.compile(r"WgGradWsTileILi(\d+)ELi(\d+)ELb(\d)EE")
     wgw_rows = []
     wg_re = re.compile(r"WgTileILi(\d+)ELi(\d+)ELi(\d+)ELb(\d)ELi(\d+)EEELb(\d)E")
     wgs_re = re.compile(
-        r"WgWsTileILi(\d+)ELi(\d+)ELb(\d)ELb(\d)EEELb(\d)E")
+        r"WgWsTileILi(\d+)ELi(\d+)ELb(\d)ELb(\d)ELi(\d+)EEELb(\d)E")
     rows, wg_rows, ic_rows, fn = [], [], [], None
     tile_re = re.compile(r"TileILi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)ELi(\d+)EEE")
     for line in open(path):
@@ -134,16 +141,24 @@ def main(path):
         if w or ws:
             # WgGradTile (cuda_mask_gemm_sm90.cuh): BM = 128, BK = 64 pairs;
             # WgGradWsTile: the same with a third, gathering warpgroup
+            halves = 0
             if ws:
-                (bn, st), minb, threads = map(int, ws.groups()), 1, 384
+                (bn, st, halves), threads = map(int, ws.groups()), 384
+                minb = halves  # the id key's third number (see above)
             else:
                 (bn, st, minb), threads = map(int, w.groups()), 256
-            smem = static_smem + st * (128 + bn) * 64 * 2 + 1024
+            # HALF_SUMS: half the fp32 sums in shared memory (WgAccSplit)
+            smem = static_smem + st * (128 + bn) * 64 * 2 + \
+                (128 * bn * 2 if halves else 0) + 1024
             blocks, occ = occupancy(regs, threads, smem)
             wgw_rows.append((wgw_ids.get((bool(ws), bn, st, minb)),
                              "f16" if "6__half" in fn else "bf16",
                              f"128x{bn}x64", f"64x{bn}",
-                             WS_THREADS if ws else "256", st, bn // 2, regs,
+                             (WS_THREADS + (
+                                 "; setmaxnreg: gatherers %d, MMA %d "
+                                 "registers; half the sums in smem" %
+                                 setmaxnreg("WgGradWsTile") if halves else ""))
+                             if ws else "256", st, bn // 2, regs,
                              smem, blocks, f"{occ:.0%}"))
             fn = None
             continue
@@ -154,18 +169,20 @@ def main(path):
             skip = 0
             halves = 0
             if ws:  # WgWsTile: WgTile<BN, STAGES> plus a gathering warpgroup
-                (bn, st, skip, halves, acc16), bk, stot, minb = \
+                (bn, st, skip, halves, a_st, acc16), bk, stot, minb = \
                     map(int, ws.groups()), 64, 0, 1
             else:
                 bn, st, bk, stot, minb, acc16 = map(int, w.groups())
+                a_st = st
             threads = 384 if ws else 256
             # HALF_SUMS: half the fp32 sums in shared memory (WgAccSplit)
-            smem = static_smem + st * (128 * bk * 2 + bn * bk * 2) + \
+            smem = static_smem + a_st * 128 * bk * 2 + st * bn * bk * 2 + \
                 (128 * bn * 4 if stot else 0) + \
                 (128 * bn * 2 if halves else 0) + 1024
             blocks, occ = occupancy(regs, threads, smem)
             wg_rows.append((wg_ids.get((bool(ws), bool(skip), bn, st, bk,
-                                        bool(stot) or bool(halves), minb)),
+                                        bool(stot) or bool(halves), minb,
+                                        a_st)),
                             "f16" if "6__half" in fn else "bf16",
                             "f16" if acc16 else "f32", f"128x{bn}x{bk}",
                             f"64x{bn}",
@@ -173,7 +190,8 @@ def main(path):
                                            if skip else "") +
                              ("; setmaxnreg: gatherers %d, MMA %d registers"
                               % setmaxnreg() if halves else ""))
-                            if ws else "256", st,
+                            if ws else "256",
+                            st if a_st == st else f"{a_st} A + {st} B",
                             "smem" if stot else ("-" if acc16 else (
                                 "half registers, half smem" if halves
                                 else "registers")),
