@@ -68,6 +68,9 @@ static int g_small;
 /* VOXCONV_TEST_CASE: only the cases whose label contains it (to rerun one
  * tile under compute-sanitizer) */
 static const char *g_case;
+static int case_selected(const char *label) {
+  return !g_case || strstr(label, g_case) != NULL;
+}
 
 typedef struct {
   int32_t *coords;
@@ -337,7 +340,7 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
           snprintf(label, sizeof label, "im2col fwd %s C%lld->%lld row_order %d",
                    voxconv_dtype_name(dt), (long long)cin, (long long)cout,
                    prm.v[0]);
-          if (g_case && !strstr(label, g_case))
+          if (!case_selected(label))
             continue;
           check_case(algo, cs, kg, kc, pass, dt, cin, cout, &prm, ref, a, b,
                      NULL, 1, label);
@@ -373,7 +376,7 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
                    voxconv_dtype_name(dt), (long long)cin, (long long)cout,
                    prm.v[0], pass == VOXCONV_PASS_CONV_WGRAD ? "splits" : "acc",
                    prm.v[1], sp->n > 2 ? sp->names[2] : "-", prm.v[2]);
-          if (g_case && !strstr(label, g_case))
+          if (!case_selected(label))
             continue;
           check_case(algo, cs, kg, kc, pass, dt, cin, cout, &prm, ref, a, b,
                      NULL, !acc16, label);

@@ -74,16 +74,16 @@ typedef WgWsTile<128, VC_WS_STAGES, true> H6;
  * row feeds 256 output channels, so the L2 -> SM bytes per MMA drop by a
  * quarter against 128 x 128 (whose two column tiles gather every row
  * twice). fp32 accumulators: half the promoted sums in shared memory and
- * registers moved to the MMA warpgroups (WgAccSplit, setmaxnreg), 3
- * stages beside the 64 KB of sums; fp16 ones: 4 stages. */
+ * registers moved to the MMA warpgroups (WgAccSplit, setmaxnreg); beside
+ * the 64 KB of sums, VC_T7F_A_STAGES (an A/B knob; 3: the coupled ring)
+ * stages of gathered rows and 3 of weights (docs/perf-notes.md item 49).
+ * fp16 ones: 4 coupled stages (5 of rows beside 4 of weights gained
+ * nothing, item 49). */
 #ifndef VC_T7F_A_STAGES
 #define VC_T7F_A_STAGES 4
 #endif
-#ifndef VC_T7H_A_STAGES
-#define VC_T7H_A_STAGES 4
-#endif
 typedef WgWsTile<256, 3, false, true, VC_T7F_A_STAGES> H7f;
-typedef WgWsTile<256, 4, false, false, VC_T7H_A_STAGES> H7h;
+typedef WgWsTile<256, 4> H7h;
 #define VC_MG_WG_TILES 8
 
 /* Wgrad tiles: M = cin, N = cout, BK = pairs per stage. */

@@ -266,16 +266,10 @@ struct WgWsTile : WgTile<BN_, STAGES_> {
   static_assert(B_LAG >= 0, "B refills follow A's");
 };
 
+/* Build knob for the compute-sanitizer build (scripts/device_check.sh):
+ * see its use in wg_wgrad_kernel. */
 #ifndef VC_WGRAD_RACECHECK_ORDER
 #define VC_WGRAD_RACECHECK_ORDER 0
-#endif
-
-/* A/B knob of the warp-specialised forward/dgrad tiles: MMA warpgroup mw
- * promotes VC_WS_PROMOTE_STAGGER * mw iterations off the other (0: both
- * at the same iterations, the measured choice; docs/perf-notes.md items
- * 44, 49). */
-#ifndef VC_WS_PROMOTE_STAGGER
-#define VC_WS_PROMOTE_STAGGER 0
 #endif
 
 /* Stages, the shared fp32 sums, and slack to align the stages to 1024 B
@@ -527,6 +521,17 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
                : "memory");
 }
 
+/* setmaxnreg: the gathering warpgroup gives registers back, the MMA
+ * warpgroups take them (their .inc waits until the pool has them); each
+ * side's code must not merge with the other's afterwards, or ptxas
+ * allocates one count for both. */
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 /* arrives once and adds `bytes` of bulk copies to the current phase */
 __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar,
                                                       unsigned bytes) {
@@ -578,8 +583,7 @@ template <int STAGES, int PROMOTE, int B_STAGES = 0, typename Mma,
 __device__ __forceinline__ void wg_ws_consume(int iters, unsigned full0,
                                               unsigned empty0, Mma &&mma,
                                               Promote &&promote,
-                                              unsigned fullb0 = 0,
-                                              int shift = 0) {
+                                              unsigned fullb0 = 0) {
   const int lane = threadIdx.x & 31;
   for (int it = 0; it < iters; it++) {
     const int s = it % STAGES;
@@ -591,7 +595,7 @@ __device__ __forceinline__ void wg_ws_consume(int iters, unsigned full0,
     }
     fence_proxy_async_smem();
     if constexpr (PROMOTE > 0) {
-      if (it > 0 && (it + shift) % PROMOTE == 0) {
+      if (it > 0 && it % PROMOTE == 0) {
         wgmma_wait<0>();
         promote();
       }
@@ -989,8 +993,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
    * warpgroups, whose setmaxnreg.inc waits until the pool has them). */
   if (producer) {
     if constexpr (TL::MMA_REGS > 0)
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(
-          TL::GATHER_REGS));
+      setmaxnreg_dec<TL::GATHER_REGS>();
     WgFwdGather<T, TL> gather;
     gather.init(args, tile, span, tid);
     if constexpr (TL::B_LAG > 0) {
@@ -1015,8 +1018,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     return;
   }
   if constexpr (TL::MMA_REGS > 0)
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
-        TL::MMA_REGS));
+    setmaxnreg_inc<TL::MMA_REGS>();
   typename std::conditional<SPLIT, WgAccSplit<TL::BN>,
                             WgAcc<ACC16, TL::BN, false>>::type acc;
   if constexpr (SPLIT) /* the sums are the MMA threads' own */
@@ -1048,7 +1050,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
         }
         wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage, b_stage);
       },
-      [&] { acc.promote(); }, fullb0, VC_WS_PROMOTE_STAGGER * mw);
+      [&] { acc.promote(); }, fullb0);
   acc.pin_all();
   if constexpr (TL::BN == 256) {
     if (args.nb % 8 == 0 && ((uintptr_t)args.out & 15) == 0) {
@@ -1160,7 +1162,7 @@ template <typename T, typename TL> struct WgradGather {
     else
       return (base ^ ((unsigned)(j & 1) << 6)) + j * R * 128;
   }
-  /* SHFL (the 128 x 256 tile W3, whose gatherers have 88 registers): each
+  /* SHFL (the 128 x 256 tile W3, whose gatherers have 72 registers): each
    * warp's threads need 16 A rows (two row groups of 16 lanes, 8 rows
    * each) and 16 B rows (one group, 16 rows) of a stage; lane l loads the
    * pair index of one of those 32 rows, and each copy takes its row's
@@ -1365,8 +1367,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     /* as wg_fwd_ws_kernel: the sides part for good here, so that ptxas
      * allocates registers per side, and setmaxnreg moves them */
     if (producer) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(
-          TL::GATHER_REGS));
+      setmaxnreg_dec<TL::GATHER_REGS>();
       gather.init(args, sl, tid, m0, n0);
       /* VC_WGRAD_RACECHECK_ORDER (a build knob, 0 by default): a
        * cp.async wait_group per stage for compute-sanitizer. With 24
@@ -1376,9 +1377,10 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
        * are clean; with --racecheck-memcpy-async no, 0 hazards). The
        * mbarrier protocol already orders them -- a slot is refilled only
        * after the MMA warps consumed it, so after its copies landed -- and
-       * with the wait racecheck is clean, but the wait cost W3 ~16% on the
-       * H200 (2.47 -> 2.87 ms at C = 256), so only the sanitizer build
-       * has it (twelfth session, docs/perf-notes.md item 50). */
+       * with the wait racecheck is clean, but the wait cost W3 14% on the
+       * H200 (2.52 -> 2.86 ms at C = 256, same call), so only the
+       * sanitizer build has it (twelfth session, docs/perf-notes.md item
+       * 50). */
       wg_ws_produce<TL::STAGES>(sl.iters, full0, empty0,
                                 [&](int stage, int it) {
                                   if constexpr (VC_WGRAD_RACECHECK_ORDER)
@@ -1389,8 +1391,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
                                 });
       return;
     }
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(
-        TL::MMA_REGS));
+    setmaxnreg_inc<TL::MMA_REGS>();
     float4 *const s_sums = reinterpret_cast<float4 *>(
         smem_raw + (sb_base + TL::STAGES * TL::B_STAGE - smem_addr(smem_raw)));
     WgAccSplit<TL::BN> acc;
