@@ -11,6 +11,9 @@
 # C:match[:pass[:algo]] ..." (match as bench_tiles --match, e.g.
 # 64:mma_tile=0,acc; pass fwd/dgrad/wgrad, algo default mask_gemm).
 #
+# sanitize: memcheck on the default build, racecheck on build-racecheck
+# (-DVC_WGRAD_RACECHECK_ORDER=1, see below).
+#
 # Knobs: GPU_TESTS (ctest -R regex), SANITIZE_TESTS, SAN_BACKEND_ALGOS
 # (test_backend_ops' algorithms under the sanitizers), TILES=0 (skip
 # bench_tiles), TILE_ALGOS, TILE_REPEAT, TEST_TIMEOUT, SAN_TIMEOUT.
@@ -49,6 +52,23 @@ if has build; then
     { grep -E "error" "$OUT/build.txt" | head -20; exit 1; }
 fi
 
+# racecheck runs on its own build with VC_WGRAD_RACECHECK_ORDER=1: the
+# wgrad tile W3 then waits for its own earlier copies of a slot explicitly
+# (a no-op under its mbarrier protocol, 14% slower), without which
+# racecheck reports them as same-thread write-after-write hazards
+# (src/cuda/cuda_mask_gemm_sm90.cuh, docs/perf-notes.md item 50).
+# memcheck runs on the default build. Built before the tests start, so the
+# compile does not share the CPUs with them.
+RB=build-racecheck
+SAN_TESTS=${SANITIZE_TESTS:-test_mask_gemm test_cuda_kmap test_backend_ops}
+if has sanitize; then
+  stamp "racecheck build"
+  cmake -S . -B $RB -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_FLAGS=-DVC_WGRAD_RACECHECK_ORDER=1 >"$OUT/cmake_racecheck.txt" 2>&1
+  cmake --build $RB -j"$(nproc)" --target $SAN_TESTS >"$OUT/build_racecheck.txt" 2>&1 ||
+    { grep -E "error" "$OUT/build_racecheck.txt" | head -20; exit 1; }
+fi
+
 # The GPU tests and the compute-sanitizer runs are independent, so they run
 # concurrently (device time is the scarce resource); results are printed
 # once all have finished.
@@ -73,14 +93,14 @@ if has sanitize; then
   # allocation on purpose (the library checks and reports every API status;
   # the tests assert them).
   stamp "compute-sanitizer memcheck + racecheck (background)"
-  for t in ${SANITIZE_TESTS:-test_mask_gemm test_cuda_kmap test_backend_ops}; do
+  for t in $SAN_TESTS; do
     args=""
     [ "$t" = test_cuda_kmap ] && args="--quick"
     for tool in memcheck racecheck; do
-      extra=""
-      [ $tool = memcheck ] && extra="--report-api-errors no"
+      extra="" bin=$RB
+      [ $tool = memcheck ] && extra="--report-api-errors no" bin=$B
       VOXCONV_TEST_ALGO=${SAN_BACKEND_ALGOS:-pool,mask_gemm_im2col} VOXCONV_TEST_SMALL=1 timeout ${SAN_TIMEOUT:-420} $CS --tool $tool $extra \
-        --error-exitcode 9 $B/tests/$t $args >"$OUT/${tool}_$t.txt" 2>&1 &
+        --error-exitcode 9 $bin/tests/$t $args >"$OUT/${tool}_$t.txt" 2>&1 &
       pids="$pids $!"
     done
   done
@@ -96,7 +116,7 @@ if has test; then
     echo "test_core without the stream wait fails as it must: $(grep -m1 'stream B read' "$OUT/test_core_no_wait.txt" | cut -c1-160)"
 fi
 if has sanitize; then
-  for t in ${SANITIZE_TESTS:-test_mask_gemm test_cuda_kmap test_backend_ops}; do
+  for t in $SAN_TESTS; do
     for tool in memcheck racecheck; do
       echo "$tool $t: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|checks' \
         "$OUT/${tool}_$t.txt" | tail -2 | tr '\n' ' ')"
