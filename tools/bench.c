@@ -65,6 +65,7 @@ typedef struct bench_opts {
   double peak_tflops, peak_tbps; /* 0 = defaults by dtype */
   uint64_t seed;
   int maps_serial; /* --maps serial: maps on the convolutions' stream */
+  int settle_ms;   /* -1 = default: rest after a warm-up that tuned */
 } bench_opts_t;
 
 void vt_bench_usage(FILE *out) {
@@ -103,6 +104,10 @@ void vt_bench_usage(FILE *out) {
       "  --repeat N            timed runs, median reported (default 3 CPU, 10 "
       "CUDA)\n"
       "  --warmup N            untimed runs first (default 1 CPU, 3 CUDA)\n"
+      "  --settle-ms N         CUDA: idle N ms after a warm-up in which the\n"
+      "                        autotuner ran (default 2000; 0: none), so the\n"
+      "                        tuning burst's power draw does not lower the\n"
+      "                        clock of the timed runs\n"
       "  --seed N              weights/gradients seed (default 1)\n"
       "  --maps overlap|serial  CUDA end-to-end forward: build kernel maps\n"
       "                        on a second stream, overlapping the previous\n"
@@ -215,7 +220,7 @@ static int algo_names_known(const char *spec) {
 static int parse_options(int argc, char **argv, bench_opts_t *o) {
   memset(o, 0, sizeof *o);
   o->backend = VOXCONV_BACKEND_AUTO;
-  o->repeat = o->warmup = -1;
+  o->repeat = o->warmup = o->settle_ms = -1;
   o->fp16_accum = -1;
   o->seed = 1;
   int channels_set = 0, maps_set = 0;
@@ -269,6 +274,11 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
       if (!vt_parse_long(v, 0, MAX_REPEAT, &n))
         return usage_error("--warmup %s: want 0..%d", v, MAX_REPEAT);
       o->warmup = (int)n;
+    } else if (strcmp(a, "--settle-ms") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_long(v, 0, 60000, &n))
+        return usage_error("--settle-ms %s: want 0..60000", v);
+      o->settle_ms = (int)n;
     } else if (strcmp(a, "--algo") == 0) {
       NEED_VALUE();
       if (!algo_names_known(v))
@@ -404,6 +414,9 @@ typedef struct bench {
   voxconv_dtype_t dtype;
   size_t esize;
   int repeat, warmup;
+  int settle_ms;
+  int warming; /* in a warm-up run (not in the timed ones) */
+  int tuned;   /* an op of the current warm-up ran the autotuner */
   voxconv_conv_options_t conv_opt;
   FILE *human; /* table destination, NULL when quiet */
   /* input */
@@ -476,6 +489,36 @@ static void progress(const bench_t *B, const char *fmt, ...) {
   fprintf(stderr, "\n");
   fflush(stderr);
   va_end(ap);
+}
+
+/* Warm-ups: did the op just run tune (its choice was not read from the
+ * tuning cache)? Ops without a call record (maps, pooling) leave the
+ * flag alone; the record they would read is the last convolution's. */
+static void note_tuning(bench_t *B) {
+  voxconv_call_info_t ci;
+  if (voxconv_get_last_call_info(B->h, &ci) == VOXCONV_STATUS_SUCCESS &&
+      !ci.from_cache && ci.time_ms >= 0)
+    B->tuned = 1;
+}
+
+/* After a warm-up in which the autotuner ran (CUDA only). Why: tuning
+ * times every candidate back to back for seconds, and on an H200 that
+ * holds the board at its power limit; the power controller then keeps the
+ * SM clock down (nvidia-smi: clocks_event_reasons 0x4, SW power cap) for
+ * about a second after the load ends, so runs timed right away measured
+ * 3-8% slower than the same kernels read from the cache
+ * (bench/results/h200_2026-11-21_s13.md). The rest puts a tuning run's
+ * timed runs in the state a cached run starts from. */
+static void settle_after_tuning(bench_t *B) {
+  if (!B->tuned || B->settle_ms <= 0)
+    return;
+  B->tuned = 0;
+  progress(B, "the autotuner ran in this warm-up: idle %d ms before timing "
+              "(--settle-ms)", B->settle_ms);
+  struct timespec ts = {B->settle_ms / 1000,
+                        (long)(B->settle_ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
 }
 
 /* Backend buffer, recorded so that cleanup frees everything. */
@@ -1123,6 +1166,8 @@ static int plan_network(bench_t *B) {
       return rc_;                                                              \
     if ((rep) >= 0)                                                            \
       (B)->rows[(r)].ms[(rep)] = ms_;                                          \
+    else if ((B)->warming)                                                     \
+      note_tuning(B);                                                          \
     (r)++;                                                                     \
   } while (0)
 
@@ -1248,12 +1293,15 @@ static int run_network(bench_t *B) {
   /* The first warm-up tunes (on an empty cache): in line, so no map build
    * runs beside the candidates being timed. */
   for (int i = 0; i < B->warmup; i++) {
+    B->warming = 1;
     if ((rc = net_forward(B, -1, 0, i > 0, &f)) ||
         (rc = net_backward(B, -1, 0, &b)))
       return rc;
+    B->warming = 0;
     release_maps(B);
     progress(B, "warm-up %d/%d: forward %.2f ms, backward %.2f ms", i + 1,
              B->warmup, f, b);
+    settle_after_tuning(B);
   }
   /* On the CPU a per-layer run is also an end-to-end run (nothing is
    * asynchronous); on CUDA the per-layer syncs would inflate the totals,
@@ -1329,6 +1377,7 @@ static int run_workload_c(bench_t *B) {
       for (int i = -B->warmup; i < B->repeat; i++) {
         int r = r0 + pass;
         const int rep = i < 0 ? -1 : i;
+        B->warming = i < 0;
         if (pass == 0)
           TIMED_OP(B, r, rep, 1, "voxconv_conv_forward",
                    voxconv_conv_forward(B->h, L->subm, &fx, &fw, &fy,
@@ -1341,7 +1390,10 @@ static int run_workload_c(bench_t *B) {
           TIMED_OP(B, r, rep, 1, "voxconv_conv_wgrad",
                    voxconv_conv_wgrad(B->h, L->subm, &fx, &fdy, &fdw,
                                       &B->conv_opt));
+        if (i < 0)
+          settle_after_tuning(B);
       }
+      B->warming = 0;
       progress(B, "C=%lld %s: median %.3f ms", (long long)C,
                B->rows[r0 + pass].op,
                median(B->rows[r0 + pass].ms, B->repeat));
@@ -1421,6 +1473,9 @@ static void print_human(const bench_t *B, FILE *f) {
           cuda ? "rows: CUDA events around each op (voxconv_timer_*); "
                  "totals: separate end-to-end runs, one event pair"
                : "CPU monotonic clock");
+  if (cuda && B->settle_ms > 0)
+    fprintf(f, "            %d ms idle after a warm-up in which the autotuner "
+               "ran (--settle-ms)\n", B->settle_ms);
   if (cuda && maps_schedule(B))
     fprintf(f, "maps      : %s%s\n", maps_schedule(B),
             B->hm ? " (end-to-end forward: maps built on a second stream "
@@ -1528,6 +1583,8 @@ static void print_json(const bench_t *B, FILE *f) {
   fprintf(f, ", \"points\": %lld, \"voxels\": %lld, \"voxel_size\": %g},\n",
           (long long)B->n_points, (long long)B->n_voxels, B->voxel_size);
   fprintf(f, "  \"repeat\": %d,\n  \"warmup\": %d,\n", B->repeat, B->warmup);
+  /* absent in older results: no rest after a tuning warm-up then */
+  fprintf(f, "  \"settle_ms\": %d,\n", B->settle_ms);
   /* How the times were taken (results recorded before this key existed
    * used the host clock with a synchronize after each op). */
   fprintf(f, "  \"clock\": \"%s\",\n", cuda ? "cuda_events" : "monotonic");
@@ -1564,7 +1621,12 @@ static void print_json(const bench_t *B, FILE *f) {
               100.0 * row_rate(r, ms) / B->peak_flops,
               100.0 * t_floor / (ms * 1e-3));
     }
-    fprintf(f, "}%s\n", i + 1 < B->n_rows ? "," : "");
+    /* Every timed run, in order: a drift across the runs (clocks settling
+     * after the tuner's burst) shows here and not in the median. */
+    fprintf(f, ", \"runs_ms\": [");
+    for (int k = 0; k < B->repeat; k++)
+      fprintf(f, "%s%.6g", k ? ", " : "", r->ms[k]);
+    fprintf(f, "]}%s\n", i + 1 < B->n_rows ? "," : "");
   }
   fprintf(f, "  ]");
   if (B->fwd_total) {
@@ -1665,6 +1727,8 @@ static int bench_setup(bench_t *B) {
   B->esize = voxconv_dtype_size(B->dtype);
   B->repeat = B->o.repeat > 0 ? B->o.repeat : (cuda ? 10 : 3);
   B->warmup = B->o.warmup >= 0 ? B->o.warmup : (cuda ? 3 : 1);
+  /* the CPU's timings do not depend on a power controller's history */
+  B->settle_ms = !cuda ? 0 : B->o.settle_ms >= 0 ? B->o.settle_ms : 2000;
   if (!B->o.size_set)
     B->o.size = cuda ? VT_SCENE_LARGE : VT_SCENE_SMALL;
   memset(&B->conv_opt, 0, sizeof B->conv_opt);
