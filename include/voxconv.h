@@ -236,6 +236,23 @@ VOXCONV_API voxconv_status_t voxconv_stream_destroy(voxconv_handle_t *h,
 VOXCONV_API voxconv_status_t voxconv_stream_wait(voxconv_handle_t *h,
                                                  void *other);
 
+/* voxconv_stream_create with a scheduling priority. HIGH is the greatest
+ * priority the device offers: as SMs free up, the block scheduler starts
+ * the pending blocks of a high-priority stream before those of normal
+ * ones, so short work there is not queued behind a long convolution's
+ * blocks. Build kernel maps on one when they overlap convolutions: each
+ * build ends with the host waiting for its result, so in a network's
+ * forward the chain of map builds is the critical path (H200, workload A:
+ * forward 5.9-6.9 ms with the map stream at normal priority, 4.9 ms at
+ * high; docs/perf-notes.md item 51). INVALID_ARGUMENT for another value;
+ * *stream = NULL on CPU. */
+typedef enum voxconv_stream_priority {
+  VOXCONV_STREAM_PRIORITY_NORMAL = 0,
+  VOXCONV_STREAM_PRIORITY_HIGH = 1
+} voxconv_stream_priority_t;
+VOXCONV_API voxconv_status_t voxconv_stream_create_priority(
+    voxconv_handle_t *h, voxconv_stream_priority_t priority, void **stream);
+
 /* Timing library calls the way benchmarks should: on a CUDA handle a pair
  * of CUDA events on the handle's stream, so the result is the time the GPU
  * took from start to stop (host launch overhead before the first kernel and

@@ -168,6 +168,22 @@ static void test_streams(void) {
                      VOXCONV_STATUS_NULL_POINTER);
     VC_EXPECT_STATUS(h, voxconv_stream_create(h, &s), VOXCONV_STATUS_SUCCESS);
     VC_EXPECT(s == NULL, "CPU stream_create gave %p, want NULL", s);
+    s = (void *)1;
+    VC_EXPECT_STATUS(h,
+                     voxconv_stream_create_priority(
+                         h, VOXCONV_STREAM_PRIORITY_HIGH, &s),
+                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT(s == NULL, "CPU stream_create_priority gave %p, want NULL", s);
+    VC_EXPECT_STATUS(h,
+                     voxconv_stream_create_priority(
+                         h, (voxconv_stream_priority_t)2, &s),
+                     VOXCONV_STATUS_INVALID_ARGUMENT);
+    VC_EXPECT(strstr(voxconv_get_last_error(h), "priority 2") != NULL,
+              "bad priority message: %s", voxconv_get_last_error(h));
+    VC_EXPECT_STATUS(h,
+                     voxconv_stream_create_priority(
+                         h, VOXCONV_STREAM_PRIORITY_HIGH, NULL),
+                     VOXCONV_STATUS_NULL_POINTER);
     VC_EXPECT_STATUS(h, voxconv_stream_wait(h, NULL), VOXCONV_STATUS_SUCCESS);
     VC_EXPECT_STATUS(h, voxconv_stream_wait(h, (void *)1),
                      VOXCONV_STATUS_INVALID_ARGUMENT);
@@ -190,7 +206,12 @@ static void test_streams(void) {
   if (!ha)
     return;
   VC_EXPECT_STATUS(ha, voxconv_stream_create(ha, &sa), VOXCONV_STATUS_SUCCESS);
-  VC_EXPECT_STATUS(ha, voxconv_stream_create(ha, &sb), VOXCONV_STATUS_SUCCESS);
+  /* B at high priority: the ordering below must hold across priorities
+   * (the bench builds its maps on such a stream) */
+  VC_EXPECT_STATUS(ha,
+                   voxconv_stream_create_priority(
+                       ha, VOXCONV_STREAM_PRIORITY_HIGH, &sb),
+                   VOXCONV_STATUS_SUCCESS);
   VC_EXPECT(sa && sb && sa != sb, "two CUDA streams: %p %p", sa, sb);
   VC_EXPECT_STATUS(ha, voxconv_set_stream(ha, sa), VOXCONV_STATUS_SUCCESS);
   VC_EXPECT_STATUS(ha, voxconv_stream_destroy(ha, sa),

@@ -65,6 +65,7 @@ typedef struct bench_opts {
   double peak_tflops, peak_tbps; /* 0 = defaults by dtype */
   uint64_t seed;
   int maps_serial; /* --maps serial: maps on the convolutions' stream */
+  int map_normal;  /* --map-priority normal: the map stream not raised */
   int settle_ms;   /* -1 = default: rest after a warm-up that tuned */
 } bench_opts_t;
 
@@ -112,6 +113,10 @@ void vt_bench_usage(FILE *out) {
       "  --maps overlap|serial  CUDA end-to-end forward: build kernel maps\n"
       "                        on a second stream, overlapping the previous\n"
       "                        level's convolutions (default), or in line\n"
+      "  --map-priority high|normal  the overlapped maps' stream priority\n"
+      "                        (default high: each build ends in a host wait,\n"
+      "                        so the map chain is the forward's critical\n"
+      "                        path and should not queue behind convolutions)\n"
       "output:\n"
       "  --json                JSON on stdout (the table goes to stderr)\n"
       "  --quiet               no table or progress on stderr\n"
@@ -223,7 +228,7 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
   o->repeat = o->warmup = o->settle_ms = -1;
   o->fp16_accum = -1;
   o->seed = 1;
-  int channels_set = 0, maps_set = 0;
+  int channels_set = 0, maps_set = 0, prio_set = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -351,6 +356,15 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
       else
         return usage_error("--maps %s: want overlap or serial", v);
       maps_set = 1;
+    } else if (strcmp(a, "--map-priority") == 0) {
+      NEED_VALUE();
+      if (strcmp(v, "high") == 0)
+        o->map_normal = 0;
+      else if (strcmp(v, "normal") == 0)
+        o->map_normal = 1;
+      else
+        return usage_error("--map-priority %s: want high or normal", v);
+      prio_set = 1;
     } else {
       return usage_error("unknown option \"%s\"", a);
     }
@@ -369,6 +383,10 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
   if (maps_set && (o->workload == 'C' || o->workload == 'D'))
     return usage_error("--maps applies to the network, not --workload %c",
                        o->workload);
+  if (prio_set && (o->maps_serial || o->workload == 'C' ||
+                   o->workload == 'D'))
+    return usage_error("--map-priority applies to the network's --maps "
+                       "overlap");
   if (channels_set && o->workload != 'C')
     return usage_error("--channels applies to --workload C");
   if (!channels_set) {
@@ -1478,8 +1496,13 @@ static void print_human(const bench_t *B, FILE *f) {
                "ran (--settle-ms)\n", B->settle_ms);
   if (cuda && maps_schedule(B))
     fprintf(f, "maps      : %s%s\n", maps_schedule(B),
-            B->hm ? " (end-to-end forward: maps built on a second stream "
-                    "while the previous convolutions run; rows in line)"
+            B->hm ? (B->o.map_normal
+                         ? " (end-to-end forward: maps built on a second "
+                           "stream, normal priority, while the previous "
+                           "convolutions run; rows in line)"
+                         : " (end-to-end forward: maps built on a second "
+                           "stream, high priority, while the previous "
+                           "convolutions run; rows in line)")
                   : " (on the convolutions' stream)");
   if (cuda)
     fprintf(f,
@@ -1590,6 +1613,9 @@ static void print_json(const bench_t *B, FILE *f) {
   fprintf(f, "  \"clock\": \"%s\",\n", cuda ? "cuda_events" : "monotonic");
   if (maps_schedule(B)) /* absent in older results: "serial" then */
     fprintf(f, "  \"maps\": \"%s\",\n", maps_schedule(B));
+  if (B->hm) /* absent in older results: "normal" then */
+    fprintf(f, "  \"map_priority\": \"%s\",\n",
+            B->o.map_normal ? "normal" : "high");
   if (cuda)
     fprintf(f,
             "  \"ceilings\": {\"tflops\": %g, \"tbps\": %g, \"source\": "
@@ -1691,8 +1717,12 @@ static int bench_setup(bench_t *B) {
   const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
   if (cuda && !B->o.maps_serial && B->o.workload != 'C' &&
       B->o.workload != 'D') {
-    TRY(B, "voxconv_stream_create",
-        voxconv_stream_create(B->h, &B->map_stream));
+    TRY(B, "voxconv_stream_create_priority",
+        voxconv_stream_create_priority(B->h,
+                                       B->o.map_normal
+                                           ? VOXCONV_STREAM_PRIORITY_NORMAL
+                                           : VOXCONV_STREAM_PRIORITY_HIGH,
+                                       &B->map_stream));
     hd.backend = VOXCONV_BACKEND_CUDA;
     hd.stream = B->map_stream;
     TRY_ON(NULL, "voxconv_create (map handle)", voxconv_create(&B->hm, &hd));

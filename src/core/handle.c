@@ -169,16 +169,29 @@ voxconv_status_t voxconv_synchronize(voxconv_handle_t *h) {
   return VOXCONV_STATUS_SUCCESS;
 }
 
-voxconv_status_t voxconv_stream_create(voxconv_handle_t *h, void **stream) {
+voxconv_status_t voxconv_stream_create_priority(
+    voxconv_handle_t *h, voxconv_stream_priority_t priority, void **stream) {
   VC_CHECK_NULL(NULL, h, "handle");
   vc_clear_error(h);
   VC_CHECK_NULL(h, stream, "stream");
   *stream = NULL;
+  if (priority != VOXCONV_STREAM_PRIORITY_NORMAL &&
+      priority != VOXCONV_STREAM_PRIORITY_HIGH)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_stream_create_priority: priority %d is neither "
+                   "VOXCONV_STREAM_PRIORITY_NORMAL (0) nor _HIGH (1)",
+                   (int)priority);
 #ifdef VOXCONV_HAVE_CUDA
   if (h->backend == VOXCONV_BACKEND_CUDA)
-    return vc_cuda_stream_create(h, stream);
+    return vc_cuda_stream_create(h, priority == VOXCONV_STREAM_PRIORITY_HIGH,
+                                 stream);
 #endif
   return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_stream_create(voxconv_handle_t *h, void **stream) {
+  return voxconv_stream_create_priority(h, VOXCONV_STREAM_PRIORITY_NORMAL,
+                                        stream);
 }
 
 voxconv_status_t voxconv_stream_destroy(voxconv_handle_t *h, void *stream) {

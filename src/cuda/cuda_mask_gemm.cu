@@ -82,11 +82,7 @@ typedef WgWsTile<128, VC_WS_STAGES, true> H6;
 #ifndef VC_T7F_A_STAGES
 #define VC_T7F_A_STAGES 4
 #endif
-/* A/B knob: tile 7 fp32 with H6's per-half offset skipping */
-#ifndef VC_T7F_HALF_SKIP
-#define VC_T7F_HALF_SKIP 0
-#endif
-typedef WgWsTile<256, 3, VC_T7F_HALF_SKIP, true, VC_T7F_A_STAGES> H7f;
+typedef WgWsTile<256, 3, false, true, VC_T7F_A_STAGES> H7f;
 typedef WgWsTile<256, 4> H7h;
 #define VC_MG_WG_TILES 8
 

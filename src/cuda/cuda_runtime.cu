@@ -264,10 +264,16 @@ extern "C" voxconv_status_t vc_cuda_synchronize(voxconv_handle_t *h) {
  * the legacy default stream: ordering is only what voxconv_stream_wait
  * asks for. */
 extern "C" voxconv_status_t vc_cuda_stream_create(voxconv_handle_t *h,
-                                                  void **stream) {
+                                                  int high, void **stream) {
   VC_CUDA_DEVICE_GUARD(h);
   cudaStream_t st = NULL;
-  VC_CUDA_TRY(h, cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  /* CUDA numbers priorities downwards: the greatest is the range's low
+   * end ("greatest" out parameter), normal is 0 */
+  int least = 0, greatest = 0;
+  if (high)
+    VC_CUDA_TRY(h, cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  VC_CUDA_TRY(h, cudaStreamCreateWithPriority(&st, cudaStreamNonBlocking,
+                                              high ? greatest : 0));
   *stream = st;
   return VOXCONV_STATUS_SUCCESS;
 }

@@ -24,7 +24,8 @@ voxconv_status_t vc_cuda_memcpy(voxconv_handle_t *h, void *dst,
                                 const void *src, size_t bytes,
                                 voxconv_memcpy_kind_t kind);
 voxconv_status_t vc_cuda_synchronize(voxconv_handle_t *h);
-voxconv_status_t vc_cuda_stream_create(voxconv_handle_t *h, void **stream);
+voxconv_status_t vc_cuda_stream_create(voxconv_handle_t *h, int high,
+                                       void **stream);
 voxconv_status_t vc_cuda_stream_destroy(voxconv_handle_t *h, void *stream);
 voxconv_status_t vc_cuda_stream_wait(voxconv_handle_t *h, void *other);
 
