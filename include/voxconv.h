@@ -244,7 +244,7 @@ VOXCONV_API voxconv_status_t voxconv_stream_wait(voxconv_handle_t *h,
  * build ends with the host waiting for its result, so in a network's
  * forward the chain of map builds is the critical path (H200, workload A:
  * forward 5.9-6.9 ms with the map stream at normal priority, 4.9 ms at
- * high; docs/perf-notes.md item 51). INVALID_ARGUMENT for another value;
+ * high; docs/perf-notes.md item 53). INVALID_ARGUMENT for another value;
  * *stream = NULL on CPU. */
 typedef enum voxconv_stream_priority {
   VOXCONV_STREAM_PRIORITY_NORMAL = 0,
@@ -550,6 +550,9 @@ typedef struct voxconv_kernel_info {
   int tile_id;          /* stable ID within (algo, pass kind) */
   voxconv_dtype_t dtype;
   int acc16;            /* 1: fp16 accumulators */
+  /* stages: the shared-memory pipeline's; where a tile's gathered rows
+   * and its weights have rings of different depth (mask_gemm_wgmma tile 7,
+   * fp32), the weights' (docs/tiles.md gives both) */
   int tile_m, tile_n, tile_k, stages, threads;
   int registers;        /* per thread */
   size_t smem_bytes;    /* static + dynamic per block */

@@ -222,6 +222,13 @@ struct WgTile {
   static constexpr int A_STAGES = STAGES;
 };
 
+/* setmaxnreg split of a 384-thread warp-specialised block (one gathering
+ * warpgroup, two MMA warpgroups): the block's 384 x 168 registers are
+ * moved between the sides, not added to. */
+constexpr bool setmaxnreg_fits(int gather_regs, int mma_regs) {
+  return gather_regs * 128 + mma_regs * 256 <= 65536 / 384 / 8 * 8 * 384;
+}
+
 /* Warp-specialised variant (wg_ws_pipeline): warpgroup 0 only gathers,
  * warpgroups 1-2 only issue wgmma; 64-row halves and layout as WgTile.
  * Forward/dgrad (wg_fwd_ws_kernel) read B as stage images, one bulk copy
@@ -248,9 +255,7 @@ struct WgWsTile : WgTile<BN_, STAGES_> {
    * within noise of 72 / 216) */
   static constexpr int GATHER_REGS = HALF_SUMS ? 80 : 0;
   static constexpr int MMA_REGS = HALF_SUMS ? 208 : 0;
-  /* the block's 384 x 168 registers, moved, not added to */
-  static_assert(!HALF_SUMS || GATHER_REGS * 128 + MMA_REGS * 256 <=
-                                  65536 / 384 / 8 * 8 * 384,
+  static_assert(!HALF_SUMS || setmaxnreg_fits(GATHER_REGS, MMA_REGS),
                 "setmaxnreg: the warpgroups share the block's registers");
   /* A ring deeper than B's (forward/dgrad, wg_fwd_ws_kernel): A_STAGES
    * gathered stages, STAGES weight stages, each stage's weights loaded
@@ -1127,8 +1132,7 @@ struct WgGradWsTile : WgGradTile<BN_, STAGES_> {
                               "flight, at least one being gathered");
   static_assert(HALF_SUMS == (BN_ == 256),
                 "256 columns need the split sums, fewer do not");
-  static_assert(!HALF_SUMS || GATHER_REGS * 128 + MMA_REGS * 256 <=
-                                  65536 / 384 / 8 * 8 * 384,
+  static_assert(!HALF_SUMS || setmaxnreg_fits(GATHER_REGS, MMA_REGS),
                 "setmaxnreg: the warpgroups share the block's registers");
 };
 
