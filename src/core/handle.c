@@ -169,6 +169,16 @@ voxconv_status_t voxconv_synchronize(voxconv_handle_t *h) {
   return VOXCONV_STATUS_SUCCESS;
 }
 
+int vc_stream_capturing(const voxconv_handle_t *h) {
+#ifdef VOXCONV_HAVE_CUDA
+  if (h && h->backend == VOXCONV_BACKEND_CUDA)
+    return vc_cuda_stream_capturing(h);
+#else
+  (void)h;
+#endif
+  return 0;
+}
+
 voxconv_status_t voxconv_stream_create_priority(
     voxconv_handle_t *h, voxconv_stream_priority_t priority, void **stream) {
   VC_CHECK_NULL(NULL, h, "handle");

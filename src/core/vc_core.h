@@ -67,6 +67,11 @@ void vc_clear_error(const voxconv_handle_t *h);
 voxconv_status_t vc_alloc(voxconv_handle_t *h, size_t bytes, void **ptr,
                           const char *what);
 void vc_free(voxconv_handle_t *h, void *ptr);
+/* 1 when the handle's stream is being captured into a CUDA graph
+ * (cudaStreamIsCapturing): work queued now is recorded, not run, so
+ * nothing may wait for it (no host synchronisation, no benchmark). 0 on
+ * CPU and when the query fails. */
+int vc_stream_capturing(const voxconv_handle_t *h);
 /* Host scratch memory (plain malloc with a proper error). */
 voxconv_status_t vc_host_alloc(const voxconv_handle_t *h, size_t bytes,
                                void **ptr, const char *what);

@@ -286,6 +286,17 @@ extern "C" voxconv_status_t vc_cuda_stream_destroy(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+extern "C" int vc_cuda_stream_capturing(const voxconv_handle_t *h) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  /* Legal during a capture in every mode, on any stream: the query that
+   * exists so libraries can tell recording from running. */
+  if (cudaStreamIsCapturing(vc_cuda_stream(h), &cs) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return cs != cudaStreamCaptureStatusNone;
+}
+
 extern "C" voxconv_status_t vc_cuda_stream_wait(voxconv_handle_t *h,
                                                 void *other) {
   VC_CUDA_DEVICE_GUARD(h);

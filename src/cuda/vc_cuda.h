@@ -28,6 +28,9 @@ voxconv_status_t vc_cuda_stream_create(voxconv_handle_t *h, int high,
                                        void **stream);
 voxconv_status_t vc_cuda_stream_destroy(voxconv_handle_t *h, void *stream);
 voxconv_status_t vc_cuda_stream_wait(voxconv_handle_t *h, void *other);
+/* 1 while h's stream is being captured into a CUDA graph (see
+ * vc_stream_capturing in vc_core.h). */
+int vc_cuda_stream_capturing(const voxconv_handle_t *h);
 
 /* coordinates (cuda_kmap.cu, cuda_voxelize.cu) */
 voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
