@@ -216,10 +216,14 @@ int vt_parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out) {
   return 1;
 }
 
-/* Allocates the output rows; the n_in_file * fields product is bounded by
- * the caller's check that the file is big enough to hold that many points. */
+/* The callers have checked that the data can hold n_points; the limit
+ * keeps the product below any overflow (2^30 x 64 floats). */
 int vt_scan_alloc(vt_scan_t *scan, int64_t n_points, int32_t fields, char *err,
                   size_t err_len) {
+  if (n_points > VT_SCAN_MAX_POINTS)
+    return vt_scan_fail(err, err_len,
+                        "%lld points, more than the reader's limit of %lld",
+                        (long long)n_points, (long long)VT_SCAN_MAX_POINTS);
   const size_t count = (size_t)(n_points > 0 ? n_points : 1) * (size_t)fields;
   scan->data = (float *)malloc(count * sizeof(float));
   if (!scan->data)

@@ -13,15 +13,23 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Limits of the readers; beyond them a read fails with a message naming
+ * the limit. A file (or buffer) holds at most VT_SCAN_MAX_BYTES bytes and
+ * at most VT_SCAN_MAX_POINTS points. Counts and sizes a header declares are
+ * checked against the bytes actually present (with overflow-checked
+ * arithmetic) before anything is allocated from them. */
+#define VT_SCAN_MAX_BYTES (INT64_C(1) << 34)  /* 16 GiB */
+#define VT_SCAN_MAX_POINTS (INT64_C(1) << 30) /* 1,073,741,824 */
+
 typedef struct vt_scan {
-  float *data;         /* [n][fields], malloc'd; x y z first */
-  int64_t n;           /* points kept (finite x, y, z) */
-  int32_t fields;      /* floats per point */
-  int64_t n_in_file;   /* points the file holds */
-  int64_t n_nonfinite; /* points dropped for a NaN/Inf coordinate */
-  char format[64];     /* e.g. "PCD binary_compressed", "bin float32 x4" */
+  float *data;          /* [n][fields], malloc'd; x y z first */
+  int64_t n;            /* points kept (finite x, y, z) */
+  int32_t fields;       /* floats per point */
+  int64_t n_in_file;    /* points the file holds */
+  int64_t n_nonfinite;  /* points dropped for a NaN/Inf coordinate */
+  char format[64];      /* e.g. "PCD binary_compressed", "bin float32 x4" */
   char field_names[96]; /* e.g. "x y z r g b" */
-  char note[160];      /* how fields were chosen, when guessed; else "" */
+  char note[160];       /* how fields were chosen, when guessed; else "" */
 } vt_scan_t;
 
 /* Reads a point cloud. The format is recognised by content (PLY magic,
@@ -38,8 +46,8 @@ typedef struct vt_scan {
  *
  * Returns 0 on success; otherwise -1 and a message in err (never crashes
  * on malformed input). On failure *scan holds nothing to free. */
-int vt_scan_read_file(const char *path, int fields, vt_scan_t *scan,
-                      char *err, size_t err_len);
+int vt_scan_read_file(const char *path, int fields, vt_scan_t *scan, char *err,
+                      size_t err_len);
 
 /* The same on a buffer already in memory; `name` (may be NULL) stands in
  * for the file name when guessing the field count of a raw .bin. */

@@ -13,6 +13,14 @@
 #define VT_LINE_MAX 8192
 #define VT_TOKEN_MAX 128
 #define VT_MAX_FIELDS 64
+/* LZF's largest expansion: a 3-byte back-reference yields 264 bytes. */
+#define VT_LZF_MAX_RATIO 88
+
+/* a * b into *out; 0 when the product does not fit 64 bits. Every size
+ * computed from header fields goes through this. */
+static inline int vt_mul_u64(uint64_t a, uint64_t b, uint64_t *out) {
+  return !__builtin_mul_overflow(a, b, out);
+}
 
 /* Scalar types shared by PLY and PCD. */
 typedef enum vt_scalar {
@@ -51,7 +59,8 @@ int vt_split_words(char *line, char **words, int max_words);
 int vt_parse_number(const char *tok, double *out);
 int vt_parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out);
 
-/* Allocates the output rows for n_points of `fields` floats. */
+/* Allocates the output rows for n_points of `fields` floats; more than
+ * VT_SCAN_MAX_POINTS is an error. */
 int vt_scan_alloc(vt_scan_t *scan, int64_t n_points, int32_t fields, char *err,
                   size_t err_len);
 /* Appends one point if its coordinates are finite. */

@@ -52,8 +52,7 @@ static void compare_with_bin(const vt_scan_t *scan, const char *bin_rel,
             (long long)n_ref, (long long)want_points);
   VC_EXPECT(scan->n == n_ref, "scan has %lld points, %s has %lld",
             (long long)scan->n, bin_rel, (long long)n_ref);
-  const int32_t f_cmp =
-      scan->fields < bin_fields ? scan->fields : bin_fields;
+  const int32_t f_cmp = scan->fields < bin_fields ? scan->fields : bin_fields;
   int64_t mismatches = 0, first_bad = -1;
   for (int64_t i = 0; i < n_ref && i < scan->n; i++)
     for (int32_t f = 0; f < f_cmp; f++) {
@@ -65,8 +64,7 @@ static void compare_with_bin(const vt_scan_t *scan, const char *bin_rel,
         mismatches++;
       }
     }
-  VC_EXPECT(mismatches == 0,
-            "%lld values differ from %s (first at point %lld)",
+  VC_EXPECT(mismatches == 0, "%lld values differ from %s (first at point %lld)",
             (long long)mismatches, bin_rel, (long long)first_bad);
   free(ref);
 }
@@ -74,9 +72,8 @@ static void compare_with_bin(const vt_scan_t *scan, const char *bin_rel,
 static void test_recorded_pcd(void) {
   vt_scan_t s;
   char err[512];
-  const int r =
-      vt_scan_read_file(vc_data_path("scans/pcl_office1.pcd"), 0, &s, err,
-                        sizeof err);
+  const int r = vt_scan_read_file(vc_data_path("scans/pcl_office1.pcd"), 0, &s,
+                                  err, sizeof err);
   VC_EXPECT(r == 0, "pcl_office1.pcd: %s", err);
   if (r)
     return;
@@ -219,8 +216,7 @@ static void test_ascii_pcd(void) {
   VC_EXPECT(r == 0, "ascii PCD: %s", err);
   if (r)
     return;
-  VC_EXPECT(s.n == 2 && s.n_in_file == 3 && s.n_nonfinite == 1 &&
-                s.fields == 6,
+  VC_EXPECT(s.n == 2 && s.n_in_file == 3 && s.n_nonfinite == 1 && s.fields == 6,
             "n=%lld in_file=%lld nonfinite=%lld fields=%d", (long long)s.n,
             (long long)s.n_in_file, (long long)s.n_nonfinite, s.fields);
   const float want[2][6] = {{1.5f, -2.25f, 3.f, 192.f, 128.f, 64.f},
@@ -258,8 +254,7 @@ static void test_binary_pcd(void) {
   VC_EXPECT(r == 0 && s.n == 2 && s.fields == 3, "binary PCD: %s", err);
   if (r == 0) {
     VC_EXPECT(s.data[0] == -1.f && s.data[1] == 2.f && s.data[2] == 0.5f &&
-                  s.data[3] == 9.5f && s.data[4] == 3.f &&
-                  s.data[5] == -7.75f,
+                  s.data[3] == 9.5f && s.data[4] == 3.f && s.data[5] == -7.75f,
               "binary PCD values");
     vt_scan_free(&s);
   }
@@ -296,6 +291,86 @@ static void test_binary_pcd(void) {
   VC_EXPECT(r != 0 && strstr(err, "LZF") != NULL, "corrupt LZF: %s", err);
 }
 
+/* Parses text (+ optional binary tail) as name; returns the status and
+ * leaves the message in err. */
+static int parse_bytes(const char *name, const void *data, size_t bytes,
+                       char *err, size_t err_len, vt_scan_t *s) {
+  err[0] = '\0';
+  const int r = vt_scan_parse((const unsigned char *)data, bytes, name, 0, s,
+                              err, err_len);
+  if (r == 0)
+    vt_scan_free(s);
+  return r;
+}
+
+/* Issue 22 item 1: a point of 2^24 bytes times WIDTH 2^40 is 2^64, which
+ * wrapped to 0 and matched the 0-byte uncompressed size; the reader then
+ * allocated for 2^40 points and read far outside the buffer. */
+static void test_pcd_size_overflow(void) {
+  char err[512];
+  vt_scan_t s;
+  unsigned char buf[512];
+  const char *hdr = "VERSION 0.7\nFIELDS x y z a b\nSIZE 8 8 8 8 8\n"
+                    "TYPE F F F F F\nCOUNT 1 1 1 1048576 1048573\n"
+                    "WIDTH 1099511627776\nHEIGHT 1\nDATA binary_compressed\n";
+  const uint32_t zero[2] = {0, 0};
+  size_t at = put(buf, 0, hdr, strlen(hdr));
+  at = put(buf, at, zero, 8);
+  int r = parse_bytes("o.pcd", buf, at, err, sizeof err, &s);
+  VC_EXPECT(r != 0 && strstr(err, "binary_compressed") &&
+                strstr(err, "1099511627776 points x 16777216 bytes") &&
+                strstr(err, "overflow"),
+            "2^40 points of 2^24 bytes: %s", err);
+  /* The same product with DATA binary and ascii: named, not a crash. */
+  const char *kinds[2] = {"binary", "ascii"};
+  for (int k = 0; k < 2; k++) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "FIELDS x y z a b\nSIZE 8 8 8 8 8\nTYPE F F F F F\n"
+             "COUNT 1 1 1 1048576 1048573\nWIDTH 1099511627776\n"
+             "DATA %s\n1 2 3\n",
+             kinds[k]);
+    r = parse_bytes("o.pcd", text, strlen(text), err, sizeof err, &s);
+    VC_EXPECT(r != 0 && strstr(err, kinds[k]) &&
+                  strstr(err, "1099511627776 points"),
+              "DATA %s: %s", kinds[k], err);
+  }
+  /* A 3 GiB uncompressed size from an empty LZF stream is refused before
+   * anything is allocated: LZF expands at most 88x (3 bytes -> 264). */
+  const char *hdr2 = "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 268435456\n"
+                     "DATA binary_compressed\n";
+  const uint32_t sizes[2] = {1, 3221225472u};
+  at = put(buf, 0, hdr2, strlen(hdr2));
+  at = put(buf, at, sizes, 8);
+  buf[at++] = 0;
+  r = parse_bytes("o.pcd", buf, at, err, sizeof err, &s);
+  VC_EXPECT(r != 0 && strstr(err, "3221225472") &&
+                strstr(err, "cannot come from 1 byte"),
+            "LZF expansion bound: %s", err);
+}
+
+/* Issue 22 item 2: WIDTH 2^40 x HEIGHT 2^40 overflowed int64 (UBSan) and
+ * the release build read the file as 0 points. */
+static void test_pcd_width_height_overflow(void) {
+  char err[512];
+  vt_scan_t s;
+  const char *text = "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\n"
+                     "WIDTH 1099511627776\nHEIGHT 1099511627776\n"
+                     "DATA ascii\n1 2 3\n";
+  int r = parse_bytes("o.pcd", text, strlen(text), err, sizeof err, &s);
+  VC_EXPECT(r != 0 &&
+                strstr(err, "WIDTH 1099511627776 x HEIGHT 1099511627776") &&
+                strstr(err, "overflow"),
+            "WIDTH x HEIGHT overflow: %s", err);
+  /* In range but inconsistent with POINTS: still named. */
+  const char *t2 = "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 2147483648\n"
+                   "HEIGHT 2147483648\nPOINTS 0\nDATA ascii\n";
+  r = parse_bytes("o.pcd", t2, strlen(t2), err, sizeof err, &s);
+  VC_EXPECT(r != 0 &&
+                strstr(err, "POINTS 0 != WIDTH 2147483648 x HEIGHT 2147483648"),
+            "POINTS vs WIDTH x HEIGHT: %s", err);
+}
+
 static void test_lzf(void) {
   /* "abc" literally, then a back-reference of 9 bytes at distance 3:
    * control (7 << 5) | 0 means "length 7 + next byte + 2". */
@@ -326,19 +401,20 @@ static void test_lzf(void) {
 static void test_ply(void) {
   /* ascii, with an element before the vertices, a list property inside
    * them and faces after them. */
-  const char *ascii = "ply\r\nformat ascii 1.0\r\ncomment made by hand\r\n"
-                      "element camera 1\r\nproperty float fov\r\n"
-                      "property list uchar int ids\r\n"
-                      "element vertex 3\r\nproperty uchar red\r\n"
-                      "property double z\r\nproperty list uchar float w\r\n"
-                      "property float x\r\nproperty float y\r\n"
-                      "element face 1\r\nproperty list uchar int vertex_indices\r\n"
-                      "end_header\r\n"
-                      "60 2 5 6\r\n"
-                      "255 1.5 2 0.1 0.2 10 20\r\n"
-                      "0 -3 0 11 21\r\n"
-                      "7 inf 1 9 12 22\r\n"
-                      "3 0 1 2\r\n";
+  const char *ascii =
+      "ply\r\nformat ascii 1.0\r\ncomment made by hand\r\n"
+      "element camera 1\r\nproperty float fov\r\n"
+      "property list uchar int ids\r\n"
+      "element vertex 3\r\nproperty uchar red\r\n"
+      "property double z\r\nproperty list uchar float w\r\n"
+      "property float x\r\nproperty float y\r\n"
+      "element face 1\r\nproperty list uchar int vertex_indices\r\n"
+      "end_header\r\n"
+      "60 2 5 6\r\n"
+      "255 1.5 2 0.1 0.2 10 20\r\n"
+      "0 -3 0 11 21\r\n"
+      "7 inf 1 9 12 22\r\n"
+      "3 0 1 2\r\n";
   vt_scan_t s;
   char err[512];
   int r = read_temp(".ply", ascii, strlen(ascii), 0, &s, err, sizeof err);
@@ -346,8 +422,7 @@ static void test_ply(void) {
             "ascii PLY: %s", err);
   if (r == 0) {
     VC_EXPECT(s.data[0] == 10.f && s.data[1] == 20.f && s.data[2] == 1.5f &&
-                  s.data[3] == 11.f && s.data[4] == 21.f &&
-                  s.data[5] == -3.f,
+                  s.data[3] == 11.f && s.data[4] == 21.f && s.data[5] == -3.f,
               "ascii PLY values");
     vt_scan_free(&s);
   }
@@ -405,50 +480,62 @@ static void test_malformed(void) {
   } cases[] = {
       {"a.pcd", "VERSION 0.7\nFIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\n",
        "without a DATA"},
-      {"a.pcd", "VERSION 0.7\nFIELDS x y z\nSIZE 4 4\nTYPE F F F\nWIDTH 1\n"
-                "DATA ascii\n1 2 3\n",
+      {"a.pcd",
+       "VERSION 0.7\nFIELDS x y z\nSIZE 4 4\nTYPE F F F\nWIDTH 1\n"
+       "DATA ascii\n1 2 3\n",
        "SIZE has 2"},
       {"a.pcd", "FIELDS x y z\nSIZE 4 4 4\nTYPE F Q F\nWIDTH 1\nDATA ascii\n",
        "TYPE"},
       {"a.pcd", "FIELDS x y z\nSIZE 4 4 3\nTYPE F F F\nWIDTH 1\nDATA ascii\n",
        "SIZE"},
-      {"a.pcd", "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 2\nHEIGHT 2\n"
-                "POINTS 3\nDATA ascii\n",
+      {"a.pcd",
+       "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 2\nHEIGHT 2\n"
+       "POINTS 3\nDATA ascii\n",
        "POINTS 3"},
-      {"a.pcd", "FIELDS x y w\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\nDATA ascii\n"
-                "1 2 3\n",
+      {"a.pcd",
+       "FIELDS x y w\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\nDATA ascii\n"
+       "1 2 3\n",
        "x, y and z"},
       {"a.pcd", "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\nDATA lzma\n",
        "DATA"},
-      {"a.pcd", "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 2\nDATA ascii\n"
-                "1 2 3\n4 5 six\n",
+      {"a.pcd",
+       "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 2\nDATA ascii\n"
+       "1 2 3\n4 5 six\n",
        "not a number"},
-      {"a.pcd", "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 2\nDATA ascii\n"
-                "1 2 3\n4 5\n",
+      {"a.pcd",
+       "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 2\nDATA ascii\n"
+       "1 2 3\n4 5.000\n",
        "data ends early"},
-      {"a.pcd", "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\nBOGUS 1\n"
-                "DATA ascii\n1 2 3\n",
+      {"a.pcd",
+       "FIELDS x y z\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\nBOGUS 1\n"
+       "DATA ascii\n1 2 3\n",
        "unknown header key"},
-      {"a.ply", "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n"
-                "property float y\nproperty float z\n1 2 3\n",
+      {"a.ply",
+       "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n"
+       "property float y\nproperty float z\n1 2 3\n",
        "end_header"},
-      {"a.ply", "ply\nformat ascii 1.0\nelement face 1\n"
-                "property list uchar int vertex_indices\nend_header\n0\n",
+      {"a.ply",
+       "ply\nformat ascii 1.0\nelement face 1\n"
+       "property list uchar int vertex_indices\nend_header\n0\n",
        "no \"vertex\""},
       {"a.ply", "ply\nformat binary_middle_endian 1.0\nend_header\n",
        "unknown format"},
-      {"a.ply", "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n"
-                "property float y\nend_header\n1 2\n",
+      {"a.ply",
+       "ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\n"
+       "property float y\nend_header\n1 2\n",
        "\"z\""},
-      {"a.ply", "ply\nformat ascii 1.0\nelement vertex 1\n"
-                "property quad x\nend_header\n",
+      {"a.ply",
+       "ply\nformat ascii 1.0\nelement vertex 1\n"
+       "property quad x\nend_header\n",
        "unknown property type"},
-      {"a.ply", "ply\nelement vertex 1\nproperty float x\nproperty float y\n"
-                "property float z\nend_header\n1 2 3\n",
+      {"a.ply",
+       "ply\nelement vertex 1\nproperty float x\nproperty float y\n"
+       "property float z\nend_header\n1 2 3\n",
        "format"},
-      {"a.ply", "ply\nformat ascii 1.0\nelement vertex 1000000\n"
-                "property float x\nproperty float y\nproperty float z\n"
-                "end_header\n1 2 3\n",
+      {"a.ply",
+       "ply\nformat ascii 1.0\nelement vertex 1000000\n"
+       "property float x\nproperty float y\nproperty float z\n"
+       "end_header\n1 2 3\n",
        "declared"},
       {"a.ply", "PLY\nformat ascii 1.0\n", "first line"},
   };
@@ -565,6 +652,8 @@ int main(void) {
   test_bin_guessing();
   test_ascii_pcd();
   test_binary_pcd();
+  test_pcd_size_overflow();
+  test_pcd_width_height_overflow();
   test_ply();
   test_malformed();
   test_fuzz_smoke();
