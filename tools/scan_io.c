@@ -178,7 +178,8 @@ int vt_next_token(const unsigned char *buf, size_t bytes, size_t *pos,
   return (int)n;
 }
 
-/* Splits a header line into at most max_words words (in place). */
+/* Every word is NUL-terminated in place and counted, so a caller can
+ * name a line with too many words instead of silently dropping the rest. */
 int vt_split_words(char *line, char **words, int max_words) {
   int n = 0;
   char *p = line;
@@ -187,9 +188,9 @@ int vt_split_words(char *line, char **words, int max_words) {
       p++;
     if (!*p)
       break;
-    if (n == max_words)
-      return -1;
-    words[n++] = p;
+    if (n < max_words)
+      words[n] = p;
+    n++;
     while (*p && !isspace((unsigned char)*p))
       p++;
     if (*p)

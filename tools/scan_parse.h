@@ -54,7 +54,8 @@ int vt_next_line(const unsigned char *buf, size_t bytes, size_t *pos,
  * it does not fit tok_cap - 1 characters. */
 int vt_next_token(const unsigned char *buf, size_t bytes, size_t *pos,
                   char *tok, size_t tok_cap);
-/* Splits a header line into at most max_words words (in place). */
+/* Splits a header line into words in place; returns how many there are,
+ * of which the first max_words are stored. */
 int vt_split_words(char *line, char **words, int max_words);
 int vt_parse_number(const char *tok, double *out);
 int vt_parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out);

@@ -170,8 +170,8 @@ static int pcd_read_header(const unsigned char *buf, size_t bytes,
       continue;
     const int nw = vt_split_words(line, w, VT_MAX_FIELDS + 1);
     if (nw > VT_MAX_FIELDS + 1)
-      return vt_scan_fail(err, err_len, "PCD line %d: more than %d fields",
-                          line_no, VT_MAX_FIELDS);
+      return vt_scan_fail(err, err_len, "PCD line %d: %d fields (at most %d)",
+                          line_no, nw - 1, VT_MAX_FIELDS);
     if (nw > 0 && pcd_header_line(h, w, nw, line_no, err, err_len))
       return -1;
   }

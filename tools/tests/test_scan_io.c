@@ -371,6 +371,110 @@ static void test_pcd_width_height_overflow(void) {
             "POINTS vs WIDTH x HEIGHT: %s", err);
 }
 
+/* Issue 22 item 3: elements read past before the vertices are bounded by
+ * the bytes present. One without properties holds no bytes (2^40 of them
+ * took 80 minutes to skip); one with properties cannot declare more items
+ * than the data could hold. */
+static void test_ply_element_bounds(void) {
+  char err[512];
+  vt_scan_t s;
+  unsigned char buf[512];
+  const float xyz[3] = {1.f, 2.f, 3.f};
+  const char *bin = "ply\nformat binary_little_endian 1.0\n"
+                    "element junk 1099511627776\nelement vertex 1\n"
+                    "property float x\nproperty float y\nproperty float z\n"
+                    "end_header\n";
+  size_t at = put(buf, 0, bin, strlen(bin));
+  at = put(buf, at, xyz, sizeof xyz);
+  int r = vt_scan_parse(buf, at, "j.ply", 0, &s, err, sizeof err);
+  VC_EXPECT(r == 0 && s.n == 1 && s.data[0] == 1.f && s.data[2] == 3.f,
+            "binary, element without properties: %s", err);
+  if (r == 0)
+    vt_scan_free(&s);
+  const char *ascii = "ply\nformat ascii 1.0\nelement junk 1099511627776\n"
+                      "element vertex 1\nproperty float x\nproperty float y\n"
+                      "property float z\nend_header\n1 2 3\n";
+  r = vt_scan_parse((const unsigned char *)ascii, strlen(ascii), "j.ply", 0, &s,
+                    err, sizeof err);
+  VC_EXPECT(r == 0 && s.n == 1 && s.data[1] == 2.f,
+            "ascii, element without properties: %s", err);
+  if (r == 0)
+    vt_scan_free(&s);
+  /* With a property each item is at least its bytes: refused up front. */
+  const char *big = "ply\nformat binary_big_endian 1.0\n"
+                    "element junk 1099511627776\nproperty list uchar int v\n"
+                    "property short s\nelement vertex 1\nproperty float x\n"
+                    "property float y\nproperty float z\nend_header\n";
+  at = put(buf, 0, big, strlen(big));
+  at = put(buf, at, xyz, sizeof xyz);
+  r = parse_bytes("j.ply", buf, at, err, sizeof err, &s);
+  VC_EXPECT(
+      r != 0 && strstr(err, "element \"junk\"") &&
+          strstr(err, "1099511627776 items declared of at least 3 bytes") &&
+          strstr(err, "only 12 bytes"),
+      "absurd binary count: %s", err);
+  const char *big_ascii = "ply\nformat ascii 1.0\nelement junk 5\n"
+                          "property uchar a\nproperty uchar b\n"
+                          "element vertex 1\nproperty float x\n"
+                          "property float y\nproperty float z\n"
+                          "end_header\n1 2 3\n";
+  r = parse_bytes("j.ply", big_ascii, strlen(big_ascii), err, sizeof err, &s);
+  VC_EXPECT(r != 0 && strstr(err, "element \"junk\"") &&
+                strstr(err, "5 items declared of at least 4 bytes"),
+            "absurd ascii count: %s", err);
+  /* The vertex count is bounded by the real item size (3 floats = 12
+   * bytes), not 1 byte per item. */
+  const char *vert = "ply\nformat binary_little_endian 1.0\n"
+                     "element vertex 2\nproperty float x\nproperty float y\n"
+                     "property float z\nend_header\n";
+  at = put(buf, 0, vert, strlen(vert));
+  at = put(buf, at, xyz, sizeof xyz);
+  r = parse_bytes("j.ply", buf, at, err, sizeof err, &s);
+  VC_EXPECT(r != 0 && strstr(err, "element \"vertex\"") &&
+                strstr(err, "2 items declared of at least 12 bytes"),
+            "vertex count: %s", err);
+}
+
+/* Issue 22 item 4: a header line of more than 8 words was skipped without
+ * a word; a skipped property misaligned every binary vertex. */
+static void test_header_word_limits(void) {
+  char err[512];
+  vt_scan_t s;
+  unsigned char buf[4096];
+  const char *hdr = "ply\nformat binary_little_endian 1.0\n"
+                    "element vertex 100\nproperty float x\nproperty float y\n"
+                    "property float z\nproperty   float   a b c d e f g\n"
+                    "end_header\n";
+  size_t at = put(buf, 0, hdr, strlen(hdr));
+  for (int i = 0; i < 100; i++) {
+    const float v[4] = {(float)i, 2.f * (float)i, 3.f * (float)i, 7.f};
+    at = put(buf, at, v, sizeof v);
+  }
+  int r = parse_bytes("w.ply", buf, at, err, sizeof err, &s);
+  VC_EXPECT(r != 0 && strstr(err, "PLY line 7") && strstr(err, "9 words"),
+            "9-word property line: %s", err);
+  /* Every other keyword: its own word count, named. */
+  const char *cases[][2] = {
+      {"ply\nformat ascii 1.0 extra words here and more of them\n", "line 2"},
+      {"ply\nformat ascii 1.0\nelement vertex 1 2 3 4 5 6 7 8\n", "line 3"},
+      {"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x y\n",
+       "PLY line 4: \"property float x y\""},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    r = parse_bytes("w.ply", cases[c][0], strlen(cases[c][0]), err, sizeof err,
+                    &s);
+    VC_EXPECT(r != 0 && strstr(err, cases[c][1]), "case %zu: %s", c, err);
+  }
+  /* PCD: FIELDS of 65 names is refused naming the line, not skipped. */
+  char text[1024] = "FIELDS x y z";
+  for (int i = 0; i < 62; i++)
+    strcat(text, " f");
+  strcat(text, "\nSIZE 4 4 4\nTYPE F F F\nWIDTH 1\nDATA ascii\n1 2 3\n");
+  r = parse_bytes("w.pcd", text, strlen(text), err, sizeof err, &s);
+  VC_EXPECT(r != 0 && strstr(err, "PCD line 1: 65 fields"), "65 fields: %s",
+            err);
+}
+
 static void test_lzf(void) {
   /* "abc" literally, then a back-reference of 9 bytes at distance 3:
    * control (7 << 5) | 0 means "length 7 + next byte + 2". */
@@ -655,6 +759,8 @@ int main(void) {
   test_pcd_size_overflow();
   test_pcd_width_height_overflow();
   test_ply();
+  test_ply_element_bounds();
+  test_header_word_limits();
   test_malformed();
   test_fuzz_smoke();
   return vc_test_finish();
