@@ -10,12 +10,15 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 int vt_scan_fail(char *err, size_t err_len, const char *fmt, ...) {
   if (err && err_len) {
@@ -369,6 +372,10 @@ int vt_scan_parse(const unsigned char *buf, size_t bytes, const char *name,
   memset(scan, 0, sizeof *scan);
   if (!buf && bytes)
     return vt_scan_fail(err, err_len, "no data");
+  if ((uint64_t)bytes > (uint64_t)VT_SCAN_MAX_BYTES)
+    return vt_scan_fail(err, err_len,
+                        "%zu bytes, more than the readers' limit of %lld",
+                        bytes, (long long)VT_SCAN_MAX_BYTES);
   int r;
   /* Content first: a nuScenes file is named *.pcd.bin yet is raw floats. */
   if (starts_with(buf, bytes, "ply\n") || starts_with(buf, bytes, "ply\r\n"))
@@ -386,36 +393,90 @@ int vt_scan_parse(const unsigned char *buf, size_t bytes, const char *name,
   return r;
 }
 
+/* What a non-regular file is, for the message. */
+static const char *file_kind(mode_t mode) {
+  if (S_ISFIFO(mode))
+    return "a FIFO";
+  if (S_ISCHR(mode))
+    return "a character device";
+  if (S_ISBLK(mode))
+    return "a block device";
+  if (S_ISSOCK(mode))
+    return "a socket";
+  return "not a file";
+}
+
+/* Opens path for reading if it is a regular file within the size limit.
+ * O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can
+ * say what it is. Returns the descriptor or -1 with a message. */
+static int open_regular(const char *path, int64_t *size, char *err,
+                        size_t err_len) {
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
+    return vt_scan_fail(err, err_len, "cannot open %s: %s", path,
+                        strerror(errno));
+  struct stat st;
+  int bad = 1;
+  if (fstat(fd, &st) != 0)
+    vt_scan_fail(err, err_len, "cannot stat %s: %s", path, strerror(errno));
+  else if (S_ISDIR(st.st_mode))
+    vt_scan_fail(err, err_len, "%s is a directory, not a point-cloud file",
+                 path);
+  else if (!S_ISREG(st.st_mode))
+    vt_scan_fail(err, err_len,
+                 "%s is not a regular file (%s); the readers take regular "
+                 "files only",
+                 path, file_kind(st.st_mode));
+  else if ((int64_t)st.st_size > VT_SCAN_MAX_BYTES)
+    vt_scan_fail(err, err_len,
+                 "%s is %lld bytes, more than the readers' limit of %lld", path,
+                 (long long)st.st_size, (long long)VT_SCAN_MAX_BYTES);
+  else
+    bad = 0;
+  if (bad) {
+    close(fd);
+    return -1;
+  }
+  *size = (int64_t)st.st_size;
+  return fd;
+}
+
+/* Reads exactly size bytes (a regular file may still shrink under us). */
+static int read_all(int fd, const char *path, unsigned char *buf, size_t size,
+                    char *err, size_t err_len) {
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = read(fd, buf + got, size - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return vt_scan_fail(
+          err, err_len, "short read of %s (%zu of %zu bytes%s%s)", path, got,
+          size, n < 0 ? ": " : "", n < 0 ? strerror(errno) : "");
+    got += (size_t)n;
+  }
+  return 0;
+}
+
 int vt_scan_read_file(const char *path, int fields, vt_scan_t *scan, char *err,
                       size_t err_len) {
   if (scan)
     memset(scan, 0, sizeof *scan);
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return vt_scan_fail(err, err_len, "cannot open %s: %s", path,
-                        strerror(errno));
-  if (fseek(f, 0, SEEK_END) != 0) {
-    fclose(f);
-    return vt_scan_fail(err, err_len, "cannot seek in %s", path);
-  }
-  const long size = ftell(f);
-  if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-    fclose(f);
-    return vt_scan_fail(err, err_len, "cannot size %s (not a regular file?)",
-                        path);
-  }
+  int64_t size = 0;
+  const int fd = open_regular(path, &size, err, err_len);
+  if (fd < 0)
+    return -1;
   unsigned char *buf = (unsigned char *)malloc((size_t)size + 1);
   if (!buf) {
-    fclose(f);
-    return vt_scan_fail(err, err_len, "out of memory reading %s (%ld bytes)",
-                        path, size);
+    close(fd);
+    return vt_scan_fail(err, err_len, "out of memory reading %s (%lld bytes)",
+                        path, (long long)size);
   }
-  const size_t got = fread(buf, 1, (size_t)size, f);
-  fclose(f);
-  if (got != (size_t)size) {
+  const int rc = read_all(fd, path, buf, (size_t)size, err, err_len);
+  close(fd);
+  if (rc) {
     free(buf);
-    return vt_scan_fail(err, err_len, "short read of %s (%zu of %ld bytes)",
-                        path, got, size);
+    return -1;
   }
   char inner[512];
   const int r =

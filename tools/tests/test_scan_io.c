@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Writes bytes to a fresh temp file whose name ends with suffix. */
@@ -475,6 +476,33 @@ static void test_header_word_limits(void) {
             err);
 }
 
+/* Issue 22 item 5: a directory was "out of memory (9223372036854775807
+ * bytes)" and a FIFO blocked forever; both are named without reading. */
+static void test_not_regular_files(void) {
+  char err[512];
+  vt_scan_t s;
+  char dir[] = "/tmp/vc_scan_dir_XXXXXX";
+  VC_EXPECT(mkdtemp(dir) != NULL, "mkdtemp");
+  int r = vt_scan_read_file(dir, 0, &s, err, sizeof err);
+  VC_EXPECT(r != 0 && strstr(err, dir) && strstr(err, "is a directory") &&
+                !strstr(err, "9223372036854775807"),
+            "directory: %s", err);
+  char fifo[300];
+  snprintf(fifo, sizeof fifo, "%s/cloud.bin", dir);
+  VC_EXPECT(mkfifo(fifo, 0600) == 0, "mkfifo");
+  alarm(20); /* a reader that blocks on the FIFO fails the test */
+  r = vt_scan_read_file(fifo, 4, &s, err, sizeof err);
+  alarm(0);
+  VC_EXPECT(r != 0 && strstr(err, fifo) &&
+                strstr(err, "is not a regular file (a FIFO)"),
+            "FIFO: %s", err);
+  unlink(fifo);
+  rmdir(dir);
+  VC_EXPECT(vt_scan_read_file("/dev/null", 4, &s, err, sizeof err) != 0 &&
+                strstr(err, "/dev/null is not a regular file"),
+            "character device: %s", err);
+}
+
 static void test_lzf(void) {
   /* "abc" literally, then a back-reference of 9 bytes at distance 3:
    * control (7 << 5) | 0 means "length 7 + next byte + 2". */
@@ -754,6 +782,7 @@ int main(void) {
   test_recorded_ply();
   test_recorded_bins();
   test_bin_guessing();
+  test_not_regular_files();
   test_ascii_pcd();
   test_binary_pcd();
   test_pcd_size_overflow();
