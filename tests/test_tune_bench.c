@@ -35,20 +35,25 @@ static void test_helpers(void) {
   vc_tolerance_t t16a = vc_tune_tolerance(VOXCONV_DTYPE_F16, 1);
   vc_tolerance_t t32a = vc_tune_tolerance(VOXCONV_DTYPE_F32, 1);
   VC_EXPECT(t32.max_rel < t16.max_rel && t16.max_rel < t16a.max_rel,
-            "tolerances ordered: %g %g %g", t32.max_rel, t16.max_rel,
+            "fallback tolerances ordered: %g %g %g", t32.max_rel, t16.max_rel,
             t16a.max_rel);
-  VC_EXPECT(t32a.max_rel == t32.max_rel, "f32 has no fp16-accumulator slack");
+  VC_EXPECT(t32a.max_rel == t32.max_rel && !t32a.norm_gate,
+            "f32 has no fp16-accumulator slack");
+  VC_EXPECT(t16a.norm_gate && !t16.norm_gate && t16a.norm_rel == 1e-2,
+            "fp16-accumulator tiles keep the norm gate");
+  VC_EXPECT(isinf(t32.user_max_rel), "no user limit by default");
   setenv("VOXCONV_AUTOTUNE_MAX_REL", "0.25", 1);
-  VC_EXPECT(vc_tune_tolerance(VOXCONV_DTYPE_F32, 0).max_rel == 0.25,
+  VC_EXPECT(vc_tune_tolerance(VOXCONV_DTYPE_F32, 0).user_max_rel == 0.25,
             "VOXCONV_AUTOTUNE_MAX_REL");
   unsetenv("VOXCONV_AUTOTUNE_MAX_REL");
 
   /* check: ref = {3, -4, 0, 0} -> rms = 2.5, floor 0.025 */
   float ref[] = {3, -4, 0, 0, NAN, INFINITY};
   float got[] = {3.03f, -4, 0.025f, 0, NAN, INFINITY};
-  vc_check_t c = vc_check_host(got, ref, VOXCONV_DTYPE_F32, 6);
+  vc_check_t c = vc_check_host(got, ref, VOXCONV_DTYPE_F32, 6, NULL, 0);
   /* element 2: 0.025 / (0 + 0.01 * rms(finite ref) = 0.025) = 1.0 */
   VC_EXPECT(fabs(c.max_rel - 1.0) < 1e-5, "max_rel %g", c.max_rel);
+  VC_EXPECT(c.max_ratio == -1, "no S, no ratio: %g", c.max_ratio);
   VC_EXPECT(c.n_nonfinite == 0, "same NaN/Inf on both sides is fine");
   VC_EXPECT(fabs(c.norm_rel - sqrt((0.03 * 0.03 + 0.025 * 0.025) / 25.0)) <
                 1e-6,
@@ -56,14 +61,121 @@ static void test_helpers(void) {
   got[4] = 1;         /* NaN -> finite */
   got[5] = -INFINITY; /* +Inf -> -Inf */
   got[1] = NAN;       /* finite -> NaN */
-  c = vc_check_host(got, ref, VOXCONV_DTYPE_F32, 6);
+  c = vc_check_host(got, ref, VOXCONV_DTYPE_F32, 6, NULL, 0);
   VC_EXPECT(c.n_nonfinite == 3, "kind mismatches %lld",
             (long long)c.n_nonfinite);
   /* identical f16 buffers */
   uint16_t h[4] = {0x3C00, 0xC000, 0, 0x7BFF};
-  c = vc_check_host(h, h, VOXCONV_DTYPE_F16, 4);
+  c = vc_check_host(h, h, VOXCONV_DTYPE_F16, 4, NULL, 0);
   VC_EXPECT(c.max_rel == 0 && c.norm_rel == 0 && c.n_nonfinite == 0,
             "identical");
+}
+
+/* ---- the format-derived bound ---------------------------------------------
+ */
+static void test_bound_helpers(void) {
+  const voxconv_dtype_t F16 = VOXCONV_DTYPE_F16, BF16 = VOXCONV_DTYPE_BF16;
+  const voxconv_dtype_t F32 = VOXCONV_DTYPE_F32, F64 = VOXCONV_DTYPE_F64;
+  /* hand values: normal spacing 2^(e - p + 1), subnormal 2^(emin - p + 1) */
+  VC_EXPECT(vc_format_spacing(F16, 1.0) == ldexp(1, -10), "f16 at 1");
+  VC_EXPECT(vc_format_spacing(F16, 1.999) == ldexp(1, -10), "f16 below 2");
+  VC_EXPECT(vc_format_spacing(F16, -2.0) == ldexp(1, -9), "f16 at -2");
+  VC_EXPECT(vc_format_spacing(F16, 65504) == 32, "f16 max");
+  VC_EXPECT(vc_format_spacing(F16, 0) == ldexp(1, -24), "f16 at 0");
+  VC_EXPECT(vc_format_spacing(F16, 1e-5) == ldexp(1, -24), "f16 subnormal");
+  VC_EXPECT(vc_format_spacing(F16, ldexp(1, -14)) == ldexp(1, -24),
+            "f16 smallest normal");
+  VC_EXPECT(vc_format_spacing(F16, ldexp(1, -13)) == ldexp(1, -23),
+            "f16 second binade");
+  VC_EXPECT(vc_format_spacing(BF16, 1.0) == ldexp(1, -7), "bf16 at 1");
+  VC_EXPECT(vc_format_spacing(BF16, 1e-39) == ldexp(1, -133), "bf16 subnormal");
+  VC_EXPECT(vc_format_spacing(F32, 1.0) == ldexp(1, -23), "f32 at 1");
+  VC_EXPECT(vc_format_spacing(F32, 0) == ldexp(1, -149), "f32 at 0");
+  VC_EXPECT(vc_format_spacing(F64, 1.0) == ldexp(1, -52), "f64 at 1");
+  VC_EXPECT(vc_format_spacing(F64, 0) == ldexp(1, -1074), "f64 at 0");
+  /* against the formats themselves: the step to the next representable
+   * value, for random values of every magnitude (subnormals included) */
+  int bad16 = 0, bad32 = 0;
+  for (int i = 0; i < 20000; i++) {
+    const uint16_t b = (uint16_t)vc_rand_range(0, 0x7BFE); /* < max */
+    const double v = vc_f16_to_f32(b), next = vc_f16_to_f32((uint16_t)(b + 1));
+    bad16 += vc_format_spacing(F16, v) != next - v;
+    const float f =
+        (float)ldexp(vc_rand_uniform() + 0.5, (int)vc_rand_range(-150, 120));
+    bad32 += vc_format_spacing(F32, f) != (double)nextafterf(f, INFINITY) - f;
+  }
+  VC_EXPECT(bad16 == 0 && bad32 == 0, "spacing != next step: %d f16, %d f32",
+            bad16, bad32);
+
+  VC_EXPECT(vc_tune_unit_roundoff_acc(F32, 0) == ldexp(1, -23) &&
+                vc_tune_unit_roundoff_acc(F16, 0) == ldexp(1, -23) &&
+                vc_tune_unit_roundoff_acc(F16, 1) == ldexp(1, -10) &&
+                vc_tune_unit_roundoff_acc(F32, 1) == ldexp(1, -23) &&
+                vc_tune_unit_roundoff_acc(F64, 0) == ldexp(1, -53),
+            "accumulator unit roundoffs");
+  voxconv_kmap_t m;
+  memset(&m, 0, sizeof m);
+  m.kvol = 27, m.n_in = 1000, m.n_out = 300;
+  vc_conv_problem_t p =
+      vc_conv_problem_make(VOXCONV_PASS_CONV_FWD, &m, F16, 16, 32, 0, 0, 0);
+  VC_EXPECT(vc_tune_terms(&p) == 27 * 16, "fwd terms %lld",
+            (long long)vc_tune_terms(&p));
+  p.pass = VOXCONV_PASS_CONV_DGRAD;
+  VC_EXPECT(vc_tune_terms(&p) == 27 * 32, "dgrad terms");
+  p.pass = VOXCONV_PASS_CONV_WGRAD;
+  VC_EXPECT(vc_tune_terms(&p) == 300, "wgrad terms");
+  p.pass = VOXCONV_PASS_DEPTHWISE_FWD;
+  VC_EXPECT(vc_tune_terms(&p) == 27, "depthwise terms");
+  p.pass = VOXCONV_PASS_CONV_FWD;
+  VC_EXPECT(fabs(vc_tune_acc_factor(&p, 0) -
+                 8.0 * sqrt(27.0 * 16) * 2 * ldexp(1, -23)) < 1e-18,
+            "acc factor %g", vc_tune_acc_factor(&p, 0));
+  VC_EXPECT(fabs(vc_tune_acc_factor(&p, 1) -
+                 8.0 * sqrt(27.0 * 16) * (ldexp(1, -10) + ldexp(1, -23))) <
+                1e-15,
+            "fp16-accumulator acc factor");
+
+  /* the bound element-wise, f16: one spacing at the larger value plus
+   * acc * S */
+  const uint16_t one = 0x3C00, one_ulp = 0x3C01, one_2ulp = 0x3C02;
+  uint16_t r16[4] = {one, 0, 3, 0xC000}; /* 1, 0, 3 * 2^-24, -2 */
+  uint16_t g16[4] = {one_ulp, 1, 4, 0xC000};
+  float s[4] = {0, 0, 0, 1000};
+  vc_check_t c = vc_check_host(g16, r16, F16, 4, s, 0.0);
+  VC_EXPECT(c.max_ratio == 1.0, "one ulp everywhere: ratio %g", c.max_ratio);
+  g16[0] = one_2ulp;
+  c = vc_check_host(g16, r16, F16, 4, s, 0.0);
+  VC_EXPECT(c.max_ratio == 2.0, "two ulps at 1: ratio %g", c.max_ratio);
+  s[0] = 4;
+  c = vc_check_host(g16, r16, F16, 4, s, ldexp(1, -10) / 4);
+  VC_EXPECT(c.max_ratio == 1.0, "acc * S adds one ulp at 1: ratio %g",
+            c.max_ratio);
+  /* verdicts */
+  vc_tolerance_t t = vc_tune_tolerance(F16, 0);
+  VC_EXPECT(vc_check_passes(&c, &t), "ratio 1 passes");
+  g16[0] = 0x3C03;
+  c = vc_check_host(g16, r16, F16, 4, s, ldexp(1, -10) / 4);
+  VC_EXPECT(!vc_check_passes(&c, &t), "ratio 1.5 fails: %g", c.max_ratio);
+  /* max_rel is reported beside: a subnormal ulp next to 0 is a large
+   * relative error, and passes the bound */
+  c = vc_check_host(g16 + 1, r16 + 1, F16, 1, s + 1, 0.0);
+  VC_EXPECT(c.max_rel > 1e-2 && c.max_ratio == 1.0 && vc_check_passes(&c, &t),
+            "subnormal ulp: max_rel %g ratio %g", c.max_rel, c.max_ratio);
+  setenv("VOXCONV_AUTOTUNE_MAX_REL", "0.5", 1);
+  t = vc_tune_tolerance(F16, 0);
+  unsetenv("VOXCONV_AUTOTUNE_MAX_REL");
+  VC_EXPECT(!vc_check_passes(&c, &t), "the user limit applies as well");
+  const vc_tolerance_t t16 = vc_tune_tolerance(F16, 0);
+  const vc_tolerance_t t16a = vc_tune_tolerance(F16, 1);
+  const vc_tolerance_t t32 = vc_tune_tolerance(F32, 0);
+  const vc_check_t n = {0.5, 0.02, 0.5, 0};
+  VC_EXPECT(!vc_check_passes(&n, &t16a) && vc_check_passes(&n, &t16),
+            "norm gate only for fp16-accumulator tiles");
+  const vc_check_t fb = {5e-3, 1e-3, -1, 0};
+  VC_EXPECT(vc_check_passes(&fb, &t16) && !vc_check_passes(&fb, &t32),
+            "fallback: relative limits of the dtype");
+  vc_check_t nf = {0, 0, 0, 1};
+  VC_EXPECT(!vc_check_passes(&nf, &t), "non-finite mismatch fails");
 }
 
 /* ---- helpers for the runner tests -----------------------------------------
@@ -687,6 +799,7 @@ int main(void) {
   vc_test_init("test_tune_bench");
   setenv("VOXCONV_AUTOTUNE_LOG", "0", 1);
   test_helpers();
+  test_bound_helpers();
   /* The fakes take exact virtual time; the real algorithm real time. */
   tt_virtual_clock(1);
   test_runner();

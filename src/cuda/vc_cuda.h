@@ -86,16 +86,23 @@ voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h, int index,
  * CUDA events on the handle's stream: start records the first, stop records
  * the second, waits for it and returns the elapsed milliseconds (and frees
  * the timer); discard frees it without waiting. tune_check compares two
- * device buffers of n elements (dtype) as vc_check_host does (src/tune) and
- * returns the three numbers to the host (one synchronisation). */
+ * device buffers of n elements (dtype) as vc_check_host does (src/tune),
+ * with the bound's S (n floats, may be NULL) and factor acc, and returns
+ * the four numbers to the host (one synchronisation; *max_ratio = -1 when
+ * s is NULL). tune_abs_f32 writes |src| as floats into dst (n elements,
+ * queued on the stream). */
 voxconv_status_t vc_cuda_timer_start(voxconv_handle_t *h, void **timer);
 voxconv_status_t vc_cuda_timer_stop(voxconv_handle_t *h, void *timer,
                                     double *ms);
 void vc_cuda_timer_discard(voxconv_handle_t *h, void *timer);
 voxconv_status_t vc_cuda_tune_check(voxconv_handle_t *h, const void *got,
                                     const void *ref, voxconv_dtype_t dtype,
-                                    int64_t n, double *max_rel,
-                                    double *norm_rel, int64_t *n_nonfinite);
+                                    int64_t n, const float *s, double acc,
+                                    double *max_rel, double *norm_rel,
+                                    double *max_ratio, int64_t *n_nonfinite);
+voxconv_status_t vc_cuda_tune_abs_f32(voxconv_handle_t *h, const void *src,
+                                      voxconv_dtype_t dtype, int64_t n,
+                                      float *dst);
 
 /* Registered CUDA algorithms (see vc_algo.h for the record type). The
  * registry in src/ops/algo.c lists them when VOXCONV_HAVE_CUDA is set. */

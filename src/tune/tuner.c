@@ -57,12 +57,95 @@ int vc_leaders(const double *times, const int *ok, int n, double margin,
   return k;
 }
 
+/* ---- the reference check ----------------------------------------------- */
+/* Why the bound of vc_tune.h holds for every correct kernel. A sum of n
+ * products computed in floating point with unit roundoff u is within
+ * lambda * sqrt(n) * u * sum |a_j b_j| of the exact sum with probability at
+ * least 1 - 2 exp(-lambda^2 / 2) per element, whatever the order of the
+ * additions (Higham & Mary, "A new approach to probabilistic rounding error
+ * analysis", SIAM J. Sci. Comput. 41(5), 2019, Thm 2.4). lambda = 8 makes
+ * that failure probability 2 exp(-32) ~ 2.5e-14 per element: over 1e9
+ * output elements a correct kernel fails once in ~40,000 tunings of such a
+ * problem, and the worst-case bound (n * u * S) would be sqrt(n) times
+ * looser for no gain. The model takes rounding errors as mean-independent
+ * with mean zero: true of round-to-nearest; tensor cores that truncate are
+ * given one more bit, which covers their bias as long as the partial sums
+ * change sign or the reduction is not extremely long (one rounding per
+ * 16-product MMA step: a one-signed sum would need over ~250k products
+ * per output to exceed it). Both outputs carry such an error (hence u_y + u_r),
+ * and both are rounded to the output format at the end: two half-spacings,
+ * i.e. one spacing at the larger of the two values. A dropped pair, offset
+ * or channel, or a scale error, moves elements by a sizeable fraction of
+ * |y| instead, far above both terms (test_tune_guard, test_format_bound). */
+double vc_format_spacing(voxconv_dtype_t dtype, double v) {
+  int prec, emin; /* significand bits (with the implicit one), min exponent */
+  switch (dtype) {
+  case VOXCONV_DTYPE_F16:
+    prec = 11, emin = -14;
+    break;
+  case VOXCONV_DTYPE_BF16:
+    prec = 8, emin = -126;
+    break;
+  case VOXCONV_DTYPE_F32:
+    prec = 24, emin = -126;
+    break;
+  default:
+    prec = 53, emin = -1022;
+    break;
+  }
+  int e = emin;
+  v = fabs(v);
+  if (v > 0 && isfinite(v)) {
+    int x;
+    (void)frexp(v, &x); /* v = m 2^x, m in [0.5, 1): floor(log2 v) = x - 1 */
+    if (x - 1 > e)
+      e = x - 1;
+  }
+  return ldexp(1.0, e - (prec - 1));
+}
+
+double vc_tune_unit_roundoff_acc(voxconv_dtype_t dtype, int f16_accum) {
+  if (dtype == VOXCONV_DTYPE_F64)
+    return ldexp(1.0, -53);
+  if (f16_accum && (dtype == VOXCONV_DTYPE_F16 || dtype == VOXCONV_DTYPE_BF16))
+    return ldexp(1.0, -10);
+  return ldexp(1.0, -23);
+}
+
+int64_t vc_tune_terms(const vc_conv_problem_t *p) {
+  const voxconv_kmap_t *m = p->kmap;
+  const int64_t rows = m->n_in < m->n_out ? m->n_in : m->n_out;
+  int64_t n;
+  switch (p->pass) {
+  case VOXCONV_PASS_CONV_FWD:
+    n = (int64_t)m->kvol * p->cin;
+    break;
+  case VOXCONV_PASS_CONV_DGRAD:
+    n = (int64_t)m->kvol * p->cout;
+    break;
+  case VOXCONV_PASS_DEPTHWISE_FWD:
+  case VOXCONV_PASS_DEPTHWISE_DGRAD:
+    n = m->kvol;
+    break;
+  default: /* weight gradients: the pairs of one offset */
+    n = rows;
+    break;
+  }
+  return n > 1 ? n : 1;
+}
+
+double vc_tune_acc_factor(const vc_conv_problem_t *p, int f16acc) {
+  return VC_BOUND_LAMBDA * sqrt((double)vc_tune_terms(p)) *
+         (vc_tune_unit_roundoff_acc(p->dtype, f16acc) +
+          vc_tune_unit_roundoff_acc(p->dtype, 0));
+}
+
 vc_tolerance_t vc_tune_tolerance(voxconv_dtype_t dtype, int f16_accum) {
   vc_tolerance_t t;
-  /* Loose enough for any correct summation order of that precision, tight
-   * enough that a kernel that drops or repeats pairs fails by orders of
-   * magnitude. fp16-accumulator tiles are noisy per cell by nature (see
-   * BENCHMARKS.md), so they are gated by the norm. */
+  /* The relative limits apply only where S could not be computed (the
+   * fallback): loose enough for any correct summation order of that
+   * precision on well-scaled data, tight enough that a kernel that drops
+   * or repeats pairs fails by orders of magnitude. */
   switch (dtype) {
   case VOXCONV_DTYPE_F64:
     t.max_rel = 1e-9, t.norm_rel = 1e-10;
@@ -77,14 +160,21 @@ vc_tolerance_t vc_tune_tolerance(voxconv_dtype_t dtype, int f16_accum) {
     t.max_rel = 5e-2, t.norm_rel = 1e-2;
     break;
   }
-  if (f16_accum && (dtype == VOXCONV_DTYPE_F16 || dtype == VOXCONV_DTYPE_BF16))
+  t.norm_gate = 0;
+  /* fp16-accumulator tiles are noisy per cell by nature (see
+   * BENCHMARKS.md): their norm is gated with the bound as well. */
+  if (f16_accum &&
+      (dtype == VOXCONV_DTYPE_F16 || dtype == VOXCONV_DTYPE_BF16)) {
     t.max_rel = 1.0, t.norm_rel = 1e-2;
+    t.norm_gate = 1;
+  }
+  t.user_max_rel = INFINITY;
   const char *env = vc_getenv("VOXCONV_AUTOTUNE_MAX_REL");
   if (env) {
     char *end = NULL;
     double v = strtod(env, &end);
     if (end && *end == '\0' && v > 0 && isfinite(v))
-      t.max_rel = v;
+      t.user_max_rel = v;
     else
       vc_tune_warn_once("VOXCONV_AUTOTUNE_MAX_REL",
                         "VOXCONV_AUTOTUNE_MAX_REL='%s' is not a positive "
@@ -92,6 +182,17 @@ vc_tolerance_t vc_tune_tolerance(voxconv_dtype_t dtype, int f16_accum) {
                         env);
   }
   return t;
+}
+
+int vc_check_passes(const vc_check_t *c, const vc_tolerance_t *t) {
+  if (c->n_nonfinite > 0)
+    return 0;
+  if (c->max_ratio < 0) /* no bound: the relative check */
+    return c->max_rel <=
+               (isfinite(t->user_max_rel) ? t->user_max_rel : t->max_rel) &&
+           c->norm_rel <= t->norm_rel;
+  return c->max_ratio <= 1.0 && c->max_rel <= t->user_max_rel &&
+         (!t->norm_gate || c->norm_rel <= t->norm_rel);
 }
 
 static double load_elem(const void *p, voxconv_dtype_t dtype, int64_t i) {
@@ -116,9 +217,11 @@ static int fp_kind(double v) {
   return 0;
 }
 
+/* Mirrored by vc_check_pass2 in src/cuda/cuda_tune.cu: keep both the same. */
 vc_check_t vc_check_host(const void *got, const void *ref,
-                         voxconv_dtype_t dtype, int64_t n) {
-  vc_check_t c = {0, 0, 0};
+                         voxconv_dtype_t dtype, int64_t n, const void *s,
+                         double acc) {
+  vc_check_t c = {0, 0, s ? 0.0 : -1.0, 0};
   double ss_ref = 0;
   int64_t n_finite = 0;
   for (int64_t i = 0; i < n; i++) {
@@ -130,6 +233,7 @@ vc_check_t vc_check_host(const void *got, const void *ref,
   }
   const double floor_abs =
       n_finite ? 0.01 * sqrt(ss_ref / (double)n_finite) : 0.0;
+  const voxconv_dtype_t sdt = vc_bound_dtype(dtype);
   double ss_diff = 0;
   for (int64_t i = 0; i < n; i++) {
     const double g = load_elem(got, dtype, i);
@@ -146,6 +250,16 @@ vc_check_t vc_check_host(const void *got, const void *ref,
     const double rel = denom > 0 ? d / denom : (d > 0 ? INFINITY : 0.0);
     if (rel > c.max_rel)
       c.max_rel = rel;
+    if (s) {
+      /* tol > 0 always (the spacing is); a NaN S (Inf * 0 in the inputs)
+       * makes a NaN ratio, which no comparison counts, as on the GPU. */
+      const double m = fabs(g) > fabs(r) ? fabs(g) : fabs(r);
+      const double tol =
+          vc_format_spacing(dtype, m) + acc * load_elem(s, sdt, i);
+      const double ratio = d / tol;
+      if (ratio > c.max_ratio)
+        c.max_ratio = ratio;
+    }
     ss_diff += d * d;
   }
   c.norm_rel =
@@ -486,17 +600,22 @@ static voxconv_status_t run_with_workspace(voxconv_handle_t *h,
   return st;
 }
 
-static voxconv_status_t check_output(voxconv_handle_t *h, const void *got,
-                                     const void *ref, voxconv_dtype_t dtype,
-                                     int64_t n, vc_check_t *c) {
+/* The reference check of `got` against `ref` (outputs of p, backend
+ * memory) with the bound's S (NULL: relative check only) and factor acc. */
+static voxconv_status_t check_output(voxconv_handle_t *h,
+                                     const vc_conv_problem_t *p,
+                                     const void *got, const void *ref,
+                                     const void *s, double acc, vc_check_t *c) {
+  const int64_t n = output_elems(p);
 #ifdef VOXCONV_HAVE_CUDA
   if (h->backend == VOXCONV_BACKEND_CUDA)
-    return vc_cuda_tune_check(h, got, ref, dtype, n, &c->max_rel, &c->norm_rel,
+    return vc_cuda_tune_check(h, got, ref, p->dtype, n, (const float *)s, acc,
+                              &c->max_rel, &c->norm_rel, &c->max_ratio,
                               &c->n_nonfinite);
 #else
   (void)h;
 #endif
-  *c = vc_check_host(got, ref, dtype, n);
+  *c = vc_check_host(got, ref, p->dtype, n, s, acc);
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -569,6 +688,9 @@ typedef struct ref_state {
    * that agrees with either is accepted. */
   void *alt;
   const vc_algo_t *alt_algo;
+  /* The bound's S per output element (vc_bound_dtype, backend memory;
+   * NULL: not computable, the check falls back to relative errors). */
+  void *s;
 } ref_state_t;
 
 static voxconv_status_t
@@ -580,36 +702,206 @@ run_ref_algo(voxconv_handle_t *h, const vc_conv_problem_t *p,
   return run_with_workspace(h, a, &q, params);
 }
 
-/* 1 when two outputs agree within the fp32-accumulator tolerance. */
-static int outputs_agree(voxconv_handle_t *h, const vc_conv_problem_t *p,
-                         const void *x, const void *y, double *max_rel) {
-  vc_check_t c;
-  *max_rel = INFINITY;
-  if (check_output(h, x, y, p->dtype, output_elems(p), &c) !=
-      VOXCONV_STATUS_SUCCESS)
-    return 0;
-  const vc_tolerance_t tol = vc_tune_tolerance(p->dtype, 0);
-  *max_rel = c.max_rel;
-  return c.n_nonfinite == 0 && c.max_rel <= tol.max_rel &&
-         c.norm_rel <= tol.norm_rel;
+/* The algorithms that can run p as a reference (fp32 accumulation, any
+ * order), deterministic ones and the others apart, in registry order. */
+static void ref_candidates(const voxconv_handle_t *h,
+                           const vc_conv_problem_t *p, const vc_algo_t **det,
+                           int *n_det, const vc_algo_t **any, int *n_any) {
+  vc_conv_problem_t q = cand_problem(p, 0, p->c);
+  q.fp16_accum = 0;
+  q.deterministic = 0;
+  *n_det = *n_any = 0;
+  for (int i = 0; i < vc_tune_algo_count(); i++) {
+    const vc_algo_t *a = vc_tune_algo_at(i);
+    if (cannot_run(h, a, &q))
+      continue;
+    if (a->info.deterministic && *n_det < VC_SEL_MAX_ALGOS)
+      det[(*n_det)++] = a;
+    else if (!a->info.deterministic && *n_any < VC_SEL_MAX_ALGOS)
+      any[(*n_any)++] = a;
+  }
 }
 
 /* The next algorithm of order[*idx..] that runs p into out (default
- * parameters, fp32 accumulation); NULL when none does. */
+ * parameters, fp32 accumulation); NULL when none does. `role` names the
+ * run in the log. */
 static const vc_algo_t *next_ref(voxconv_handle_t *h,
                                  const vc_conv_problem_t *p,
                                  const vc_algo_t *const *order, int n_order,
                                  int *idx, vc_algo_params_t *params, void *out,
-                                 const progress_t *pr) {
+                                 const progress_t *pr, const char *role) {
   while (*idx < n_order) {
     const vc_algo_t *a = order[(*idx)++];
     default_params(a, p->pass, params);
     voxconv_status_t st = run_ref_algo(h, p, a, params, out);
     if (st == VOXCONV_STATUS_SUCCESS)
       return a;
-    log_line(pr, "reference %s failed (%s): %s", a->info.name,
+    log_line(pr, "%s %s failed (%s): %s", role, a->info.name,
              voxconv_status_string(st), h->last_error);
   }
+  return NULL;
+}
+
+/* ---- the bound's scale S ------------------------------------------------ */
+/* Elements of input a (which = 0) or b (1) of p (roles of vc_algo.h). */
+static int64_t input_elems(const vc_conv_problem_t *p, int which) {
+  const voxconv_kmap_t *m = p->kmap;
+  switch (p->pass) {
+  case VOXCONV_PASS_CONV_FWD:
+    return which ? (int64_t)m->kvol * p->cin * p->cout : m->n_in * p->cin;
+  case VOXCONV_PASS_CONV_DGRAD:
+    return which ? (int64_t)m->kvol * p->cin * p->cout : m->n_out * p->cout;
+  case VOXCONV_PASS_CONV_WGRAD:
+    return which ? m->n_out * p->cout : m->n_in * p->cin;
+  case VOXCONV_PASS_DEPTHWISE_FWD:
+    return which ? (int64_t)m->kvol * p->cin : m->n_in * p->cin;
+  case VOXCONV_PASS_DEPTHWISE_DGRAD:
+    return which ? (int64_t)m->kvol * p->cin : m->n_out * p->cin;
+  case VOXCONV_PASS_DEPTHWISE_WGRAD:
+    return which ? m->n_out * p->cin : m->n_in * p->cin;
+  default:
+    return 0;
+  }
+}
+
+/* |src| (n elements of dtype, backend memory) into dst as sdt. */
+static voxconv_status_t abs_copy(voxconv_handle_t *h, const void *src,
+                                 voxconv_dtype_t dtype, int64_t n, void *dst,
+                                 voxconv_dtype_t sdt) {
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    return sdt == VOXCONV_DTYPE_F32
+               ? vc_cuda_tune_abs_f32(h, src, dtype, n, (float *)dst)
+               : vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                         "no f64 algorithms on CUDA");
+#else
+  (void)h;
+#endif
+  for (int64_t i = 0; i < n; i++) {
+    const double v = fabs(load_elem(src, dtype, i));
+    if (sdt == VOXCONV_DTYPE_F64)
+      ((double *)dst)[i] = v;
+    else
+      ((float *)dst)[i] = (float)v;
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* S_i = sum of |a| * |b| over the products of output element i: p run on
+ * |a| and |b| in fp32 (f64 for f64 problems) by the first algorithm that
+ * can, in the reference's order (deterministic ones first). Returns the
+ * buffer (backend memory) or NULL, after saying why in the log. */
+static void *bound_scale(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                         const progress_t *pr) {
+  const voxconv_dtype_t sdt = vc_bound_dtype(p->dtype);
+  const size_t es = voxconv_dtype_size(sdt);
+  const int64_t na = input_elems(p, 0), nb = input_elems(p, 1);
+  const int64_t nc = output_elems(p);
+  if (na <= 0 || nb <= 0 || nc <= 0)
+    return NULL; /* nothing to compare */
+  void *abs_a = NULL, *abs_b = NULL, *s = NULL;
+  const char *why = NULL;
+  if (vc_alloc(h, (size_t)na * es, &abs_a, "tuning bound |a|") ||
+      vc_alloc(h, (size_t)nb * es, &abs_b, "tuning bound |b|") ||
+      vc_alloc(h, (size_t)nc * es, &s, "tuning bound S"))
+    why = "out of memory";
+  else if (abs_copy(h, p->a, p->dtype, na, abs_a, sdt) ||
+           abs_copy(h, p->b, p->dtype, nb, abs_b, sdt))
+    why = "the |x| conversion failed";
+  if (!why) {
+    vc_conv_problem_t q = cand_problem(p, 0, s);
+    q.dtype = sdt;
+    q.a = abs_a;
+    q.b = abs_b;
+    const vc_algo_t *det[VC_SEL_MAX_ALGOS], *any[VC_SEL_MAX_ALGOS];
+    int n_det, n_any, i = 0, j = 0;
+    vc_algo_params_t params;
+    ref_candidates(h, &q, det, &n_det, any, &n_any);
+    if (!next_ref(h, &q, det, n_det, &i, &params, s, pr, "bound scale") &&
+        !next_ref(h, &q, any, n_any, &j, &params, s, pr, "bound scale"))
+      why = sdt == VOXCONV_DTYPE_F32 ? "no algorithm runs this problem in f32"
+                                     : "no algorithm runs this problem";
+  }
+  vc_free(h, abs_a);
+  vc_free(h, abs_b);
+  if (why) {
+    vc_free(h, s);
+    log_line(pr,
+             "the error bound's scale S could not be computed (%s): "
+             "candidates are checked by relative error instead",
+             why);
+    return NULL;
+  }
+  return s;
+}
+
+/* The check of x against y for two fp32-accumulated outputs (a reference
+ * and its second opinion); 1 when they agree. */
+static int outputs_agree(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                         const void *x, const void *y, const void *s,
+                         vc_check_t *c) {
+  c->max_rel = c->max_ratio = INFINITY;
+  if (check_output(h, p, x, y, s, vc_tune_acc_factor(p, 0), c) !=
+      VOXCONV_STATUS_SUCCESS)
+    return 0;
+  const vc_tolerance_t tol = vc_tune_tolerance(p->dtype, 0);
+  return vc_check_passes(c, &tol);
+}
+
+/* "error ratio R, max_rel M" (ratio only where the bound applies). */
+static const char *check_text(const vc_check_t *c, char *buf, size_t size) {
+  if (c->max_ratio >= 0)
+    snprintf(buf, size, "error ratio %.3g, max_rel %.3g", c->max_ratio,
+             c->max_rel);
+  else
+    snprintf(buf, size, "max_rel %.3g", c->max_rel);
+  return buf;
+}
+
+/* When the first two references disagree: a third decides. Returns the
+ * second output to keep as ref->alt (no majority), or NULL (freed or
+ * adopted). */
+static void *vote_reference(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                            ref_state_t *ref, const vc_algo_t *const *det,
+                            int n_det, int *idx, void *second,
+                            const vc_algo_t *a2, const vc_algo_params_t *p2,
+                            const vc_check_t *c12, void *scratch,
+                            const progress_t *pr) {
+  const size_t bytes = (size_t)output_elems(p) * voxconv_dtype_size(p->dtype);
+  const char *ns = vc_cache_pass_namespace((int)p->pass);
+  char once[256], text[96];
+  vc_algo_params_t p3;
+  const vc_algo_t *a3 =
+      next_ref(h, p, det, n_det, idx, &p3, scratch, pr, "reference");
+  vc_check_t c13, c23;
+  const int ag13 = a3 && outputs_agree(h, p, scratch, p->c, ref->s, &c13);
+  const int ag23 = a3 && outputs_agree(h, p, scratch, second, ref->s, &c23);
+  if (ag23 && !ag13) {
+    /* The first reference is the odd one out: the other two are it. */
+    snprintf(once, sizeof once, "refvote:%s:%s", ns, ref->algo->info.name);
+    vc_tune_warn_once(once,
+                      "%s: %s (default parameters) disagrees with %s and %s "
+                      "(%s); they are used as the reference",
+                      ns, ref->algo->info.name, a2->info.name, a3->info.name,
+                      check_text(c12, text, sizeof text));
+    if (voxconv_memcpy(h, p->c, second, bytes,
+                       VOXCONV_MEMCPY_BACKEND_TO_BACKEND) ==
+        VOXCONV_STATUS_SUCCESS) {
+      ref->algo = a2;
+      ref->params = *p2;
+    }
+  } else if (!ag13) {
+    snprintf(once, sizeof once, "refsplit:%s:%s", ns, ref->algo->info.name);
+    vc_tune_warn_once(once,
+                      "%s: reference algorithms disagree (%s vs %s: %s%s%s); "
+                      "candidates agreeing with either pass",
+                      ns, ref->algo->info.name, a2->info.name,
+                      check_text(c12, text, sizeof text),
+                      a3 ? ", third opinion " : "", a3 ? a3->info.name : "");
+    ref->alt_algo = a2;
+    return second;
+  }
+  vc_free(h, second);
   return NULL;
 }
 
@@ -618,31 +910,24 @@ static const vc_algo_t *next_ref(voxconv_handle_t *h,
  * A single implementation is not trusted blindly: the next deterministic
  * algorithm gives a second opinion, and when the two disagree a third one
  * decides (the two that agree win). `scratch` (output-sized) is used for
- * the third opinion. */
+ * the third opinion. ref->s (the bound) is kept. */
 static void run_reference(voxconv_handle_t *h, const vc_conv_problem_t *p,
                           ref_state_t *ref, const progress_t *pr,
                           void *scratch) {
+  void *s = ref->s;
   memset(ref, 0, sizeof *ref);
+  ref->s = s;
   ref->from_cand = -1;
-  vc_conv_problem_t q = cand_problem(p, 0, p->c);
-  q.fp16_accum = 0;
-  q.deterministic = 0;
   const vc_algo_t *det[VC_SEL_MAX_ALGOS], *any[VC_SEL_MAX_ALGOS];
   int n_det = 0, n_any = 0;
-  for (int i = 0; i < vc_tune_algo_count(); i++) {
-    const vc_algo_t *a = vc_tune_algo_at(i);
-    if (cannot_run(h, a, &q))
-      continue;
-    if (a->info.deterministic && n_det < VC_SEL_MAX_ALGOS)
-      det[n_det++] = a;
-    else if (!a->info.deterministic && n_any < VC_SEL_MAX_ALGOS)
-      any[n_any++] = a;
-  }
+  ref_candidates(h, p, det, &n_det, any, &n_any);
   int idx = 0;
-  ref->algo = next_ref(h, p, det, n_det, &idx, &ref->params, p->c, pr);
+  ref->algo =
+      next_ref(h, p, det, n_det, &idx, &ref->params, p->c, pr, "reference");
   if (!ref->algo) {
     int j = 0;
-    ref->algo = next_ref(h, p, any, n_any, &j, &ref->params, p->c, pr);
+    ref->algo =
+        next_ref(h, p, any, n_any, &j, &ref->params, p->c, pr, "reference");
     ref->ok = ref->algo != NULL;
     return; /* no deterministic algorithm to confirm with */
   }
@@ -654,45 +939,33 @@ static void run_reference(voxconv_handle_t *h, const vc_conv_problem_t *p,
   if (vc_alloc(h, bytes, &second, "tuning second reference") !=
       VOXCONV_STATUS_SUCCESS)
     return;
-  vc_algo_params_t p2, p3;
-  const vc_algo_t *a2 = next_ref(h, p, det, n_det, &idx, &p2, second, pr);
-  double mr12 = 0;
-  if (!a2 || outputs_agree(h, p, second, p->c, &mr12)) {
+  vc_algo_params_t p2;
+  const vc_algo_t *a2 =
+      next_ref(h, p, det, n_det, &idx, &p2, second, pr, "reference");
+  vc_check_t c12;
+  if (!a2 || outputs_agree(h, p, second, p->c, ref->s, &c12)) {
     vc_free(h, second);
     return; /* confirmed (or nothing to confirm with) */
   }
-  const char *ns = vc_cache_pass_namespace((int)p->pass);
-  char once[256];
-  const vc_algo_t *a3 = next_ref(h, p, det, n_det, &idx, &p3, scratch, pr);
-  double mr13 = 0, mr23 = 0;
-  const int ag13 = a3 && outputs_agree(h, p, scratch, p->c, &mr13);
-  const int ag23 = a3 && outputs_agree(h, p, scratch, second, &mr23);
-  if (ag23 && !ag13) {
-    /* The first reference is the odd one out: the other two are it. */
-    snprintf(once, sizeof once, "refvote:%s:%s", ns, ref->algo->info.name);
-    vc_tune_warn_once(once,
-                      "%s: %s (default parameters) disagrees with %s and %s "
-                      "(max_rel %.3g); they are used as the reference",
-                      ns, ref->algo->info.name, a2->info.name, a3->info.name,
-                      mr12);
-    if (voxconv_memcpy(h, p->c, second, bytes,
-                       VOXCONV_MEMCPY_BACKEND_TO_BACKEND) ==
-        VOXCONV_STATUS_SUCCESS) {
-      ref->algo = a2;
-      ref->params = p2;
-    }
-  } else if (!ag13) {
-    snprintf(once, sizeof once, "refsplit:%s:%s", ns, ref->algo->info.name);
-    vc_tune_warn_once(once,
-                      "%s: reference algorithms disagree (%s vs %s: max_rel "
-                      "%.3g%s%s); candidates agreeing with either pass",
-                      ns, ref->algo->info.name, a2->info.name, mr12,
-                      a3 ? ", third opinion " : "", a3 ? a3->info.name : "");
-    ref->alt = second;
-    ref->alt_algo = a2;
-    return;
-  }
-  vc_free(h, second);
+  ref->alt = vote_reference(h, p, ref, det, n_det, &idx, second, a2, &p2, &c12,
+                            scratch, pr);
+}
+
+/* The bound's scale, then the reference (the second opinion is checked
+ * with the bound already). */
+static void reference_with_bound(voxconv_handle_t *h,
+                                 const vc_conv_problem_t *p, ref_state_t *ref,
+                                 const progress_t *pr, void *scratch) {
+  ref->s = bound_scale(h, p, pr);
+  run_reference(h, p, ref, pr, scratch);
+}
+
+/* Frees what the reference keeps besides p->c. */
+static void ref_release(voxconv_handle_t *h, ref_state_t *ref) {
+  vc_free(h, ref->alt);
+  vc_free(h, ref->s);
+  ref->alt = NULL;
+  ref->s = NULL;
 }
 
 static void row_from_cand(const cand_t *c, vc_cache_row_t *r) {
@@ -718,6 +991,152 @@ static void row_from_cand(const cand_t *c, vc_cache_row_t *r) {
   }
 }
 
+/* Logs why candidate c failed the check chk under tol. */
+static void log_wrong(const progress_t *pr, const cand_t *c,
+                      const vc_check_t *chk, const vc_tolerance_t *tol,
+                      const ref_state_t *ref) {
+  if (chk->max_ratio < 0) {
+    log_line(pr,
+             "%s(%s) disqualified: max_rel %.3g (limit %.3g), norm_rel %.3g "
+             "(limit %.3g) against %s (relative check: no error bound)",
+             c->algo->info.name, c->params_text, chk->max_rel,
+             isfinite(tol->user_max_rel) ? tol->user_max_rel : tol->max_rel,
+             chk->norm_rel, tol->norm_rel, ref->algo->info.name);
+    return;
+  }
+  char user[48] = "", norm[48] = "";
+  if (isfinite(tol->user_max_rel))
+    snprintf(user, sizeof user, " (VOXCONV_AUTOTUNE_MAX_REL %.3g)",
+             tol->user_max_rel);
+  if (tol->norm_gate)
+    snprintf(norm, sizeof norm, " (limit %.3g)", tol->norm_rel);
+  log_line(pr,
+           "%s(%s) disqualified: error ratio %.3g (limit 1: |y - ref| over "
+           "the format's bound), max_rel %.3g%s, norm_rel %.3g%s against %s",
+           c->algo->info.name, c->params_text, chk->max_ratio, chk->max_rel,
+           user, chk->norm_rel, norm, ref->algo->info.name);
+}
+
+/* The reference check of candidate c, whose output is `got`: 1 when it
+ * passes; otherwise c's state says why (and the log). */
+static int check_candidate(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                           cand_t *c, const ref_state_t *ref, const void *got,
+                           const progress_t *pr) {
+  const vc_tolerance_t tol = vc_tune_tolerance(p->dtype, c->f16acc);
+  const double acc = vc_tune_acc_factor(p, c->f16acc);
+  vc_check_t chk, alt;
+  voxconv_status_t st = check_output(h, p, got, p->c, ref->s, acc, &chk);
+  if (st != VOXCONV_STATUS_SUCCESS) {
+    c->state = C_FAILED;
+    c->fail_status = st;
+    return 0;
+  }
+  if (ref->alt && !vc_check_passes(&chk, &tol) &&
+      check_output(h, p, got, ref->alt, ref->s, acc, &alt) ==
+          VOXCONV_STATUS_SUCCESS &&
+      vc_check_passes(&alt, &tol))
+    chk = alt; /* agrees with the other side of a split reference */
+  c->max_rel = chk.max_rel;
+  if (chk.n_nonfinite > 0) {
+    c->state = C_NONFINITE;
+    log_line(pr,
+             "%s(%s) disqualified: %lld non-finite values where the "
+             "reference is finite (or the reverse)",
+             c->algo->info.name, c->params_text, (long long)chk.n_nonfinite);
+    return 0;
+  }
+  if (!vc_check_passes(&chk, &tol)) {
+    c->state = C_WRONG;
+    log_wrong(pr, c, &chk, &tol, ref);
+    return 0;
+  }
+  return 1;
+}
+
+/* Warm-up and timed runs of a candidate that passed the check (t_first: its
+ * first run). A candidate far behind the best on its first run is not
+ * worth more runs; long runs get fewer repetitions. */
+static voxconv_status_t time_candidate(voxconv_handle_t *h, cand_t *c,
+                                       const vc_conv_problem_t *q, void *ws,
+                                       double t_first, double best, int runs,
+                                       int warmup) {
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+  int n_runs = runs;
+  if (isfinite(best) && t_first > VC_SLOW_FACTOR * best)
+    n_runs = 0;
+  else if (t_first > VC_LONG_RUN_MS)
+    n_runs = runs < 2 ? runs : 2;
+  c->n_times = 0;
+  if (n_runs == 0 || warmup == 0)
+    c->times[c->n_times++] = t_first;
+  for (int w = 1; w < warmup && n_runs > 0 && st == VOXCONV_STATUS_SUCCESS; w++)
+    st = run_once(h, c->algo, q, &c->params, ws, NULL);
+  for (int r = (warmup == 0 ? 1 : 0);
+       r < n_runs && st == VOXCONV_STATUS_SUCCESS; r++) {
+    double ms = 0;
+    st = run_once(h, c->algo, q, &c->params, ws, &ms);
+    c->times[c->n_times++] = ms;
+  }
+  if (st != VOXCONV_STATUS_SUCCESS)
+    return st;
+  double tmp[VC_MAX_RUNS * 2 + 2];
+  memcpy(tmp, c->times, (size_t)c->n_times * sizeof tmp[0]);
+  c->median_ms = vc_median(tmp, c->n_times);
+  return st;
+}
+
+/* Leaders within 10% of the best are timed again: a single noisy median
+ * must not decide between near-equal kernels. */
+static void retime_leaders(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                           pool_t *pl, const int *todo, int n_todo,
+                           void *scratch, int runs) {
+  int *idx = (int *)malloc((size_t)n_todo * 3 * sizeof *idx);
+  double *times = (double *)malloc((size_t)n_todo * sizeof *times);
+  if (!idx || !times) {
+    free(idx);
+    free(times);
+    return;
+  }
+  int *ok = idx + n_todo, *leaders = idx + 2 * n_todo;
+  for (int t = 0; t < n_todo; t++) {
+    times[t] = pl->c[todo[t]].median_ms;
+    ok[t] = pl->c[todo[t]].state == C_OK;
+  }
+  const int n_lead = vc_leaders(times, ok, n_todo, VC_LEADER_MARGIN, leaders);
+  for (int l = 0; n_lead > 1 && l < n_lead; l++) {
+    cand_t *c = &pl->c[todo[leaders[l]]];
+    const vc_conv_problem_t q = cand_problem(p, c->f16acc, scratch);
+    size_t ws_bytes =
+        c->algo->workspace_size ? c->algo->workspace_size(&q, &c->params) : 0;
+    void *ws = NULL;
+    if (ws_bytes && vc_alloc(h, ws_bytes, &ws, "candidate workspace") !=
+                        VOXCONV_STATUS_SUCCESS)
+      continue;
+    for (int r = 0; r < runs && c->n_times < VC_MAX_RUNS * 2 + 2; r++) {
+      double ms = 0;
+      if (run_once(h, c->algo, &q, &c->params, ws, &ms) !=
+          VOXCONV_STATUS_SUCCESS)
+        break;
+      c->times[c->n_times++] = ms;
+    }
+    vc_free(h, ws);
+    double tmp[VC_MAX_RUNS * 2 + 2];
+    memcpy(tmp, c->times, (size_t)c->n_times * sizeof tmp[0]);
+    c->median_ms = vc_median(tmp, c->n_times);
+  }
+  free(idx);
+  free(times);
+}
+
+/* Marks c failed with st and logs it. */
+static void cand_failed(const progress_t *pr, cand_t *c, voxconv_status_t st,
+                        const char *msg) {
+  c->state = C_FAILED;
+  c->fail_status = st;
+  log_line(pr, "%s(%s) disqualified: failed with %s: %s", c->algo->info.name,
+           c->params_text, voxconv_status_string(st), msg);
+}
+
 /* Benchmarks pool candidates todo[0..n_todo) (indices into pl). p->c ends
  * holding the reference output (ref->ok) or nothing useful. */
 static voxconv_status_t benchmark(voxconv_handle_t *h,
@@ -725,14 +1144,13 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
                                   const int *todo, int n_todo,
                                   double best_known_ms, ref_state_t *ref,
                                   progress_t *pr, int *n_bad) {
-  const int64_t n_out = output_elems(p);
-  const size_t bytes = (size_t)n_out * voxconv_dtype_size(p->dtype);
+  const size_t bytes = (size_t)output_elems(p) * voxconv_dtype_size(p->dtype);
   void *scratch = NULL;
   VC_CHECK(vc_alloc(h, bytes, &scratch, "tuning scratch output"));
   const int runs = env_int("VOXCONV_AUTOTUNE_RUNS", 1, VC_MAX_RUNS, 5);
   const int warmup = env_int("VOXCONV_AUTOTUNE_WARMUP", 0, VC_MAX_RUNS, 1);
 
-  run_reference(h, p, ref, pr, scratch);
+  reference_with_bound(h, p, ref, pr, scratch);
   double best = best_known_ms > 0 ? best_known_ms : INFINITY;
   const cand_t *best_c = NULL;
   *n_bad = 0;
@@ -750,12 +1168,8 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
     if (st == VOXCONV_STATUS_SUCCESS)
       st = run_once(h, c->algo, &q, &c->params, ws, &t_first);
     if (st != VOXCONV_STATUS_SUCCESS) {
-      c->state = C_FAILED;
-      c->fail_status = st;
+      cand_failed(pr, c, st, h->last_error);
       (*n_bad)++;
-      log_line(pr, "%s(%s) disqualified: failed with %s: %s",
-               c->algo->info.name, c->params_text, voxconv_status_string(st),
-               h->last_error);
       vc_free(h, ws);
       continue;
     }
@@ -773,69 +1187,12 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
                  c->algo->info.name, c->params_text);
       }
     }
-    if (ref->ok) {
-      vc_check_t chk;
-      st = check_output(h, scratch, p->c, p->dtype, n_out, &chk);
-      if (st != VOXCONV_STATUS_SUCCESS) {
-        c->state = C_FAILED;
-        c->fail_status = st;
-        (*n_bad)++;
-        vc_free(h, ws);
-        continue;
-      }
-      const vc_tolerance_t tol = vc_tune_tolerance(p->dtype, c->f16acc);
-      vc_check_t alt;
-      if (ref->alt &&
-          (chk.n_nonfinite > 0 || !(chk.max_rel <= tol.max_rel) ||
-           !(chk.norm_rel <= tol.norm_rel)) &&
-          check_output(h, scratch, ref->alt, p->dtype, n_out, &alt) ==
-              VOXCONV_STATUS_SUCCESS &&
-          alt.n_nonfinite == 0 && alt.max_rel <= tol.max_rel &&
-          alt.norm_rel <= tol.norm_rel)
-        chk = alt; /* agrees with the other side of a split reference */
-      c->max_rel = chk.max_rel;
-      if (chk.n_nonfinite > 0) {
-        c->state = C_NONFINITE;
-        (*n_bad)++;
-        log_line(pr,
-                 "%s(%s) disqualified: %lld non-finite values where the "
-                 "reference is finite (or the reverse)",
-                 c->algo->info.name, c->params_text,
-                 (long long)chk.n_nonfinite);
-        vc_free(h, ws);
-        continue;
-      }
-      if (!(chk.max_rel <= tol.max_rel) || !(chk.norm_rel <= tol.norm_rel)) {
-        c->state = C_WRONG;
-        (*n_bad)++;
-        log_line(pr,
-                 "%s(%s) disqualified: max_rel %.3g (limit %.3g), norm_rel "
-                 "%.3g (limit %.3g) against %s",
-                 c->algo->info.name, c->params_text, chk.max_rel, tol.max_rel,
-                 chk.norm_rel, tol.norm_rel, ref->algo->info.name);
-        vc_free(h, ws);
-        continue;
-      }
+    if (ref->ok && !check_candidate(h, p, c, ref, scratch, pr)) {
+      (*n_bad)++;
+      vc_free(h, ws);
+      continue;
     }
-    /* Timing. A candidate far behind the best on its first run is not
-     * worth more runs; long runs get fewer repetitions. */
-    int n_runs = runs;
-    if (isfinite(best) && t_first > VC_SLOW_FACTOR * best)
-      n_runs = 0;
-    else if (t_first > VC_LONG_RUN_MS)
-      n_runs = runs < 2 ? runs : 2;
-    c->n_times = 0;
-    if (n_runs == 0 || warmup == 0)
-      c->times[c->n_times++] = t_first;
-    for (int w = 1; w < warmup && n_runs > 0 && st == VOXCONV_STATUS_SUCCESS;
-         w++)
-      st = run_once(h, c->algo, &q, &c->params, ws, NULL);
-    for (int r = (warmup == 0 ? 1 : 0);
-         r < n_runs && st == VOXCONV_STATUS_SUCCESS; r++) {
-      double ms = 0;
-      st = run_once(h, c->algo, &q, &c->params, ws, &ms);
-      c->times[c->n_times++] = ms;
-    }
+    st = time_candidate(h, c, &q, ws, t_first, best, runs, warmup);
     vc_free(h, ws);
     if (st != VOXCONV_STATUS_SUCCESS) {
       c->state = C_FAILED;
@@ -843,57 +1200,15 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
       (*n_bad)++;
       continue;
     }
-    double tmp[VC_MAX_RUNS * 2 + 2];
-    memcpy(tmp, c->times, (size_t)c->n_times * sizeof tmp[0]);
-    c->median_ms = vc_median(tmp, c->n_times);
     c->state = C_OK;
     if (c->median_ms < best) {
       best = c->median_ms;
       best_c = c;
     }
   }
-
-  /* Leaders within 10% of the best are timed again: a single noisy median
-   * must not decide between near-equal kernels. */
-  int *idx = (int *)malloc((size_t)n_todo * 2 * sizeof *idx);
-  double *times = (double *)malloc((size_t)n_todo * sizeof *times);
-  if (idx && times) {
-    int *ok = idx + n_todo;
-    for (int t = 0; t < n_todo; t++) {
-      times[t] = pl->c[todo[t]].median_ms;
-      ok[t] = pl->c[todo[t]].state == C_OK;
-    }
-    int *leaders = (int *)malloc((size_t)n_todo * sizeof *leaders);
-    const int n_lead =
-        leaders ? vc_leaders(times, ok, n_todo, VC_LEADER_MARGIN, leaders) : 0;
-    for (int l = 0; n_lead > 1 && l < n_lead; l++) {
-      cand_t *c = &pl->c[todo[leaders[l]]];
-      const vc_conv_problem_t q = cand_problem(p, c->f16acc, scratch);
-      size_t ws_bytes =
-          c->algo->workspace_size ? c->algo->workspace_size(&q, &c->params) : 0;
-      void *ws = NULL;
-      if (ws_bytes && vc_alloc(h, ws_bytes, &ws, "candidate workspace") !=
-                          VOXCONV_STATUS_SUCCESS)
-        continue;
-      for (int r = 0; r < runs && c->n_times < VC_MAX_RUNS * 2 + 2; r++) {
-        double ms = 0;
-        if (run_once(h, c->algo, &q, &c->params, ws, &ms) !=
-            VOXCONV_STATUS_SUCCESS)
-          break;
-        c->times[c->n_times++] = ms;
-      }
-      vc_free(h, ws);
-      double tmp[VC_MAX_RUNS * 2 + 2];
-      memcpy(tmp, c->times, (size_t)c->n_times * sizeof tmp[0]);
-      c->median_ms = vc_median(tmp, c->n_times);
-    }
-    free(leaders);
-  }
-  free(idx);
-  free(times);
+  retime_leaders(h, p, pl, todo, n_todo, scratch, runs);
   vc_free(h, scratch);
-  vc_free(h, ref->alt);
-  ref->alt = NULL;
+  ref_release(h, ref);
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -1043,281 +1358,391 @@ static void build_candidates(const voxconv_handle_t *h,
   free(combos);
 }
 
-voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
-                                  const voxconv_conv_options_t *opt) {
-  const char *reason = "";
-  p->fp16_accum = vc_resolve_fp16_accum_reason(opt, p->dtype, p->pass, &reason);
+/* One call's state through dispatch. */
+typedef struct tune_call {
+  voxconv_handle_t *h;
+  vc_conv_problem_t *p;
+  const char *reason; /* which rule set the fp16 accumulator */
+  const char *ns;     /* the pass's cache namespace */
+  vc_algo_selection_t sel;
+  vc_sel_mode_t mode;
+  pool_t pl;
+  vc_cache_key_t key;
+  vc_cache_entry_t top; /* the selection entry recorded for key */
+  int have_top;
+} tune_call_t;
+
+/* The resolved flags of the call: fp16 accumulator and determinism. */
+static void resolve_flags(tune_call_t *tc, const voxconv_conv_options_t *opt) {
+  vc_conv_problem_t *p = tc->p;
+  tc->reason = "";
+  p->fp16_accum =
+      vc_resolve_fp16_accum_reason(opt, p->dtype, p->pass, &tc->reason);
   if (opt && opt->deterministic == VOXCONV_TRUE)
     p->deterministic = 1;
   else if (opt && opt->deterministic == VOXCONV_FALSE)
     p->deterministic = 0;
   else
-    p->deterministic = h->deterministic ? 1 : 0;
+    p->deterministic = tc->h->deterministic ? 1 : 0;
+}
 
-  vc_algo_selection_t sel;
-  VC_CHECK(vc_algo_selection_for(h, opt, p->pass, &sel));
-  const char *ns = vc_cache_pass_namespace((int)p->pass);
-  pool_t pl;
-  memset(&pl, 0, sizeof pl);
-  vc_sel_mode_t mode = sel.mode;
-
-  /* The algorithms of the search space that can run here. */
-  if (mode == VC_SEL_LIST) {
-    for (int i = 0; i < sel.n; i++) {
-      const char *why = cannot_run(h, sel.algos[i], p);
+/* The algorithms of the search space that can run here (tc->pl.algos);
+ * UNSUPPORTED when none. */
+static voxconv_status_t pool_algos(tune_call_t *tc) {
+  voxconv_handle_t *h = tc->h;
+  const vc_conv_problem_t *p = tc->p;
+  pool_t *pl = &tc->pl;
+  if (tc->mode == VC_SEL_LIST) {
+    for (int i = 0; i < tc->sel.n; i++) {
+      const char *why = cannot_run(h, tc->sel.algos[i], p);
       if (why) {
         char key[160];
-        snprintf(key, sizeof key, "skip:%s:%d:%s", sel.algos[i]->info.name,
+        snprintf(key, sizeof key, "skip:%s:%d:%s", tc->sel.algos[i]->info.name,
                  (int)p->pass, why);
         vc_tune_warn_once(key, "algorithm %s (from %s) skipped for %s: %s",
-                          sel.algos[i]->info.name, sel.source, ns, why);
+                          tc->sel.algos[i]->info.name, tc->sel.source, tc->ns,
+                          why);
         continue;
       }
-      pl.algos[pl.n_algos++] = sel.algos[i];
+      pl->algos[pl->n_algos++] = tc->sel.algos[i];
     }
-    if (pl.n_algos == 0) {
+    if (pl->n_algos == 0) {
       char key[160];
-      snprintf(key, sizeof key, "fallback:%s:%s", sel.source, ns);
+      snprintf(key, sizeof key, "fallback:%s:%s", tc->sel.source, tc->ns);
       vc_tune_warn_once(key,
                         "none of the algorithms named by %s can run %s on "
                         "this handle; using auto",
-                        sel.source, ns);
-      mode = VC_SEL_AUTO;
+                        tc->sel.source, tc->ns);
+      tc->mode = VC_SEL_AUTO;
     }
   }
-  if (mode != VC_SEL_LIST) {
+  if (tc->mode != VC_SEL_LIST) {
     for (int i = 0; i < vc_tune_algo_count(); i++) {
       const vc_algo_t *a = vc_tune_algo_at(i);
       if (!cannot_run(h, a, p) &&
-          pl.n_algos < (int)(sizeof pl.algos / sizeof pl.algos[0]))
-        pl.algos[pl.n_algos++] = a;
+          pl->n_algos < (int)(sizeof pl->algos / sizeof pl->algos[0]))
+        pl->algos[pl->n_algos++] = a;
     }
   }
-  if (pl.n_algos == 0)
+  if (pl->n_algos == 0)
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
                    "%s: no algorithm can run dtype %s, cin=%lld, cout=%lld%s "
                    "on this %s handle",
-                   ns, voxconv_dtype_name(p->dtype), (long long)p->cin,
+                   tc->ns, voxconv_dtype_name(p->dtype), (long long)p->cin,
                    (long long)p->cout,
                    p->deterministic ? " deterministically" : "",
                    h->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU");
+  return VOXCONV_STATUS_SUCCESS;
+}
 
-  /* A single candidate needs no benchmark and no cache. */
-  if (pl.n_algos == 1) {
-    vc_algo_params_t one[2];
-    const int n = admissible_combos(h, pl.algos[0], p, mode, one, 2);
-    if (n == 1) {
-      voxconv_status_t st = run_with_workspace(h, pl.algos[0], p, &one[0]);
-      if (st == VOXCONV_STATUS_SUCCESS) {
-        char text[VC_CACHE_PARAMS_MAX];
-        vc_params_format(pl.algos[0], p->pass, &one[0], text, sizeof text);
-        record_call(h, p, pl.algos[0]->info.name, text, reason, -1, 0);
-      }
-      return st;
-    }
+/* Runs candidate (a, params) into the caller's output and records the call
+ * (time_ms -1: not timed). */
+static voxconv_status_t run_untimed(tune_call_t *tc, const vc_algo_t *a,
+                                    const vc_algo_params_t *params) {
+  const vc_conv_problem_t q = cand_problem(
+      tc->p, vc_params_f16_accum(a, tc->p->pass, params), tc->p->c);
+  voxconv_status_t st = run_with_workspace(tc->h, a, &q, params);
+  if (st == VOXCONV_STATUS_SUCCESS) {
+    char text[VC_CACHE_PARAMS_MAX];
+    vc_params_format(a, tc->p->pass, params, text, sizeof text);
+    record_call(tc->h, tc->p, a->info.name, text, tc->reason, -1, 0);
   }
+  return st;
+}
 
-  vc_cache_key_t key;
-  vc_tune_make_key(h, p, &key);
-  vc_cache_entry_t top;
-  memset(&top, 0, sizeof top);
-  int have_top = vc_cache_get(ns, &key, 1, &top);
-  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+/* A single algorithm with a single admissible point needs no benchmark and
+ * no cache: 1 when that is the case (*st: the run's status). */
+static int run_only_algo(tune_call_t *tc, voxconv_status_t *st) {
+  if (tc->pl.n_algos != 1)
+    return 0;
+  vc_algo_params_t one[2];
+  if (admissible_combos(tc->h, tc->pl.algos[0], tc->p, tc->mode, one, 2) != 1)
+    return 0;
+  *st = run_untimed(tc, tc->pl.algos[0], &one[0]);
+  return 1;
+}
 
-  if (coverage_hit(&top, have_top, &key, ns, &pl, mode)) {
-    for (int r = 0; r < top.n_rows; r++) {
-      vc_algo_params_t params;
-      const vc_algo_t *a = usable_row(h, p, &pl, mode, &top.rows[r], &params);
-      if (!a)
-        continue;
-      const vc_conv_problem_t q =
-          cand_problem(p, vc_params_f16_accum(a, p->pass, &params), p->c);
-      st = run_with_workspace(h, a, &q, &params);
-      if (st == VOXCONV_STATUS_SUCCESS) {
-        record_call(h, p, a->info.name, top.rows[r].params, reason,
-                    top.rows[r].time_ms, 1);
-        vc_cache_entry_free(&top);
-        return st;
-      }
-      /* A recorded winner that fails now (e.g. out of memory) gives way to
-       * the next one. */
+/* The recorded answer when the cache covers this search space: 1 when a
+ * recorded winner ran (*st success). */
+static int run_cached(tune_call_t *tc, voxconv_status_t *st) {
+  if (!coverage_hit(&tc->top, tc->have_top, &tc->key, tc->ns, &tc->pl,
+                    tc->mode))
+    return 0;
+  for (int r = 0; r < tc->top.n_rows; r++) {
+    vc_algo_params_t params;
+    const vc_algo_t *a =
+        usable_row(tc->h, tc->p, &tc->pl, tc->mode, &tc->top.rows[r], &params);
+    if (!a)
+      continue;
+    const vc_conv_problem_t q = cand_problem(
+        tc->p, vc_params_f16_accum(a, tc->p->pass, &params), tc->p->c);
+    *st = run_with_workspace(tc->h, a, &q, &params);
+    if (*st == VOXCONV_STATUS_SUCCESS) {
+      record_call(tc->h, tc->p, a->info.name, tc->top.rows[r].params,
+                  tc->reason, tc->top.rows[r].time_ms, 1);
+      return 1;
     }
-    /* Nothing recorded is usable: fall through and benchmark again. */
+    /* A recorded winner that fails now (e.g. out of memory) gives way to
+     * the next one. */
   }
+  return 0; /* nothing recorded is usable: tune again */
+}
 
-  build_candidates(h, p, ns, &key, mode, &pl);
-  if (pl.n == 1 &&
-      !(have_top && vc_cache_entry_find_row(&top, pl.c[0].algo->info.name,
-                                            pl.c[0].params_text))) {
-    /* One candidate: nothing to compare, nothing worth recording. */
-    const vc_conv_problem_t q = cand_problem(p, pl.c[0].f16acc, p->c);
-    st = run_with_workspace(h, pl.c[0].algo, &q, &pl.c[0].params);
+/* While the handle's stream is captured into a CUDA graph nothing may wait
+ * for the GPU and timings mean nothing (work is recorded, not run), so a
+ * call the cache does not answer gets a choice that needs no GPU work: the
+ * pool's algorithms in order, each with its default parameters (fp32
+ * accumulators unless the call resolved fp16 on), the first that runs.
+ * Nothing is recorded in the cache. */
+static voxconv_status_t run_during_capture(tune_call_t *tc) {
+  vc_conv_problem_t *p = tc->p;
+  vc_tune_warn_once("capture-untuned",
+                    "%s cin=%lld cout=%lld dtype %s met during CUDA graph "
+                    "capture with no tuning record: it runs each algorithm's "
+                    "default, unmeasured (this and any other such call); run "
+                    "the network once before capturing so the tuner can "
+                    "measure it",
+                    tc->ns, (long long)p->cin, (long long)p->cout,
+                    voxconv_dtype_name(p->dtype));
+  voxconv_status_t st = VOXCONV_STATUS_UNSUPPORTED;
+  for (int i = 0; i < tc->pl.n_algos; i++) {
+    const vc_algo_t *a = tc->pl.algos[i];
+    vc_algo_params_t params;
+    if (!p->fp16_accum)
+      default_params(a, p->pass, &params);
+    else if (admissible_combos(tc->h, a, p, tc->mode, &params, 1) != 1)
+      continue;
+    st = run_untimed(tc, a, &params);
     if (st == VOXCONV_STATUS_SUCCESS)
-      record_call(h, p, pl.c[0].algo->info.name, pl.c[0].params_text, reason,
-                  -1, 0);
-    vc_cache_entry_free(&top);
-    free(pl.c);
-    return st;
+      return st;
   }
-  if (pl.n == 0) {
-    vc_cache_entry_free(&top);
-    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
-                   "%s: no parameter combination of the selected algorithms "
-                   "is admissible for this call",
-                   ns);
-  }
-  /* Candidates measured before for this configuration keep their record;
-   * only the others are benchmarked. */
-  int *todo = (int *)malloc((size_t)(pl.n ? pl.n : 1) * sizeof *todo);
-  if (!todo) {
-    vc_cache_entry_free(&top);
-    free(pl.c);
-    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED, "%s: out of host memory",
-                   ns);
-  }
+  return vc_fail(tc->h, st,
+                 "%s: no algorithm ran during stream capture; last error: %s",
+                 tc->ns, tc->h->last_error[0] ? tc->h->last_error : "none");
+}
+
+/* Pool candidates not recorded before for this configuration (those keep
+ * their record) into todo; *best_known: the best recorded time (-1). */
+static int candidates_to_measure(const tune_call_t *tc, int *todo,
+                                 double *best_known) {
   int n_todo = 0;
-  double best_known = -1;
-  for (int i = 0; i < pl.n; i++) {
+  *best_known = -1;
+  for (int i = 0; i < tc->pl.n; i++) {
     const vc_cache_row_t *old =
-        have_top ? vc_cache_entry_find_row(&top, pl.c[i].algo->info.name,
-                                           pl.c[i].params_text)
-                 : NULL;
+        tc->have_top
+            ? vc_cache_entry_find_row(&tc->top, tc->pl.c[i].algo->info.name,
+                                      tc->pl.c[i].params_text)
+            : NULL;
     if (old) {
-      if (vc_cache_row_ok(old) && (best_known < 0 || old->time_ms < best_known))
-        best_known = old->time_ms;
+      if (vc_cache_row_ok(old) &&
+          (*best_known < 0 || old->time_ms < *best_known))
+        *best_known = old->time_ms;
       continue;
     }
     todo[n_todo++] = i;
   }
+  return n_todo;
+}
 
-  progress_t pr;
-  memset(&pr, 0, sizeof pr);
-  pr.enabled = vc_tune_log_enabled();
-  pr.tty = isatty(fileno(vc_tune_stream()));
-  pr.t0 = now_ms();
-  snprintf(pr.what, sizeof pr.what,
+static void progress_begin(progress_t *pr, const tune_call_t *tc) {
+  const vc_conv_problem_t *p = tc->p;
+  memset(pr, 0, sizeof *pr);
+  pr->enabled = vc_tune_log_enabled();
+  pr->tty = isatty(fileno(vc_tune_stream()));
+  pr->t0 = now_ms();
+  snprintf(pr->what, sizeof pr->what,
            "%s cin=%lld cout=%lld n_in=2^%d n_out=2^%d kvol=%d %s acc=%s%s "
            "[%s]",
-           ns, (long long)p->cin, (long long)p->cout, (int)key.nin,
-           (int)key.nout, (int)key.kvol, voxconv_dtype_name(p->dtype),
+           tc->ns, (long long)p->cin, (long long)p->cout, (int)tc->key.nin,
+           (int)tc->key.nout, (int)tc->key.kvol, voxconv_dtype_name(p->dtype),
            p->fp16_accum ? "f16" : "f32", p->deterministic ? " det" : "",
-           mode == VC_SEL_AUTO  ? "auto"
-           : mode == VC_SEL_ALL ? "all"
-                                : "list");
+           tc->mode == VC_SEL_AUTO  ? "auto"
+           : tc->mode == VC_SEL_ALL ? "all"
+                                    : "list");
+}
 
-  ref_state_t ref;
-  memset(&ref, 0, sizeof ref);
-  int n_bad = 0;
-  if (n_todo > 0) {
-    st = benchmark(h, p, &pl, todo, n_todo, best_known, &ref, &pr, &n_bad);
-    if (st != VOXCONV_STATUS_SUCCESS) {
-      free(todo);
-      free(pl.c);
-      vc_cache_entry_free(&top);
-      return st;
-    }
-  }
-
-  /* Record: the selection entry gets every candidate, each algorithm's
-   * entry its own; coverage says which search this was. */
-  vc_cache_entry_t rec;
-  memset(&rec, 0, sizeof rec);
-  snprintf(rec.ns, sizeof rec.ns, "%s", ns);
-  rec.key = key;
-  rec.coverage = mode == VC_SEL_AUTO  ? VC_COVER_AUTO
-                 : mode == VC_SEL_ALL ? VC_COVER_ALL
-                                      : 0;
+/* Records the measured candidates (the selection entry gets every one,
+ * each algorithm's entry its own; coverage says which search this was)
+ * and returns in *rec the ranking over everything known for this
+ * configuration. */
+static void record_results(const tune_call_t *tc, const int *todo, int n_todo,
+                           int ref_ok, vc_cache_entry_t *rec) {
+  memset(rec, 0, sizeof *rec);
+  snprintf(rec->ns, sizeof rec->ns, "%s", tc->ns);
+  rec->key = tc->key;
+  rec->coverage = tc->mode == VC_SEL_AUTO  ? VC_COVER_AUTO
+                  : tc->mode == VC_SEL_ALL ? VC_COVER_ALL
+                                           : 0;
   int any_ok = 0;
   for (int t = 0; t < n_todo; t++) {
     vc_cache_row_t row;
-    row_from_cand(&pl.c[todo[t]], &row);
-    vc_cache_entry_put_row(&rec, &row);
-    any_ok |= pl.c[todo[t]].state == C_OK;
+    row_from_cand(&tc->pl.c[todo[t]], &row);
+    vc_cache_entry_put_row(rec, &row);
+    any_ok |= tc->pl.c[todo[t]].state == C_OK;
   }
   /* Candidates that could not run at all (e.g. out of memory everywhere)
    * are not worth remembering: the next call tries again. */
-  const int worth_saving = n_todo > 0 && (any_ok || ref.ok);
-  if (worth_saving) {
-    vc_cache_entry_sort(&rec);
-    vc_cache_put(&rec);
-    for (int i = 0; i < pl.n_algos; i++) {
+  if (n_todo > 0 && (any_ok || ref_ok)) {
+    vc_cache_entry_sort(rec);
+    vc_cache_put(rec);
+    for (int i = 0; i < tc->pl.n_algos; i++) {
       vc_cache_entry_t sub;
       memset(&sub, 0, sizeof sub);
-      snprintf(sub.ns, sizeof sub.ns, "%s/%s", ns, pl.algos[i]->info.name);
-      sub.key = key;
-      sub.coverage = mode == VC_SEL_AUTO  ? VC_COVER_AUTO
-                     : mode == VC_SEL_ALL ? (VC_COVER_ALL | VC_COVER_FULL)
-                                          : VC_COVER_FULL;
-      for (int r = 0; r < rec.n_rows; r++)
-        if (strcmp(rec.rows[r].algo, pl.algos[i]->info.name) == 0)
-          vc_cache_entry_put_row(&sub, &rec.rows[r]);
+      snprintf(sub.ns, sizeof sub.ns, "%s/%s", tc->ns,
+               tc->pl.algos[i]->info.name);
+      sub.key = tc->key;
+      sub.coverage = tc->mode == VC_SEL_AUTO  ? VC_COVER_AUTO
+                     : tc->mode == VC_SEL_ALL ? (VC_COVER_ALL | VC_COVER_FULL)
+                                              : VC_COVER_FULL;
+      for (int r = 0; r < rec->n_rows; r++)
+        if (strcmp(rec->rows[r].algo, tc->pl.algos[i]->info.name) == 0)
+          vc_cache_entry_put_row(&sub, &rec->rows[r]);
       vc_cache_entry_sort(&sub);
       vc_cache_put(&sub);
       vc_cache_entry_free(&sub);
     }
   }
-  /* The ranking over everything known for this configuration. */
-  if (have_top)
-    vc_cache_entry_merge(&rec, &top, 0);
-  vc_cache_entry_sort(&rec);
+  if (tc->have_top)
+    vc_cache_entry_merge(rec, &tc->top, 0);
+  vc_cache_entry_sort(rec);
+}
 
+/* Runs the winner (the first usable row of rec) into the caller's output,
+ * or, with none, lets the reference's output stand. */
+static voxconv_status_t run_winner(tune_call_t *tc, const vc_cache_entry_t *rec,
+                                   int n_todo, ref_state_t *ref, progress_t *pr,
+                                   int n_bad) {
+  voxconv_handle_t *h = tc->h;
+  vc_conv_problem_t *p = tc->p;
   const vc_cache_row_t *win = NULL;
   const vc_algo_t *win_algo = NULL;
   vc_algo_params_t win_params;
-  for (int r = 0; r < rec.n_rows && !win; r++) {
-    win_algo = usable_row(h, p, &pl, mode, &rec.rows[r], &win_params);
+  for (int r = 0; r < rec->n_rows && !win; r++) {
+    win_algo = usable_row(h, p, &tc->pl, tc->mode, &rec->rows[r], &win_params);
     if (win_algo)
-      win = &rec.rows[r];
+      win = &rec->rows[r];
   }
-  progress_done(&pr, n_todo, n_bad, win);
-  if (!win && !ref.ok) {
+  progress_done(pr, n_todo, n_bad, win);
+  if (!win && !ref->ok) {
+    if (vc_stream_capturing(h))
+      return run_during_capture(tc); /* no reference run may wait now */
     /* nothing usable was recorded: the reference output is the answer */
     void *scratch = NULL;
     const size_t bytes = (size_t)output_elems(p) * voxconv_dtype_size(p->dtype);
     if (vc_alloc(h, bytes, &scratch, "tuning scratch output") ==
         VOXCONV_STATUS_SUCCESS) {
-      run_reference(h, p, &ref, &pr, scratch);
+      reference_with_bound(h, p, ref, pr, scratch);
       vc_free(h, scratch);
-      vc_free(h, ref.alt);
-      ref.alt = NULL;
+      ref_release(h, ref);
     }
   }
-
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
   if (win) {
     const int win_f16 = vc_params_f16_accum(win_algo, p->pass, &win_params);
     const int same_as_output =
-        n_todo > 0 && ref.ok && ref.algo == win_algo && !win_f16 &&
+        n_todo > 0 && ref->ok && ref->algo == win_algo && !win_f16 &&
         !p->fp16_accum && win_algo->info.deterministic &&
-        memcmp(&ref.params, &win_params, sizeof win_params) == 0;
+        memcmp(&ref->params, &win_params, sizeof win_params) == 0;
     if (!same_as_output) {
       const vc_conv_problem_t q = cand_problem(p, win_f16, p->c);
       st = run_with_workspace(h, win_algo, &q, &win_params);
     }
     if (st == VOXCONV_STATUS_SUCCESS)
-      record_call(h, p, win_algo->info.name, win->params, reason, win->time_ms,
-                  n_todo == 0);
-  } else if (ref.ok && ref.algo) {
+      record_call(h, p, win_algo->info.name, win->params, tc->reason,
+                  win->time_ms, n_todo == 0);
+  } else if (ref->ok && ref->algo) {
     /* Every candidate was disqualified: the reference output (already in
      * p->c) is correct, so the call still succeeds. */
     char text[VC_CACHE_PARAMS_MAX];
-    vc_params_format(ref.algo, p->pass, &ref.params, text, sizeof text);
+    vc_params_format(ref->algo, p->pass, &ref->params, text, sizeof text);
     char once[192];
-    snprintf(once, sizeof once, "noneok:%s:%s", ns, sel.source);
+    snprintf(once, sizeof once, "noneok:%s:%s", tc->ns, tc->sel.source);
     vc_tune_warn_once(once,
                       "%s: no candidate of %s passed the correctness check; "
                       "using the reference %s",
-                      ns, sel.source, ref.algo->info.name);
-    record_call(h, p, ref.algo->info.name, text, reason, -1, 0);
+                      tc->ns, tc->sel.source, ref->algo->info.name);
+    record_call(h, p, ref->algo->info.name, text, tc->reason, -1, 0);
   } else {
     st = vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
                  "%s: every candidate failed (%d benchmarked); last error: %s",
-                 ns, n_todo, h->last_error[0] ? h->last_error : "none");
+                 tc->ns, n_todo, h->last_error[0] ? h->last_error : "none");
   }
+  return st;
+}
+
+/* The candidates not measured yet are benchmarked (never during stream
+ * capture), recorded, and the best known one runs into the output. */
+static voxconv_status_t tune_and_run(tune_call_t *tc) {
+  pool_t *pl = &tc->pl;
+  int *todo = (int *)malloc((size_t)(pl->n ? pl->n : 1) * sizeof *todo);
+  if (!todo)
+    return vc_fail(tc->h, VOXCONV_STATUS_ALLOC_FAILED, "%s: out of host memory",
+                   tc->ns);
+  double best_known = -1;
+  const int n_todo = candidates_to_measure(tc, todo, &best_known);
+  if (n_todo > 0 && vc_stream_capturing(tc->h)) {
+    free(todo);
+    return run_during_capture(tc);
+  }
+  progress_t pr;
+  progress_begin(&pr, tc);
+  ref_state_t ref;
+  memset(&ref, 0, sizeof ref);
+  int n_bad = 0;
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+  if (n_todo > 0)
+    st = benchmark(tc->h, tc->p, pl, todo, n_todo, best_known, &ref, &pr,
+                   &n_bad);
+  if (st == VOXCONV_STATUS_SUCCESS) {
+    vc_cache_entry_t rec;
+    record_results(tc, todo, n_todo, ref.ok, &rec);
+    st = run_winner(tc, &rec, n_todo, &ref, &pr, n_bad);
+    vc_cache_entry_free(&rec);
+  }
+  free(todo);
+  return st;
+}
+
+/* Pool, cache, benchmark once the call's flags and key are known. */
+static voxconv_status_t dispatch_pool(tune_call_t *tc) {
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+  if (run_only_algo(tc, &st))
+    return st;
+  vc_tune_make_key(tc->h, tc->p, &tc->key);
+  tc->have_top = vc_cache_get(tc->ns, &tc->key, 1, &tc->top);
+  if (run_cached(tc, &st))
+    return st;
+  build_candidates(tc->h, tc->p, tc->ns, &tc->key, tc->mode, &tc->pl);
+  const pool_t *pl = &tc->pl;
+  if (pl->n == 1 && !(tc->have_top && vc_cache_entry_find_row(
+                                          &tc->top, pl->c[0].algo->info.name,
+                                          pl->c[0].params_text)))
+    /* One candidate: nothing to compare, nothing worth recording. */
+    return run_untimed(tc, pl->c[0].algo, &pl->c[0].params);
+  if (pl->n == 0)
+    return vc_fail(tc->h, VOXCONV_STATUS_UNSUPPORTED,
+                   "%s: no parameter combination of the selected algorithms "
+                   "is admissible for this call",
+                   tc->ns);
+  return tune_and_run(tc);
+}
+
+voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
+                                  const voxconv_conv_options_t *opt) {
+  tune_call_t tc;
+  memset(&tc, 0, sizeof tc);
+  tc.h = h;
+  tc.p = p;
+  resolve_flags(&tc, opt);
+  VC_CHECK(vc_algo_selection_for(h, opt, p->pass, &tc.sel));
+  tc.ns = vc_cache_pass_namespace((int)p->pass);
+  tc.mode = tc.sel.mode;
+  voxconv_status_t st = pool_algos(&tc);
+  if (st == VOXCONV_STATUS_SUCCESS)
+    st = dispatch_pool(&tc);
   if (st == VOXCONV_STATUS_SUCCESS)
     vc_clear_error(h);
-  vc_cache_entry_free(&rec);
-  vc_cache_entry_free(&top);
-  free(todo);
-  free(pl.c);
+  vc_cache_entry_free(&tc.top);
+  free(tc.pl.c);
   return st;
 }

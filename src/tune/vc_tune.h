@@ -109,21 +109,63 @@ double vc_median(double *v, int n);
  * returns their count (0 when nothing is ok). */
 int vc_leaders(const double *times, const int *ok, int n, double margin,
                int *idx);
-/* Tolerances of the reference check. */
+/* ---- the reference check (tuner.c; pure, unit-tested) ----------------- */
+/* A candidate y agrees with the reference r when every element satisfies
+ *   |y_i - r_i| <= spacing(max(|y_i|, |r_i|)) + acc * S_i
+ * (voxconv.h "tuning"): spacing is the distance between adjacent values of
+ * the output format there (subnormal spacing included), S_i the sum of
+ * |a| * |b| over the products that make element i, and acc =
+ * lambda * sqrt(n) * (u_y + u_r) the probabilistic rounding-error bound of
+ * the two accumulations (vc_tune_acc_factor). */
+#define VC_BOUND_LAMBDA 8.0
+
+/* Distance between the two values of `dtype` around |v| (the spacing of
+ * the binade of |v|; the smallest subnormal step below the normal range). */
+double vc_format_spacing(voxconv_dtype_t dtype, double v);
+/* Unit roundoff of the accumulator a tile of this dtype uses, with one
+ * extra bit for tensor cores that truncate: f64 2^-53; fp16 accumulators
+ * (f16/bf16 data, f16_accum) 2^-10; every other (fp32) 2^-23. */
+double vc_tune_unit_roundoff_acc(voxconv_dtype_t dtype, int f16_accum);
+/* Upper bound on the products summed into one output element of p: fwd
+ * kvol * cin, dgrad kvol * cout, wgrad min(n_in, n_out) (one pair per row
+ * and offset); depthwise kvol, resp. min(n_in, n_out). At least 1. */
+int64_t vc_tune_terms(const vc_conv_problem_t *p);
+/* acc of the bound for a candidate (f16acc: its tile accumulates in fp16)
+ * against an fp32-accumulated reference. */
+double vc_tune_acc_factor(const vc_conv_problem_t *p, int f16acc);
+/* The dtype S is kept in: F64 for f64 problems, F32 otherwise (sums of
+ * |a||b| of f16/bf16 data overflow f16). */
+static inline voxconv_dtype_t vc_bound_dtype(voxconv_dtype_t dtype) {
+  return dtype == VOXCONV_DTYPE_F64 ? VOXCONV_DTYPE_F64 : VOXCONV_DTYPE_F32;
+}
+
+/* Limits of the reference check for a candidate. With the bound (S known)
+ * a candidate passes when max_ratio <= 1, plus norm_rel <= norm_rel for
+ * fp16-accumulator tiles (norm_gate: their elementwise bound is loose),
+ * plus max_rel <= user_max_rel. Without S (fallback) it passes when
+ * max_rel <= max_rel (user_max_rel instead when set) and norm_rel <=
+ * norm_rel: the relative check of earlier versions. */
 typedef struct vc_tolerance {
   double max_rel, norm_rel;
+  double user_max_rel; /* VOXCONV_AUTOTUNE_MAX_REL; INFINITY when unset */
+  int norm_gate;
 } vc_tolerance_t;
 vc_tolerance_t vc_tune_tolerance(voxconv_dtype_t dtype, int f16_accum);
 /* Error of got against ref (both n elements of dtype, host memory):
- * max over i of |got-ref| / (|ref| + 0.01 rms(ref)), the norm ratio, and
- * how many elements are non-finite where the other is not (or differ in
- * kind: NaN vs Inf vs finite, Inf of another sign). */
+ * max_rel = max over i of |got-ref| / (|ref| + 0.01 rms(ref)), the norm
+ * ratio, max_ratio = max over i of |got-ref| / tol_i with the bound above
+ * (s: n elements of vc_bound_dtype(dtype), acc its factor; -1 when s is
+ * NULL), and how many elements are non-finite where the other is not (or
+ * differ in kind: NaN vs Inf vs finite, Inf of another sign). */
 typedef struct vc_check {
-  double max_rel, norm_rel;
+  double max_rel, norm_rel, max_ratio;
   int64_t n_nonfinite;
 } vc_check_t;
 vc_check_t vc_check_host(const void *got, const void *ref,
-                         voxconv_dtype_t dtype, int64_t n);
+                         voxconv_dtype_t dtype, int64_t n, const void *s,
+                         double acc);
+/* 1 when c passes under t (see vc_tolerance_t). */
+int vc_check_passes(const vc_check_t *c, const vc_tolerance_t *t);
 
 /* ---- the tuner (tuner.c) ---------------------------------------------- */
 /* Resolves options, picks (cache / benchmark) and runs an algorithm for p,
