@@ -89,6 +89,9 @@
  *  VOXCONV_AUTOTUNE_RUNS, VOXCONV_AUTOTUNE_WARMUP,
  *  VOXCONV_AUTOTUNE_MAX_CANDIDATES, VOXCONV_AUTOTUNE_MAX_REL
  *                            tuner effort and its correctness threshold
+ *  VOXCONV_KMAP_SYNC         1: CUDA SUBMANIFOLD map builds wait for their
+ *                            verdict, so bad coordinates fail the build
+ *                            call itself (see Kernel maps)
  *  VOXCONV_CUDA_HASH_TINY    testing only: start GPU hash tables tiny to
  *                            exercise the overflow-and-retry path
  */
@@ -353,15 +356,49 @@ typedef struct voxconv_kmap voxconv_kmap_t;
 typedef struct voxconv_kmap_info {
   voxconv_kmap_desc_t desc; /* with 0s replaced by 1s */
   int32_t kernel_volume;
-  int64_t n_in, n_out, n_pairs;
+  int64_t n_in, n_out;
+  int64_t n_pairs; /* -1 while the map is pending (see below) */
   int32_t in_tensor_stride[3], out_tensor_stride[3];
 } voxconv_kmap_info_t;
 
 /* Duplicate input coordinates are an error (voxconv_merge_duplicates makes a
  * set). `out` is required for TRANSPOSED (the output coordinates, with
  * out->tensor_stride * stride == in->tensor_stride) and must be NULL
- * otherwise. On CUDA the build synchronises once (to learn output and pair
- * counts); nothing else in the library synchronises with the host. */
+ * otherwise.
+ *
+ * Synchronisation. On the CPU every call is synchronous. On CUDA:
+ *  - SUBMANIFOLD builds never wait for the GPU (outputs = inputs, so the
+ *    host needs no result): the build only queues work on the handle's
+ *    stream and can be captured into a CUDA graph. What the GPU finds out
+ *    -- the pair counts and whether the coordinates are valid -- arrives
+ *    later: the map is "pending" until then. Its in_rows / out_rows have
+ *    room for every possible pair (8 * kvol * n_in bytes, the bound spconv
+ *    uses too), since their exact length is known only on the device.
+ *    A pending map is usable at once by every op. Bad coordinates (out of
+ *    range, duplicates) are reported by the first call on the map made
+ *    after the GPU has finished the build (any op or voxconv_kmap_wait
+ *    returns the build's status, its message prefixed by the call's name),
+ *    and by every later call; ops queued before that may have produced
+ *    meaningless values (never out-of-bounds accesses). To get the error
+ *    from the build call itself, set VOXCONV_KMAP_SYNC=1 (read at handle
+ *    creation): every build then waits for its verdict.
+ *  - STRIDED, TRANSPOSED and GENERATIVE builds wait once for the GPU (their
+ *    output count sizes the output tensor), for the build's own work on the
+ *    handle's stream. Build them on a second stream (voxconv_stream_create,
+ *    one handle per stream) that the convolutions' stream waits on
+ *    (voxconv_stream_wait), so that this wait does not drain the queue of
+ *    convolutions: `voxconv bench --maps overlap` does so.
+ *  - Ops (conv, depthwise, pooling, unpooling) never wait for the GPU,
+ *    except while the autotuner benchmarks a new configuration (see
+ *    Autotuning) and in the algorithms that need a map's pair counts on the
+ *    host (explicit_gemm, implicit_gemm, depthwise_explicit and the
+ *    depthwise weight gradient): on a pending map those wait for the map's
+ *    build (not for later work), once per map, and are not available while
+ *    the stream is being captured. mask_gemm, mask_gemm_wgmma,
+ *    mask_gemm_im2col and depthwise_implicit forward/dgrad need none.
+ *  - voxconv_kmap_get_pairs, voxconv_kmap_verify and voxconv_kmap_wait wait
+ *    for a pending map's build; voxconv_kmap_get_info never waits (n_pairs
+ *    is -1 while the map is pending). */
 VOXCONV_API voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
                                                 const voxconv_kmap_desc_t *desc,
                                                 const voxconv_coords_t *in,
@@ -369,6 +406,15 @@ VOXCONV_API voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
                                                 voxconv_kmap_t **kmap);
 VOXCONV_API voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
                                                   voxconv_kmap_t *kmap);
+/* Waits until the map's build has finished on the GPU (only the build: work
+ * queued after it is not waited for) and returns its status: SUCCESS, or the
+ * error the build found (out-of-range or duplicate coordinates). Afterwards
+ * n_pairs and the pair offsets are known. Returns at once for a complete
+ * map and on the CPU. UNSUPPORTED while h's stream is being captured into
+ * a CUDA graph, and for a map whose build was captured (its results exist
+ * only in the graph's replays). */
+VOXCONV_API voxconv_status_t voxconv_kmap_wait(voxconv_handle_t *h,
+                                               const voxconv_kmap_t *kmap);
 VOXCONV_API voxconv_status_t voxconv_kmap_get_info(const voxconv_kmap_t *kmap,
                                                    voxconv_kmap_info_t *info);
 /* Output coordinates [n_out][4] in backend memory, owned by the map. */

@@ -16,7 +16,7 @@
  * test is restricted to; NULL = every algorithm. */
 static const char *g_algo_filter;
 
-static int algo_selected(const char *name) {
+static inline int algo_selected(const char *name) {
   if (!g_algo_filter)
     return 1;
   const char *s = g_algo_filter;
@@ -35,7 +35,7 @@ static int algo_selected(const char *name) {
 
 /* 1 when there is no CUDA device to test on, after printing
  * "<test_name>: SKIPPED: <why>"; the caller then returns VC_TEST_SKIP. */
-static int gpu_test_no_device(const char *test_name) {
+static inline int gpu_test_no_device(const char *test_name) {
   int ndev = 0;
   if (!voxconv_has_cuda() ||
       voxconv_device_count(&ndev) != VOXCONV_STATUS_SUCCESS || ndev == 0) {

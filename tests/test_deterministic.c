@@ -376,7 +376,7 @@ int main(void) {
     map_t m;
     memset(&m, 0, sizeof m);
     m.name = geoms[gi].name;
-    VC_REQUIRE_OK(g_gpu, voxconv_kmap_build(g_gpu, &desc, &in, NULL, &m.kmap));
+    VC_REQUIRE_OK(g_gpu, vc_test_kmap_build(g_gpu, &desc, &in, NULL, &m.kmap));
     voxconv_kmap_info_t info;
     voxconv_kmap_get_info(m.kmap, &info);
     m.n_in = info.n_in;

@@ -93,7 +93,7 @@ int main(void) {
   voxconv_memcpy(gpu, dw, hw, (size_t)(K * C * C) * 2,
                  VOXCONV_MEMCPY_HOST_TO_BACKEND);
   voxconv_coords_t in_g = {(const int32_t *)dcoords, n, {1, 1, 1}};
-  VC_REQUIRE_OK(gpu, voxconv_kmap_build(gpu, &geo, &in_g, NULL, &kg));
+  VC_REQUIRE_OK(gpu, vc_test_kmap_build(gpu, &geo, &in_g, NULL, &kg));
 
   voxconv_feats_t x = {dx, n, C, VOXCONV_DTYPE_F16};
   voxconv_weights_t w = {dw, K, C, C, VOXCONV_DTYPE_F16};

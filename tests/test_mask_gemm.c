@@ -398,7 +398,7 @@ static int build_maps(const coordset_t *cs, voxconv_kmap_t **kg,
     return 0;
   int32_t *d = (int32_t *)gpu_upload(cs->coords, (size_t)cs->n * 16);
   voxconv_coords_t ing = {d, cs->n, {1, 1, 1}};
-  voxconv_status_t st = voxconv_kmap_build(g_gpu, &geo, &ing, NULL, kg);
+  voxconv_status_t st = vc_test_kmap_build(g_gpu, &geo, &ing, NULL, kg);
   voxconv_free(g_gpu, d);
   VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "gpu kmap: %s",
             voxconv_get_last_error(g_gpu));

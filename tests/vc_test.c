@@ -270,3 +270,14 @@ int32_t *vc_random_coords(int64_t n, int extent, int64_t *n_out) {
   *n_out = vc_sort_unique_coords(c, n);
   return c;
 }
+
+voxconv_status_t vc_test_kmap_build(voxconv_handle_t *h,
+                                    const voxconv_kmap_desc_t *desc,
+                                    const voxconv_coords_t *in,
+                                    const voxconv_coords_t *out,
+                                    voxconv_kmap_t **kmap) {
+  const voxconv_status_t st = voxconv_kmap_build(h, desc, in, out, kmap);
+  if (st != VOXCONV_STATUS_SUCCESS)
+    return st;
+  return voxconv_kmap_wait(h, *kmap);
+}

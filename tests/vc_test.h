@@ -71,6 +71,16 @@ int32_t *vc_random_coords(int64_t n, int extent, int64_t *n_out);
 /* Prints and exits with 0 when no check failed, 1 otherwise. */
 int vc_test_finish(void);
 
+/* voxconv_kmap_build followed by voxconv_kmap_wait: the map complete on the
+ * host (n_pairs known) and the build's verdict returned, for tests that
+ * inspect a map right after building it on CUDA (a SUBMANIFOLD build there
+ * does not wait for the GPU). The same as the build on the CPU. */
+voxconv_status_t vc_test_kmap_build(voxconv_handle_t *h,
+                                    const voxconv_kmap_desc_t *desc,
+                                    const voxconv_coords_t *in,
+                                    const voxconv_coords_t *out,
+                                    voxconv_kmap_t **kmap);
+
 #define VC_EXPECT(cond, ...)                                                   \
   do {                                                                         \
     vc_test_checks++;                                                          \

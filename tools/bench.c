@@ -16,6 +16,7 @@
 #include "synth_scene.h"
 #include "tool_common.h"
 
+#include <float.h>
 #include <stdarg.h>
 #include <strings.h>
 #include <unistd.h>
@@ -128,14 +129,24 @@ void vt_bench_usage(FILE *out) {
       VOXCONV_DEFAULT_DATA_DIR);
 }
 
+/* The command being run: "bench", or "tune", which hands its options to
+ * bench; messages name what the user typed. */
+static const char *g_cmd = "bench";
+
 static int usage_error(const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "voxconv bench: ");
+  fprintf(stderr, "voxconv %s: ", g_cmd);
   vfprintf(stderr, fmt, ap);
   fprintf(stderr, "\n\n");
   va_end(ap);
-  vt_bench_usage(stderr);
+  if (strcmp(g_cmd, "bench") == 0)
+    vt_bench_usage(stderr);
+  else
+    fprintf(stderr,
+            "voxconv %s takes the options of `voxconv bench --help` "
+            "(see `voxconv %s --help`)\n",
+            g_cmd, g_cmd);
   return VT_EXIT_USAGE;
 }
 
@@ -169,9 +180,10 @@ static int parse_channel_list(const char *s, bench_opts_t *o) {
 }
 
 /* 1 if every name in an --algo value ("name", "[a,b]", "auto", "all") is
- * in the registry; otherwise lists the registry on stderr. Checked up front
- * so that a typo is a usage error, not a failure halfway through a run. */
-static int algo_names_known(const char *spec) {
+ * in the registry; otherwise lists the registry on stderr, naming the
+ * command and option the value came from. Checked up front so that a typo
+ * is a usage error, not a failure halfway through a run. */
+int vt_bench_algo_known(const char *cmd, const char *option, const char *spec) {
   char buf[512];
   snprintf(buf, sizeof buf, "%s", spec);
   char *p = buf;
@@ -189,9 +201,10 @@ static int algo_names_known(const char *spec) {
       *--e = '\0';
     if (strcasecmp(tok, "auto") == 0 || strcasecmp(tok, "all") == 0) {
       if (in_list) {
-        fprintf(stderr, "voxconv bench: --algo: \"%s\" cannot be a list "
-                        "element\n",
-                tok);
+        fprintf(stderr,
+                "voxconv %s: %s: \"%s\" cannot be a list "
+                "element\n",
+                cmd, option, tok);
         ok = 0;
       }
       continue;
@@ -204,7 +217,7 @@ static int algo_names_known(const char *spec) {
         found = 1;
     }
     if (!found) {
-      fprintf(stderr, "voxconv bench: --algo: unknown algorithm \"%s\"\n",
+      fprintf(stderr, "voxconv %s: %s: unknown algorithm \"%s\"\n", cmd, option,
               tok);
       ok = 0;
     }
@@ -286,7 +299,7 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
       o->settle_ms = (int)n;
     } else if (strcmp(a, "--algo") == 0) {
       NEED_VALUE();
-      if (!algo_names_known(v))
+      if (!vt_bench_algo_known(g_cmd, "--algo", v))
         return VT_EXIT_USAGE;
       o->algo = v;
     } else if (strcmp(a, "--threads") == 0) {
@@ -317,8 +330,13 @@ static int parse_options(int argc, char **argv, bench_opts_t *o) {
       o->fields = (int)n;
     } else if (strcmp(a, "--voxel") == 0) {
       NEED_VALUE();
-      if (!vt_parse_double(v, &d) || d <= 0 || d > 1e4)
-        return usage_error("--voxel %s: want a size in metres > 0", v);
+      /* The library takes a float: 1e-46 would arrive as 0, and a
+       * subnormal size loses its precision. */
+      if (!vt_parse_double(v, &d) || !(d > 0 && d <= 1e4) ||
+          !isnormal((float)d))
+        return usage_error("--voxel %s: want a size in metres, a normal "
+                           "float32 in [%g, 10000]",
+                           v, (double)FLT_MIN);
       o->voxel = d;
     } else if (strcmp(a, "--workload") == 0) {
       NEED_VALUE();
@@ -769,6 +787,37 @@ static int prepare_synthetic(bench_t *B) {
   return 0;
 }
 
+/* x rounded up to two significant digits, for a suggested value that is
+ * enough when printed. */
+static double round_up_2(double x) {
+  const double mag = pow(10.0, floor(log10(x)) - 1.0);
+  return ceil(x / mag) * mag;
+}
+
+/* 1 if the scan's extent at this voxel size fits the coordinate limit;
+ * otherwise says so with the CLI's option (the library's own message
+ * would speak of grid_size, which the CLI does not expose). The voxel
+ * index of a point is floor((p - min) / voxel), as voxconv_voxelize
+ * computes it in float. */
+static int scan_fits_grid(const bench_t *B, const float lo[3],
+                          const float hi[3], float voxel) {
+  for (int a = 0; a < 3; a++) {
+    const double cells = floor((double)((hi[a] - lo[a]) / voxel));
+    if (cells <= (double)VOXCONV_COORD_MAX)
+      continue;
+    const double extent = (double)hi[a] - (double)lo[a];
+    fprintf(stderr,
+            "voxconv %s: --voxel %g%s: the scan spans %.3f m along %c (%.3f "
+            "to %.3f), %.0f cells, beyond the coordinate limit %d; use "
+            "--voxel %g or larger\n",
+            g_cmd, (double)voxel, B->o.voxel > 0 ? "" : " (the default)",
+            extent, "xyz"[a], (double)lo[a], (double)hi[a], cells,
+            VOXCONV_COORD_MAX, round_up_2(extent / (double)VOXCONV_COORD_MAX));
+    return 0;
+  }
+  return 1;
+}
+
 static int prepare_scan(bench_t *B) {
   char path[4096];
   resolve_data_file(B->o.scan, "scans", path, sizeof path);
@@ -784,13 +833,18 @@ static int prepare_scan(bench_t *B) {
     return VT_EXIT_FAIL;
   }
   float lo[3] = {INFINITY, INFINITY, INFINITY};
+  float hi[3] = {-INFINITY, -INFINITY, -INFINITY};
   for (int64_t i = 0; i < scan.n; i++)
     for (int a = 0; a < 3; a++) {
       const float v = scan.data[i * scan.fields + a];
-      if (v < lo[a])
-        lo[a] = v;
+      lo[a] = v < lo[a] ? v : lo[a];
+      hi[a] = v > hi[a] ? v : hi[a];
     }
   const float voxel = B->o.voxel > 0 ? (float)B->o.voxel : 0.1f;
+  if (!scan_fits_grid(B, lo, hi, voxel)) {
+    vt_scan_free(&scan);
+    return VT_EXIT_USAGE;
+  }
   const int rc = voxelize_points(B, scan.data, scan.n, scan.fields, lo, voxel,
                                  NULL);
   if (rc == 0) {
@@ -1785,6 +1839,7 @@ int vt_bench_main(int argc, char **argv) {
     fprintf(stderr, "voxconv bench: out of memory\n");
     return VT_EXIT_FAIL;
   }
+  g_cmd = argc > 0 && strcmp(argv[0], "tune") == 0 ? "tune" : "bench";
   int rc = parse_options(argc, argv, &B->o);
   if (rc >= 0) {
     free(B);

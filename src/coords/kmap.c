@@ -242,8 +242,40 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
     free(m);
     return st;
   }
+  m->pairs_bound = m->n_pairs;
   *kmap = m;
   return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t vc_kmap_poll(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                              const char *func) {
+#ifdef VOXCONV_HAVE_CUDA
+  if (m->backend == VOXCONV_BACKEND_CUDA && m->backend_priv)
+    return vc_cuda_kmap_poll(h, m, 0, func);
+#else
+  (void)h, (void)m, (void)func;
+#endif
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t vc_kmap_wait(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                              const char *func) {
+#ifdef VOXCONV_HAVE_CUDA
+  if (m->backend == VOXCONV_BACKEND_CUDA && m->backend_priv)
+    return vc_cuda_kmap_poll(h, m, 1, func);
+#else
+  (void)h, (void)m, (void)func;
+#endif
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_wait(voxconv_handle_t *h,
+                                   const voxconv_kmap_t *kmap) {
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, kmap, "kmap");
+  VC_CHECK(check_owner(h, "voxconv_kmap_wait", kmap));
+  return vc_kmap_wait(h, kmap, "voxconv_kmap_wait");
 }
 
 voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
@@ -274,7 +306,9 @@ voxconv_status_t voxconv_kmap_get_info(const voxconv_kmap_t *kmap,
   info->kernel_volume = kmap->kvol;
   info->n_in = kmap->n_in;
   info->n_out = kmap->n_out;
-  info->n_pairs = kmap->n_pairs;
+  /* Read once: a completion on another thread may end `pending` now. */
+  const int pending = __atomic_load_n(&kmap->pending, __ATOMIC_ACQUIRE);
+  info->n_pairs = pending ? -1 : kmap->n_pairs;
   memcpy(info->in_tensor_stride, kmap->in_ts, sizeof kmap->in_ts);
   memcpy(info->out_tensor_stride, kmap->out_ts, sizeof kmap->out_ts);
   return VOXCONV_STATUS_SUCCESS;
@@ -313,6 +347,7 @@ voxconv_status_t voxconv_kmap_get_pairs(voxconv_handle_t *h,
   vc_clear_error(h);
   VC_CHECK_NULL(h, kmap, "kmap");
   VC_CHECK(check_owner(h, "voxconv_kmap_get_pairs", kmap));
+  VC_CHECK(vc_kmap_wait(h, kmap, "voxconv_kmap_get_pairs"));
   if (offsets)
     memcpy(offsets, kmap->pair_offsets,
            (size_t)(kmap->kvol + 1) * sizeof *offsets);
@@ -333,6 +368,7 @@ voxconv_status_t voxconv_kmap_verify(voxconv_handle_t *h,
   VC_CHECK_NULL(h, kmap, "kmap");
   VC_CHECK_NULL(h, in, "in");
   VC_CHECK(check_owner(h, func, kmap));
+  VC_CHECK(vc_kmap_wait(h, kmap, func));
   if (in->n != kmap->n_in)
     return vc_fail(h, VOXCONV_STATUS_KMAP_MISMATCH,
                    "%s: the map was built from %lld input rows, given %lld",

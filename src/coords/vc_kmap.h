@@ -81,7 +81,35 @@ struct voxconv_kmap {
   /* host memory */
   int64_t *pair_offsets; /* [kvol+1], pairs of offset k in [po[k], po[k+1]) */
   void *backend_priv;    /* CUDA extras, freed by the CUDA backend */
+  /* CUDA maps: the same [kvol+1] offsets in device memory (owned by the
+   * CUDA extras), for kernels that must not depend on host counts. */
+  const int64_t *pair_offsets_dev;
+  /* 1 while an asynchronous build (CUDA SUBMANIFOLD, voxconv.h) is not yet
+   * complete on the host: n_out is known, but n_pairs holds the capacity
+   * of in_rows / out_rows (n_in * kvol, an upper bound), pair_offsets is
+   * NULL, in_fingerprint is unset and whether the coordinates were valid
+   * is not yet known. Only vc_kmap_poll / vc_kmap_wait end it. */
+  int pending;
+  /* n_pairs as the build left it: exact for synchronous builds, the pair
+   * lists' capacity for asynchronous ones. Sizes that decide a summation
+   * order (wgrad splits) use it, so results do not depend on when a
+   * pending map completes. */
+  int64_t pairs_bound;
 };
+
+/* Asynchronous builds (no-ops on complete maps; `func` prefixes messages).
+ *   vc_kmap_poll  never waits: completes the map when its build has
+ *                 finished on the GPU, and returns the build's error once
+ *                 it is known (every call on a bad map then fails with it)
+ *   vc_kmap_wait  waits for the build itself (an event; later work on the
+ *                 stream is not waited for) and completes the map; needed
+ *                 before reading pair_offsets, n_pairs or in_fingerprint.
+ *                 UNSUPPORTED while h's stream is being captured, or for a
+ *                 map built during a capture. */
+voxconv_status_t vc_kmap_poll(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                              const char *func);
+voxconv_status_t vc_kmap_wait(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                              const char *func);
 
 /* Fills kmap->offsets and kvol from kmap->desc. */
 void vc_kmap_fill_offsets(voxconv_kmap_t *kmap);

@@ -58,6 +58,8 @@ typedef struct vcc_pair_offsets {
 static inline void vcc_fill_pair_offsets(const voxconv_kmap_t *kmap,
                                          vcc_pair_offsets_t *o) {
   memset(o, 0, sizeof *o);
+  if (!kmap->pair_offsets)
+    return; /* pending: callers wait for the map first (vc_kmap_wait) */
   for (int k = 0; k <= kmap->kvol; k++)
     o->po[k] = kmap->pair_offsets[k];
 }

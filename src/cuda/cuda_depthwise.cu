@@ -140,6 +140,11 @@ int wgrad_splits(const voxconv_kmap_t *km) {
 
 size_t dw_workspace(const vc_conv_problem_t *p, int implicit) {
   const voxconv_kmap_t *km = p->kmap;
+  /* Pending map, pair-list path: as eg_workspace (run() waits, then sizes
+   * its own workspace). */
+  if (!km->pair_offsets &&
+      (!implicit || p->pass == VOXCONV_PASS_DEPTHWISE_WGRAD))
+    return 0;
   const int64_t C = p->cin;
   const int f32 = p->dtype == VOXCONV_DTYPE_F32;
   vcc_carver_t c = {NULL, 0};
@@ -235,6 +240,11 @@ voxconv_status_t dw_run_t(voxconv_handle_t *h, const vc_conv_problem_t *p,
 voxconv_status_t dw_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         void *workspace, int implicit) {
   VC_CUDA_DEVICE_GUARD(h);
+  /* the pair-list paths (explicit, and every weight gradient) are sized on
+   * the host; the implicit forward and dgrad read the neighbour tables */
+  if (!implicit || p->pass == VOXCONV_PASS_DEPTHWISE_WGRAD)
+    VC_CHECK(vc_kmap_wait(h, p->kmap, implicit ? "depthwise_implicit"
+                                               : "depthwise_explicit"));
   VcWorkspace scope(h);
   char *ws = NULL;
   VC_CHECK(vcc_workspace(scope, workspace, dw_workspace(p, implicit), &ws));

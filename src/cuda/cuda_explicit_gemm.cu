@@ -508,6 +508,10 @@ void eg_carve(const vc_conv_problem_t *p, int det, vcc_carver_t *c,
 }
 
 size_t eg_workspace(const vc_conv_problem_t *p, int det) {
+  /* A pending map's pair counts are not on the host yet: report none, and
+   * run() (which waits for them first) allocates what it needs itself. */
+  if (!p->kmap->pair_offsets)
+    return 0;
   vcc_carver_t c = {NULL, 0};
   eg_layout_t L;
   eg_carve(p, det, &c, &L);
@@ -865,6 +869,8 @@ voxconv_status_t eg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         void *workspace, int det) {
   VC_CUDA_DEVICE_GUARD(h);
   const voxconv_kmap_t *km = p->kmap;
+  /* per-offset GEMMs are sized on the host */
+  VC_CHECK(vc_kmap_wait(h, km, det ? "explicit_gemm_det" : "explicit_gemm"));
   for (int k = 0; k < km->kvol; k++)
     if (km->pair_offsets[k + 1] - km->pair_offsets[k] > 0x7FFFFFFF)
       return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,

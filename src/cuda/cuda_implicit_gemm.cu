@@ -337,6 +337,10 @@ int64_t wgrad_chunks(const voxconv_kmap_t *km, int64_t L) {
  * chunk partials (deterministic). */
 size_t igemm_workspace(const vc_conv_problem_t *p,
                        const vc_algo_params_t *params, int deterministic) {
+  /* A pending map's pair counts are not on the host yet: report none, and
+   * run() (which waits for them first) allocates what it needs itself. */
+  if (!p->kmap->pair_offsets)
+    return 0;
   const int64_t wel = (int64_t)p->kmap->kvol * p->cin * p->cout;
   vcc_carver_t c = {NULL, 0};
   switch (p->pass) {
@@ -505,6 +509,8 @@ voxconv_status_t igemm_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                            const vc_algo_params_t *params, void *workspace,
                            int deterministic, const char *name) {
   VC_CUDA_DEVICE_GUARD(h);
+  /* pair chunks are cut on the host */
+  VC_CHECK(vc_kmap_wait(h, p->kmap, name));
   vc_algo_params_t prm;
   if (params) {
     prm = *params;

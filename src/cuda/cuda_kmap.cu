@@ -45,7 +45,7 @@
  * slots) costs a retry, never a truncated map. Post-sync tables (the
  * GENERATIVE output hash) are sized from the exact count and ignore the
  * knob, so they never overflow. */
-#include "cuda_hash.cuh"
+#include "cuda_kmap_status.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
@@ -66,27 +66,8 @@
 #ifndef VC_HASH_SLOTS_PER_KEY
 #define VC_HASH_SLOTS_PER_KEY 4
 #endif
-#define VC_NO_ROW ULLONG_MAX
 
 static const char *const vc_field_names[4] = {"batch", "x", "y", "z"};
-
-/* Device-side results read back at the one sync. Rows are "lowest
- * offending", VC_NO_ROW when none. */
-struct VcKmapStatus {
-  unsigned long long fingerprint;
-  unsigned long long bad_in_row;
-  unsigned long long dup_in_row;
-  unsigned long long bad_out_row;
-  unsigned long long dup_out_row;
-  unsigned long long gen_bad; /* lowest i*K + k with an out-of-range cell */
-  unsigned int overflow_in, overflow_out;
-  long long n_out; /* STRIDED / GENERATIVE: unique output count */
-  long long pair_offsets[VOXCONV_KERNEL_VOLUME_MAX + 1];
-};
-
-struct VcKmapPriv {
-  int hash_retries;
-};
 
 extern "C" int vc_cuda_kmap_hash_retries(const voxconv_kmap_t *kmap) {
   const VcKmapPriv *p = (const VcKmapPriv *)kmap->backend_priv;
@@ -95,9 +76,24 @@ extern "C" int vc_cuda_kmap_hash_retries(const voxconv_kmap_t *kmap) {
 
 extern "C" void vc_cuda_kmap_free_priv(voxconv_handle_t *h,
                                        voxconv_kmap_t *kmap) {
-  (void)h;
-  free(kmap->backend_priv);
+  VcKmapPriv *p = (VcKmapPriv *)kmap->backend_priv;
+  if (!p)
+    return;
+  VcDeviceGuard guard(h);
+  /* A captured build's slot is written by every replay of its graph, which
+   * may outlive the map: it is never handed to another map. */
+  if (p->h_status && !p->captured &&
+      vc_pinned_status_release(p->h_status, p->ready))
+    p->ready = NULL; /* the pool destroys it once the copy has landed */
+  if (p->ready)
+    cudaEventDestroy(p->ready);
+  vc_free(h, p->d_status);
+  free(p->verdict_msg);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
   kmap->backend_priv = NULL;
+  kmap->pair_offsets_dev = NULL;
+  (void)cudaGetLastError();
 }
 
 /* ---- device helpers ------------------------------------------------------ */
@@ -188,6 +184,29 @@ __global__ void vc_status_init_kernel(VcKmapStatus *st) {
     st->gen_bad = VC_NO_ROW;
     st->overflow_in = st->overflow_out = 0;
     st->n_out = 0;
+    st->dup_prev_row = -1;
+  }
+}
+
+/* Asynchronous builds: copies what an error message needs into the status
+ * block (the offending rows' coordinates and the earlier row of a
+ * duplicate), so the host can word the error from the block alone. */
+__global__ void vc_status_detail_kernel(VcKmapStatus *st,
+                                        const int32_t *__restrict__ coords,
+                                        const unsigned long long *keys,
+                                        VcGpuHash table) {
+  if (threadIdx.x != 0)
+    return;
+  if (st->bad_in_row != VC_NO_ROW) {
+    const int4 r = reinterpret_cast<const int4 *>(coords)[st->bad_in_row];
+    st->bad_in_coords[0] = r.x, st->bad_in_coords[1] = r.y;
+    st->bad_in_coords[2] = r.z, st->bad_in_coords[3] = r.w;
+  }
+  if (st->dup_in_row != VC_NO_ROW) {
+    const int4 r = reinterpret_cast<const int4 *>(coords)[st->dup_in_row];
+    st->dup_in_coords[0] = r.x, st->dup_in_coords[1] = r.y;
+    st->dup_in_coords[2] = r.z, st->dup_in_coords[3] = r.w;
+    st->dup_prev_row = vc_dev_hash_find(table, keys[st->dup_in_row]);
   }
 }
 
@@ -636,6 +655,7 @@ struct VcBuild {
   VcGeom g;
   uint64_t cap_in, cap_out; /* pre-sync hash capacities */
   int overflowed;           /* set after the sync */
+  int async;                /* SUBMANIFOLD without the host wait */
 };
 
 static voxconv_status_t vc_make_hash(VcWorkspace &ws, voxconv_handle_t *h,
@@ -981,6 +1001,51 @@ static voxconv_status_t vc_check_status(VcBuild &b, const VcKmapStatus *st,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* The end of an asynchronous SUBMANIFOLD build: everything the sync would
+ * have waited for stays on the device. Outputs are the inputs (n_out
+ * known); the pair lists get room for every possible pair (n_in * K, as
+ * spconv's indice pairs do), since their exact length is only known on the
+ * device; the verdict (checks, counts, fingerprint) is copied into a
+ * pinned slot behind an event for vc_cuda_kmap_poll. Nothing here waits. */
+static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
+                                        const unsigned long long *in_keys,
+                                        const VcGpuHash &in_hash,
+                                        const long long *counts, int64_t nb) {
+  voxconv_handle_t *h = b.h;
+  voxconv_kmap_t *m = b.m;
+  VcKmapPriv *priv = (VcKmapPriv *)m->backend_priv;
+  const cudaStream_t stream = vc_cuda_stream(h);
+  const int K = m->kvol;
+  const int64_t n = b.in->n;
+  vc_status_detail_kernel<<<1, 32, 0, stream>>>(d_st, b.in->data, in_keys,
+                                                in_hash);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_status_detail_kernel");
+  m->n_out = n;
+  m->n_pairs = n * K;
+  m->pending = 1;
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n * 4, &m->out_coords,
+                                    "kernel-map output coords"));
+  if (n > 0)
+    VC_CUDA_TRY(h, cudaMemcpyAsync(m->out_coords, b.in->data,
+                                   (size_t)n * 4 * sizeof(int32_t),
+                                   cudaMemcpyDeviceToDevice, stream));
+  VC_CHECK(vc_alloc_pair_lists(h, m));
+  VC_CHECK(vc_write_pairs(h, m->nbr_out, n, K, counts, nb, m->in_rows,
+                          m->out_rows));
+  priv->h_status = vc_pinned_status_get(h);
+  if (!priv->h_status)
+    return VOXCONV_STATUS_ALLOC_FAILED; /* message set by the pool */
+  VC_CUDA_TRY(h, cudaMemcpyAsync(priv->h_status, d_st, vc_kmap_status_bytes(K),
+                                 cudaMemcpyDeviceToHost, stream));
+  if (vc_stream_capturing(h)) {
+    priv->captured = 1;
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  VC_CUDA_TRY(h, cudaEventCreateWithFlags(&priv->ready, cudaEventDisableTiming));
+  VC_CUDA_TRY(h, cudaEventRecord(priv->ready, stream));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 static voxconv_status_t vc_build_attempt(VcBuild &b) {
   voxconv_handle_t *h = b.h;
   voxconv_kmap_t *m = b.m;
@@ -991,8 +1056,7 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   VcWorkspace ws(h);
   b.overflowed = 0;
 
-  VcKmapStatus *d_st = NULL;
-  VC_CHECK(ws.get<VcKmapStatus>(1, &d_st, "kernel-map status"));
+  VcKmapStatus *d_st = ((VcKmapPriv *)m->backend_priv)->d_status;
   vc_status_init_kernel<<<1, 32, 0, stream>>>(d_st);
   VC_CUDA_LAUNCH_CHECK(h, "vc_status_init_kernel");
 
@@ -1205,6 +1269,8 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   }
   /* 5: positions. */
   VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
+  if (b.async)
+    return vc_finish_async(b, d_st, in_keys, in_hash, counts, nb);
 
   /* The one sync. */
   VC_CHECK(vc_read_status(h, d_st, K, &hs));
@@ -1292,7 +1358,17 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
                    "voxconv_kmap_build: out of host memory (%zu bytes)",
                    sizeof *priv);
+  pthread_mutex_init(&priv->lock, NULL);
   m->backend_priv = priv;
+  VC_CHECK(vc_cuda_alloc_n<VcKmapStatus>(h, 1, &priv->d_status,
+                                         "kernel-map status"));
+  m->pair_offsets_dev = (const int64_t *)priv->d_status->pair_offsets;
+  /* SUBMANIFOLD outputs are the inputs, so nothing the host must size
+   * depends on the GPU's results: no wait (unless asked to check at once,
+   * or under the tiny-table test knob, whose overflow needs the retry that
+   * only a synchronous build can make). */
+  b.async = m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && !tiny &&
+            !vc_cuda_state(h)->kmap_sync;
   for (int attempt = 0;; attempt++) {
     VC_CHECK(vc_build_attempt(b));
     if (!b.overflowed)

@@ -485,9 +485,11 @@ int wgrad_splits(int sms, const vc_conv_problem_t *p,
                         p->kmap->kvol;
   const int per_sm = wg ? kWgWgradBlocksPerSm : kWgradBlocksPerSm;
   int64_t s = vc_ceil_div<int64_t>(per_sm * (int64_t)sms, tiles);
-  /* keep at least ~512 pairs per slice on average */
+  /* keep at least ~512 pairs per slice on average (pairs_bound: fixed at
+   * the build, so the split -- and the summation order -- does not depend
+   * on when a pending map completes) */
   const int64_t max_by_pairs =
-      p->kmap->n_pairs / (512 * (int64_t)p->kmap->kvol) + 1;
+      p->kmap->pairs_bound / (512 * (int64_t)p->kmap->kvol) + 1;
   if (s > max_by_pairs)
     s = max_by_pairs;
   const int64_t slice_bytes =
@@ -819,8 +821,7 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
     a.dy = p->b;
     a.in_rows = m->in_rows;
     a.out_rows = m->out_rows;
-    for (int k = 0; k <= m->kvol; k++)
-      a.po[k] = m->pair_offsets[k];
+    a.po = m->pair_offsets_dev;
     a.partial = (float *)ws;
     a.dw = p->c;
     a.kvol = m->kvol;

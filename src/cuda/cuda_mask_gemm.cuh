@@ -553,8 +553,10 @@ struct WgradArgs {
   const void *x;        /* [n_in][cin] */
   const void *dy;       /* [n_out][cout] */
   const int32_t *in_rows, *out_rows;
-  int64_t po[VC_MG_MAX_KVOL + 1]; /* pair offsets, passed by value so no
-                                    host->device copy is needed */
+  /* pair offsets [kvol+1] in device memory (kmap->pair_offsets_dev), so
+   * no host counts are needed: an asynchronously built map can be used
+   * before the host knows them, and inside a CUDA graph capture */
+  const int64_t *po;
   float *partial;       /* [splits][kvol][cin][cout] when splits > 1 */
   void *dw;             /* [kvol][cin][cout] (dtype T) when splits == 1 */
   int kvol, cin, cout, splits;
@@ -570,7 +572,7 @@ struct WgradSlice {
 template <int BK>
 __device__ __forceinline__ WgradSlice wgrad_slice(const WgradArgs &args, int k,
                                                   int split) {
-  const int64_t pk0 = args.po[k], len = args.po[k + 1] - pk0;
+  const int64_t pk0 = __ldg(args.po + k), len = __ldg(args.po + k + 1) - pk0;
   WgradSlice s;
   s.p_begin = pk0 + len * split / args.splits;
   s.p_end = pk0 + len * (split + 1) / args.splits;

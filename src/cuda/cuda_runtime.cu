@@ -139,6 +139,8 @@ extern "C" voxconv_status_t vc_cuda_handle_init(voxconv_handle_t *h) {
    * exercise the overflow-and-retry path. */
   const char *tiny = vc_getenv("VOXCONV_CUDA_HASH_TINY");
   s->hash_debug_tiny = tiny ? (vc_parse_bool(tiny) == 1) : 0;
+  const char *ksync = vc_getenv("VOXCONV_KMAP_SYNC");
+  s->kmap_sync = ksync ? (vc_parse_bool(ksync) == 1) : 0;
 
   /* The handle's own stream-ordered pool: keeping freed memory (release
    * threshold = max) is what makes repeated builds and ops cheap; the

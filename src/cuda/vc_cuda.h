@@ -37,6 +37,12 @@ voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
                                     const voxconv_coords_t *in,
                                     const voxconv_coords_t *out);
 void vc_cuda_kmap_free_priv(voxconv_handle_t *h, voxconv_kmap_t *kmap);
+/* Completes an asynchronous build when it has finished (wait = 0: never
+ * blocks; 1: waits for the build's event) and returns its verdict
+ * (cuda_kmap_async.cu; vc_kmap_poll / vc_kmap_wait in vc_kmap.h). */
+voxconv_status_t vc_cuda_kmap_poll(voxconv_handle_t *h,
+                                   const voxconv_kmap_t *kmap, int wait,
+                                   const char *func);
 /* How many times the build of `kmap` had to retry after a GPU hash table
  * overflow (0 normally; > 0 under VOXCONV_CUDA_HASH_TINY=1), -1 when the
  * map has no CUDA extras. For tests. */

@@ -35,6 +35,10 @@ typedef struct vc_cuda_state {
    * slots, so the overflow-and-retry path runs (VOXCONV_CUDA_HASH_TINY, read
    * at handle creation; see cuda_kmap.cu). 0 = the normal sizing. */
   int hash_debug_tiny;
+  /* 1 = SUBMANIFOLD map builds wait for their own verdict instead of
+   * completing asynchronously (VOXCONV_KMAP_SYNC, read at handle creation;
+   * see voxconv.h, Kernel maps). */
+  int kmap_sync;
   /* Stream-ordered pool of this handle (release threshold: keep all), so
    * temporaries are recycled without returning memory to the driver at
    * every synchronisation. Destroyed with the handle; allocations still

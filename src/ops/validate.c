@@ -118,7 +118,9 @@ static voxconv_status_t check_dtypes_backend(voxconv_handle_t *h,
                    "%s: kmap lives on CUDA device %d but the handle uses "
                    "device %d",
                    fn, kmap->device, h->device);
-  return VOXCONV_STATUS_SUCCESS;
+  /* An asynchronous build's verdict, if the GPU has delivered it: a map
+   * whose coordinates were bad fails every op from then on (never waits). */
+  return vc_kmap_poll(h, kmap, fn);
 }
 
 static voxconv_status_t check_feats_sizes(voxconv_handle_t *h, const char *fn,

@@ -1,0 +1,82 @@
+/* What a CUDA kernel-map build leaves for the host to read, shared by the
+ * builder (cuda_kmap.cu) and the completion of asynchronous builds
+ * (cuda_kmap_async.cu).
+ *
+ * Every build writes a device status block (VcKmapStatus) that lives as
+ * long as the map: its pair_offsets[] is the map's device copy of the pair
+ * ranges (kmap->pair_offsets_dev), which kernels read instead of host
+ * counts. A synchronous build (STRIDED, TRANSPOSED, GENERATIVE, and
+ * SUBMANIFOLD when asked to check at once) copies the block to the host and
+ * waits for it. An asynchronous build (SUBMANIFOLD) queues the same copy
+ * into a pinned slot and records an event; the host reads the slot when the
+ * event has completed (vc_cuda_kmap_poll), never earlier. */
+#ifndef VC_CUDA_KMAP_STATUS_CUH
+#define VC_CUDA_KMAP_STATUS_CUH
+
+#include "cuda_hash.cuh"
+
+#include <pthread.h>
+
+#define VC_NO_ROW ULLONG_MAX
+
+/* Device-side results. Rows are "lowest offending", VC_NO_ROW when none.
+ * pair_offsets must stay the last member: copies stop after entry K. */
+struct VcKmapStatus {
+  unsigned long long fingerprint;
+  unsigned long long bad_in_row;
+  unsigned long long dup_in_row;
+  unsigned long long bad_out_row;
+  unsigned long long dup_out_row;
+  unsigned long long gen_bad; /* lowest i*K + k with an out-of-range cell */
+  unsigned int overflow_in, overflow_out;
+  long long n_out; /* STRIDED / GENERATIVE: unique output count */
+  /* Asynchronous builds: what the error message needs, gathered on the
+   * device after the checks (the caller's coordinates may be gone by the
+   * time the host reads the verdict). */
+  int32_t bad_in_coords[4];
+  int32_t dup_in_coords[4];
+  long long dup_prev_row;
+  long long pair_offsets[VOXCONV_KERNEL_VOLUME_MAX + 1];
+};
+
+/* Bytes of a status block up to and including pair_offsets[K]. */
+static inline size_t vc_kmap_status_bytes(int K) {
+  return offsetof(VcKmapStatus, pair_offsets) +
+         (size_t)(K + 1) * sizeof(long long);
+}
+
+/* The CUDA extras of a map (kmap->backend_priv). */
+struct VcKmapPriv {
+  int hash_retries;
+  VcKmapStatus *d_status; /* device, the map's lifetime */
+  /* Asynchronous builds only: the pinned copy of d_status (NULL once
+   * read), the event recorded after the copy (NULL when the build was
+   * captured into a CUDA graph: then only the graph's replays run it). */
+  VcKmapStatus *h_status;
+  cudaEvent_t ready;
+  int captured;
+  /* The verdict, once known: SUCCESS, or the build's error with its
+   * message (every later call on the map returns it). */
+  voxconv_status_t verdict;
+  char *verdict_msg;
+  /* Completion may be asked for by two threads that share the map. */
+  pthread_mutex_t lock;
+};
+
+/* Pinned status slots (process-wide pool, cuda_kmap_async.cu). A slot whose
+ * copy may still be in flight is released with the event that orders it
+ * (NULL: none in flight); it is reused only once that event has completed.
+ * Returns 1 when the pool took ownership of `after` (the caller must not
+ * destroy it then). get returns NULL with a message on h when no pinned
+ * memory is left. */
+VcKmapStatus *vc_pinned_status_get(voxconv_handle_t *h);
+int vc_pinned_status_release(VcKmapStatus *slot, cudaEvent_t after);
+
+/* Formats the first error of a host status block, in the CPU builder's
+ * order and words, from the block alone (asynchronous builds). Returns
+ * SUCCESS when the block reports none. */
+voxconv_status_t vc_kmap_status_message(const voxconv_kmap_t *m,
+                                        const VcKmapStatus *st, char *msg,
+                                        size_t size);
+
+#endif
