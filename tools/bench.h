@@ -10,5 +10,9 @@
 /* argv[0] is "bench". Returns a process exit code (tool_common.h). */
 int vt_bench_main(int argc, char **argv);
 void vt_bench_usage(FILE *out);
+/* 1 if every algorithm named by an --algo value ("name", "[a,b]", "auto",
+ * "all") is registered; otherwise 0 after saying on stderr which is not,
+ * as "voxconv CMD: OPTION: ...", and listing the registry. */
+int vt_bench_algo_known(const char *cmd, const char *option, const char *spec);
 
 #endif

@@ -24,6 +24,18 @@ static int fail(const char *cmd, const char *fmt, ...) {
   return VT_EXIT_FAIL;
 }
 
+/* For an option that takes a value: 1 with *value set (and *i moved past
+ * it), or 0 after saying the option needs one. */
+static int option_value(const char *cmd, int argc, char **argv, int *i,
+                        const char **value) {
+  if (*i + 1 >= argc) {
+    fprintf(stderr, "voxconv %s: %s needs a value\n", cmd, argv[*i]);
+    return 0;
+  }
+  *value = argv[++*i];
+  return 1;
+}
+
 static void cache_usage(FILE *f) {
   fprintf(f,
           "usage: voxconv cache COMMAND [options]\n"
@@ -116,21 +128,26 @@ static int cmd_inspect(int argc, char **argv) {
     return fail("cache inspect", "out of memory");
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
+    const char *v = NULL;
     if (strncmp(a, "namespace=", 10) == 0) {
       want_ns = a + 10;
-    } else if (strcmp(a, "--namespace") == 0 && i + 1 < argc) {
-      want_ns = argv[++i];
-    } else if (strcmp(a, "--best-only") == 0) {
-      best_only = 1;
-    } else if (strcmp(a, "--top-k") == 0) {
-      if (i + 1 >= argc || !vt_parse_long(argv[i + 1], 1, 1000000, &top_k)) {
+    } else if (strcmp(a, "--namespace") == 0 || strcmp(a, "--file") == 0 ||
+               strcmp(a, "--top-k") == 0) {
+      if (!option_value("cache inspect", argc, argv, &i, &v)) {
+        free(terms);
+        return VT_EXIT_USAGE;
+      }
+      if (a[2] == 'n')
+        want_ns = v;
+      else if (a[2] == 'f')
+        file = v;
+      else if (!vt_parse_long(v, 1, 1000000, &top_k)) {
         free(terms);
         fprintf(stderr, "voxconv cache inspect: --top-k wants a count >= 1\n");
         return VT_EXIT_USAGE;
       }
-      i++;
-    } else if (strcmp(a, "--file") == 0 && i + 1 < argc) {
-      file = argv[++i];
+    } else if (strcmp(a, "--best-only") == 0) {
+      best_only = 1;
     } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       free(terms);
       cache_usage(stdout);
@@ -592,16 +609,21 @@ static int cmd_analyze(int argc, char **argv) {
   int md = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (strcmp(a, "--namespace") == 0 && i + 1 < argc)
-      want_ns = argv[++i];
-    else if (strncmp(a, "namespace=", 10) == 0)
+    const char *v = NULL;
+    if (strcmp(a, "--namespace") == 0 || strcmp(a, "--output") == 0 ||
+        strcmp(a, "--file") == 0) {
+      if (!option_value("cache analyze", argc, argv, &i, &v))
+        return VT_EXIT_USAGE;
+      if (a[2] == 'n')
+        want_ns = v;
+      else if (a[2] == 'o')
+        output = v;
+      else
+        file = v;
+    } else if (strncmp(a, "namespace=", 10) == 0)
       want_ns = a + 10;
     else if (strcmp(a, "--markdown") == 0)
       md = 1;
-    else if (strcmp(a, "--output") == 0 && i + 1 < argc)
-      output = argv[++i];
-    else if (strcmp(a, "--file") == 0 && i + 1 < argc)
-      file = argv[++i];
     else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
       cache_usage(stdout);
       return VT_EXIT_OK;
@@ -724,15 +746,16 @@ int vc_tool_tune_main(int argc, char **argv) {
   if (!bargv)
     return fail("tune", "out of memory");
   int bargc = 0;
-  bargv[bargc++] = (char *)"bench";
+  /* "tune" as argv[0]: bench's usage errors then name this command */
+  bargv[bargc++] = (char *)"tune";
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--mode") == 0 || strcmp(argv[i], "--algo") == 0) {
-      if (i + 1 >= argc) {
+      const char *opt = argv[i];
+      if (!option_value("tune", argc, argv, &i, &mode) ||
+          !vt_bench_algo_known("tune", opt, mode)) {
         free(bargv);
-        fprintf(stderr, "voxconv tune: %s needs a value\n", argv[i]);
         return VT_EXIT_USAGE;
       }
-      mode = argv[++i];
     } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
       free(bargv);
       tune_usage(stdout);
