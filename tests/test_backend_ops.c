@@ -19,22 +19,23 @@
  *  - pooling and unpooling (MAX, AVG, SUM; forward and backward) on CUDA
  *    against the CPU F64 path.
  *
- * Error metrics (vc_compare): rel_i = |got - ref| / (|ref| + 1e-3 rms(ref)),
- * max over elements, and norm = ||got - ref|| / ||ref||. Tolerances:
- *    dtype  max_rel  norm    why
- *    f32    2e-3     1e-5    fp32 sums of up to ~4k terms reach ~6e-4 max_rel
- *                            on elements near 0 at this floor (simulated);
- *                            x sqrt(terms / 4096) for longer sums (tol_max);
- *                            the norm (~1e-6 measured in simulation) is what
- *                            catches TF32 (~3e-4) or dropped pairs
- *    f16    2e-3     1e-3    half an fp16 ulp (4.9e-4) + fp32 accumulation
- *    bf16   1.6e-2   8e-3    half a bf16 ulp is 3.9e-3; a few ulps
- * A wrong pair, row or offset gives errors of order 1.
+ * Pass/fail (tests/format_bound.h): every element within the bound that
+ * follows from the formats, |got - ref| <= spacing_dt(max(|got|, |ref|)) +
+ * 8 sqrt(n) 2^-23 S with S = sum |a| |b| per element (an fp64 CPU run on
+ * |inputs|) and n the products per element, so that no seed can fail a
+ * correct kernel (Higham & Mary's probabilistic bound: a failure
+ * probability of ~2.5e-14 per element), plus the aggregate limit
+ * ||got - ref|| <= ||spacing_dt(ref)|| + 8 sqrt(n) 2^-23 ||ref||, which
+ * catches errors small in every element but systematic (TF32 products). A wrong pair, row, offset or scale gives
+ * error ratios far above 1 (test_format_bound plants such bugs).
+ * Reported beside it, as before: rel_i = |got - ref| / (|ref| + 1e-3
+ * rms(ref)), max over elements, and norm = ||got - ref|| / ||ref||.
  *
  * Environment: VOXCONV_TEST_SMALL=1 runs only the small cases (sanitizer
  * runs); VOXCONV_TEST_MAX_CASES=n stops after n conv/pool cases (racecheck);
  * VOXCONV_TEST_ALGO=a,b restricts the algorithms to those names;
  * VOXCONV_TEST_SEED replays a seed. Exits 77 (skipped) without a GPU. */
+#include "format_bound.h"
 #include "gpu_test_util.h"
 #include "vc_test.h"
 
@@ -51,23 +52,6 @@
 static voxconv_handle_t *g_cpu, *g_gpu;
 static int g_small;
 
-/* ---- tolerances -------------------------------------------------------- */
-/* `terms`: products summed into one output element. The f32 bound was set
- * for sums of up to ~4k terms; the rounding error of a longer sum grows like
- * its square root, and a weight gradient sums every pair of its offset
- * (up to the map's row count: an H200 run saw max_rel 2.17e-3, norm
- * 1.8e-7, for implicit_gemm's wgrad in 8 partial sums on the SemanticKITTI
- * crop). f16 / bf16 bounds are set by the output rounding and do not
- * scale. */
-static double tol_max(voxconv_dtype_t dt, int64_t terms) {
-  if (dt == VOXCONV_DTYPE_F32)
-    return terms > 4096 ? 2e-3 * sqrt((double)terms / 4096.0) : 2e-3;
-  return dt == VOXCONV_DTYPE_F16 ? 2e-3 : 1.6e-2;
-}
-static double tol_norm(voxconv_dtype_t dt) {
-  return dt == VOXCONV_DTYPE_F32 ? 1e-5 : dt == VOXCONV_DTYPE_F16 ? 1e-3 : 8e-3;
-}
-
 static const voxconv_dtype_t k_dtypes[3] = {
     VOXCONV_DTYPE_F32, VOXCONV_DTYPE_F16, VOXCONV_DTYPE_BF16};
 
@@ -77,7 +61,7 @@ typedef struct {
   int pass;
   voxconv_dtype_t dt;
   int runs, failures;
-  double worst_max_rel, worst_norm;
+  double worst_ratio, worst_max_rel, worst_norm;
 } summary_t;
 #define MAX_SUMMARY 512
 static summary_t g_sum[MAX_SUMMARY];
@@ -186,37 +170,41 @@ static void poison_device(void *dev, voxconv_dtype_t dt, int64_t n) {
 }
 
 /* Downloads dev (n elements of dt), checks every element was written and
- * compares with ref. Returns 1 when within tolerance. */
+ * compares with ref under the format-derived bound (s: S per element,
+ * terms: products per element). Returns 1 when within it. */
 static int check_output(const void *dev, voxconv_dtype_t dt, const double *ref,
-                        int64_t n, int64_t terms, const char *algo, int pass,
-                        const char *label) {
-  const double tol = tol_max(dt, terms);
+                        const double *s, int64_t n, int64_t terms,
+                        const char *algo, int pass, const char *label) {
   const size_t es = voxconv_dtype_size(dt);
   void *h = xmalloc((size_t)n * es);
   gpu_download(h, dev, (size_t)n * es);
   const int64_t unwritten = vc_count_poison(h, dt, n);
   const vc_err_stats_t e = vc_compare(h, dt, ref, n, FLOOR);
+  const fb_result_t b = fb_check(h, dt, ref, s, n, fb_acc(terms));
+  const double worst_got = b.worst >= 0 ? vc_get(h, dt, b.worst) : 0;
   free(h);
-  summary_t *s = summary(algo, pass, dt);
-  s->runs++;
-  if (e.max_rel > s->worst_max_rel)
-    s->worst_max_rel = e.max_rel;
-  if (e.norm_rel > s->worst_norm)
-    s->worst_norm = e.norm_rel;
-  const int ok = unwritten == 0 && e.max_rel <= tol &&
-                 e.norm_rel <= tol_norm(dt) && e.n_nonfinite_mismatch == 0;
+  summary_t *sm = summary(algo, pass, dt);
+  sm->runs++;
+  if (b.max_ratio > sm->worst_ratio)
+    sm->worst_ratio = b.max_ratio;
+  if (e.max_rel > sm->worst_max_rel)
+    sm->worst_max_rel = e.max_rel;
+  if (e.norm_rel > sm->worst_norm)
+    sm->worst_norm = e.norm_rel;
+  const int ok = unwritten == 0 && fb_passes(&b);
   VC_EXPECT(unwritten == 0, "%s %s %s: %lld of %lld elements never written",
             label, pass_name(pass), voxconv_dtype_name(dt),
             (long long)unwritten, (long long)n);
-  VC_EXPECT(e.max_rel <= tol && e.norm_rel <= tol_norm(dt) &&
-                e.n_nonfinite_mismatch == 0,
-            "%s %s %s: max_rel %.3g (tol %.3g) at %lld, norm %.3g (tol %.3g), "
-            "%lld non-finite mismatches",
-            label, pass_name(pass), voxconv_dtype_name(dt), e.max_rel,
-            tol, (long long)e.worst_index, e.norm_rel, tol_norm(dt),
-            (long long)e.n_nonfinite_mismatch);
+  VC_EXPECT(fb_passes(&b),
+            "%s %s %s: error ratio %.3g at %lld (got %.9g, ref %.9g, bound "
+            "%.3g, S %.3g, %lld terms), norm %.3g (limit %.3g), %lld "
+            "non-finite mismatches; max_rel %.3g",
+            label, pass_name(pass), voxconv_dtype_name(dt), b.max_ratio,
+            (long long)b.worst, worst_got, b.worst >= 0 ? ref[b.worst] : 0.0,
+            b.worst_tol, b.worst >= 0 ? s[b.worst] : 0.0, (long long)terms,
+            b.norm_rel, b.norm_limit, (long long)b.n_nonfinite, e.max_rel);
   if (!ok)
-    s->failures++;
+    sm->failures++;
   return ok;
 }
 
@@ -287,14 +275,14 @@ static int build_mapping(const coordset_t *cs, const geometry_t *g,
   voxconv_status_t a, b;
   if (!g->transposed_from_strided) {
     a = voxconv_kmap_build(g_cpu, &g->desc, &cin_cpu, NULL, &m->cpu);
-    b = voxconv_kmap_build(g_gpu, &g->desc, &cin_gpu, NULL, &m->gpu);
+    b = vc_test_kmap_build(g_gpu, &g->desc, &cin_gpu, NULL, &m->gpu);
   } else {
     /* Coarse coordinates from a stride-s map, then the transposed map
      * coarse -> fine (the decoder side of a U-Net). */
     voxconv_kmap_desc_t sd = g->desc;
     sd.mode = VOXCONV_KMAP_STRIDED;
     a = voxconv_kmap_build(g_cpu, &sd, &cin_cpu, NULL, &m->cpu_aux);
-    b = voxconv_kmap_build(g_gpu, &sd, &cin_gpu, NULL, &m->gpu_aux);
+    b = vc_test_kmap_build(g_gpu, &sd, &cin_gpu, NULL, &m->gpu_aux);
     VC_EXPECT(a == VOXCONV_STATUS_SUCCESS && b == VOXCONV_STATUS_SUCCESS,
               "%s/%s: strided aux map: %s / %s", cs->name, g->name,
               voxconv_get_last_error(g_cpu), voxconv_get_last_error(g_gpu));
@@ -312,7 +300,7 @@ static int build_mapping(const coordset_t *cs, const geometry_t *g,
     voxconv_coords_t coarse_c = {coarse_cpu, ai.n_out, {s0, s1, s2}};
     voxconv_coords_t coarse_g = {coarse_gpu, ai.n_out, {s0, s1, s2}};
     a = voxconv_kmap_build(g_cpu, &g->desc, &coarse_c, &cin_cpu, &m->cpu);
-    b = voxconv_kmap_build(g_gpu, &g->desc, &coarse_g, &cin_gpu, &m->gpu);
+    b = vc_test_kmap_build(g_gpu, &g->desc, &coarse_g, &cin_gpu, &m->gpu);
   }
   VC_EXPECT(a == VOXCONV_STATUS_SUCCESS, "%s/%s: CPU map: %s", cs->name,
             g->name, voxconv_get_last_error(g_cpu));
@@ -388,6 +376,8 @@ typedef struct {
   /* F64 host inputs and references */
   const double *x, *w, *dy;        /* x [n_in][cin], w, dy [n_out][cout] */
   const double *y_ref, *dx_ref, *dw_ref;
+  /* S of the bound: the same passes on |x|, |w|, |dy| */
+  const double *y_s, *dx_s, *dw_s;
 } conv_case_t;
 
 static int64_t out_elems(const conv_case_t *c, voxconv_pass_t pass) {
@@ -477,6 +467,7 @@ static void run_conv_case(const conv_case_t *c) {
       const voxconv_pass_t pass = passes[pi];
       const int64_t n_c = out_elems(c, pass);
       const double *ref = pi == 0 ? c->y_ref : pi == 1 ? c->dx_ref : c->dw_ref;
+      const double *sb = pi == 0 ? c->y_s : pi == 1 ? c->dx_s : c->dw_s;
       /* products per output element (the tolerance grows with it) */
       const int64_t terms = pi == 2   ? max_pairs_per_offset(m)
                             : c->depthwise ? m->kvol
@@ -530,7 +521,7 @@ static void run_conv_case(const conv_case_t *c) {
           voxconv_free(g_gpu, ws);
           g_param_points++;
           if (st == VOXCONV_STATUS_SUCCESS)
-            check_output(out, dt, ref, n_c, terms, alg->info.name, pass,
+            check_output(out, dt, ref, sb, n_c, terms, alg->info.name, pass,
                          label);
         }
         /* The public entry point with the algorithm forced by name. */
@@ -549,7 +540,7 @@ static void run_conv_case(const conv_case_t *c) {
                     voxconv_status_string(st), voxconv_get_last_error(g_gpu));
           g_public_runs++;
           if (st == VOXCONV_STATUS_SUCCESS)
-            check_output(out, dt, ref, n_c, terms, alg->info.name, pass,
+            check_output(out, dt, ref, sb, n_c, terms, alg->info.name, pass,
                          label);
         }
       }
@@ -604,22 +595,40 @@ static int case_budget_left(void) {
   return !g_max_cases || g_case_counter < g_max_cases;
 }
 
+/* |v| of n values (a new array). */
+static double *abs_copy(const double *v, int64_t n) {
+  double *a = (double *)xmalloc(sizeof(double) * (size_t)(n ? n : 1));
+  for (int64_t i = 0; i < n; i++)
+    a[i] = fabs(v[i]);
+  return a;
+}
+
 static void conv_case(const mapping_t *m, const char *case_name, int depthwise,
                       int64_t cin, int64_t cout) {
   if (!case_budget_left())
     return;
   const int64_t wel = m->kvol * cin * (depthwise ? 1 : cout);
-  double *x = (double *)xmalloc(sizeof(double) * (size_t)(m->n_in * cin));
+  const int64_t nx = m->n_in * cin, ny = m->n_out * cout;
+  double *x = (double *)xmalloc(sizeof(double) * (size_t)nx);
   double *w = (double *)xmalloc(sizeof(double) * (size_t)wel);
-  double *dy = (double *)xmalloc(sizeof(double) * (size_t)(m->n_out * cout));
-  double *y = (double *)xmalloc(sizeof(double) * (size_t)(m->n_out * cout));
-  double *dx = (double *)xmalloc(sizeof(double) * (size_t)(m->n_in * cin));
+  double *dy = (double *)xmalloc(sizeof(double) * (size_t)ny);
+  double *y = (double *)xmalloc(sizeof(double) * (size_t)ny);
+  double *dx = (double *)xmalloc(sizeof(double) * (size_t)nx);
   double *dw = (double *)xmalloc(sizeof(double) * (size_t)wel);
-  fill_exact(x, m->n_in * cin);
+  double *ys = (double *)xmalloc(sizeof(double) * (size_t)ny);
+  double *dxs = (double *)xmalloc(sizeof(double) * (size_t)nx);
+  double *dws = (double *)xmalloc(sizeof(double) * (size_t)wel);
+  fill_exact(x, nx);
   fill_exact(w, wel);
-  fill_exact(dy, m->n_out * cout);
+  fill_exact(dy, ny);
   cpu_references(m, depthwise, cin, cout, x, w, dy, y, dx, dw);
-  conv_case_t c = {m, case_name, cin, cout, depthwise, x, w, dy, y, dx, dw};
+  double *ax = abs_copy(x, nx), *aw = abs_copy(w, wel), *ady = abs_copy(dy, ny);
+  cpu_references(m, depthwise, cin, cout, ax, aw, ady, ys, dxs, dws);
+  free(ax);
+  free(aw);
+  free(ady);
+  conv_case_t c = {m,  case_name, cin, cout, depthwise, x,   w,
+                   dy, y,         dx,  dw,   ys,        dxs, dws};
   run_conv_case(&c);
   free(x);
   free(w);
@@ -627,6 +636,9 @@ static void conv_case(const mapping_t *m, const char *case_name, int depthwise,
   free(y);
   free(dx);
   free(dw);
+  free(ys);
+  free(dxs);
+  free(dws);
 }
 
 /* ---- pooling ------------------------------------------------------------ */
@@ -647,11 +659,20 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
   double *dx = (double *)xmalloc(sizeof(double) * (size_t)nin);
   double *uy = (double *)xmalloc(sizeof(double) * (size_t)nin);  /* unpool */
   double *udx = (double *)xmalloc(sizeof(double) * (size_t)nout);
+  /* S of the bound: the same ops on |inputs| (max pooling backward routes
+   * |dy| by x's maxima) */
+  double *ys = (double *)xmalloc(sizeof(double) * (size_t)nout);
+  double *dxs = (double *)xmalloc(sizeof(double) * (size_t)nin);
+  double *uys = (double *)xmalloc(sizeof(double) * (size_t)nin);
+  double *udxs = (double *)xmalloc(sizeof(double) * (size_t)nout);
   fill_exact(x, nin);
   fill_exact(dy, nout);
+  double *ax = abs_copy(x, nin), *ady = abs_copy(dy, nout);
   for (int mi = 0; mi < 3; mi++) {
     voxconv_feats_t fx = {x, m->n_in, C, F}, fy = {y, m->n_out, C, F};
     voxconv_feats_t fdy = {dy, m->n_out, C, F}, fdx = {dx, m->n_in, C, F};
+    voxconv_feats_t fax = {ax, m->n_in, C, F}, fys = {ys, m->n_out, C, F};
+    voxconv_feats_t fady = {ady, m->n_out, C, F}, fdxs = {dxs, m->n_in, C, F};
     VC_EXPECT_STATUS(g_cpu,
                      voxconv_pool_forward(g_cpu, m->cpu, modes[mi], &fx, &fy),
                      VOXCONV_STATUS_SUCCESS);
@@ -659,6 +680,13 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
                      voxconv_pool_backward(g_cpu, m->cpu, modes[mi], &fx, &fy,
                                            &fdy, &fdx),
                      VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(g_cpu,
+                     voxconv_pool_forward(g_cpu, m->cpu, modes[mi], &fax, &fys),
+                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(
+        g_cpu,
+        voxconv_pool_backward(g_cpu, m->cpu, modes[mi], &fx, &fy, &fady, &fdxs),
+        VOXCONV_STATUS_SUCCESS);
     for (int di = 0; di < 3; di++) {
       const voxconv_dtype_t dt = k_dtypes[di];
       const size_t es = voxconv_dtype_size(dt);
@@ -676,8 +704,8 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s fwd %s: %s", label,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_gpu));
       if (st == VOXCONV_STATUS_SUCCESS)
-        check_output(gy, dt, y, nout, m->kvol, mode_names[mi], PASS_POOL_FWD,
-                     label);
+        check_output(gy, dt, y, ys, nout, m->kvol, mode_names[mi],
+                     PASS_POOL_FWD, label);
       poison_device(gdx, dt, nin);
       st = voxconv_pool_backward(g_gpu, m->gpu, modes[mi], &hx, &hy, &hdy, &hdx);
       if (st == VOXCONV_STATUS_SUCCESS)
@@ -685,8 +713,8 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s bwd %s: %s", label,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_gpu));
       if (st == VOXCONV_STATUS_SUCCESS)
-        check_output(gdx, dt, dx, nin, m->kvol, mode_names[mi], PASS_POOL_BWD,
-                     label);
+        check_output(gdx, dt, dx, dxs, nin, m->kvol, mode_names[mi],
+                     PASS_POOL_BWD, label);
       voxconv_free(g_gpu, gx);
       voxconv_free(g_gpu, gdy);
       voxconv_free(g_gpu, gy);
@@ -700,6 +728,13 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
     VC_EXPECT_STATUS(g_cpu, voxconv_unpool_forward(g_cpu, m->cpu, &cx, &fy),
                      VOXCONV_STATUS_SUCCESS);
     VC_EXPECT_STATUS(g_cpu, voxconv_unpool_backward(g_cpu, m->cpu, &fdy, &cdx),
+                     VOXCONV_STATUS_SUCCESS);
+    voxconv_feats_t acx = {ady, m->n_out, C, F}, fys = {uys, m->n_in, C, F};
+    voxconv_feats_t afdy = {ax, m->n_in, C, F}, cdxs = {udxs, m->n_out, C, F};
+    VC_EXPECT_STATUS(g_cpu, voxconv_unpool_forward(g_cpu, m->cpu, &acx, &fys),
+                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(g_cpu,
+                     voxconv_unpool_backward(g_cpu, m->cpu, &afdy, &cdxs),
                      VOXCONV_STATUS_SUCCESS);
     for (int di = 0; di < 3; di++) {
       const voxconv_dtype_t dt = k_dtypes[di];
@@ -717,7 +752,7 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s fwd %s: %s", label,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_gpu));
       if (st == VOXCONV_STATUS_SUCCESS)
-        check_output(gfy, dt, uy, nin, m->kvol, "unpool", PASS_UNPOOL_FWD,
+        check_output(gfy, dt, uy, uys, nin, m->kvol, "unpool", PASS_UNPOOL_FWD,
                      label);
       poison_device(gcdx, dt, nout);
       st = voxconv_unpool_backward(g_gpu, m->gpu, &hfdy, &hcdx);
@@ -726,8 +761,8 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s bwd %s: %s", label,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_gpu));
       if (st == VOXCONV_STATUS_SUCCESS)
-        check_output(gcdx, dt, udx, nout, m->kvol, "unpool", PASS_UNPOOL_BWD,
-                     label);
+        check_output(gcdx, dt, udx, udxs, nout, m->kvol, "unpool",
+                     PASS_UNPOOL_BWD, label);
       voxconv_free(g_gpu, gc);
       voxconv_free(g_gpu, gf);
       voxconv_free(g_gpu, gfy);
@@ -740,6 +775,12 @@ static void pool_case(const mapping_t *m, const char *case_name, int64_t C) {
   free(dx);
   free(uy);
   free(udx);
+  free(ys);
+  free(dxs);
+  free(uys);
+  free(udxs);
+  free(ax);
+  free(ady);
 }
 
 /* supports() of every CUDA record must refuse CPU handles/maps and F64. */
@@ -892,13 +933,13 @@ int main(void) {
     }
   }
 
-  printf("\n%-22s %-16s %-5s %5s %5s %10s %10s\n", "algorithm", "pass",
-         "dtype", "runs", "fail", "max_rel", "norm");
+  printf("\n%-22s %-16s %-5s %5s %5s %10s %10s %10s\n", "algorithm", "pass",
+         "dtype", "runs", "fail", "ratio", "max_rel", "norm");
   for (int i = 0; i < g_nsum; i++) {
     const summary_t *s = &g_sum[i];
-    printf("%-22s %-16s %-5s %5d %5d %10.3g %10.3g\n", s->algo,
+    printf("%-22s %-16s %-5s %5d %5d %10.3g %10.3g %10.3g\n", s->algo,
            pass_name(s->pass), voxconv_dtype_name(s->dt), s->runs, s->failures,
-           s->worst_max_rel, s->worst_norm);
+           s->worst_ratio, s->worst_max_rel, s->worst_norm);
   }
   printf("parameter points run: %d, public calls: %d, unsupported "
          "(record, problem) pairs: %d\n",
