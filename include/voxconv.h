@@ -728,7 +728,13 @@ VOXCONV_API voxconv_status_t voxconv_get_last_call_info(
  * so concurrent processes never lose each other's entries and a killed
  * process never leaves a broken file. A file that does not parse is
  * reported once on stderr, renamed to "<file>.corrupt-<pid>-<time>" and
- * rebuilt.
+ * rebuilt. A file that cannot be read (permissions), a cache folder that is
+ * not a directory and a path longer than PATH_MAX are reported once and
+ * left alone: this process keeps its results in memory and
+ * voxconv_cache_flush fails with the reason. A cache file that is a
+ * symbolic link stays one: saves (and voxconv_cache_clear) act on the file
+ * it points to. Temporary files of a writer killed mid-save are removed by
+ * the next save once their process is gone (or after ten minutes).
  *
  * Entries are keyed by namespace (sparse_conv_forward, sparse_conv_dgrad,
  * sparse_conv_wgrad, depthwise_conv_forward, depthwise_conv_dgrad,
@@ -757,7 +763,8 @@ VOXCONV_API voxconv_status_t voxconv_get_last_call_info(
 VOXCONV_API voxconv_status_t voxconv_cache_path(char *path, size_t size);
 /* Writes results not yet saved, now (the background thread would do it
  * within a second; at exit it is done anyway). IO_ERROR with the path and
- * reason when the file cannot be written. */
+ * reason when the file cannot be written (or read for the merge, or its
+ * path is longer than PATH_MAX); the results then stay in memory. */
 VOXCONV_API voxconv_status_t voxconv_cache_flush(void);
 /* Deletes the cache file and forgets every result of this process. */
 VOXCONV_API voxconv_status_t voxconv_cache_clear(void);

@@ -7,6 +7,7 @@
 #include "tune_test_util.h"
 
 #include <dirent.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -649,9 +650,250 @@ static void test_killed_mid_save(void) {
     put_one("sparse_conv_forward", 9, "after", 1.0);
     VC_EXPECT_STATUS(NULL, voxconv_cache_flush(), VOXCONV_STATUS_SUCCESS);
     VC_EXPECT(has_entry(9) && has_entry(100), "after the kill");
+    VC_EXPECT(count_files(tt_dir, ".tmp.") == 0,
+              "round %d: the killed writer's temporary file outlived the next "
+              "save",
+              round);
   }
   VC_EXPECT(rounds_mid_write >= 1,
             "no round killed a save in the middle of its write");
+}
+
+/* ---- issue 22 item 8: file edge cases ----------------------------------
+ */
+static int snapshot_count(const char *path) {
+  voxconv_cache_t *c = NULL;
+  if (voxconv_cache_open(path, &c) != VOXCONV_STATUS_SUCCESS)
+    return -1;
+  const int n = voxconv_cache_entry_count(c);
+  voxconv_cache_close(c);
+  return n;
+}
+
+static int is_symlink(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+/* A cache file that is a symbolic link (dotfiles kept elsewhere) keeps
+ * being one: saves go to the link's target, through every link of a
+ * chain, relative or absolute, existing or not yet. */
+static void test_symlinked_file(void) {
+  static const char *const targets[3] = {"real/cache.txt", "ABS", "missing"};
+  for (int t = 0; t < 3; t++) {
+    tt_fresh_cache_dir();
+    char real_dir[512], target[600], via[600];
+    snprintf(real_dir, sizeof real_dir, "%s/real", tt_dir);
+    mkdir(real_dir, 0755);
+    snprintf(target, sizeof target, "%s/%s", tt_dir,
+             t == 1 ? "real/abs.txt" : targets[t]);
+    if (t == 0) /* relative link, target with entries already */
+      VC_EXPECT(write_text(target, k_valid, strlen(k_valid)) == 0, "write");
+    /* t == 1: a chain file -> via -> target, absolute; t == 2: dangling */
+    const char *link_to = t == 0 ? targets[0] : target;
+    if (t == 1) {
+      snprintf(via, sizeof via, "%s/via", tt_dir);
+      VC_EXPECT(symlink(target, via) == 0, "symlink via");
+      link_to = via;
+    }
+    VC_EXPECT(symlink(link_to, tt_cache_file()) == 0, "symlink");
+    const int base = t == 0 ? 1 : 0;
+    for (int round = 0; round < 2; round++) {
+      put_one("sparse_conv_forward", 40 + round, "k", 1.0);
+      VC_EXPECT_STATUS(NULL, voxconv_cache_flush(), VOXCONV_STATUS_SUCCESS);
+      VC_EXPECT(is_symlink(tt_cache_file()),
+                "case %d round %d: the link was replaced by a file", t, round);
+      VC_EXPECT(snapshot_count(target) == base + round + 1,
+                "case %d round %d: the target holds %d entries, want %d", t,
+                round, snapshot_count(target), base + round + 1);
+    }
+    VC_EXPECT(t != 1 || is_symlink(via), "the chain's middle link is kept");
+    VC_EXPECT(count_files(tt_dir, ".tmp.") == 0 &&
+                  count_files(real_dir, ".tmp.") == 0,
+              "case %d: temporary files left", t);
+    /* clear deletes what the link points to and keeps the link */
+    VC_EXPECT_STATUS(NULL, voxconv_cache_clear(), VOXCONV_STATUS_SUCCESS);
+    struct stat st;
+    VC_EXPECT(is_symlink(tt_cache_file()) && stat(target, &st) != 0,
+              "case %d: clear through the link", t);
+  }
+}
+
+/* Runs fn in a child as an unprivileged user when this process is root
+ * (root reads any file, so EACCES needs another user); the child's failed
+ * checks fail the test. */
+static void run_unprivileged(void (*fn)(void), const char *what) {
+  if (geteuid() != 0) {
+    fn();
+    return;
+  }
+  chmod(tt_dir, 0777);
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (setgid(65534) != 0 || setuid(65534) != 0)
+      _exit(77);
+    vc_test_failures = 0;
+    fn();
+    _exit(vc_test_failures ? 1 : 0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  VC_EXPECT(WIFEXITED(status) && WEXITSTATUS(status) != 1,
+            "%s: the unprivileged child failed (status %d)", what, status);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 77)
+    printf("%s: skipped (cannot switch to uid 65534)\n", what);
+}
+
+static void unreadable_scenario(void) {
+  vc_cache_forget();
+  struct stat before;
+  stat(tt_cache_file(), &before);
+  tt_capture_begin();
+  put_one("sparse_conv_forward", 5, "mine", 1.0);
+  const voxconv_status_t st = voxconv_cache_flush();
+  char *err = tt_capture_end();
+  VC_EXPECT(st == VOXCONV_STATUS_IO_ERROR, "flush of an unreadable file: %s",
+            voxconv_status_string(st));
+  VC_EXPECT(strstr(voxconv_get_last_error(NULL), tt_cache_file()) &&
+                strstr(voxconv_get_last_error(NULL), "Permission denied"),
+            "flush message: %s", voxconv_get_last_error(NULL));
+  VC_EXPECT(strstr(err, "Permission denied") && !strstr(err, "corrupt"),
+            "warning: %s", err);
+  free(err);
+  VC_EXPECT(has_entry(5), "the result stays in memory");
+  VC_EXPECT(count_files(tt_dir, ".corrupt-") == 0, "set aside as corrupt");
+  struct stat after;
+  VC_EXPECT(stat(tt_cache_file(), &after) == 0 &&
+                after.st_ino == before.st_ino &&
+                after.st_size == before.st_size,
+            "the unreadable file was replaced");
+  vc_cache_forget();
+}
+
+/* A file this user may not read is not corrupt: it stays where it is (its
+ * entries belong to someone), the problem is reported, and results stay
+ * in memory. */
+static void test_unreadable_file(void) {
+  tt_fresh_cache_dir();
+  VC_EXPECT(write_text(tt_cache_file(), k_valid, strlen(k_valid)) == 0, "w");
+  chmod(tt_cache_file(), 0200);
+  run_unprivileged(unreadable_scenario, "unreadable cache file");
+  chmod(tt_cache_file(), 0644);
+  VC_EXPECT(snapshot_count(tt_cache_file()) == 1, "the file is intact");
+}
+
+/* The cache folder is a regular file: said so, not "corrupt". */
+static void test_folder_is_a_file(void) {
+  tt_fresh_cache_dir();
+  char file_dir[600];
+  snprintf(file_dir, sizeof file_dir, "%s/not-a-dir", tt_dir);
+  VC_EXPECT(write_text(file_dir, "x\n", 2) == 0, "write");
+  setenv("VOXCONV_BENCHMARK_CACHE_DIR", file_dir, 1);
+  vc_cache_forget();
+  tt_capture_begin();
+  put_one("sparse_conv_forward", 6, "mine", 1.0);
+  const voxconv_status_t st = voxconv_cache_flush();
+  char *err = tt_capture_end();
+  char want[700];
+  snprintf(want, sizeof want, "%s is not a directory", file_dir);
+  VC_EXPECT(st == VOXCONV_STATUS_IO_ERROR &&
+                strstr(voxconv_get_last_error(NULL), want),
+            "flush: %s: %s", voxconv_status_string(st),
+            voxconv_get_last_error(NULL));
+  VC_EXPECT(strstr(err, want) && !strstr(err, "corrupt") &&
+                !strstr(err, "overwritten"),
+            "warning: %s", err);
+  free(err);
+  VC_EXPECT(has_entry(6), "the result stays in memory");
+  voxconv_cache_t *c = NULL;
+  VC_EXPECT_STATUS(NULL, voxconv_cache_open(NULL, &c), VOXCONV_STATUS_IO_ERROR);
+  VC_EXPECT(strstr(voxconv_get_last_error(NULL), want), "open: %s",
+            voxconv_get_last_error(NULL));
+  setenv("VOXCONV_BENCHMARK_CACHE_DIR", tt_dir, 1);
+  vc_cache_forget();
+}
+
+/* A location longer than PATH_MAX can never be opened: flush says so
+ * instead of returning SUCCESS, and results stay in memory. */
+static void test_path_too_long(void) {
+  tt_fresh_cache_dir();
+  size_t n = (size_t)PATH_MAX + 200;
+  char *dir = (char *)malloc(n + 1);
+  int at = snprintf(dir, n + 1, "%s", tt_dir);
+  while ((size_t)at < n)
+    at += snprintf(dir + at, n + 1 - (size_t)at, "/deep");
+  setenv("VOXCONV_BENCHMARK_CACHE_DIR", dir, 1);
+  vc_cache_forget();
+  tt_capture_begin();
+  put_one("sparse_conv_forward", 7, "mine", 1.0);
+  const voxconv_status_t st = voxconv_cache_flush();
+  char *err = tt_capture_end();
+  VC_EXPECT(st == VOXCONV_STATUS_IO_ERROR &&
+                strstr(voxconv_get_last_error(NULL), "PATH_MAX"),
+            "flush: %s: %s", voxconv_status_string(st),
+            voxconv_get_last_error(NULL));
+  VC_EXPECT(strstr(err, "PATH_MAX"), "a warning: %s", err);
+  free(err);
+  VC_EXPECT(has_entry(7), "the result stays in memory");
+  char path[64];
+  VC_EXPECT_STATUS(NULL, voxconv_cache_path(path, sizeof path),
+                   VOXCONV_STATUS_IO_ERROR);
+  VC_EXPECT(strstr(voxconv_get_last_error(NULL), "PATH_MAX"), "path: %s",
+            voxconv_get_last_error(NULL));
+  free(dir);
+  setenv("VOXCONV_BENCHMARK_CACHE_DIR", tt_dir, 1);
+  vc_cache_forget();
+}
+
+static void touch_aged(const char *name, long age_s) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s", tt_dir, name);
+  write_text(path, "partial", 7);
+  struct timespec ts[2];
+  clock_gettime(CLOCK_REALTIME, &ts[0]);
+  ts[0].tv_sec -= age_s;
+  ts[1] = ts[0];
+  utimensat(AT_FDCWD, path, ts, 0);
+}
+
+static int exists_in_dir(const char *name) {
+  char path[600];
+  struct stat st;
+  snprintf(path, sizeof path, "%s/%s", tt_dir, name);
+  return stat(path, &st) == 0;
+}
+
+/* Temporary files of writers killed mid-save are removed by the next save:
+ * those of a process that is gone, and any older than ten minutes (the pid
+ * may have been reused); a live writer's recent one stays. */
+static void test_stale_temporaries(void) {
+  tt_fresh_cache_dir();
+  fflush(stdout);
+  const pid_t gone = fork();
+  if (gone == 0)
+    _exit(0);
+  waitpid(gone, NULL, 0);
+  char dead[128], old_live[128], live[128];
+  snprintf(dead, sizeof dead, "%s.tmp.%ld.0", VC_CACHE_FILE_NAME, (long)gone);
+  snprintf(old_live, sizeof old_live, "%s.tmp.%ld.3", VC_CACHE_FILE_NAME,
+           (long)getppid());
+  snprintf(live, sizeof live, "%s.tmp.%ld.4", VC_CACHE_FILE_NAME,
+           (long)getppid());
+  touch_aged(dead, 0);
+  touch_aged(old_live, 3600);
+  touch_aged(live, 0);
+  touch_aged("other.txt.tmp.1.0", 3600);            /* not ours */
+  touch_aged(VC_CACHE_FILE_NAME ".tmp.x1.0", 3600); /* no pid */
+  put_one("sparse_conv_forward", 8, "k", 1.0);
+  VC_EXPECT_STATUS(NULL, voxconv_cache_flush(), VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT(!exists_in_dir(dead), "a dead writer's temporary file is kept");
+  VC_EXPECT(!exists_in_dir(old_live), "an hour-old temporary file is kept");
+  VC_EXPECT(exists_in_dir(live), "a live writer's recent file was removed");
+  VC_EXPECT(exists_in_dir("other.txt.tmp.1.0") &&
+                exists_in_dir(VC_CACHE_FILE_NAME ".tmp.x1.0"),
+            "files that are not the cache's temporaries were removed");
 }
 
 /* ---- clear, path, snapshot API errors ---------------------------------------
@@ -987,6 +1229,11 @@ int main(void) {
   test_concurrent_processes();
   test_killed_mid_save();
   test_path_clear_api();
+  test_symlinked_file();
+  test_unreadable_file();
+  test_folder_is_a_file();
+  test_path_too_long();
+  test_stale_temporaries();
   test_recommend();
   test_auto_uses_recommendation();
   tt_cleanup();

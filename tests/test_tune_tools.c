@@ -7,6 +7,7 @@
 #include "tune_test_util.h"
 
 #include <libgen.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 static char g_tool[4096];
@@ -275,6 +276,8 @@ static void test_clear(void) {
   free(out);
 }
 
+static int g_first_tune_new = -1; /* "(N new" of the first tune run */
+
 static void test_tune(void) {
   char *out = NULL;
   /* Two candidates per layer, one timed run each, so the tiny network is
@@ -288,6 +291,7 @@ static void test_tune(void) {
   contains(out, "entries (", "tune");
   const char *p = strstr(out, "entries (");
   const int fresh = p ? atoi(p + 9) : 0;
+  g_first_tune_new = fresh;
   VC_EXPECT(fresh >= 3 * 7,
             "tune added %d entries (every conv layer's "
             "forward, dgrad and wgrad)",
@@ -296,7 +300,7 @@ static void test_tune(void) {
   /* A second run adds nothing: every configuration is recorded. */
   VC_EXPECT(run_tool("tune --size tiny --backend cpu --threads 2", &out) == 0,
             "tune again");
-  contains(out, "(0 new)", "tune again");
+  contains(out, "(0 new:", "tune again");
   free(out);
   VC_EXPECT(run_tool("cache inspect --best-only cpu_gather_gemm", &out) == 0,
             "inspect after tune");
@@ -304,6 +308,58 @@ static void test_tune(void) {
   free(out);
   VC_EXPECT(run_tool("tune --repeat 3", &out) == 2, "tune --repeat refused");
   free(out);
+  unsetenv("VOXCONV_AUTOTUNE_MAX_CANDIDATES");
+  unsetenv("VOXCONV_AUTOTUNE_RUNS");
+  unsetenv("VOXCONV_AUTOTUNE_WARMUP");
+}
+
+/* Issue 22 item 8: `tune` counted every entry that appeared in the file
+ * while it ran, other processes' included. Another process writes entries
+ * (of another GPU) the whole time; tune must still report exactly what it
+ * tuned, the same count as alone on an empty cache. */
+static void test_tune_counts_only_its_own(void) {
+  tt_fresh_cache_dir();
+  snprintf(g_out, sizeof g_out, "%s/stdout.txt", tt_dir);
+  snprintf(g_err, sizeof g_err, "%s/stderr.txt", tt_dir);
+  setenv("VOXCONV_AUTOTUNE_MAX_CANDIDATES", "2", 1);
+  setenv("VOXCONV_AUTOTUNE_RUNS", "1", 1);
+  setenv("VOXCONV_AUTOTUNE_WARMUP", "0", 1);
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t writer = fork();
+  if (writer == 0) {
+    vc_cache_forget();
+    const char *const other[] = {"other_algo"};
+    const double ms[] = {1.0};
+    for (int i = 0;; i++) {
+      put("sparse_conv_forward", 1000 + i, 16, 10, VC_COVER_AUTO, other, ms, 1);
+      usleep(5000);
+    }
+  }
+  char *out = NULL;
+  const int rc = run_tool("tune --size tiny --backend cpu --threads 2", &out);
+  kill(writer, SIGKILL);
+  waitpid(writer, NULL, 0);
+  VC_EXPECT(rc == 0, "tune beside another writer");
+  const char *p = strstr(out, "entries (");
+  const int fresh = p ? atoi(p + 9) : -1;
+  VC_EXPECT(fresh == g_first_tune_new,
+            "tune reported %d new entries beside another writer, %d alone:\n%s",
+            fresh, g_first_tune_new, out);
+  free(out);
+  voxconv_cache_t *c = NULL;
+  int others = 0;
+  if (voxconv_cache_open(NULL, &c) == VOXCONV_STATUS_SUCCESS) {
+    for (int i = 0; i < voxconv_cache_entry_count(c); i++) {
+      voxconv_cache_entry_info_t e;
+      if (voxconv_cache_get_entry(c, i, &e) == VOXCONV_STATUS_SUCCESS &&
+          e.cin >= 1000)
+        others++;
+    }
+    voxconv_cache_close(c);
+  }
+  VC_EXPECT(others > 0, "the other writer wrote nothing: the test proves "
+                        "nothing");
   unsetenv("VOXCONV_AUTOTUNE_MAX_CANDIDATES");
   unsetenv("VOXCONV_AUTOTUNE_RUNS");
   unsetenv("VOXCONV_AUTOTUNE_WARMUP");
@@ -332,6 +388,7 @@ int main(void) {
   test_analyze();
   test_clear();
   test_tune();
+  test_tune_counts_only_its_own();
   tt_cleanup();
   return vc_test_finish();
 }

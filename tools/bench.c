@@ -527,14 +527,29 @@ static void progress(const bench_t *B, const char *fmt, ...) {
   va_end(ap);
 }
 
-/* Warm-ups: did the op just run tune (its choice was not read from the
- * tuning cache)? Ops without a call record (maps, pooling) leave the
- * flag alone; the record they would read is the last convolution's. */
-static void note_tuning(bench_t *B) {
+/* Convolutions this process tuned (for `voxconv tune`, which must not
+ * count what other processes wrote to the cache meanwhile). */
+static int g_tuned_calls;
+
+int vt_bench_tuned_count(void) {
+  return g_tuned_calls;
+}
+
+/* After an op: did it run the autotuner (its choice was not read from the
+ * tuning cache)? Counted, and flags a warm-up that tuned. Only
+ * convolutions leave a call record: after a map or pooling op the record
+ * would be the last convolution's again. */
+static void note_tuning(bench_t *B, const char *what) {
+  if (strncmp(what, "voxconv_conv_", 13) != 0 &&
+      strncmp(what, "voxconv_depthwise_", 18) != 0)
+    return;
   voxconv_call_info_t ci;
   if (voxconv_get_last_call_info(B->h, &ci) == VOXCONV_STATUS_SUCCESS &&
-      !ci.from_cache && ci.time_ms >= 0)
-    B->tuned = 1;
+      !ci.from_cache && ci.time_ms >= 0) {
+    g_tuned_calls++;
+    if (B->warming)
+      B->tuned = 1;
+  }
 }
 
 /* After a warm-up in which the autotuner ran (CUDA only). Why: tuning
@@ -1238,8 +1253,7 @@ static int plan_network(bench_t *B) {
       return rc_;                                                              \
     if ((rep) >= 0)                                                            \
       (B)->rows[(r)].ms[(rep)] = ms_;                                          \
-    else if ((B)->warming)                                                     \
-      note_tuning(B);                                                          \
+    note_tuning((B), (what));                                                  \
     (r)++;                                                                     \
   } while (0)
 
@@ -1840,6 +1854,7 @@ int vt_bench_main(int argc, char **argv) {
     return VT_EXIT_FAIL;
   }
   g_cmd = argc > 0 && strcmp(argv[0], "tune") == 0 ? "tune" : "bench";
+  g_tuned_calls = 0;
   int rc = parse_options(argc, argv, &B->o);
   if (rc >= 0) {
     free(B);

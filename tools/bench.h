@@ -14,5 +14,8 @@ void vt_bench_usage(FILE *out);
  * "all") is registered; otherwise 0 after saying on stderr which is not,
  * as "voxconv CMD: OPTION: ...", and listing the registry. */
 int vt_bench_algo_known(const char *cmd, const char *option, const char *spec);
+/* Convolutions the last vt_bench_main run tuned (benchmarked candidates
+ * for, rather than reading the choice from the tuning cache). */
+int vt_bench_tuned_count(void);
 
 #endif

@@ -783,11 +783,6 @@ int vc_tool_tune_main(int argc, char **argv) {
     free(bargv);
     return fail("tune", "%s", voxconv_get_last_error(NULL));
   }
-  int before = 0;
-  voxconv_cache_t *c = NULL;
-  if (voxconv_cache_open(path, &c) == VOXCONV_STATUS_SUCCESS)
-    before = voxconv_cache_entry_count(c);
-  voxconv_cache_close(c);
 
   const double t0 = vt_now_ms();
   const int rc = vt_bench_main(bargc, bargv);
@@ -797,13 +792,16 @@ int vc_tool_tune_main(int argc, char **argv) {
     return rc;
   if (voxconv_cache_flush() != VOXCONV_STATUS_SUCCESS)
     return fail("tune", "%s", voxconv_get_last_error(NULL));
-  int after = 0;
-  c = NULL;
+  voxconv_cache_t *c = NULL;
   if (voxconv_cache_open(path, &c) != VOXCONV_STATUS_SUCCESS)
     return fail("tune", "%s", voxconv_get_last_error(NULL));
-  after = voxconv_cache_entry_count(c);
+  const int after = voxconv_cache_entry_count(c);
   voxconv_cache_close(c);
+  /* New = what this process tuned; the file's growth would also count
+   * what other processes (training ranks, other tune runs) wrote. */
   printf("tuned the network (search space %s) in %.2f s\n", mode, secs);
-  printf("cache %s: %d entries (%d new)\n", path, after, after - before);
+  printf("cache %s: %d entries (%d new: the configurations this run "
+         "tuned)\n",
+         path, after, vt_bench_tuned_count());
   return VT_EXIT_OK;
 }

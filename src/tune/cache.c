@@ -13,13 +13,26 @@
  * except that a save releases flock before it takes g_mu again to merge
  * the file back into memory. fork() is made safe by taking both mutexes
  * around it (pthread_atfork): a child never inherits a half-done save or a
- * held lock, and starts without a saver thread. */
+ * held lock, and starts without a saver thread.
+ *
+ * Files that are not plain: a cache file that is a symbolic link (say to a
+ * dotfiles folder) stays one: saves lock, write and rename next to the
+ * link's final target, and clear deletes the target. A file that cannot be
+ * read (permissions) or a folder that is not one is reported, never set
+ * aside as corrupt nor overwritten, and this process keeps its results in
+ * memory. A location longer than PATH_MAX is the same: reported, results
+ * in memory, voxconv_cache_flush fails with the reason. Temporary files
+ * of writers killed mid-save (tmp.<pid>.<n>) are removed by the next save
+ * when their process is gone or they are older than ten minutes. */
 #include "vc_tune.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -30,6 +43,10 @@
 #define VC_PATH_MAX 4096
 #define VC_CACHE_FILE_LIMIT ((size_t)512 << 20)
 #define VC_SAVE_DEBOUNCE_MS 200
+/* A temporary file this old is a dead writer's even if its pid lives. */
+#define VC_STALE_TMP_SECONDS 600
+/* Links followed to the real file (the kernel's own limit is 40). */
+#define VC_MAX_LINKS 40
 
 typedef struct file_stamp {
   int exists;
@@ -47,6 +64,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static vc_cache_db_t g_db; /* guarded by g_mu */
 static int g_loaded;       /* g_db holds the file at g_path */
 static char g_path[VC_PATH_MAX];
+static size_t g_path_len;    /* > VC_PATH_MAX - 1: g_path is cut, memory only */
 static file_stamp_t g_stamp; /* of the file when last read or written */
 static int g_pending;        /* entries await the saver */
 static int g_saver_started, g_saver_stop, g_atexit_registered;
@@ -78,7 +96,9 @@ static void ensure_init(void) {
 }
 
 /* ---- location --------------------------------------------------------- */
-int vc_cache_current_path(char *buf, size_t size) {
+/* The cache file's path into buf: its length, 0 when no location is known
+ * (no HOME). A length >= size means buf holds only its start. */
+static size_t location(char *buf, size_t size) {
   const char *dir = vc_getenv("VOXCONV_BENCHMARK_CACHE_DIR");
   int n;
   if (dir) {
@@ -96,27 +116,106 @@ int vc_cache_current_path(char *buf, size_t size) {
     }
     n = snprintf(buf, size, "%s/.cache/voxconv/%s", home, VC_CACHE_FILE_NAME);
   }
-  return n > 0 && (size_t)n < size;
+  return n > 0 ? (size_t)n : 0;
 }
 
-static int mkdir_p(const char *file_path) {
+int vc_cache_current_path(char *buf, size_t size) {
+  const size_t n = location(buf, size);
+  return n > 0 && n < size;
+}
+
+/* Why a location of `len` bytes cannot be used; the kernel refuses paths
+ * of PATH_MAX bytes or more (ENAMETOOLONG). */
+static void too_long_reason(const char *start, size_t len, char *msg,
+                            size_t msg_size) {
+  snprintf(msg, msg_size,
+           "the tuning cache path (%.48s...) is %zu bytes, longer than "
+           "PATH_MAX (%d): results are kept in memory only (set "
+           "VOXCONV_BENCHMARK_CACHE_DIR to a shorter folder)",
+           start, len, PATH_MAX);
+}
+
+/* Creates the folders of file_path. On failure errno says why and `bad`
+ * names the component (a regular file where a folder should be gives
+ * ENOTDIR, which mkdir reports as EEXIST). */
+static int mkdir_p(const char *file_path, char *bad, size_t bad_size) {
   char dir[VC_PATH_MAX];
   snprintf(dir, sizeof dir, "%s", file_path);
   char *slash = strrchr(dir, '/');
   if (!slash || slash == dir)
     return 0;
   *slash = '\0';
-  for (char *p = dir + 1; *p; p++) {
-    if (*p != '/')
+  for (char *p = dir + 1;; p++) {
+    if (*p != '/' && *p != '\0')
       continue;
+    const char was = *p;
     *p = '\0';
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    struct stat st;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+      snprintf(bad, bad_size, "%s", dir);
       return -1;
+    }
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+      snprintf(bad, bad_size, "%s", dir);
+      errno = ENOTDIR;
+      return -1;
+    }
+    if (was == '\0')
+      return 0;
     *p = '/';
   }
-  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-    return -1;
-  return 0;
+}
+
+/* Says why path cannot be opened: for ENOTDIR the component that is not a
+ * folder, else the system's reason. */
+static void describe_open_error(const char *path, int err_no, char *msg,
+                                size_t msg_size) {
+  if (err_no == ENOTDIR) {
+    char dir[VC_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *slash = strrchr(dir, '/'); slash && slash != dir;
+         slash = strrchr(dir, '/')) {
+      *slash = '\0';
+      struct stat st;
+      if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode)) {
+        snprintf(msg, msg_size, "cannot open: %s is not a directory", dir);
+        return;
+      }
+    }
+  }
+  snprintf(msg, msg_size, "cannot open: %s", strerror(err_no));
+}
+
+/* The file that path names after following symbolic links (relative ones
+ * from the link's folder); path itself when it is no link. The target
+ * need not exist. Saves write there, so that a link stays a link. */
+static int resolve_links(const char *path, char *out, size_t size) {
+  char cur[VC_PATH_MAX], next[VC_PATH_MAX];
+  snprintf(cur, sizeof cur, "%s", path);
+  for (int i = 0; i < VC_MAX_LINKS; i++) {
+    struct stat st;
+    if (lstat(cur, &st) != 0 || !S_ISLNK(st.st_mode)) {
+      if (strlen(cur) >= size)
+        return -1;
+      snprintf(out, size, "%s", cur);
+      return 0;
+    }
+    const ssize_t n = readlink(cur, next, sizeof next - 1);
+    if (n <= 0)
+      return -1;
+    next[n] = '\0';
+    if (next[0] == '/') {
+      memcpy(cur, next, (size_t)n + 1);
+      continue;
+    }
+    char *slash = strrchr(cur, '/');
+    const size_t keep = slash ? (size_t)(slash - cur) + 1 : 0;
+    if (keep + (size_t)n >= sizeof cur)
+      return -1;
+    memcpy(cur + keep, next, (size_t)n + 1);
+  }
+  errno = ELOOP;
+  return -1;
 }
 
 static void stamp_of(const char *path, file_stamp_t *st) {
@@ -142,8 +241,10 @@ static int stamp_equal(const file_stamp_t *a, const file_stamp_t *b) {
 }
 
 /* ---- reading ---------------------------------------------------------- */
-/* 1 = parsed into db; 0 = no file (db empty); -1 = unreadable or corrupt
- * (db empty, err says why). */
+/* 1 = parsed into db; 0 = no file (db empty); -1 = corrupt; -2 = cannot
+ * be read (permissions, a folder that is not one): not corrupt, so never
+ * set aside. db is empty unless 1; err says why. */
+#define VC_UNREADABLE (-2)
 static int read_file(const char *path, vc_cache_db_t *db, file_stamp_t *st,
                      char *err, size_t err_size) {
   vc_cache_db_init(db);
@@ -153,8 +254,8 @@ static int read_file(const char *path, vc_cache_db_t *db, file_stamp_t *st,
   if (!f) {
     if (errno == ENOENT)
       return 0;
-    snprintf(err, err_size, "cannot open: %s", strerror(errno));
-    return -1;
+    describe_open_error(path, errno, err, err_size);
+    return VC_UNREADABLE;
   }
   size_t cap = 1 << 16, len = 0;
   char *buf = (char *)malloc(cap);
@@ -184,8 +285,9 @@ static int read_file(const char *path, vc_cache_db_t *db, file_stamp_t *st,
     snprintf(err, err_size, "out of memory reading it");
     rc = -1;
   } else if (rc == 1 && ferror(f)) {
-    snprintf(err, err_size, "read error: %s", strerror(errno));
-    rc = -1;
+    /* EISDIR (the file is a folder) or EIO: nothing to set aside */
+    snprintf(err, err_size, "cannot read: %s", strerror(errno));
+    rc = VC_UNREADABLE;
   }
   fclose(f);
   if (rc == 1 && vc_cache_db_parse(db, buf, len, err, err_size) != 0)
@@ -242,33 +344,54 @@ static void set_aside(const char *path, const char *why) {
  * aside. */
 static void load_locked(void) {
   vc_cache_db_free(&g_db);
-  char err[256];
+  char err[VC_PATH_MAX + 64];
   int rc = read_file(g_path, &g_db, &g_stamp, err, sizeof err);
-  if (rc >= 0)
-    return;
-  int fd = lock_file(g_path);
-  rc = read_file(g_path, &g_db, &g_stamp, err, sizeof err);
-  if (rc < 0) {
-    set_aside(g_path, err);
-    stamp_of(g_path, &g_stamp);
+  if (rc == -1) {
+    char target[VC_PATH_MAX];
+    if (resolve_links(g_path, target, sizeof target) != 0)
+      snprintf(target, sizeof target, "%s", g_path);
+    int fd = lock_file(target);
+    rc = read_file(g_path, &g_db, &g_stamp, err, sizeof err);
+    if (rc == -1) {
+      set_aside(target, err);
+      stamp_of(g_path, &g_stamp);
+    }
+    unlock_file(fd);
   }
-  unlock_file(fd);
+  if (rc == VC_UNREADABLE) {
+    char once[VC_PATH_MAX + 16];
+    snprintf(once, sizeof once, "unreadable:%s", g_path);
+    vc_tune_warn_once(once,
+                      "tuning cache %s: %s; the file is left as it is and "
+                      "this process keeps its tuning results in memory",
+                      g_path, err);
+  }
 }
 
 /* Makes g_db reflect the current path (g_mu held). Returns 0 when no
  * location is known (caching off). */
 static int ensure_loaded_locked(void) {
   char path[VC_PATH_MAX];
-  if (!vc_cache_current_path(path, sizeof path))
+  const size_t len = location(path, sizeof path);
+  if (len == 0)
     return 0;
   if (g_loaded && strcmp(path, g_path) == 0)
     return 1;
   /* A new location (the environment changed): start over from its file.
    * Unsaved results of the old location were flushed by the caller. */
   snprintf(g_path, sizeof g_path, "%s", path);
+  g_path_len = len;
   g_loaded = 1;
   g_pending = 0;
-  load_locked();
+  if (len < sizeof g_path) {
+    load_locked();
+  } else { /* memory only: no file can be opened at that path */
+    vc_cache_db_free(&g_db);
+    memset(&g_stamp, 0, sizeof g_stamp);
+    char msg[512];
+    too_long_reason(g_path, len, msg, sizeof msg);
+    vc_tune_warn_once("cache-save-failed", "%s", msg);
+  }
   return 1;
 }
 
@@ -284,7 +407,7 @@ static int any_dirty_locked(void) {
 static void flush_if_moved(void) {
   char path[VC_PATH_MAX];
   int moved = 0;
-  if (!vc_cache_current_path(path, sizeof path))
+  if (location(path, sizeof path) == 0)
     return;
   pthread_mutex_lock(&g_mu);
   moved = g_loaded && strcmp(path, g_path) != 0 && any_dirty_locked();
@@ -326,6 +449,54 @@ static void merge_saved_db(vc_cache_db_t *dst, const vc_cache_db_t *disk) {
   }
 }
 
+/* 1 if name is "<base>.tmp.<pid>.<n>" (as save_locked names them). */
+static int temporary_pid(const char *name, const char *base, long *pid) {
+  const size_t n = strlen(base);
+  if (strncmp(name, base, n) != 0 || strncmp(name + n, ".tmp.", 5) != 0)
+    return 0;
+  const char *p = name + n + 5;
+  char *end = NULL;
+  errno = 0;
+  *pid = strtol(p, &end, 10);
+  if (errno || end == p || *pid <= 0 || *end != '.')
+    return 0;
+  p = end + 1;
+  (void)strtoul(p, &end, 10);
+  return end != p && *end == '\0';
+}
+
+/* Removes temporary files that writers killed mid-save left beside
+ * target (file lock held, so no writer of this library is mid-save): those
+ * whose process is gone, and any older than VC_STALE_TMP_SECONDS (the pid
+ * may belong to another process now, or the writer to another host). */
+static void remove_stale_temporaries(const char *target) {
+  char dir[VC_PATH_MAX];
+  snprintf(dir, sizeof dir, "%s", target);
+  char *slash = strrchr(dir, '/');
+  const char *base = slash ? slash + 1 : target;
+  if (slash)
+    *slash = '\0';
+  DIR *d = opendir(slash ? (dir[0] ? dir : "/") : ".");
+  if (!d)
+    return;
+  const time_t now = time(NULL);
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    long pid;
+    if (!temporary_pid(de->d_name, base, &pid) || pid == (long)getpid())
+      continue;
+    char file[VC_PATH_MAX + 256];
+    snprintf(file, sizeof file, "%s/%s", slash ? dir : ".", de->d_name);
+    struct stat st;
+    if (stat(file, &st) != 0)
+      continue;
+    const int gone = kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    if (gone || now - st.st_mtime > VC_STALE_TMP_SECONDS)
+      unlink(file);
+  }
+  closedir(d);
+}
+
 /* g_save_mu held. */
 static int save_locked(char *msg, size_t msg_size) {
   if (msg_size)
@@ -339,6 +510,11 @@ static int save_locked(char *msg, size_t msg_size) {
   if (!g_loaded || !any_dirty_locked()) {
     pthread_mutex_unlock(&g_mu);
     return 0;
+  }
+  if (g_path_len >= sizeof g_path) { /* the rows stay dirty, in memory */
+    too_long_reason(g_path, g_path_len, msg, msg_size);
+    pthread_mutex_unlock(&g_mu);
+    return -1;
   }
   snprintf(path, sizeof path, "%s", g_path);
   /* Only what this process measured goes out: rows it merely read from the
@@ -375,32 +551,55 @@ static int save_locked(char *msg, size_t msg_size) {
   int rc = -1;
   int fd = -1;
   char *text = NULL;
-  char tmp[VC_PATH_MAX + 64];
+  char tmp[VC_PATH_MAX + 64], target[VC_PATH_MAX], bad[VC_PATH_MAX];
   tmp[0] = '\0';
   vc_cache_db_init(&disk);
   file_stamp_t st;
-  if (mkdir_p(path) != 0) {
-    snprintf(msg, msg_size, "cannot create the folder of %s: %s", path,
+  /* Through a symbolic link: lock, write and rename beside the real file,
+   * so the link is kept and keeps seeing every update. */
+  if (resolve_links(path, target, sizeof target) != 0) {
+    snprintf(msg, msg_size, "cannot follow the symbolic link %s: %s", path,
              strerror(errno));
     goto out;
   }
-  fd = lock_file(path);
-  if (fd < 0) {
-    snprintf(msg, msg_size, "cannot lock %s.lock: %s", path, strerror(errno));
+  if (mkdir_p(target, bad, sizeof bad) != 0) {
+    if (errno == ENOTDIR)
+      snprintf(msg, msg_size,
+               "cannot create the folder of %s: %s is not a "
+               "directory",
+               target, bad);
+    else
+      snprintf(msg, msg_size, "cannot create the folder of %s: %s", target,
+               strerror(errno));
     goto out;
   }
-  char err[256];
-  if (read_file(path, &disk, NULL, err, sizeof err) < 0) {
-    set_aside(path, err);
+  fd = lock_file(target);
+  if (fd < 0) {
+    snprintf(msg, msg_size, "cannot lock %s.lock: %s", target, strerror(errno));
+    goto out;
+  }
+  char err[VC_PATH_MAX + 64];
+  const int read_rc = read_file(target, &disk, NULL, err, sizeof err);
+  if (read_rc == VC_UNREADABLE) {
+    /* Replacing it would drop entries this process cannot see. */
+    snprintf(msg, msg_size,
+             "%s: %s; the file is not replaced and this "
+             "process keeps its results in memory",
+             path, err);
+    goto out;
+  }
+  if (read_rc < 0) {
+    set_aside(target, err);
     vc_cache_db_free(&disk);
   }
+  remove_stale_temporaries(target);
   if (vc_cache_db_merge(&disk, &mine, 1, 0) != 0 ||
       !(text = vc_cache_db_serialize(&disk, NULL))) {
     snprintf(msg, msg_size, "out of memory writing the tuning cache");
     goto out;
   }
   static unsigned counter;
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", target, (long)getpid(), counter++);
   int out_fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (out_fd < 0) {
     snprintf(msg, msg_size, "cannot create %s: %s", tmp, strerror(errno));
@@ -415,8 +614,8 @@ static int save_locked(char *msg, size_t msg_size) {
     goto out;
   }
   close(out_fd);
-  if (rename(tmp, path) != 0) {
-    snprintf(msg, msg_size, "cannot rename %s to %s: %s", tmp, path,
+  if (rename(tmp, target) != 0) {
+    snprintf(msg, msg_size, "cannot rename %s to %s: %s", tmp, target,
              strerror(errno));
     goto out;
   }
@@ -528,7 +727,7 @@ int vc_cache_get(const char *ns, const vc_cache_key_t *key, int reload_on_miss,
   pthread_mutex_lock(&g_mu);
   if (ensure_loaded_locked()) {
     vc_cache_entry_t *e = vc_cache_db_find(&g_db, ns, key);
-    if (!e && reload_on_miss) {
+    if (!e && reload_on_miss && g_path_len < sizeof g_path) {
       /* Another process (a training rank) may have tuned it meanwhile. */
       file_stamp_t now;
       stamp_of(g_path, &now);
@@ -598,10 +797,17 @@ voxconv_status_t voxconv_cache_path(char *path, size_t size) {
   vc_clear_error(NULL);
   VC_CHECK_NULL(NULL, path, "path");
   char buf[VC_PATH_MAX];
-  if (!vc_cache_current_path(buf, sizeof buf))
+  const size_t len = location(buf, sizeof buf);
+  if (len == 0)
     return vc_fail(NULL, VOXCONV_STATUS_IO_ERROR,
                    "voxconv_cache_path: no location for the tuning cache "
                    "(set VOXCONV_BENCHMARK_CACHE_DIR or HOME)");
+  if (len >= sizeof buf) {
+    char msg[512];
+    too_long_reason(buf, len, msg, sizeof msg);
+    return vc_fail(NULL, VOXCONV_STATUS_IO_ERROR, "voxconv_cache_path: %s",
+                   msg);
+  }
   if (strlen(buf) >= size)
     return vc_fail(NULL, VOXCONV_STATUS_INVALID_ARGUMENT,
                    "voxconv_cache_path: the path needs %zu bytes, size=%zu",
@@ -630,13 +836,16 @@ voxconv_status_t voxconv_cache_clear(void) {
   g_pending = 0;
   pthread_mutex_unlock(&g_mu);
   voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
-  if (vc_cache_current_path(path, sizeof path)) {
+  char target[VC_PATH_MAX];
+  /* A symbolic link stays: what it points to is the cache file. */
+  if (vc_cache_current_path(path, sizeof path) &&
+      resolve_links(path, target, sizeof target) == 0) {
     struct stat s;
-    if (stat(path, &s) == 0) {
-      int fd = lock_file(path);
-      if (unlink(path) != 0 && errno != ENOENT)
+    if (stat(target, &s) == 0) {
+      int fd = lock_file(target);
+      if (unlink(target) != 0 && errno != ENOENT)
         st = vc_fail(NULL, VOXCONV_STATUS_IO_ERROR,
-                     "voxconv_cache_clear: cannot delete %s: %s", path,
+                     "voxconv_cache_clear: cannot delete %s: %s", target,
                      strerror(errno));
       unlock_file(fd);
     }
