@@ -153,6 +153,7 @@ _SIGNATURES = {
     # kernel maps
     "voxconv_kmap_build": (_st, [_p, _P(KmapDesc), _P(Coords), _P(Coords), _P(_p)]),
     "voxconv_kmap_destroy": (_st, [_p, _p]),
+    "voxconv_kmap_wait": (_st, [_p, _p]),
     "voxconv_kmap_get_info": (_st, [_p, _P(KmapInfo)]),
     "voxconv_kmap_out_coords": (_st, [_p, _P(_p)]),
     "voxconv_kmap_get_pairs": (_st, [_p, _p, _p, _p, _p]),

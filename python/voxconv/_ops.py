@@ -4,11 +4,18 @@ Layer 1 (``*_impl``): one C call each, contiguous tensors in, new tensors
 out; kernel maps are passed by id (``voxconv.kmap.kmap_by_id``) so that the
 same signatures serve as torch custom ops.
 
-Layer 2: autograd. With torch >= 2.4 (``torch.library.custom_op`` and
-``register_autograd``) every op is registered as ``torch.ops.voxconv.*``
-with a fake (meta) implementation, so ``torch.compile`` traces around it;
-otherwise (e.g. Debian's torch 1.13) plain ``torch.autograd.Function``s do
-the same work. ``VOXCONV_TORCH_CUSTOM_OPS=0`` forces the second path.
+Layer 1b: the eager fast path, the same calls on KernelMap objects with
+no per-call ctypes objects (the handle's scratch structs, cached options).
+
+Layer 2: autograd. Eager calls use ``torch.autograd.Function``s over layer
+1b (a Function.apply costs a few microseconds; a torch custom op about
+thirty). With torch >= 2.4 (``torch.library.custom_op`` and
+``register_autograd``) every op is also registered as
+``torch.ops.voxconv.*`` with a fake (meta) implementation, and that path is
+taken while ``torch.compile`` traces, so compiled graphs hold the ops.
+``VOXCONV_TORCH_CUSTOM_OPS=0`` skips the registration. Convolutions are
+differentiable to any order on both paths (their backward passes are
+convolutions); pooling to first order (a second derivative raises).
 
 The public entry points at the bottom (``conv``, ``depthwise``, ``pool``,
 ``unpool``) take care of contiguity (inputs are made contiguous, never
@@ -23,6 +30,7 @@ import torch
 
 from . import _lib
 from . import _runtime
+from ._lib import lib
 from .kmap import kmap_by_id
 
 # ---- layer 1: single C calls ---------------------------------------------------
@@ -41,6 +49,7 @@ def _options(fwd, dgrad, wgrad, fp16, det, inference):
 
 def _call(kmap, name, *args):
     h = _runtime.handle_for(kmap.device)
+    kmap.use_on(h)
     h.call(name, ctypes.c_void_p(kmap.ptr), *args)
 
 
@@ -136,53 +145,210 @@ def unpool_backward_impl(dy, kmap_id, rows):
     return dx
 
 
-# ---- layer 2a: autograd.Function (any torch) ----------------------------------
-# `rows` is the leading dimension of each op's output (n_out, n_in or the
-# kernel volume): passed explicitly so that the shapes never need the map.
+# ---- layer 1b: the eager fast path ---------------------------------------------
+# The same C calls on KernelMap objects, with each handle's scratch structs
+# filled in place and the options struct cached per configuration: no
+# ctypes object is made per call (see _runtime's module doc).
+
+_opt_cache = {}
 
 
-# Regular and depthwise convolution differ only in their three C calls: the
-# autograd around them (save x and w, dgrad for x and wgrad for w, each only
-# when needed) is written once here and used by both Functions.
+def _opt_ref(cfg, inference):
+    """byref(voxconv_conv_options_t) for cfg = (fwd, dgrad, wgrad, fp16,
+    det), made once per distinct configuration and kept alive here."""
+    key = (cfg, inference)
+    hit = _opt_cache.get(key)
+    if hit is None:
+        o = _options(*cfg, inference)
+        hit = _opt_cache[key] = (o, ctypes.byref(o))
+    return hit[1]
 
 
-def _weighted_forward(ctx, forward_impl, x, w, km, fwd, dgrad, wgrad, fp16, det, inference):
-    ctx.save_for_backward(x, w)
-    ctx.km, ctx.cfg = km, (fwd, dgrad, wgrad, fp16, det)
-    return forward_impl(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16, det, inference)
+_DT = _runtime._DTYPES
 
 
-def _weighted_backward(ctx, dy, dgrad_impl, wgrad_impl):
-    x, w = ctx.saved_tensors
-    dy = dy.contiguous()
-    dx = dw = None
-    if ctx.needs_input_grad[0]:
-        dx = dgrad_impl(dy, w, ctx.km.id, x.shape[0], *ctx.cfg)
-    if ctx.needs_input_grad[1]:
-        dw = wgrad_impl(x, dy, ctx.km.id, w.shape[0], *ctx.cfg)
-    return dx, dw, None, None, None, None, None, None, None
+def _launch(fn, name, km, a, b, c, b_weights, c_weights, opt):
+    """fn(h, map, a, b, c, opt) with a, b, c tensors (b or c a
+    voxconv_weights_t when b_weights / c_weights). The struct fields are
+    set inline: this is the hottest Python of the package."""
+    h = _runtime.handle_for_tensor(a)
+    if h.stream != km._last_user:
+        km.use_on(h)
+    with h.lock:
+        f = h.fa
+        f.data = a.data_ptr() or None
+        f.rows, f.channels = a.shape
+        f.dtype = _DT[a.dtype]
+        if b_weights:
+            f = h.wt
+            f.data = b.data_ptr() or None
+            f.kvol, f.cin, f.cout = b.shape
+            rb = h.rw
+        else:
+            f = h.fb
+            f.data = b.data_ptr() or None
+            f.rows, f.channels = b.shape
+            rb = h.rb
+        f.dtype = _DT[b.dtype]
+        if c_weights:
+            f = h.wt
+            f.data = c.data_ptr() or None
+            f.kvol, f.cin, f.cout = c.shape
+            rc = h.rw
+        else:
+            f = h.fc
+            f.data = c.data_ptr() or None
+            f.rows, f.channels = c.shape
+            rc = h.rc
+        f.dtype = _DT[c.dtype]
+        st = fn(h.ptr, km.ptr, h.ra, rb, rc, opt)
+        _runtime._last_handle = h
+        if st:
+            _lib.raise_for_status(st, h.ptr, name)
 
 
-class _ConvFn(torch.autograd.Function):
+def _conv_fwd(x, w, km, cfg, inference):
+    y = x.new_empty((km.n_out, w.shape[2]))
+    _launch(lib.voxconv_conv_forward, "voxconv_conv_forward", km, x, w, y, True, False,
+            _opt_ref(cfg, inference))
+    return y
+
+
+def _conv_dgrad(dy, w, km, cfg):
+    dx = dy.new_empty((km.n_in, w.shape[1]))
+    _launch(lib.voxconv_conv_dgrad, "voxconv_conv_dgrad", km, dy, w, dx, True, False,
+            _opt_ref(cfg, False))
+    return dx
+
+
+def _conv_wgrad(x, dy, km, cfg):
+    dw = x.new_empty((km.kernel_volume, x.shape[1], dy.shape[1]))
+    _launch(lib.voxconv_conv_wgrad, "voxconv_conv_wgrad", km, x, dy, dw, False, True,
+            _opt_ref(cfg, False))
+    return dw
+
+
+def _dw_fwd(x, w, km, cfg, inference):
+    y = x.new_empty((km.n_out, x.shape[1]))
+    _launch(lib.voxconv_depthwise_forward, "voxconv_depthwise_forward", km, x, w, y, False,
+            False, _opt_ref(cfg, inference))
+    return y
+
+
+def _dw_dgrad(dy, w, km, cfg):
+    dx = dy.new_empty((km.n_in, dy.shape[1]))
+    _launch(lib.voxconv_depthwise_dgrad, "voxconv_depthwise_dgrad", km, dy, w, dx, False,
+            False, _opt_ref(cfg, False))
+    return dx
+
+
+def _dw_wgrad(x, dy, km, cfg):
+    dw = x.new_empty((km.kernel_volume, x.shape[1]))
+    _launch(lib.voxconv_depthwise_wgrad, "voxconv_depthwise_wgrad", km, x, dy, dw, False,
+            False, _opt_ref(cfg, False))
+    return dw
+
+
+# (forward, dgrad, wgrad) of the two weighted convolutions.
+_PASSES = {"conv": (_conv_fwd, _conv_dgrad, _conv_wgrad),
+           "depthwise": (_dw_fwd, _dw_dgrad, _dw_wgrad)}
+
+
+# ---- layer 2a: autograd (eager) ------------------------------------------------
+# A convolution is linear in its input and in its weight, and so are its two
+# backward passes, whose derivatives are again the three passes:
+#   y  = fwd(x, W)     dL/dx  = dgrad(dy, W)       dL/dW  = wgrad(x, dy)
+#   dx = dgrad(dy, W)  d/d dy = fwd(g, W)          d/dW   = wgrad(g, dy)
+#   dW = wgrad(x, dy)  d/dx   = dgrad(dy, G)       d/d dy = fwd(x, G)
+# (g, G: the incoming gradients of dx and dW). So each pass is a Function
+# whose backward applies the others, and gradients of any order are exact
+# (a gradient penalty through a sparse conv is correct). When backward runs
+# without create_graph the passes are called directly.
+
+
+class _FwdFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, km, fwd, dgrad, wgrad, fp16, det, inference):
-        return _weighted_forward(ctx, conv_forward_impl, x, w, km, fwd, dgrad, wgrad, fp16,
-                                 det, inference)
+    def forward(ctx, x, w, km, kind, cfg, inference):
+        ctx.save_for_backward(x, w)
+        ctx.km, ctx.kind, ctx.cfg = km, kind, cfg
+        return _PASSES[kind][0](x, w, km, cfg, inference)
 
     @staticmethod
     def backward(ctx, dy):
-        return _weighted_backward(ctx, dy, conv_dgrad_impl, conv_wgrad_impl)
+        x, w = ctx.saved_tensors
+        dy = dy.contiguous()
+        km, kind, cfg = ctx.km, ctx.kind, ctx.cfg
+        graph = torch.is_grad_enabled()
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = (_DgradFn.apply(dy, w, km, kind, cfg) if graph
+                  else _PASSES[kind][1](dy, w, km, cfg))
+        if ctx.needs_input_grad[1]:
+            dw = (_WgradFn.apply(x, dy, km, kind, cfg) if graph
+                  else _PASSES[kind][2](x, dy, km, cfg))
+        return dx, dw, None, None, None, None
 
 
-class _DepthwiseFn(torch.autograd.Function):
+class _DgradFn(torch.autograd.Function):
+    """dx = dgrad(dy, W), differentiable in dy and W."""
+
     @staticmethod
-    def forward(ctx, x, w, km, fwd, dgrad, wgrad, fp16, det, inference):
-        return _weighted_forward(ctx, depthwise_forward_impl, x, w, km, fwd, dgrad, wgrad,
-                                 fp16, det, inference)
+    def forward(ctx, dy, w, km, kind, cfg):
+        ctx.save_for_backward(dy, w)
+        ctx.km, ctx.kind, ctx.cfg = km, kind, cfg
+        return _PASSES[kind][1](dy, w, km, cfg)
 
     @staticmethod
-    def backward(ctx, dy):
-        return _weighted_backward(ctx, dy, depthwise_dgrad_impl, depthwise_wgrad_impl)
+    def backward(ctx, g):
+        dy, w = ctx.saved_tensors
+        g = g.contiguous()
+        km, kind, cfg = ctx.km, ctx.kind, ctx.cfg
+        graph = torch.is_grad_enabled()
+        gdy = gw = None
+        if ctx.needs_input_grad[0]:
+            gdy = (_FwdFn.apply(g, w, km, kind, cfg, False) if graph
+                   else _PASSES[kind][0](g, w, km, cfg, False))
+        if ctx.needs_input_grad[1]:
+            gw = (_WgradFn.apply(g, dy, km, kind, cfg) if graph
+                  else _PASSES[kind][2](g, dy, km, cfg))
+        return gdy, gw, None, None, None
+
+
+class _WgradFn(torch.autograd.Function):
+    """dW = wgrad(x, dy), differentiable in x and dy."""
+
+    @staticmethod
+    def forward(ctx, x, dy, km, kind, cfg):
+        ctx.save_for_backward(x, dy)
+        ctx.km, ctx.kind, ctx.cfg = km, kind, cfg
+        return _PASSES[kind][2](x, dy, km, cfg)
+
+    @staticmethod
+    def backward(ctx, G):
+        x, dy = ctx.saved_tensors
+        G = G.contiguous()
+        km, kind, cfg = ctx.km, ctx.kind, ctx.cfg
+        graph = torch.is_grad_enabled()
+        gx = gdy = None
+        if ctx.needs_input_grad[0]:
+            gx = (_DgradFn.apply(dy, G, km, kind, cfg) if graph
+                  else _PASSES[kind][1](dy, G, km, cfg))
+        if ctx.needs_input_grad[1]:
+            gdy = (_FwdFn.apply(x, G, km, kind, cfg, False) if graph
+                   else _PASSES[kind][0](x, G, km, cfg, False))
+        return gx, gdy, None, None, None
+
+
+# Pooling and unpooling: first derivatives only. Building a graph through
+# their backward (create_graph=True) raises at once: a second derivative
+# through them would otherwise silently come out as zero.
+_FIRST_ORDER_ONLY = ("voxconv: sparse pooling / unpooling support first derivatives only; "
+                     "create_graph=True (double backward) through them is not supported")
+
+
+def _first_order_only(dy):
+    if torch.is_grad_enabled() and dy.requires_grad:
+        raise RuntimeError(_FIRST_ORDER_ONLY)
 
 
 class _PoolFn(torch.autograd.Function):
@@ -196,6 +362,7 @@ class _PoolFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        _first_order_only(dy)
         x = y = None
         if ctx.mode == _lib.POOL_MAX:
             x, y = ctx.saved_tensors
@@ -211,6 +378,7 @@ class _UnpoolFn(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
+        _first_order_only(dy)
         return unpool_backward_impl(dy.contiguous(), ctx.km.id, ctx.n_coarse), None
 
 
@@ -323,32 +491,52 @@ def _register_custom_ops():
     def _(dy, kmap_id, rows):
         return dy.new_empty((rows, dy.shape[1]))
 
-    # Autograd.
-    def conv_setup(ctx, inputs, output):
-        x, w, kmap_id, _rows, fwd, dgrad, wgrad, fp16, det, _inf = inputs
-        ctx.save_for_backward(x, w)
+    # Autograd: as layer 2a, each pass's backward applies the other passes,
+    # so gradients of any order are exact (see the table there).
+    ops = torch.ops.voxconv
+    passes = {"conv": (ops.conv_forward, ops.conv_dgrad, ops.conv_wgrad),
+              "depthwise": (ops.depthwise_forward, ops.depthwise_dgrad,
+                            ops.depthwise_wgrad)}
+
+    def setup(ctx, inputs, output):
+        a, b, kmap_id = inputs[0], inputs[1], inputs[2]
+        ctx.save_for_backward(a, b)
         ctx.kmap_id, ctx.km = kmap_id, _km_ref(kmap_id)
-        ctx.cfg = (fwd, dgrad, wgrad, fp16, det)
+        ctx.cfg = tuple(inputs[4:9])
+        ctx.rows = (a.shape[0], b.shape[0])
 
-    def conv_backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        dy = dy.contiguous()
-        dx = dw = None
-        if ctx.needs_input_grad[0]:
-            dx = torch.ops.voxconv.conv_dgrad(dy, w, ctx.kmap_id, x.shape[0], *ctx.cfg)
-        if ctx.needs_input_grad[1]:
-            dw = torch.ops.voxconv.conv_wgrad(x, dy, ctx.kmap_id, w.shape[0], *ctx.cfg)
-        return dx, dw, None, None, None, None, None, None, None, None
+    def backward_of(kind, which):
+        fwd, dgrad, wgrad = passes[kind]
 
-    def dw_backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        dy = dy.contiguous()
-        dx = dw = None
-        if ctx.needs_input_grad[0]:
-            dx = torch.ops.voxconv.depthwise_dgrad(dy, w, ctx.kmap_id, x.shape[0], *ctx.cfg)
-        if ctx.needs_input_grad[1]:
-            dw = torch.ops.voxconv.depthwise_wgrad(x, dy, ctx.kmap_id, w.shape[0], *ctx.cfg)
-        return dx, dw, None, None, None, None, None, None, None, None
+        def bwd(ctx, g):
+            a, b = ctx.saved_tensors
+            g = g.contiguous()
+            k, cfg = ctx.kmap_id, ctx.cfg
+            ga = gb = None
+            if which == 0:    # y = fwd(x, W): a = x, b = W
+                if ctx.needs_input_grad[0]:
+                    ga = dgrad(g, b, k, a.shape[0], *cfg)
+                if ctx.needs_input_grad[1]:
+                    gb = wgrad(a, g, k, b.shape[0], *cfg)
+            elif which == 1:  # dx = dgrad(dy, W): a = dy, b = W
+                if ctx.needs_input_grad[0]:
+                    ga = fwd(g, b, k, a.shape[0], *cfg, False)
+                if ctx.needs_input_grad[1]:
+                    gb = wgrad(g, a, k, b.shape[0], *cfg)
+            else:             # dW = wgrad(x, dy): a = x, b = dy
+                if ctx.needs_input_grad[0]:
+                    ga = dgrad(b, g, k, a.shape[0], *cfg)
+                if ctx.needs_input_grad[1]:
+                    gb = fwd(a, g, k, b.shape[0], *cfg, False)
+            rest = (None,) * (8 if which == 0 else 7)
+            return (ga, gb) + rest
+        return bwd
+
+    for kind, fns in (("conv", (conv_forward, conv_dgrad, conv_wgrad)),
+                      ("depthwise", (depthwise_forward, depthwise_dgrad,
+                                     depthwise_wgrad))):
+        for which, op in enumerate(fns):
+            op.register_autograd(backward_of(kind, which), setup_context=setup)
 
     def pool_setup(ctx, inputs, output):
         x, kmap_id, _rows, mode = inputs
@@ -357,6 +545,7 @@ def _register_custom_ops():
             ctx.save_for_backward(x, output)
 
     def pool_bwd(ctx, dy):
+        _first_order_only(dy)
         if ctx.mode == _lib.POOL_MAX:
             x, y = ctx.saved_tensors
         else:  # AVG/SUM ignore x and y; pass dy for the schema's tensors
@@ -369,11 +558,10 @@ def _register_custom_ops():
         ctx.kmap_id, ctx.km, ctx.n_coarse = kmap_id, _km_ref(kmap_id), x.shape[0]
 
     def unpool_bwd(ctx, dy):
+        _first_order_only(dy)
         return (torch.ops.voxconv.unpool_backward(dy.contiguous(), ctx.kmap_id, ctx.n_coarse),
                 None, None)
 
-    conv_forward.register_autograd(conv_backward, setup_context=conv_setup)
-    depthwise_forward.register_autograd(dw_backward, setup_context=conv_setup)
     pool_forward.register_autograd(pool_bwd, setup_context=pool_setup)
     unpool_forward.register_autograd(unpool_bwd, setup_context=unpool_setup)
     return True
@@ -397,34 +585,43 @@ def _inference():
     return bool(f()) if f is not None else False
 
 
-def conv(x, w, km, fwd, dgrad, wgrad, fp16, det):
-    """y = conv(x, w) through kernel map km (a KernelMap)."""
+_compiler = getattr(torch, "compiler", None)
+_compiling = getattr(_compiler, "is_compiling", None) or (lambda: False)
+
+
+def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det):
     x, w = x.contiguous(), w.contiguous()
     inf = _inference()
-    if _custom:
-        return torch.ops.voxconv.conv_forward(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16,
-                                              det, inf)
-    return _ConvFn.apply(x, w, km, fwd, dgrad, wgrad, fp16, det, inf)
+    if _custom and _compiling():
+        op = (torch.ops.voxconv.conv_forward if kind == "conv"
+              else torch.ops.voxconv.depthwise_forward)
+        return op(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16, det, inf)
+    cfg = (fwd, dgrad, wgrad, fp16, det)
+    if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        return _FwdFn.apply(x, w, km, kind, cfg, inf)
+    return _PASSES[kind][0](x, w, km, cfg, inf)
+
+
+def conv(x, w, km, fwd, dgrad, wgrad, fp16, det):
+    """y = conv(x, w) through kernel map km (a KernelMap). Eager calls take
+    the fast path (autograd.Function, scratch structs); while torch.compile
+    traces, the torch.ops.voxconv custom ops."""
+    return _weighted("conv", x, w, km, fwd, dgrad, wgrad, fp16, det)
 
 
 def depthwise(x, w, km, fwd, dgrad, wgrad, fp16, det):
-    x, w = x.contiguous(), w.contiguous()
-    inf = _inference()
-    if _custom:
-        return torch.ops.voxconv.depthwise_forward(x, w, km.id, km.n_out, fwd, dgrad, wgrad,
-                                                   fp16, det, inf)
-    return _DepthwiseFn.apply(x, w, km, fwd, dgrad, wgrad, fp16, det, inf)
+    return _weighted("depthwise", x, w, km, fwd, dgrad, wgrad, fp16, det)
 
 
 def pool(x, km, mode):
     x = x.contiguous()
-    if _custom:
+    if _custom and _compiling():
         return torch.ops.voxconv.pool_forward(x, km.id, km.n_out, mode)
     return _PoolFn.apply(x, km, mode)
 
 
 def unpool(x, km):
     x = x.contiguous()
-    if _custom:
+    if _custom and _compiling():
         return torch.ops.voxconv.unpool_forward(x, km.id, km.n_in)
     return _UnpoolFn.apply(x, km)

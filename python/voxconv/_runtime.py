@@ -2,16 +2,23 @@
 
 One voxconv handle per (device type, device index, stream) is created on
 first use and cached. CPU tensors use the CPU handle. CUDA tensors use the
-handle of their device and of ``torch.cuda.current_stream()``; its stream is
-set again (``voxconv_set_stream``) before every call, and its allocator
-routes every temporary buffer of the library through PyTorch's caching
-allocator (``torch.cuda.caching_allocator_alloc`` / ``..._delete``), so the
-library's scratch memory is pooled and stream-ordered with the rest of the
-model.
+handle of their device and of its current stream (the stream is fixed when
+the handle is made, so no call re-binds it), and its allocator routes every
+temporary buffer of the library through PyTorch's caching allocator
+(``torch.cuda.caching_allocator_alloc`` / ``..._delete``), so the library's
+scratch memory is pooled and stream-ordered with the rest of the model.
 
 A voxconv handle may be used by one thread at a time, and ctypes releases
 the GIL during calls, so each handle carries a lock held for the duration
 of a call and the read of its error message.
+
+The per-call path is kept short (issue: a conv call from Python must cost
+about as much host time as the C call): the current stream comes from
+``torch._C._cuda_getCurrentRawStream`` when torch has it (the raw handle
+inductor uses; ``torch.cuda.current_stream`` builds a Stream object), and
+each handle owns scratch ``voxconv_feats_t`` / ``voxconv_weights_t``
+structs that the ops fill in place under the handle's lock instead of
+allocating new ctypes objects per call.
 """
 
 import ctypes
@@ -74,15 +81,19 @@ class Handle:
         # Leave handles alone at interpreter exit: torch's CUDA state may be
         # gone by then and the process is ending anyway.
         self._finalizer.atexit = False
+        # Scratch argument structs of the fast paths (_ops), filled under
+        # self.lock; the byref objects are made once.
+        self.fa, self.fb, self.fc = _lib.Feats(), _lib.Feats(), _lib.Feats()
+        self.wt = _lib.Weights()
+        self.ra, self.rb, self.rc = (ctypes.byref(self.fa), ctypes.byref(self.fb),
+                                     ctypes.byref(self.fc))
+        self.rw = ctypes.byref(self.wt)
 
     def call(self, name, *args):
         """Calls lib.<name>(handle, *args); raises on a non-zero status."""
         global _last_handle
         fn = getattr(lib, name)
         with self.lock:
-            if self.device.type == "cuda":
-                status = lib.voxconv_set_stream(self.ptr, self.stream or None)
-                _lib.raise_for_status(status, self.ptr, "voxconv_set_stream")
             status = fn(self.ptr, *args)
             _last_handle = self
             if status != 0:
@@ -123,26 +134,60 @@ _handles_lock = threading.Lock()
 _last_handle = None
 
 
+try:  # the raw cudaStream_t of the current stream, without a Stream object
+    _raw_stream = torch._C._cuda_getCurrentRawStream
+except AttributeError:  # pragma: no cover - older torch
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+_cuda_devices = {}
+
+
+def _cuda_handle(index, stream):
+    h = _handles.get(("cuda", index, stream))
+    if h is None:
+        with _handles_lock:
+            h = _handles.get(("cuda", index, stream))
+            if h is None:
+                dev = _cuda_devices.get(index)
+                if dev is None:
+                    dev = _cuda_devices[index] = torch.device("cuda", index)
+                h = Handle(dev, stream)
+                _handles[("cuda", index, stream)] = h
+    return h
+
+
 def handle_for(device):
     """The cached handle for a torch device (and, on CUDA, the current
     stream of that device)."""
     device = torch.device(device)
     if device.type == "cuda":
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        stream = torch.cuda.current_stream(device).cuda_stream
-        key = ("cuda", device.index, stream)
-    else:
-        stream = 0
-        key = (device.type, -1, 0)
-    h = _handles.get(key)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return _cuda_handle(index, _raw_stream(index))
+    return handle_for_cpu() if device.type == "cpu" else Handle(device)
+
+
+def handle_for_cpu():
+    h = _handles.get(("cpu", -1, 0))
     if h is None:
         with _handles_lock:
-            h = _handles.get(key)
+            h = _handles.get(("cpu", -1, 0))
             if h is None:
-                h = Handle(device, stream)
-                _handles[key] = h
+                h = _handles[("cpu", -1, 0)] = Handle(torch.device("cpu"), 0)
     return h
+
+
+def handle_for_tensor(t):
+    """handle_for(t.device), on the fast path of every op."""
+    index = t.get_device()
+    if index < 0:
+        return handle_for_cpu() if t.device.type == "cpu" else handle_for(t.device)
+    return _cuda_handle(index, _raw_stream(index))
+
+
+def handle_for_stream(device, stream):
+    """The handle of an explicit CUDA stream (raw cudaStream_t) of `device`."""
+    return _cuda_handle(torch.device(device).index, stream)
 
 
 def last_handle():
@@ -153,6 +198,19 @@ def last_handle():
 # ---- tensors -> C structs ------------------------------------------------------
 def ptr(t):
     return ctypes.c_void_p(t.data_ptr()) if t.numel() else None
+
+
+def set_feats(f, t):
+    """Fills a scratch voxconv_feats_t from a contiguous 2-D tensor."""
+    f.data = t.data_ptr() or None
+    f.rows, f.channels = t.shape
+    f.dtype = _DTYPES[t.dtype]
+
+
+def set_weights(wt, t):
+    wt.data = t.data_ptr() or None
+    wt.kvol, wt.cin, wt.cout = t.shape
+    wt.dtype = _DTYPES[t.dtype]
 
 
 def feats_struct(t, what="features"):

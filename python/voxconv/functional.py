@@ -53,69 +53,103 @@ def _check_input(input, name="input"):
         raise TypeError(f"{name}: expected a voxconv.SparseTensor, got {type(input).__name__}")
 
 
-def _geometry(input, kernel_size, stride, dilation, transposed, generative, out_coords):
-    """Resolves the kernel map mode and fetches (or builds) the map.
-    Returns (kmap, out_set)."""
-    ks = triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX)
-    st = triple(stride, "stride", 1, _lib.STRIDE_MAX)
-    dl = triple(dilation, "dilation", 1, _lib.DILATION_MAX)
+def _geometry(input, ks, st, dl, transposed, generative, out_coords):
+    """Resolves the kernel map mode and fetches (or builds) the map for
+    normalised geometry (3-tuples). Returns (kmap, out_set)."""
     mgr, in_set = input.manager, input.coordinate_set
-    ts = input.tensor_stride
-    if generative:
-        if out_coords is not None:
-            raise errors.InvalidArgumentError("generative: out_coords must not be given")
-        mode, out_set = _lib.KMAP_GENERATIVE, None
-    elif transposed:
-        mode = _lib.KMAP_TRANSPOSED
-        if any(t % s for t, s in zip(ts, st)):
-            raise errors.InvalidArgumentError(
-                f"transposed: tensor_stride {ts} is not divisible by stride {st}")
-        fine_ts = tuple(t // s for t, s in zip(ts, st))
-        if out_coords is None:
-            out_set = mgr.at_stride(fine_ts)
-            if out_set is None:
-                raise errors.InvalidArgumentError(
-                    f"transposed: no coordinates at tensor stride {fine_ts} in this "
-                    f"tensor's coordinate manager (pass out_coords, or use generative=True)")
-        elif isinstance(out_coords, SparseTensor):
-            if out_coords.manager is mgr:
-                out_set = out_coords.coordinate_set
-            else:
-                out_set = mgr.add(out_coords.coords, out_coords.tensor_stride, register=False)
-        else:
-            out_set = mgr.add(_check_coords(out_coords, input.device), fine_ts, register=False)
-    else:
+    if not (transposed or generative):
         if out_coords is not None:
             raise errors.InvalidArgumentError(
                 "out_coords is only for transposed convolutions")
         mode = _lib.KMAP_SUBMANIFOLD if st == (1, 1, 1) else _lib.KMAP_STRIDED
-        out_set = None
-    return mgr.kernel_map(in_set, mode, ks, st, dl, out_set)
+        return mgr.kernel_map(in_set, mode, ks, st, dl, None)
+    ts = input.tensor_stride
+    if generative:
+        if out_coords is not None:
+            raise errors.InvalidArgumentError("generative: out_coords must not be given")
+        return mgr.kernel_map(in_set, _lib.KMAP_GENERATIVE, ks, st, dl, None)
+    if any(t % s for t, s in zip(ts, st)):
+        raise errors.InvalidArgumentError(
+            f"transposed: tensor_stride {ts} is not divisible by stride {st}")
+    fine_ts = tuple(t // s for t, s in zip(ts, st))
+    if out_coords is None:
+        out_set = mgr.at_stride(fine_ts)
+        if out_set is None:
+            raise errors.InvalidArgumentError(
+                f"transposed: no coordinates at tensor stride {fine_ts} in this "
+                f"tensor's coordinate manager (pass out_coords, or use generative=True)")
+    elif isinstance(out_coords, SparseTensor):
+        if out_coords.manager is mgr:
+            out_set = out_coords.coordinate_set
+        else:
+            out_set = mgr.add(out_coords.coords, out_coords.tensor_stride, register=False)
+    else:
+        out_set = mgr.add(_check_coords(out_coords, input.device), fine_ts, register=False)
+    return mgr.kernel_map(in_set, _lib.KMAP_TRANSPOSED, ks, st, dl, out_set)
 
 
 def _output(input, feats, out_set):
-    return SparseTensor(feats, None, _coord_set=out_set)
+    return SparseTensor._wrap(feats, out_set)
 
 
-def _check_feature_tensor(t, input, name):
+def _check_feature_tensor(t, feats, name):
+    """t (weight, bias) on the features' device with their dtype."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device != input.device:
-        raise errors.InvalidArgumentError(
-            f"{name} is on {t.device} but the input features are on {input.device}")
-    if t.dtype != input.dtype:
+    if t.dtype != feats.dtype:
         raise errors.DtypeMismatchError(
-            f"{name} has dtype {t.dtype} but the input features have {input.dtype}")
+            f"{name} has dtype {t.dtype} but the input features have {feats.dtype}")
+    # get_device(): -1 on the CPU, the index on CUDA (no torch.device made)
+    if t.get_device() != feats.get_device() or t.is_cuda != feats.is_cuda:
+        raise errors.InvalidArgumentError(
+            f"{name} is on {t.device} but the input features are on {feats.device}")
 
 
-def _check_bias(bias, input, channels):
-    """The optional bias of either convolution: a tensor like the input
-    features, of shape [channels] (the output channels)."""
-    if bias is not None:
-        _check_feature_tensor(bias, input, "bias")
-        if bias.shape != (channels,):
-            raise errors.ShapeMismatchError(
-                f"bias: expected shape [{channels}], got {tuple(bias.shape)}")
+# ---- automatic mixed precision -------------------------------------------------
+# Under torch.autocast the convolutions run in the autocast dtype, as
+# torch's own conv does: floating features, weight and bias that are not
+# float64 are cast (the casts are autograd ops, so gradients reach the
+# float32 parameters); outside autocast nothing is cast. Pooling keeps its
+# input's dtype (torch's pooling is not in autocast's lists either).
+
+def _autocast_state_new(device_type):
+    if torch.is_autocast_enabled(device_type):
+        return True, torch.get_autocast_dtype(device_type)
+    return False, None
+
+
+def _autocast_state_old(device_type):  # torch < 2.4: no device argument
+    if device_type == "cuda":
+        if torch.is_autocast_enabled():
+            return True, torch.get_autocast_gpu_dtype()
+    elif torch.is_autocast_cpu_enabled():
+        return True, torch.get_autocast_cpu_dtype()
+    return False, None
+
+
+def _has_device_autocast_api():
+    try:
+        torch.is_autocast_enabled("cpu")
+        return hasattr(torch, "get_autocast_dtype")
+    except TypeError:
+        return False
+
+
+_autocast_state = (_autocast_state_new if _has_device_autocast_api()
+                   else _autocast_state_old)
+"""(enabled, dtype) of torch.autocast for "cuda" or "cpu"."""
+
+_CASTABLE = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _autocast(feats, weight, bias):
+    on, dt = _autocast_state("cuda" if feats.is_cuda else "cpu")
+    if not on:
+        return feats, weight, bias
+
+    def cast(t):
+        return t.to(dt) if t is not None and t.dtype in _CASTABLE and t.dtype != dt else t
+    return cast(feats), cast(weight), cast(bias)
 
 
 def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
@@ -130,29 +164,56 @@ def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
     override ``bwd_algo`` per backward pass): see :mod:`voxconv.algo`.
     ``use_fp16_accum``: None (global setting / inference rule), True, False.
     ``deterministic``: None (the library's setting), True, False.
+    Under ``torch.autocast`` it runs in the autocast dtype (see above).
     Returns a SparseTensor sharing the input's coordinate manager.
     """
     _check_input(input)
-    _check_feature_tensor(weight, input, "weight")
-    K = kernel_volume(kernel_size)
-    if weight.dim() != 3 or weight.shape[0] != K or weight.shape[1] != input.num_channels:
-        raise errors.ShapeMismatchError(
-            f"weight: expected [{K}, {input.num_channels}, C_out] for kernel_size "
-            f"{kernel_size} and {input.num_channels} input channels, got "
-            f"{tuple(weight.shape)}")
+    ks = triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX)
+    st = triple(stride, "stride", 1, _lib.STRIDE_MAX)
+    dl = triple(dilation, "dilation", 1, _lib.DILATION_MAX)
     fwd = algo_string(fwd_algo, SPARSE_CONV_FWD_ALGO_MODE, "fwd_algo")
     bwd = algo_string(bwd_algo, SPARSE_CONV_BWD_ALGO_MODE, "bwd_algo")
     dg = algo_string(dgrad_algo, SPARSE_CONV_BWD_ALGO_MODE, "dgrad_algo") or bwd
     wg = algo_string(wgrad_algo, SPARSE_CONV_BWD_ALGO_MODE, "wgrad_algo") or bwd
-    fp16 = tristate(use_fp16_accum, "use_fp16_accum")
-    det = tristate(deterministic, "deterministic")
-    _check_bias(bias, input, weight.shape[2])
-    km, out_set = _geometry(input, kernel_size, stride, dilation, transposed, generative,
-                            out_coords)
-    y = _ops.conv(input.feats, weight, km, fwd, dg, wg, fp16, det)
+    cfg = (fwd, dg, wg, tristate(use_fp16_accum, "use_fp16_accum"),
+           tristate(deterministic, "deterministic"))
+    return conv_geometry(input, weight, bias, ks, st, dl, bool(transposed), bool(generative),
+                         out_coords, cfg, False)
+
+
+def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_coords, cfg,
+                  depthwise):
+    """The convolution with normalised arguments (3-tuples ks/st/dl, cfg =
+    (fwd, dgrad, wgrad, fp16 tristate, det tristate)): the modules call
+    this directly, so a layer's forward does no per-call re-validation of
+    what its constructor checked."""
+    if type(input) is not SparseTensor:
+        _check_input(input)
+    feats, weight, bias = _autocast(input.feats, weight, bias)
+    K = ks[0] * ks[1] * ks[2]
+    C = feats.shape[1]
+    _check_feature_tensor(weight, feats, "weight")
+    if depthwise:
+        if weight.dim() != 2 or weight.shape[0] != K or weight.shape[1] != C:
+            raise errors.ShapeMismatchError(
+                f"depthwise weight: expected [{K}, {C}], got {tuple(weight.shape)}")
+        cout = C
+    else:
+        if weight.dim() != 3 or weight.shape[0] != K or weight.shape[1] != C:
+            raise errors.ShapeMismatchError(
+                f"weight: expected [{K}, {C}, C_out] for kernel_size {ks} and {C} input "
+                f"channels, got {tuple(weight.shape)}")
+        cout = weight.shape[2]
+    if bias is not None:
+        _check_feature_tensor(bias, feats, "bias")
+        if bias.shape != (cout,):
+            raise errors.ShapeMismatchError(
+                f"bias: expected shape [{cout}], got {tuple(bias.shape)}")
+    km, out_set = _geometry(input, ks, st, dl, transposed, generative, out_coords)
+    y = (_ops.depthwise if depthwise else _ops.conv)(feats, weight, km, *cfg)
     if bias is not None:
         y = y + bias
-    return _output(input, y, out_set)
+    return SparseTensor._wrap(y, out_set)
 
 
 def spatially_sparse_depthwise_conv(input, weight, kernel_size=3, stride=1, dilation=1,
@@ -163,30 +224,25 @@ def spatially_sparse_depthwise_conv(input, weight, kernel_size=3, stride=1, dila
     ``weight``: ``[K, C]``. Algorithms: SPARSE_DEPTHWISE_CONV_*_ALGO_MODE.
     Other arguments as :func:`spatially_sparse_conv`."""
     _check_input(input)
-    _check_feature_tensor(weight, input, "weight")
-    K = kernel_volume(kernel_size)
-    if weight.dim() != 2 or tuple(weight.shape) != (K, input.num_channels):
-        raise errors.ShapeMismatchError(
-            f"depthwise weight: expected [{K}, {input.num_channels}], got "
-            f"{tuple(weight.shape)}")
+    ks = triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX)
+    st = triple(stride, "stride", 1, _lib.STRIDE_MAX)
+    dl = triple(dilation, "dilation", 1, _lib.DILATION_MAX)
     fwd = algo_string(fwd_algo, SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE, "fwd_algo")
     bwd = algo_string(bwd_algo, SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE, "bwd_algo")
-    fp16 = tristate(use_fp16_accum, "use_fp16_accum")
-    det = tristate(deterministic, "deterministic")
-    _check_bias(bias, input, input.num_channels)
-    km, out_set = _geometry(input, kernel_size, stride, dilation, transposed, generative,
-                            out_coords)
-    y = _ops.depthwise(input.feats, weight, km, fwd, bwd, bwd, fp16, det)
-    if bias is not None:
-        y = y + bias
-    return _output(input, y, out_set)
+    cfg = (fwd, bwd, bwd, tristate(use_fp16_accum, "use_fp16_accum"),
+           tristate(deterministic, "deterministic"))
+    return conv_geometry(input, weight, bias, ks, st, dl, bool(transposed), bool(generative),
+                         out_coords, cfg, True)
 
 
 def _pool(input, kernel_size, stride, dilation, mode):
     _check_input(input)
     if stride is None:
         stride = kernel_size
-    km, out_set = _geometry(input, kernel_size, stride, dilation, False, False, None)
+    km, out_set = _geometry(input, triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX),
+                            triple(stride, "stride", 1, _lib.STRIDE_MAX),
+                            triple(dilation, "dilation", 1, _lib.DILATION_MAX), False, False,
+                            None)
     return _output(input, _ops.pool(input.feats, km, mode), out_set)
 
 

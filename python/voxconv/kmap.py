@@ -13,10 +13,32 @@ convolutions of a level, the forward and both backward passes, and a
 pooling layer with the same geometry all share one map. Transposed
 convolutions find their output coordinates here: the first set registered
 at the finer tensor stride (usually the encoder's).
+
+Map stream. On CUDA, maps are built on a second, high-priority stream of
+the device (one per device, shared by all managers), as ``voxconv bench
+--maps overlap`` does: a strided, transposed or generative build waits once
+on the host for its own stream (the output count sizes the next tensor),
+and on the map stream that wait does not drain the queue of convolutions
+already issued, so the next level's maps are built while this level's
+convolutions run. Submanifold builds never wait at all. Ordering:
+
+* the map stream waits for the stream the input coordinates were made on
+  (an event recorded there at the set's first build);
+* an op waits for the map's ``ready`` event the first time it uses the
+  map on a stream (``KernelMap.use_on``);
+* coordinates made on the map stream are marked as used by the consumer
+  stream (``record_stream``), and a map is destroyed only after the map
+  stream has waited for every stream that used it, so the caching
+  allocator never hands their memory out early.
+
+``VOXCONV_MAP_STREAM=0`` builds maps on the current stream instead, and so
+does a build while the current stream is being captured into a CUDA graph
+(capture follows the capturing stream).
 """
 
 import ctypes
 import itertools
+import os
 import threading
 import weakref
 
@@ -34,7 +56,21 @@ _registry = weakref.WeakValueDictionary()  # id -> KernelMap (for torch custom o
 _ids = itertools.count(1)
 
 
-def _destroy_kmap(handle, kmap_ptr):
+def _destroy_kmap(handle, kmap_ptr, users):
+    """Frees a map on its building handle once that stream has waited for
+    every other stream that used it (their queued work may still read the
+    map's buffers, which return to the building stream's pool)."""
+    if handle.device.type == "cuda":
+        others = [u for u in users if u != handle.stream]
+        if others:
+            try:
+                own = torch.cuda.ExternalStream(handle.stream, device=handle.device)
+                for u in others:
+                    ev = torch.cuda.Event()
+                    ev.record(torch.cuda.ExternalStream(u, device=handle.device))
+                    own.wait_event(ev)
+            except Exception:  # noqa: BLE001 - at shutdown or mid-capture: free anyway
+                torch.cuda.synchronize(handle.device)
     with handle.lock:
         lib.voxconv_kmap_destroy(handle.ptr, kmap_ptr)
 
@@ -43,7 +79,12 @@ class KernelMap:
     """A built kernel map. Attributes: ``mode`` (int), ``kernel_size``,
     ``stride``, ``dilation`` (3-tuples), ``kernel_volume``, ``n_in``,
     ``n_out``, ``n_pairs``, ``in_tensor_stride``, ``out_tensor_stride``,
-    ``device``, and ``id`` (a process-unique integer)."""
+    ``device``, and ``id`` (a process-unique integer).
+
+    A CUDA submanifold map is built without waiting for the GPU:
+    ``n_pairs`` then waits for the build the first time it is read (see
+    ``voxconv_kmap_wait`` in voxconv.h), and bad coordinates are reported
+    by the first op on the map after the GPU has checked them."""
 
     def __init__(self, handle, mode, kernel_size, stride, dilation,
                  in_coords, in_tensor_stride, out_coords=None, out_tensor_stride=None):
@@ -59,7 +100,12 @@ class KernelMap:
         self.ptr = ptr.value
         self.handle = handle
         self.device = handle.device
-        self._finalizer = weakref.finalize(self, _destroy_kmap, handle, self.ptr)
+        # Streams whose ops used the map (see _destroy_kmap); the building
+        # stream is ordered with itself.
+        self._users = [handle.stream]
+        self._last_user = handle.stream
+        self.ready = None  # event on the map stream after the build
+        self._finalizer = weakref.finalize(self, _destroy_kmap, handle, self.ptr, self._users)
         self._finalizer.atexit = False
         info = _lib.KmapInfo()
         _lib.call("voxconv_kmap_get_info", self.ptr, ctypes.byref(info))
@@ -68,45 +114,77 @@ class KernelMap:
         self.stride = tuple(info.desc.stride)
         self.dilation = tuple(info.desc.dilation)
         self.kernel_volume = info.kernel_volume
-        self.n_in, self.n_out, self.n_pairs = info.n_in, info.n_out, info.n_pairs
+        self.n_in, self.n_out, self._n_pairs = info.n_in, info.n_out, info.n_pairs
         self.in_tensor_stride = tuple(info.in_tensor_stride)
         self.out_tensor_stride = tuple(info.out_tensor_stride)
         self.id = next(_ids)
         _registry[self.id] = self
 
+    @property
+    def n_pairs(self):
+        """The number of (input, output, offset) pairs. For a map still
+        being built on the GPU this waits for the build (and raises its
+        error if the coordinates were bad)."""
+        if self._n_pairs < 0:
+            self.handle.call("voxconv_kmap_wait", ctypes.c_void_p(self.ptr))
+            info = _lib.KmapInfo()
+            _lib.call("voxconv_kmap_get_info", self.ptr, ctypes.byref(info))
+            self._n_pairs = info.n_pairs
+        return self._n_pairs
+
+    def use_on(self, handle):
+        """Orders `handle`'s stream after the map's build (once per stream);
+        every op calls it before using the map."""
+        if handle.stream != self._last_user:
+            self._first_use(handle)
+
+    def _first_use(self, handle):
+        self._last_user = handle.stream
+        if handle.stream in self._users:
+            return
+        self._users.append(handle.stream)
+        if self.ready is not None:
+            torch.cuda.ExternalStream(handle.stream, device=self.device).wait_event(self.ready)
+
     def out_coords(self):
         """A new int32 [n_out, 4] tensor (on the map's device) with the
-        output coordinates, copied out of the map."""
+        output coordinates, copied out of the map on the current stream."""
         src = ctypes.c_void_p()
         _lib.call("voxconv_kmap_out_coords", self.ptr, ctypes.byref(src))
         out = torch.empty((self.n_out, 4), dtype=torch.int32, device=self.device)
         if self.n_out:  # on the current stream, where `out` was allocated
-            _runtime.handle_for(self.device).call("voxconv_memcpy", _runtime.ptr(out), src,
-                             self.n_out * 16, _lib.MEMCPY_BACKEND_TO_BACKEND)
+            h = _runtime.handle_for(self.device)
+            self.use_on(h)
+            h.call("voxconv_memcpy", _runtime.ptr(out), src, self.n_out * 16,
+                   _lib.MEMCPY_BACKEND_TO_BACKEND)
         return out
 
     def pairs(self):
         """(offsets int64 [K+1] on the CPU, in_rows int32 [P], out_rows int32
         [P] on the map's device): pairs of offset k are in_rows/out_rows
         [offsets[k]:offsets[k+1]], sorted by output row."""
+        n = self.n_pairs
         offsets = torch.empty(self.kernel_volume + 1, dtype=torch.int64)
-        in_rows = torch.empty(self.n_pairs, dtype=torch.int32, device=self.device)
-        out_rows = torch.empty(self.n_pairs, dtype=torch.int32, device=self.device)
-        _runtime.handle_for(self.device).call("voxconv_kmap_get_pairs", ctypes.c_void_p(self.ptr),
-                         _runtime.ptr(offsets), _runtime.ptr(in_rows),
-                         _runtime.ptr(out_rows))
+        in_rows = torch.empty(n, dtype=torch.int32, device=self.device)
+        out_rows = torch.empty(n, dtype=torch.int32, device=self.device)
+        h = _runtime.handle_for(self.device)
+        self.use_on(h)
+        h.call("voxconv_kmap_get_pairs", ctypes.c_void_p(self.ptr), _runtime.ptr(offsets),
+               _runtime.ptr(in_rows), _runtime.ptr(out_rows))
         return offsets, in_rows, out_rows
 
     def verify(self, coords, tensor_stride=(1, 1, 1)):
         """Raises KmapMismatchError unless `coords` are the map's input."""
         c = _runtime.coords_struct(coords, tensor_stride)
-        _runtime.handle_for(self.device).call("voxconv_kmap_verify",
-                                              ctypes.c_void_p(self.ptr), ctypes.byref(c))
+        h = _runtime.handle_for(self.device)
+        self.use_on(h)
+        h.call("voxconv_kmap_verify", ctypes.c_void_p(self.ptr), ctypes.byref(c))
 
     def __repr__(self):
+        pairs = self._n_pairs if self._n_pairs >= 0 else "pending"
         return (f"KernelMap({MODE_NAMES.get(self.mode, self.mode)}, kernel={self.kernel_size}, "
                 f"stride={self.stride}, dilation={self.dilation}, n_in={self.n_in}, "
-                f"n_out={self.n_out}, pairs={self.n_pairs}, device={self.device})")
+                f"n_out={self.n_out}, pairs={pairs}, device={self.device})")
 
 
 def kmap_by_id(kmap_id):
@@ -118,17 +196,56 @@ def kmap_by_id(kmap_id):
 
 class CoordinateSet:
     """One set of coordinates (int32 [N, 4], contiguous, on one device) at
-    one tensor stride, with its cached kernel maps and derived sets."""
+    one tensor stride, with its cached kernel maps and derived sets.
+    ``stream``: the raw CUDA stream the coordinates were made on, when it
+    is the map stream (None: the caller's; see the module doc)."""
 
-    def __init__(self, manager, coords, tensor_stride):
+    def __init__(self, manager, coords, tensor_stride, stream=None):
         self.manager = manager
         self.coords = coords
         self.tensor_stride = tuple(tensor_stride)
         self.kmaps = {}
         self.children = {}
+        self.stream = stream
+        self.ready = None  # event after which the coordinates are valid
 
     def __len__(self):
         return self.coords.shape[0]
+
+
+class _MapStream:
+    """The map stream of one CUDA device and its handle."""
+
+    def __init__(self, device):
+        lo, hi = torch.cuda.Stream.priority_range()
+        # torch numbers priorities downwards: the smaller, the higher
+        self.stream = torch.cuda.Stream(device=device, priority=min(lo, hi))
+        self.handle = _runtime.handle_for_stream(device, self.stream.cuda_stream)
+
+
+_map_streams = {}
+_map_streams_lock = threading.Lock()
+
+
+def _map_stream_enabled():
+    return os.environ.get("VOXCONV_MAP_STREAM", "1").lower() not in ("0", "false", "off", "no")
+
+
+def map_stream(device):
+    """The map stream of a CUDA device (None on the CPU, when disabled, or
+    while the current stream is being captured)."""
+    if device.type != "cuda" or not _map_stream_enabled():
+        return None
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    ms = _map_streams.get(index)
+    if ms is None:
+        with _map_streams_lock:
+            ms = _map_streams.get(index)
+            if ms is None:
+                ms = _map_streams[index] = _MapStream(torch.device("cuda", index))
+    return ms
 
 
 class CoordinateManager:
@@ -140,8 +257,8 @@ class CoordinateManager:
         self.by_stride = {}
         self.lock = threading.RLock()
 
-    def add(self, coords, tensor_stride, register=True):
-        s = CoordinateSet(self, coords, tensor_stride)
+    def add(self, coords, tensor_stride, register=True, stream=None):
+        s = CoordinateSet(self, coords, tensor_stride, stream)
         with self.lock:
             self.sets.append(s)
             if register:
@@ -157,29 +274,70 @@ class CoordinateManager:
         set is derived (and cached) from the map's output coordinates."""
         key = (mode, tuple(kernel_size), tuple(stride), tuple(dilation),
                id(out_set) if out_set is not None else None)
+        hit = in_set.kmaps.get(key)  # dict reads are atomic: no lock on a hit
+        if hit is not None:
+            return hit
         with self.lock:
             hit = in_set.kmaps.get(key)
             if hit is not None:
                 return hit
-            handle = _runtime.handle_for(self.device)
-            if mode == _lib.KMAP_TRANSPOSED:
-                km = KernelMap(handle, mode, kernel_size, stride, dilation,
-                               in_set.coords, in_set.tensor_stride,
-                               out_set.coords, out_set.tensor_stride)
+            ms = map_stream(self.device)
+            if ms is None:
+                hit = self._build(_runtime.handle_for(self.device), None, in_set, mode,
+                                  kernel_size, stride, dilation, out_set)
             else:
-                km = KernelMap(handle, mode, kernel_size, stride, dilation,
-                               in_set.coords, in_set.tensor_stride)
-            if mode == _lib.KMAP_SUBMANIFOLD:
-                out_set = in_set
-            elif mode == _lib.KMAP_STRIDED:
-                # Outputs are unique floor(c / s): they depend on the stride
-                # only, so every strided map of a set shares one output set.
-                ckey = ("strided", tuple(stride))
-                out_set = in_set.children.get(ckey)
-                if out_set is None:
-                    out_set = self.add(km.out_coords(), km.out_tensor_stride)
-                    in_set.children[ckey] = out_set
-            elif mode == _lib.KMAP_GENERATIVE:
-                out_set = self.add(km.out_coords(), km.out_tensor_stride, register=False)
-            in_set.kmaps[key] = (km, out_set)
-            return km, out_set
+                hit = self._build_on_map_stream(ms, in_set, mode, kernel_size, stride,
+                                                dilation, out_set)
+            in_set.kmaps[key] = hit
+            return hit
+
+    def _build_on_map_stream(self, ms, in_set, mode, kernel_size, stride, dilation,
+                             out_set):
+        consumer = torch.cuda.current_stream(self.device)
+        for s in (in_set, out_set):
+            if s is not None and s.stream != ms.handle.stream:
+                if s.ready is None:  # made on the caller's stream, before now
+                    s.ready = torch.cuda.Event()
+                    s.ready.record(consumer)
+                ms.stream.wait_event(s.ready)
+        with torch.cuda.stream(ms.stream):
+            km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size, stride,
+                                   dilation, out_set)
+            km.ready = torch.cuda.Event()
+            km.ready.record(ms.stream)
+        return km, made
+
+    def _build(self, handle, consumer, in_set, mode, kernel_size, stride, dilation,
+               out_set):
+        """Builds on `handle` (the map stream's when `consumer`, the stream
+        the caller runs its ops on, is given)."""
+        if mode == _lib.KMAP_TRANSPOSED:
+            km = KernelMap(handle, mode, kernel_size, stride, dilation,
+                           in_set.coords, in_set.tensor_stride,
+                           out_set.coords, out_set.tensor_stride)
+        else:
+            km = KernelMap(handle, mode, kernel_size, stride, dilation,
+                           in_set.coords, in_set.tensor_stride)
+        made_on = handle.stream if consumer is not None else None
+        if mode == _lib.KMAP_SUBMANIFOLD:
+            out_set = in_set
+        elif mode == _lib.KMAP_STRIDED:
+            # Outputs are unique floor(c / s): they depend on the stride
+            # only, so every strided map of a set shares one output set.
+            ckey = ("strided", tuple(stride))
+            out_set = in_set.children.get(ckey)
+            if out_set is None:
+                out_set = self.add(self._derived_coords(km, consumer),
+                                   km.out_tensor_stride, stream=made_on)
+                in_set.children[ckey] = out_set
+        elif mode == _lib.KMAP_GENERATIVE:
+            out_set = self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
+                               register=False, stream=made_on)
+        return km, out_set
+
+    @staticmethod
+    def _derived_coords(km, consumer):
+        c = km.out_coords()
+        if consumer is not None:
+            c.record_stream(consumer)  # read there: not reused before it is done
+        return c

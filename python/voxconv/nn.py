@@ -48,6 +48,15 @@ def _set_conv_options(module, kernel_size, stride, dilation, transposed, generat
     module.bwd_algo = algo_string(bwd_algo, bwd_mode, "bwd_algo")
 
 
+def _cfg(module):
+    """The call configuration (fwd, dgrad, wgrad, fp16, det) of a conv
+    module, from its (validated) attributes: cheap, so that setting e.g.
+    ``layer.use_fp16_accum`` after construction still takes effect."""
+    return (module.fwd_algo, module.bwd_algo, module.bwd_algo,
+            F.tristate(module.use_fp16_accum, "use_fp16_accum"),
+            F.tristate(module.deterministic, "deterministic"))
+
+
 class SparseConv3d(nn.Module):
     """Sparse 3-D convolution (see :func:`voxconv.spatially_sparse_conv`).
 
@@ -80,10 +89,10 @@ class SparseConv3d(nn.Module):
             nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input, out_coords=None):
-        return F.spatially_sparse_conv(
-            input, self.weight, self.kernel_size, self.stride, self.dilation,
-            self.transposed, self.generative, self.fwd_algo, self.bwd_algo,
-            self.use_fp16_accum, self.deterministic, bias=self.bias, out_coords=out_coords)
+        # Arguments were validated at construction: the normalised core.
+        return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
+                               self.dilation, self.transposed, self.generative, out_coords,
+                               _cfg(self), False)
 
     def extra_repr(self):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -139,10 +148,9 @@ class SparseDepthwiseConv3d(nn.Module):
             nn.init.uniform_(self.bias, -bound, bound)
 
     def forward(self, input, out_coords=None):
-        return F.spatially_sparse_depthwise_conv(
-            input, self.weight, self.kernel_size, self.stride, self.dilation,
-            self.transposed, self.generative, self.fwd_algo, self.bwd_algo,
-            self.use_fp16_accum, self.deterministic, bias=self.bias, out_coords=out_coords)
+        return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
+                               self.dilation, self.transposed, self.generative, out_coords,
+                               _cfg(self), True)
 
     def extra_repr(self):
         return (f"{self.channels}, kernel_size={self.kernel_size}, stride={self.stride}, "

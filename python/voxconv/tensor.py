@@ -97,6 +97,15 @@ class SparseTensor:
                 f"{self._set.coords.shape[0]}")
         self.feats = feats
 
+    @classmethod
+    def _wrap(cls, feats, coord_set):
+        """A tensor over an existing coordinate set whose features the
+        library just made (rows and device known to match): no checks."""
+        t = object.__new__(cls)
+        t._set = coord_set
+        t.feats = feats
+        return t
+
     # -- properties ------------------------------------------------------------
     @property
     def coords(self):

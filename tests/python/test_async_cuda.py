@@ -1,0 +1,144 @@
+"""The asynchronous path from PyTorch (CUDA only; skipped without a GPU):
+a fresh SparseTensor, its submanifold map, a conv forward and backward only
+queue work (the host returns while the GPU is still held by a long kernel);
+the same captured with torch.cuda.graph replays the eager results bit for
+bit; maps built on the side stream give the same bits as maps built in line
+(VOXCONV_MAP_STREAM=0)."""
+
+import time
+
+import pytest
+import torch
+
+import voxconv
+from voxconv import nn as vnn
+
+import ref
+
+# The tensor-core family needs no pair counts on the host (voxconv.h) and
+# is deterministic: bitwise comparisons hold.
+ALGO = "[mask_gemm, mask_gemm_wgmma]"
+
+
+def _layer(cuda, c=64):
+    torch.manual_seed(3)
+    return vnn.SparseConv3d(c, c, 3, bias=False, fwd_algo=ALGO, bwd_algo=ALGO,
+                            deterministic=True).to(cuda).half()
+
+
+def _data(cuda, c=64):
+    coords = ref.rand_coords(40000, 48, 2).to(cuda)
+    feats = torch.randn(len(coords), c, device=cuda, dtype=torch.float16)
+    gout = torch.randn(len(coords), c, device=cuda, dtype=torch.float16)
+    return coords, feats, gout
+
+
+def _step(layer, coords, feats, gout):
+    x = voxconv.SparseTensor(feats, coords)
+    y = layer(x)
+    y.feats.backward(gout)
+    return y.feats
+
+
+def test_host_does_not_wait(cuda):
+    layer = _layer(cuda)
+    coords, feats, gout = _data(cuda)
+    feats.requires_grad_()
+    for _ in range(2):  # tunes, then runs from the tuning cache
+        _step(layer, coords, feats, gout)
+    torch.cuda.synchronize()
+    want = (_step(layer, coords, feats, gout).clone(), feats.grad.clone())
+    feats.grad = None
+    layer.weight.grad = None
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e9))  # holds the stream for ~1 s
+    t0 = time.perf_counter()
+    y = _step(layer, coords, feats, gout)
+    host = time.perf_counter() - t0
+    busy = not torch.cuda.current_stream().query()
+    torch.cuda.synchronize()
+    assert busy, "the GPU finished before the host returned: cannot tell"
+    assert host < 0.3, f"map build + forward + backward took {host * 1e3:.0f} ms of host time"
+    assert torch.equal(y, want[0]) and torch.equal(feats.grad, want[1])
+
+
+def test_cuda_graph_replays_eager_bits(cuda):
+    layer = _layer(cuda)
+    coords, feats, gout = _data(cuda)
+    static_feats = feats.clone().requires_grad_()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: tuning happens here, not in the capture
+        for _ in range(2):
+            static_feats.grad = None
+            layer.weight.grad = None
+            _step(layer, coords, static_feats, gout)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    want = (_step(layer, coords, static_feats.detach().requires_grad_(), gout).clone(),)
+    static_feats.grad = None
+    layer.weight.grad = None
+    eager_y = _step(layer, coords, static_feats, gout).clone()
+    eager_gx, eager_gw = static_feats.grad.clone(), layer.weight.grad.clone()
+    assert torch.equal(eager_y, want[0])
+    static_feats.grad = None
+    layer.weight.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = _step(layer, coords, static_feats, gout)
+    for _ in range(2):
+        static_feats.grad.fill_(float("nan"))
+        layer.weight.grad.fill_(float("nan"))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, eager_y)
+        assert torch.equal(static_feats.grad, eager_gx)
+        assert torch.equal(layer.weight.grad, eager_gw)
+
+
+def _pool_net(cuda):
+    torch.manual_seed(5)
+    return torch.nn.Sequential(
+        vnn.SparseConv3d(16, 32, 3, fwd_algo=ALGO, bwd_algo=ALGO, deterministic=True),
+        vnn.SparseMaxPool3d(2, 2),
+        vnn.SparseConv3d(32, 32, 3, fwd_algo=ALGO, bwd_algo=ALGO, deterministic=True),
+        vnn.SparseConvTranspose3d(32, 16, 2, stride=2, deterministic=True)).to(cuda).half()
+
+
+def test_side_stream_maps_match_inline_maps(cuda, monkeypatch):
+    coords = ref.rand_coords(30000, 64, 2).to(cuda)
+    feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
+    results = []
+    for side in ("1", "0"):
+        monkeypatch.setenv("VOXCONV_MAP_STREAM", side)
+        net = _pool_net(cuda)
+        x = feats.clone().requires_grad_()
+        for _ in range(2):
+            x.grad = None
+            net.zero_grad()
+            y = net(voxconv.SparseTensor(x, coords))
+            y.feats.float().square().sum().backward()
+        torch.cuda.synchronize()
+        results.append((y.coords.clone(), y.feats.clone(), x.grad.clone(),
+                        [p.grad.clone() for p in net.parameters()]))
+    a, b = results
+    assert torch.equal(a[0], b[0])
+    assert torch.equal(a[1], b[1])
+    assert torch.equal(a[2], b[2])
+    for ga, gb in zip(a[3], b[3]):
+        assert torch.equal(ga, gb)
+
+
+def test_bad_coordinates_reported_by_a_later_op(cuda):
+    """A submanifold map's build does not wait for the GPU: duplicated
+    coordinates are reported by the first op after the GPU has checked
+    them, with the CPU builder's words."""
+    coords = ref.rand_coords(500, 10).to(cuda)
+    coords = torch.cat([coords, coords[3:4]])  # a duplicate of row 3
+    x = voxconv.SparseTensor(torch.randn(len(coords), 8, device=cuda), coords)
+    layer = vnn.SparseConv3d(8, 8, 3).to(cuda)
+    with pytest.raises(voxconv.DuplicateCoordsError, match="are both"):
+        y = layer(x)
+        torch.cuda.synchronize()
+        layer(y)

@@ -1,0 +1,98 @@
+"""Second derivatives (a gradient penalty through a sparse conv): equal to
+torch's dense conv3d on the same grid, gradgradcheck in float64, for
+regular and depthwise convolutions; pooling refuses a second derivative
+with a clear error instead of returning a wrong value (issue 22 item 6)."""
+
+import pytest
+import torch
+import torch.nn.functional as tF
+
+import voxconv
+
+from conftest import DEVICES
+import ref
+
+MODES = ["submanifold", "strided"]
+
+
+def _dense_conv(dense, W, ks, st):
+    pad = []
+    for k in reversed(ks):
+        left = (k - 1) // 2
+        pad += [left, k - 1 - left]
+    return tF.conv3d(tF.pad(dense, pad), W, stride=st)
+
+
+@pytest.mark.parametrize("ks,st", [((3, 3, 3), 1), ((2, 2, 2), 2), ((3, 3, 3), 2)])
+def test_gradient_penalty_matches_dense_conv3d(ks, st):
+    """L = sum(y * r) + |dL/dx|^2 differentiated w.r.t. x and W: the
+    second-order terms go through the backward passes."""
+    G, cin, cout = 7, 3, 4
+    coords = ref.rand_coords(70, G)
+    x0 = torch.randn(len(coords), cin, dtype=torch.float64)
+    W = torch.randn(cout, cin, *ks, dtype=torch.float64)
+    K = ks[0] * ks[1] * ks[2]
+
+    def sparse_loss(x, w):
+        inp = voxconv.SparseTensor(x, coords)
+        y = voxconv.spatially_sparse_conv(inp, w, ks, st)
+        r = torch.sin(y.coords.double().sum(1, keepdim=True) + torch.arange(cout))
+        first = (y.feats * r).sum() + (y.feats ** 2).sum()
+        gx, = torch.autograd.grad(first, x, create_graph=True)
+        return first + (gx ** 2).sum() * 0.5, y.coords
+
+    x = x0.clone().requires_grad_()
+    w = W.permute(2, 3, 4, 1, 0).reshape(K, cin, cout).clone().requires_grad_()
+    loss, out_c = sparse_loss(x, w)
+    gx_s, gw_s = torch.autograd.grad(loss, (x, w))
+
+    xd = x0.clone().requires_grad_()
+    Wd = W.clone().requires_grad_()
+    c = coords.long()
+    dense = torch.zeros(1, G, G, G, cin, dtype=torch.float64)
+    dense = dense.index_put((c[:, 0], c[:, 1], c[:, 2], c[:, 3]), xd).permute(0, 4, 1, 2, 3)
+    yd = _dense_conv(dense, Wd, ks, st)
+    oc = out_c.long()
+    yv = yd[oc[:, 0], :, oc[:, 1], oc[:, 2], oc[:, 3]]
+    r = torch.sin(out_c.double().sum(1, keepdim=True) + torch.arange(cout))
+    first = (yv * r).sum() + (yv ** 2).sum()
+    gx, = torch.autograd.grad(first, xd, create_graph=True)
+    loss_d = first + (gx ** 2).sum() * 0.5
+    gx_d, gW_d = torch.autograd.grad(loss_d, (xd, Wd))
+    torch.testing.assert_close(loss, loss_d, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(gx_s, gx_d, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(gw_s, gW_d.permute(2, 3, 4, 1, 0).reshape(K, cin, cout),
+                               rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_gradgradcheck_fp64(mode, depthwise):
+    coords = ref.rand_coords(25, 5)
+    st = 1 if mode == "submanifold" else 2
+    C = 2
+    x = torch.randn(len(coords), C, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(*((27, C) if depthwise else (27, C, 3)), dtype=torch.float64,
+                    requires_grad=True)
+    inp = voxconv.SparseTensor(x.detach(), coords)
+
+    def f(x, w):
+        t = inp.replace_feature(x)
+        if depthwise:
+            return voxconv.spatially_sparse_depthwise_conv(t, w, 3, st).feats
+        return voxconv.spatially_sparse_conv(t, w, 3, st).feats
+
+    assert torch.autograd.gradgradcheck(f, (x, w), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pool", [voxconv.sparse_max_pool, voxconv.sparse_avg_pool])
+def test_pooling_refuses_second_derivative(device, pool):
+    coords = ref.rand_coords(60, 6).to(device)
+    x = torch.randn(len(coords), 3, device=device, requires_grad=True)
+    y = pool(voxconv.SparseTensor(x, coords), 2)
+    with pytest.raises(RuntimeError, match="first derivatives only"):
+        torch.autograd.grad((y.feats ** 2).sum(), x, create_graph=True)
+    # first derivatives are unaffected
+    gx, = torch.autograd.grad((y.feats ** 2).sum(), x)
+    assert gx.shape == x.shape and not gx.requires_grad
