@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -242,8 +243,15 @@ int vt_scan_alloc(vt_scan_t *scan, int64_t n_points, int32_t fields, char *err,
 }
 
 /* Appends one point if its coordinates are finite. */
+/* Finite once stored as float32: a float64 beyond FLT_MAX would become
+ * inf (and converting it is undefined behaviour). */
+static int finite_as_float(double v) {
+  return isfinite(v) && fabs(v) <= (double)FLT_MAX;
+}
+
 void vt_scan_push(vt_scan_t *scan, const double *values) {
-  if (!isfinite(values[0]) || !isfinite(values[1]) || !isfinite(values[2])) {
+  if (!finite_as_float(values[0]) || !finite_as_float(values[1]) ||
+      !finite_as_float(values[2])) {
     scan->n_nonfinite++;
     return;
   }

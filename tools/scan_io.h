@@ -2,8 +2,8 @@
  * SemanticKITTI, nuScenes, ScanNet style), PLY (ascii, binary little and
  * big endian) and PCD v0.7 (ascii, binary, binary_compressed). Everything
  * comes out as host float32 rows [n][fields] with x, y, z first; points with
- * a non-finite x, y or z are dropped (and counted), because a voxel grid has
- * no place for them.
+ * a non-finite x, y or z (or a float64 one beyond the float32 range) are
+ * dropped (and counted), because a voxel grid has no place for them.
  *
  * Pure host code with no dependency on the library, so the parsers can be
  * tested and fuzzed on their own. */

@@ -64,7 +64,8 @@ int vt_parse_count(const char *s, int64_t lo, int64_t hi, int64_t *out);
  * VT_SCAN_MAX_POINTS is an error. */
 int vt_scan_alloc(vt_scan_t *scan, int64_t n_points, int32_t fields, char *err,
                   size_t err_len);
-/* Appends one point if its coordinates are finite. */
+/* Appends one point if its coordinates are finite as float32; else counts
+ * it in n_nonfinite. */
 void vt_scan_push(vt_scan_t *scan, const double *values);
 
 /* The readers: 0, or -1 with a message (scan then holds nothing to free). */

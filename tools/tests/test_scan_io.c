@@ -503,6 +503,36 @@ static void test_not_regular_files(void) {
             "character device: %s", err);
 }
 
+/* Found by fuzz_scan_ply / fuzz_scan_pcd: a float64 coordinate beyond the
+ * float32 range became inf in the output (an undefined conversion), a
+ * point the voxelizer then refused. Such points are dropped and counted
+ * like NaN ones. */
+static void test_f64_beyond_float(void) {
+  char err[512];
+  vt_scan_t s;
+  unsigned char buf[512];
+  const char *hdr = "ply\nformat binary_little_endian 1.0\n"
+                    "element vertex 3\nproperty double x\n"
+                    "property double y\nproperty double z\nend_header\n";
+  size_t at = put(buf, 0, hdr, strlen(hdr));
+  const double v[3][3] = {{1, 2, 3}, {1, -1e300, 3}, {3.4e38, 4, 5}};
+  at = put(buf, at, v, sizeof v);
+  int r = vt_scan_parse(buf, at, "f.ply", 0, &s, err, sizeof err);
+  VC_EXPECT(r == 0 && s.n == 2 && s.n_nonfinite == 1 && s.data[3] == 3.4e38f,
+            "PLY float64 beyond float32: r=%d n=%lld dropped=%lld: %s", r,
+            (long long)s.n, (long long)s.n_nonfinite, err);
+  if (r == 0)
+    vt_scan_free(&s);
+  const char *text = "FIELDS x y z\nSIZE 8 8 8\nTYPE F F F\nWIDTH 2\n"
+                     "DATA ascii\n1 2 1e39\n4 5 6\n";
+  r = vt_scan_parse((const unsigned char *)text, strlen(text), "f.pcd", 0, &s,
+                    err, sizeof err);
+  VC_EXPECT(r == 0 && s.n == 1 && s.n_nonfinite == 1 && s.data[0] == 4.f,
+            "PCD 1e39: r=%d n=%lld: %s", r, (long long)s.n, err);
+  if (r == 0)
+    vt_scan_free(&s);
+}
+
 static void test_lzf(void) {
   /* "abc" literally, then a back-reference of 9 bytes at distance 3:
    * control (7 << 5) | 0 means "length 7 + next byte + 2". */
@@ -790,6 +820,7 @@ int main(void) {
   test_ply();
   test_ply_element_bounds();
   test_header_word_limits();
+  test_f64_beyond_float();
   test_malformed();
   test_fuzz_smoke();
   return vc_test_finish();
