@@ -662,17 +662,52 @@ VOXCONV_API voxconv_status_t voxconv_kernel_get_info(voxconv_handle_t *h,
  * runs the problem, default parameters, fp32 accumulation, confirmed by the
  * next deterministic one; if those two disagree a third decides and the
  * odd one out is named in a warning; with no majority a candidate agreeing
- * with either passes) by maximum
- * relative error per element, rel = |y - ref| / (|ref| + 0.01 rms(ref)),
- * and by norm ||y - ref|| / ||ref||; a candidate that fails, writes a
- * non-finite value where the reference is finite, or exceeds the tolerance
- * (f64 1e-9; f32 1e-3; f16 1e-2; bf16 5e-2; fp16-accumulator tiles 1.0 with
- * norm 1e-2; VOXCONV_AUTOTUNE_MAX_REL overrides max_rel) is disqualified,
- * logged and recorded, never fatal. Benchmarks write scratch buffers: the
+ * with either passes) element by element against a bound that follows
+ * from the number formats:
+ *   |y_i - ref_i| <= spacing(max(|y_i|, |ref_i|))
+ *                    + 8 sqrt(n) (u_y + u_ref) S_i
+ * spacing(v) is the distance between adjacent values of the output dtype
+ * at v (subnormal spacing included: 2^-24 for f16 below 2^-14), which
+ * covers the two outputs' roundings to that dtype; S_i is the sum of
+ * |a| |b| over the products of element i (computed once per benchmark in
+ * fp32, f64 for f64 data, from |inputs| by the first algorithm in the
+ * reference's order that runs that problem); n the products
+ * per element (fwd kvol*cin, dgrad kvol*cout, wgrad min(n_in, n_out);
+ * depthwise kvol, resp. min(n_in, n_out)); u the unit roundoff of each
+ * side's accumulator with one extra bit for tensor cores that truncate
+ * (fp32 2^-23, fp16 accumulators 2^-10, f64 2^-53). 8 sqrt(n) u S is
+ * Higham & Mary's probabilistic rounding-error bound (SIAM J. Sci. Comput.
+ * 2019), exceeded with probability below 2 exp(-32) ~ 2.5e-14 per element:
+ * a correct kernel is not disqualified, also on data in the subnormal
+ * range (gradients around 1e-5 in f16), while a dropped pair, offset or
+ * channel or a scale error is off by orders of magnitude. The log line of
+ * a disqualified candidate gives its error ratio (max over i of
+ * |y_i - ref_i| over the bound; limit 1) and, for information, max_rel =
+ * max |y - ref| / (|ref| + 0.01 rms(ref)), which the cache records.
+ * fp16-accumulator tiles must also keep ||y - ref|| / ||ref|| <= 1e-2.
+ * VOXCONV_AUTOTUNE_MAX_REL, when set, is an extra limit on max_rel. When S
+ * cannot be computed (no algorithm runs the problem in fp32, out of
+ * memory; said in the log) the relative check applies instead: max_rel
+ * and norm within f64 1e-9 / 1e-10, f32 1e-3 / 1e-4, f16 1e-2 / 2e-3,
+ * bf16 5e-2 / 1e-2, fp16-accumulator tiles 1.0 / 1e-2
+ * (VOXCONV_AUTOTUNE_MAX_REL replaces the max_rel limit). A candidate that
+ * fails, writes a non-finite value where the reference is finite, or
+ * exceeds the bound is disqualified, logged and recorded, never fatal.
+ * Benchmarks write scratch buffers: the
  * call's output ends up holding the winner's result (or the reference's,
  * which is then the winner), and inputs are never written. While tuning, a
  * progress line goes to stderr (VOXCONV_AUTOTUNE_LOG=0 silences it and the
  * per-candidate disqualification lines).
+ *
+ * CUDA graph capture. While the handle's stream is being captured nothing
+ * may wait for the GPU and work is recorded, not run, so the tuner never
+ * benchmarks then: a configuration the cache answers runs its recorded
+ * winner as usual; any other runs, unmeasured, the first algorithm of its
+ * search space that runs it with default parameters (fp32 accumulators
+ * unless the call resolved the fp16 accumulator on), nothing is recorded
+ * (voxconv_get_last_call_info: time_ms -1, from_cache 0), and a warning
+ * is printed once per process: run the network once before capturing so
+ * that the tuner can measure it.
  *
  * fp16 accumulator. For one call, in this order:
  *   1. f32/f64 data and weight gradients (wgrad passes): off, always;
@@ -708,7 +743,8 @@ typedef struct voxconv_call_info {
   char fp16_accum_reason[128];
   int deterministic; /* the resolved deterministic flag */
   double time_ms;    /* benchmarked median of the chosen candidate; -1 when
-                        it was the only candidate (not timed) */
+                        it was the only candidate or ran during stream
+                        capture (not timed) */
   int from_cache;    /* 1: chosen from a tuning result already recorded
                         (this process or the cache file); 0: tuned now or
                         the only candidate */
