@@ -529,6 +529,11 @@ static void planted_bugs(voxconv_handle_t *h, const int32_t *coords, int64_t n,
 /* ---- 3. graph capture -----------------------------------------------------
  */
 #ifdef VC_TEST_CUDA_RUNTIME
+/* The tensor-core family only (as test_async): algorithms that need no
+ * pair counts on the host, so that nothing but the tuner could wait. */
+static const voxconv_conv_options_t k_tc_only = {
+    .fwd_algo = "[mask_gemm, mask_gemm_wgmma]"};
+
 /* One forward on g under stream capture: 1 when the capture succeeded;
  * *graph gets it (instantiated and launched by the caller). */
 static int captured_forward(gp_t *g, cudaStream_t stream, char **err,
@@ -538,7 +543,7 @@ static int captured_forward(gp_t *g, cudaStream_t stream, char **err,
       cudaSuccess)
     return 0;
   tt_capture_begin();
-  *st = gp_run(g, VOXCONV_PASS_CONV_FWD, NULL);
+  *st = gp_run(g, VOXCONV_PASS_CONV_FWD, &k_tc_only);
   *err = tt_capture_end();
   return cudaStreamEndCapture(stream, graph) == cudaSuccess && *graph;
 }
@@ -606,7 +611,7 @@ static void capture(const int32_t *coords, int64_t n) {
   if (graph)
     cudaGraphDestroy(graph);
   /* Tuned eagerly first, the captured call takes the cached winner. */
-  VC_EXPECT_STATUS(h, gp_run(&g, VOXCONV_PASS_CONV_FWD, NULL),
+  VC_EXPECT_STATUS(h, gp_run(&g, VOXCONV_PASS_CONV_FWD, &k_tc_only),
                    VOXCONV_STATUS_SUCCESS);
   voxconv_synchronize(h);
   const int captured2 = captured_forward(&g, stream, &err, &st, &graph);
