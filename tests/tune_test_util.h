@@ -137,7 +137,7 @@ static inline int tt_problem_make(tt_problem_t *t, int g, int64_t cin,
   voxconv_coords_t in = {t->coords, t->n, {1, 1, 1}};
   voxconv_kmap_desc_t kd = {
       VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
-  if (voxconv_kmap_build(t->h, &kd, &in, NULL, &t->kmap) !=
+  if (vc_test_kmap_build(t->h, &kd, &in, NULL, &t->kmap) !=
       VOXCONV_STATUS_SUCCESS) {
     fprintf(stderr, "kmap_build: %s\n", voxconv_get_last_error(t->h));
     return -1;
