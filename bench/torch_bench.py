@@ -1,0 +1,674 @@
+#!/usr/bin/env python3
+"""BENCHMARKS.md workload F: the PyTorch path next to the C path, on the
+same device, in one run, for workloads A, B and C.
+
+* C path: the `voxconv bench --workload A|B|C --json` tool (tools/bench.c),
+  run as a subprocess with this script's repeat/warm-up/settle settings,
+  its JSON parsed.
+* PyTorch path: workload A's network written with voxconv.nn modules
+  (SparseConv3d(bias=False) x 2 per level, SparseMaxPool3d(2, 2) between
+  levels, 7 levels 64..256 channels), a fresh voxconv.SparseTensor per call
+  from the same coordinates and features, so the kernel maps are built
+  inside the timed forward; "forward" runs under torch.no_grad(), "forward
+  + backward" builds the graph and back-propagates a random output gradient
+  (gradients for the input features and every weight, as the tool's
+  backward). Workload B: the same network on spconv-basic's voxels
+  ((b, z, y, x) rows reordered to (b, x, y, z), as the tool does). Workload
+  C: one SparseConv3d subm 3^3 per channel count on A's level-0
+  coordinates, one SparseTensor reused across calls (map cached): forward,
+  and forward + backward (dgrad + wgrad); the tool's "forward + backward"
+  is its forward + dgrad + wgrad medians.
+* Host time to issue one layer's forward from Python: perf_counter around
+  each of --host-calls calls of the C = 64 layer (map cached) while the GPU
+  is held busy by a sleep kernel queued first, so no call can wait for the
+  GPU; checked afterwards (the sleep must still be running when the last
+  call returns). On the CPU: the wall time of a call on a 64-voxel input.
+
+Protocol (BENCHMARKS.md): CUDA events around the Python calls with one
+synchronisation after each run (as the tool's end-to-end runs), --warmup
+runs first (the autotuner runs there), then --settle-ms idle (the H200's
+power cap lowers the clock for about a second after a tuning burst), then
+the median of --repeat runs. On the CPU the host clock. Voxel counts of the
+two paths are compared (per level for A and B) and a difference is fatal.
+
+    # GPU: everything, ~2-4 minutes on an H100/H200 with an empty tuning cache
+    python3 bench/torch_bench.py --json torch_bench.json
+    # CPU smoke test (subsampled inputs)
+    /usr/bin/python3 bench/torch_bench.py --device cpu --small --repeat 1 --warmup 1
+
+--small subsamples A's points (1/256) and B's voxels (1/32); both paths then
+voxelize the same subsample through the tool's --scan rules. Workload C's
+tool input cannot be reduced, so under --small its two paths time
+different inputs (the JSON says same_input: false).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+try:
+    import voxconv
+except ImportError:  # run from a source tree without installing
+    sys.path.insert(0, os.path.join(REPO, "python"))
+    import voxconv
+from voxconv import nn as vnn  # noqa: E402
+
+LEVEL_CHANNELS = [64, 96, 128, 160, 192, 224, 256]  # BENCHMARKS.md workload A
+A_VOXELS = 913903
+B_VOXELS = 125562
+A_NEIGHBOURS = 7676993 / A_VOXELS  # pairs per voxel of A's level-0 subm3 map
+SMALL_A_STRIDE, SMALL_B_STRIDE = 256, 32
+DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}
+
+
+def progress(msg):
+    print(f"[torch_bench] {msg}", file=sys.stderr, flush=True)
+
+
+def fail(msg):
+    print(f"torch_bench: error: {msg}", file=sys.stderr, flush=True)
+    raise SystemExit(1)
+
+
+# ---- inputs ------------------------------------------------------------------------
+
+def workload_a_points(data_dir):
+    """BENCHMARKS.md workload A's points, exactly as tools/bench.c builds
+    them: 8 copies, copy c shifted +c m in y (float32 arithmetic), cropped
+    to [-80,80) x [-80,80) x [-2,6), copies in order."""
+    path = os.path.join(data_dir, "bench", "spconv_benchmark_pc.xyz.f32.bin")
+    if not os.path.exists(path):
+        fail(f"{path} not found (--data-dir or $VOXCONV_DATA_DIR: the folder holding bench/)")
+    pc = np.fromfile(path, dtype="<f4").reshape(-1, 3)
+    copies = []
+    for c in range(8):
+        p = pc.copy()
+        p[:, 1] += np.float32(c)
+        keep = ((p[:, 0] >= -80) & (p[:, 0] < 80) & (p[:, 1] >= -80) & (p[:, 1] < 80)
+                & (p[:, 2] >= -2) & (p[:, 2] < 6))
+        copies.append(p[keep])
+    return np.ascontiguousarray(np.concatenate(copies))
+
+
+def workload_b_voxels(data_dir):
+    """spconv-basic: int32 rows (b, z, y, x) -> (b, x, y, z) as the tool
+    reorders them; float32 x 3 features."""
+    cpath = os.path.join(data_dir, "bench", "spconv_basic.bzyx.i32.bin")
+    fpath = os.path.join(data_dir, "bench", "spconv_basic.feat3.f32.bin")
+    for p in (cpath, fpath):
+        if not os.path.exists(p):
+            fail(f"{p} not found (--data-dir or $VOXCONV_DATA_DIR: the folder holding bench/)")
+    bzyx = np.fromfile(cpath, dtype="<i4").reshape(-1, 4)
+    feats = np.fromfile(fpath, dtype="<f4").reshape(-1, 3)
+    if len(bzyx) != len(feats):
+        fail(f"{cpath} has {len(bzyx)} rows but {fpath} {len(feats)}")
+    return np.ascontiguousarray(bzyx[:, [0, 3, 2, 1]]), feats
+
+
+def voxelize_as_tool_scan(points, voxel, device):
+    """The tool's `--scan` input rule (prepare_scan in tools/bench.c):
+    origin = the points' min corner, no grid bound, first point per cell,
+    features x, y, z. Returns (coords, feats float32) on device."""
+    origin = tuple(float(v) for v in points.min(0))
+    coords, feats, _ = voxconv.voxelize(torch.from_numpy(points).to(device), voxel,
+                                        origin=origin, reduce="first", n_feat=3)
+    return coords, feats
+
+
+def write_points(points, directory, name):
+    path = os.path.join(directory, name)
+    np.ascontiguousarray(points, dtype="<f4").tofile(path)
+    return path
+
+
+# ---- the C path --------------------------------------------------------------------
+
+def default_tool():
+    """The tool beside the library this process loaded, else build-gpu/,
+    build-cuda/, build/ of this tree (the first that exists)."""
+    cands = [os.path.join(os.path.dirname(os.path.realpath(voxconv.library_path)), "voxconv")]
+    cands += [os.path.join(REPO, d, "voxconv") for d in ("build-gpu", "build-cuda", "build")]
+    for c in cands:
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def run_tool(args, tool_args, data_dir):
+    """Runs `voxconv bench <tool_args> --json` with this run's device and
+    protocol; returns its parsed JSON. The tool's progress lines are shown
+    as they come; its table (stderr under --json) only on failure."""
+    cmd = [args.tool, "bench", *tool_args, "--json", "--dtype", args.dtype,
+           "--repeat", str(args.repeat), "--warmup", str(args.warmup),
+           "--settle-ms", str(args.settle_ms), *args.tool_arg]
+    if args.device.type == "cuda":
+        cmd += ["--backend", "cuda", "--device", str(args.device.index or 0)]
+    else:
+        cmd += ["--backend", "cpu"]
+    progress("C path: " + " ".join(cmd))
+    env = dict(os.environ, VOXCONV_DATA_DIR=data_dir)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    err_lines = []
+
+    def pump():
+        for line in p.stderr:
+            err_lines.append(line)
+            if line.startswith("[bench]") or "WARNING" in line or "warning" in line:
+                print("    " + line.rstrip(), file=sys.stderr, flush=True)
+
+    t = threading.Thread(target=pump, daemon=True)
+    t.start()
+    out = p.stdout.read()
+    rc = p.wait()
+    t.join()
+    if rc != 0:
+        fail(f"{' '.join(cmd)} exited with {rc}:\n{''.join(err_lines[-40:])}")
+    try:
+        return json.loads(out), cmd
+    except json.JSONDecodeError as e:
+        fail(f"{' '.join(cmd)}: output is not JSON ({e}):\n{out[:2000]}")
+
+
+def tool_level_counts(tool_json):
+    """Voxels per level of the tool's network run: level 0, then each max
+    pool's output."""
+    layers = tool_json.get("layers", [])
+    counts = [l["n_in"] for l in layers if l["layer"] == "L0.conv1" and l["op"] == "conv_fwd"]
+    counts += [l["n_out"] for l in layers if l["op"] == "maxpool_fwd"]
+    return counts
+
+
+# ---- the PyTorch path --------------------------------------------------------------
+
+def workload_a_net(device, dtype):
+    layers, cin = [], 3
+    for level, c in enumerate(LEVEL_CHANNELS):
+        layers += [vnn.SparseConv3d(cin, c, 3, bias=False), vnn.SparseConv3d(c, c, 3, bias=False)]
+        if level + 1 < len(LEVEL_CHANNELS):
+            layers.append(vnn.SparseMaxPool3d(2, 2))
+        cin = c
+    return nn.Sequential(*layers).to(device=device, dtype=dtype)
+
+
+def rms(t):
+    return float(t.float().pow(2).mean().sqrt())
+
+
+@torch.no_grad()
+def scale_and_count(net, coords, feats):
+    """Untimed: scales every conv's weights so that its output has the rms of
+    its input (as the tool's variance-preserving init: fp16 activations stay
+    O(1) through 14 layers instead of decaying into subnormals), and returns
+    the voxel count of every level."""
+    for m in net:
+        if isinstance(m, vnn.SparseConv3d):
+            bound = (3.0 / (A_NEIGHBOURS * m.in_channels)) ** 0.5
+            nn.init.uniform_(m.weight, -bound, bound)
+    x = voxconv.SparseTensor(feats, coords)
+    counts = [len(x)]
+    for m in net:
+        y = m(x)
+        if isinstance(m, vnn.SparseConv3d):
+            r = rms(y.feats)
+            if r > 0:
+                m.weight.mul_(rms(x.feats) / r)
+                y = m(x)
+        else:
+            counts.append(len(y))
+        x = y
+    return counts
+
+
+class Timer:
+    """CUDA events around the Python calls on a GPU (one sync after each
+    run, like the tool's end-to-end runs), the host clock on the CPU."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.device = device
+
+    @property
+    def clock(self):
+        return "cuda_events" if self.cuda else "perf_counter"
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def run(self, fn):
+        self.sync()
+        if self.cuda:
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            return s.elapsed_time(e)
+        t = time.perf_counter()
+        fn()
+        return 1e3 * (time.perf_counter() - t)
+
+
+def measure(timer, fn, args, what, before=None):
+    """first call (wall, to completion: tuning included when the cache is
+    cold), further warm-ups, settle, then --repeat timed runs."""
+    if before:
+        before()
+    timer.sync()
+    t = time.perf_counter()
+    fn()
+    timer.sync()
+    first_ms = 1e3 * (time.perf_counter() - t)
+    for _ in range(args.warmup - 1):
+        if before:
+            before()
+        fn()
+    timer.sync()
+    if args.settle_ms and timer.cuda:
+        time.sleep(args.settle_ms / 1e3)
+    runs = []
+    for _ in range(args.repeat):
+        if before:
+            before()
+        runs.append(timer.run(fn))
+    med = statistics.median(runs)
+    progress(f"PyTorch {what}: median {med:.3f} ms (first call {first_ms:.1f} ms)")
+    return {"first_call_ms": first_ms, "ms": med, "ms_min": min(runs), "runs_ms": runs}
+
+
+def torch_network(args, timer, coords, feats):
+    """Workload A's network from Python on these voxels (A or B)."""
+    dtype = DTYPES[args.dtype]
+    net = workload_a_net(args.device, dtype)
+    feats = feats.to(dtype)
+    counts = scale_and_count(net, coords, feats)
+    leaf = feats.detach().clone().requires_grad_()
+    g = torch.Generator(device=args.device).manual_seed(args.seed)
+    dy = (torch.rand(counts[-1], LEVEL_CHANNELS[-1], device=args.device, generator=g)
+          * 2 - 1).to(dtype)
+
+    def forward():
+        with torch.no_grad():
+            return net(voxconv.SparseTensor(feats, coords))
+
+    def forward_backward():
+        y = net(voxconv.SparseTensor(leaf, coords))
+        y.feats.backward(dy)
+
+    def clear_grads():  # outside the timed region: no accumulation into old grads
+        leaf.grad = None
+        for p in net.parameters():
+            p.grad = None
+
+    fwd = measure(timer, forward, args, "forward")
+    fb = measure(timer, forward_backward, args, "forward+backward", before=clear_grads)
+    return counts, fwd, fb
+
+
+def torch_layer(args, timer, coords, channels):
+    """Workload C: one subm3 conv, SparseTensor reused (map cached)."""
+    dtype = DTYPES[args.dtype]
+    g = torch.Generator(device=args.device).manual_seed(args.seed + channels)
+    conv = vnn.SparseConv3d(channels, channels, 3, bias=False).to(args.device, dtype)
+    bound = (3.0 / (A_NEIGHBOURS * channels)) ** 0.5
+    with torch.no_grad():  # the tool's scale: uniform +-sqrt(3 / (pairs/N * C))
+        conv.weight.copy_((torch.rand(conv.weight.shape, device=args.device, generator=g)
+                           * 2 - 1) * bound)
+    feats = ((torch.rand(len(coords), channels, device=args.device, generator=g) * 2 - 1)
+             .to(dtype).requires_grad_())
+    dy = (torch.rand(len(coords), channels, device=args.device, generator=g) * 2 - 1).to(dtype)
+    x = voxconv.SparseTensor(feats, coords)
+
+    def forward():
+        with torch.no_grad():
+            return conv(x)
+
+    def forward_backward():
+        conv(x).feats.backward(dy)
+
+    def clear_grads():
+        feats.grad = None
+        conv.weight.grad = None
+
+    fwd = measure(timer, forward, args, f"C={channels} forward")
+    fb = measure(timer, forward_backward, args, f"C={channels} forward+backward",
+                 before=clear_grads)
+    return conv, x, fwd, fb
+
+
+def gpu_sleep(ms, device):
+    """Queues about `ms` of GPU work that needs no host: torch.cuda._sleep
+    (a spin kernel, calibrated here), else a chain of matmuls."""
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is not None:
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        sleep(1_000_000)
+        e.record()
+        e.synchronize()
+        cycles_per_ms = 1_000_000 / max(s.elapsed_time(e), 1e-3)
+        sleep(int(ms * cycles_per_ms))
+        return
+    a = torch.randn(4096, 4096, device=device, dtype=torch.float16)
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    a @ a
+    e.record()
+    e.synchronize()
+    for _ in range(int(ms / max(s.elapsed_time(e), 1e-3)) + 1):
+        a @ a
+
+
+def host_issue_time(args, conv, x):
+    """Median host time of one layer-forward call from Python, the GPU
+    kept busy (see the module doc)."""
+    out = {"calls": args.host_calls, "channels": conv.in_channels}
+    for mode in ("no_grad", "grad"):
+        ctx = torch.no_grad() if mode == "no_grad" else torch.enable_grad()
+        with ctx:
+            conv(x)
+            if args.device.type == "cuda":
+                torch.cuda.synchronize(args.device)
+                # longer than all the calls' host time together, by far
+                gpu_sleep(max(500.0, 5.0 * args.host_calls), args.device)
+                busy = torch.cuda.Event()
+                busy.record()
+            times = []
+            for _ in range(args.host_calls):
+                t = time.perf_counter()
+                y = conv(x)
+                times.append(1e6 * (time.perf_counter() - t))
+                del y
+            still_busy = not busy.query() if args.device.type == "cuda" else None
+            if args.device.type == "cuda":
+                torch.cuda.synchronize(args.device)
+        out[f"forward_{mode}_us"] = statistics.median(times)
+        out[f"forward_{mode}_runs_us"] = times
+        if still_busy is not None:
+            out[f"forward_{mode}_gpu_busy_throughout"] = still_busy
+            if not still_busy:
+                progress(f"warning: the GPU drained during the {mode} host-time calls: they "
+                         f"waited for it somewhere (a synchronising call?); times include GPU "
+                         f"time")
+    out["method"] = ("perf_counter per call while a sleep kernel queued first keeps the GPU busy"
+                     if args.device.type == "cuda" else
+                     "perf_counter per call (CPU: includes the compute on this input)")
+    progress(f"host time per layer forward: {out['forward_no_grad_us']:.1f} us (no_grad), "
+             f"{out['forward_grad_us']:.1f} us (grad)")
+    return out
+
+
+# ---- driver ------------------------------------------------------------------------
+
+def commit_id():
+    try:
+        rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=10)
+        if rev.returncode:
+            return None
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain",
+                                "--untracked-files=no"], capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+        return rev.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if seen)")
+    ap.add_argument("--tool", default=None,
+                    help="the voxconv tool (default: beside the loaded library, else "
+                         "build-gpu/, build-cuda/, build/)")
+    ap.add_argument("--no-tool", action="store_true", help="time the PyTorch path only")
+    ap.add_argument("--tool-arg", action="append", default=[],
+                    help="extra argument for every `voxconv bench` run (repeatable), e.g. "
+                         "--tool-arg=--maps --tool-arg=serial")
+    ap.add_argument("--workloads", default="A,B,C", help="subset of A,B,C (default all)")
+    ap.add_argument("--channels", default=None,
+                    help="workload C channel counts (default 32,64,128,256; --small 8)")
+    ap.add_argument("--dtype", choices=list(DTYPES), default=None,
+                    help="default f16 on CUDA (BENCHMARKS.md), f32 on the CPU")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="timed runs, median reported (default 10 CUDA, 3 CPU)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed runs first, >= 1 (default 3 CUDA, 1 CPU)")
+    ap.add_argument("--settle-ms", type=int, default=None,
+                    help="idle after the warm-ups (default 2000 on CUDA, 0 on the CPU)")
+    ap.add_argument("--host-calls", type=int, default=200,
+                    help="calls timed for the host issue time (default 200)")
+    ap.add_argument("--small", action="store_true",
+                    help="subsampled inputs (CPU smoke test; see the module doc)")
+    ap.add_argument("--data-dir", default=None,
+                    help="folder holding bench/ (default $VOXCONV_DATA_DIR, else ../shared/data "
+                         "beside the repository)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--json", default=None, help="write everything here")
+    args = ap.parse_args(argv)
+    dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        args.device = torch.device(dev)
+    except RuntimeError as e:
+        ap.error(f"--device {dev}: {e}")
+    cuda = args.device.type == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: torch sees no GPU")
+        if not voxconv.has_cuda():
+            ap.error(f"--device cuda: {voxconv.library_path} has no CUDA backend")
+        args.device = torch.device("cuda", args.device.index or 0)
+        torch.cuda.set_device(args.device)
+    elif args.device.type != "cpu":
+        ap.error(f"--device {dev}: want cuda, cuda:N or cpu")
+    args.workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
+    if not args.workloads or any(w not in ("A", "B", "C") for w in args.workloads):
+        ap.error("--workloads: want a subset of A,B,C")
+    try:
+        args.channels = [int(c) for c in (args.channels or
+                                          ("8" if args.small else "32,64,128,256")).split(",")]
+    except ValueError:
+        ap.error("--channels: want comma-separated integers")
+    if not args.channels or min(args.channels) < 1 or max(args.channels) > 4096:
+        ap.error("--channels: want counts in 1..4096")
+    args.dtype = args.dtype or ("f16" if cuda else "f32")
+    args.repeat = args.repeat if args.repeat is not None else (10 if cuda else 3)
+    args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
+    args.settle_ms = args.settle_ms if args.settle_ms is not None else (2000 if cuda else 0)
+    if args.repeat < 1:
+        ap.error("--repeat: want at least 1")
+    if args.warmup < 1:
+        ap.error("--warmup: want at least 1 (the first call builds and tunes)")
+    if args.settle_ms < 0 or args.host_calls < 1:
+        ap.error("--settle-ms >= 0 and --host-calls >= 1, please")
+    if cuda and args.repeat < 10:
+        progress(f"note: --repeat {args.repeat}: BENCHMARKS.md asks for the median of >= 10")
+    args.data_dir = args.data_dir or os.environ.get(
+        "VOXCONV_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
+    if args.no_tool:
+        args.tool = None
+    else:
+        args.tool = args.tool or default_tool()
+        if args.tool is None:
+            progress("no voxconv tool found (build it, or pass --tool); C path skipped")
+        elif not (os.path.isfile(args.tool) and os.access(args.tool, os.X_OK)):
+            ap.error(f"--tool {args.tool}: not an executable file")
+    return args
+
+
+def check_counts(what, mine, theirs):
+    if mine != theirs:
+        fail(f"workload {what}: the PyTorch path has {mine} voxels per level but the tool "
+             f"{theirs}: the two paths do not time the same input")
+
+
+def ratio(a, b):
+    return a / b if a and b else None
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cuda = args.device.type == "cuda"
+    timer = Timer(args.device)
+    rec = {"script": "bench/torch_bench.py",
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "commit": commit_id(), "device": str(args.device),
+           "device_name": torch.cuda.get_device_name(args.device) if cuda else
+           f"CPU ({os.cpu_count()} cores online)",
+           "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+           "python": platform.python_version(), "voxconv": voxconv.library_version(),
+           "library_path": voxconv.library_path,
+           "custom_ops": voxconv.custom_ops_enabled(),
+           "tool": {"path": args.tool}, "dtype": args.dtype, "small": args.small,
+           "protocol": {"repeat": args.repeat, "warmup": args.warmup,
+                        "settle_ms": args.settle_ms, "clock": timer.clock,
+                        "forward": "torch.no_grad(), fresh SparseTensor per call (A, B); "
+                                   "SparseTensor reused (C)",
+                        "forward_backward": "forward with autograd + backward of a random "
+                                            "output gradient (input and weight gradients)"},
+           "workloads": {}, "rows": []}
+    progress(f"device {rec['device_name']}; torch {torch.__version__}; voxconv "
+             f"{rec['voxconv']} ({voxconv.library_path}); tool {args.tool}; dtype {args.dtype}")
+    rows = rec["rows"]
+    tmp = tempfile.TemporaryDirectory(prefix="torch_bench_")
+    a_coords = None
+
+    def add_row(name, c_ms, t_ms, same_input=True):
+        rows.append({"name": name, "c_ms": c_ms, "torch_ms": t_ms,
+                     "ratio": ratio(t_ms, c_ms), "same_input": same_input})
+
+    def load_a():
+        pts = workload_a_points(args.data_dir)
+        if args.small:
+            pts = np.ascontiguousarray(pts[::SMALL_A_STRIDE])
+            coords, feats = voxelize_as_tool_scan(pts, 0.1, args.device)
+        else:
+            coords, feats, _ = voxconv.voxelize(
+                torch.from_numpy(pts).to(args.device), 0.1, origin=(-80.0, -80.0, -2.0),
+                grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
+            if len(coords) != A_VOXELS:
+                progress(f"warning: workload A gave {len(coords)} voxels, BENCHMARKS.md "
+                         f"expects {A_VOXELS}")
+        return pts, coords, feats
+
+    for w in args.workloads:
+        if w in ("A", "B"):
+            if w == "A":
+                pts, coords, feats = load_a()
+                a_coords = coords
+                tool_args = (["--scan", write_points(pts, tmp.name, "workload_a_small.bin"),
+                              "--fields", "3", "--voxel", "0.1"] if args.small
+                             else ["--workload", "A"])
+            else:
+                bxyz, bfeat = workload_b_voxels(args.data_dir)
+                if args.small:
+                    # integer-valued points at voxel 1.0 voxelize exactly to
+                    # the rows (shifted to the min corner): the tool's --scan
+                    # can take the same input
+                    pts = bxyz[::SMALL_B_STRIDE, 1:].astype(np.float32)
+                    coords, feats = voxelize_as_tool_scan(pts, 1.0, args.device)
+                    tool_args = ["--scan", write_points(pts, tmp.name, "workload_b_small.bin"),
+                                 "--fields", "3", "--voxel", "1"]
+                else:
+                    coords = torch.from_numpy(bxyz).to(args.device)
+                    feats = torch.from_numpy(bfeat).to(args.device)
+                    tool_args = ["--workload", "B"]
+            progress(f"workload {w}: {len(coords)} voxels")
+            entry = {"voxels": len(coords), "same_input": True}
+            tj = None
+            if args.tool:
+                tj, cmd = run_tool(args, tool_args, args.data_dir)
+                rec["tool"]["version"] = tj.get("version")
+                entry["c_path"] = {"cmd": cmd, "forward_ms": tj["forward_ms"],
+                                   "backward_ms": tj["backward_ms"],
+                                   "fwd_bwd_ms": tj["forward_ms"] + tj["backward_ms"],
+                                   "tool_json": tj}
+                if tj["input"]["voxels"] != len(coords):
+                    check_counts(w, [len(coords)], [tj["input"]["voxels"]])
+            counts, fwd, fb = torch_network(args, timer, coords, feats)
+            entry["levels"] = counts
+            if tj is not None:
+                check_counts(w, counts, tool_level_counts(tj))
+            entry["torch"] = {"forward": fwd, "fwd_bwd": fb}
+            rec["workloads"][w] = entry
+            c = entry.get("c_path", {})
+            add_row(f"{w} forward", c.get("forward_ms"), fwd["ms"])
+            add_row(f"{w} forward+backward", c.get("fwd_bwd_ms"), fb["ms"])
+        else:  # C
+            if a_coords is None:
+                _, a_coords, _ = load_a()
+            same = not args.small
+            entry = {"voxels": len(a_coords), "same_input": same, "channels": {}}
+            tj = None
+            if args.tool:
+                tj, cmd = run_tool(args, ["--workload", "C", "--channels",
+                                          ",".join(map(str, args.channels))], args.data_dir)
+                rec["tool"]["version"] = tj.get("version")
+                entry["c_path"] = {"cmd": cmd, "tool_json": tj}
+                if same and tj["input"]["voxels"] != len(a_coords):
+                    check_counts("C", [len(a_coords)], [tj["input"]["voxels"]])
+            layer_for_host = None
+            for ch in args.channels:
+                conv, x, fwd, fb = torch_layer(args, timer, a_coords, ch)
+                if layer_for_host is None or ch == 64:
+                    layer_for_host = (conv, x)
+                c_fwd = c_fb = None
+                if tj is not None:
+                    ms = {l["op"]: l["ms"] for l in tj["layers"] if l["layer"] == f"C={ch}"}
+                    c_fwd = ms.get("conv_fwd")
+                    if c_fwd is not None:
+                        c_fb = c_fwd + ms["conv_dgrad"] + ms["conv_wgrad"]
+                entry["channels"][str(ch)] = {"c_forward_ms": c_fwd, "c_fwd_bwd_ms": c_fb,
+                                              "torch": {"forward": fwd, "fwd_bwd": fb}}
+                add_row(f"C={ch} forward", c_fwd, fwd["ms"], same)
+                add_row(f"C={ch} forward+backward", c_fb, fb["ms"], same)
+            rec["workloads"]["C"] = entry
+            if cuda:
+                rec["host_issue_us"] = host_issue_time(args, *layer_for_host)
+
+    if "host_issue_us" not in rec:
+        # CPU, or no workload C: a 64-voxel input, where the call's own
+        # work is small next to its overhead.
+        coords = torch.zeros(64, 4, dtype=torch.int32, device=args.device)
+        coords[:, 1] = torch.arange(64, device=args.device)
+        conv = vnn.SparseConv3d(8, 8, 3, bias=False).to(args.device, DTYPES[args.dtype])
+        x = voxconv.SparseTensor(torch.rand(64, 8, device=args.device,
+                                            dtype=DTYPES[args.dtype]), coords)
+        rec["host_issue_us"] = host_issue_time(args, conv, x)
+    tmp.cleanup()
+
+    print(f"\n{rec['device_name']}, torch {torch.__version__}, voxconv {rec['voxconv']}, "
+          f"commit {rec['commit']}, {args.dtype}, median of {args.repeat} "
+          f"({timer.clock}){', --small' if args.small else ''}")
+    print(f"{'workload':<24} {'C path ms':>10} {'PyTorch ms':>11} {'PyTorch/C':>10}")
+    for r in rows:
+        c = f"{r['c_ms']:.3f}" if r["c_ms"] is not None else "-"
+        rt = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        mark = "" if r["same_input"] else "  (different inputs: --small)"
+        print(f"{r['name']:<24} {c:>10} {r['torch_ms']:>11.3f} {rt:>10}{mark}")
+    h = rec["host_issue_us"]
+    print(f"host time per layer forward call (C={h['channels']}, median of {h['calls']}): "
+          f"{h['forward_no_grad_us']:.1f} us under no_grad, {h['forward_grad_us']:.1f} us with "
+          f"autograd")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rec, f, indent=1)
+        progress(f"wrote {args.json}")
+    return rec
+
+
+if __name__ == "__main__":
+    main()
