@@ -1104,6 +1104,16 @@ static int build_map(bench_t *B, voxconv_handle_t *h, int l,
     return rc;
   voxconv_kmap_info_t info;
   TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(*map, &info));
+  /* A CUDA submanifold build does not wait for the GPU, so its pair count
+   * is not known yet (-1). Timed runs leave it so (waiting would put a host
+   * synchronisation into the measured forward; the plan checked the count
+   * once); untimed ones, which size the plan and the FLOP counts, wait. */
+  if (info.n_pairs < 0) {
+    if (check)
+      return 0;
+    TRY_ON(h, "voxconv_kmap_wait", voxconv_kmap_wait(h, *map));
+    TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(*map, &info));
+  }
   if (!pool) {
     if (check && info.n_pairs != L->pairs_subm) {
       fprintf(stderr,
