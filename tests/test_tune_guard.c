@@ -83,10 +83,29 @@ static int pairs_get(voxconv_handle_t *h, const voxconv_kmap_t *m,
       VOXCONV_STATUS_SUCCESS)
     return 0;
   const int64_t np = pr->po[pr->kvol];
-  pr->in = (int32_t *)xmalloc((size_t)np * sizeof(int32_t));
-  pr->out = (int32_t *)xmalloc((size_t)np * sizeof(int32_t));
-  return voxconv_kmap_get_pairs(h, m, pr->po, pr->in, pr->out) ==
-         VOXCONV_STATUS_SUCCESS;
+  const size_t bytes = (size_t)(np ? np : 1) * sizeof(int32_t);
+  pr->in = (int32_t *)xmalloc(bytes);
+  pr->out = (int32_t *)xmalloc(bytes);
+  voxconv_backend_t be = VOXCONV_BACKEND_CPU;
+  voxconv_get_backend(h, &be);
+  if (be == VOXCONV_BACKEND_CPU)
+    return voxconv_kmap_get_pairs(h, m, pr->po, pr->in, pr->out) ==
+           VOXCONV_STATUS_SUCCESS;
+  /* On CUDA the row lists are copied into backend memory first. */
+  void *din = NULL, *dout = NULL;
+  int ok = voxconv_malloc(h, bytes, &din) == VOXCONV_STATUS_SUCCESS &&
+           voxconv_malloc(h, bytes, &dout) == VOXCONV_STATUS_SUCCESS &&
+           voxconv_kmap_get_pairs(h, m, pr->po, (int32_t *)din,
+                                  (int32_t *)dout) == VOXCONV_STATUS_SUCCESS &&
+           voxconv_memcpy(h, pr->in, din, bytes,
+                          VOXCONV_MEMCPY_BACKEND_TO_HOST) ==
+               VOXCONV_STATUS_SUCCESS &&
+           voxconv_memcpy(h, pr->out, dout, bytes,
+                          VOXCONV_MEMCPY_BACKEND_TO_HOST) ==
+               VOXCONV_STATUS_SUCCESS;
+  voxconv_free(h, din);
+  voxconv_free(h, dout);
+  return ok;
 }
 
 static void pairs_free(pairs_t *pr) {

@@ -105,7 +105,23 @@ extern "C" voxconv_status_t vc_cuda_device_info(int device,
 }
 
 /* ---- handle ------------------------------------------------------------- */
+static voxconv_status_t vc_cuda_handle_init_body(voxconv_handle_t *h);
+
+/* A handle may be created while some stream of the thread is being
+ * captured into a CUDA graph (PyTorch makes one per stream, so the first
+ * call on torch.cuda.graph's capture stream creates one). Its set-up calls
+ * (cudaFree(0), the pool, cuBLAS) are not stream work, but in the default
+ * (global) capture mode such "unsafe" calls would invalidate the capture:
+ * they run with the thread's capture mode relaxed, restored after. */
 extern "C" voxconv_status_t vc_cuda_handle_init(voxconv_handle_t *h) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  const voxconv_status_t st = vc_cuda_handle_init_body(h);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return st;
+}
+
+static voxconv_status_t vc_cuda_handle_init_body(voxconv_handle_t *h) {
   int n = 0;
   VC_CHECK(vc_cuda_device_count(&n));
   if (n == 0)
