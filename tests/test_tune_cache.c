@@ -197,8 +197,9 @@ static const char k_valid[] =
     "  cand broken - - failed:VOXCONV_STATUS_CUDA_ERROR -\n"
     "end 1\n";
 
-/* Magnitudes at the edges of double: the writer prints times with "%.6g"
- * and max_rel with "%.3e", which can turn a normal value into a subnormal
+/* Magnitudes at the edges of double: the writer prints times exactly (the
+ * shortest text that reads back the same) and max_rel with "%.3e", which
+ * can turn a normal value into a subnormal
  * one (2.2250738585072014e-308 -> 2.22507e-308) or DBL_MAX into an
  * overflow (1.798e+308), and a wrong candidate's max_rel is infinite when
  * its reference is all zeros. The reader must take back whatever the
@@ -255,6 +256,43 @@ static void test_extreme_measures(void) {
     vc_cache_db_free(&back);
   }
   free(text);
+  vc_cache_db_free(&db);
+}
+
+/* Found by fuzz_cache_reader: times printed with 6 digits made two
+ * candidates 3.94489 and 3.944895 ms tie when read back, and the tie
+ * (broken by name) swapped their ranks, so the file changed on every
+ * rewrite. Times are written exactly (shortest text that reads back the
+ * same double), so a written ranking reads back unchanged. */
+static void test_rank_survives_round_trip(void) {
+  vc_cache_db_t db, back;
+  vc_cache_db_init(&db);
+  const vc_cache_key_t key = make_key("cpu:ties", 8, 8);
+  vc_cache_entry_t *e = vc_cache_db_upsert(&db, "sparse_conv_forward", &key);
+  vc_cache_row_t fast = make_row("zeta", "-", 3.94489, "ok", 0);
+  vc_cache_row_t slow = make_row("alpha", "-", 3.944895, "ok", 0);
+  vc_cache_entry_put_row(e, &slow);
+  vc_cache_entry_put_row(e, &fast);
+  vc_cache_entry_sort(e);
+  size_t len = 0, len2 = 0;
+  char *text = vc_cache_db_serialize(&db, &len);
+  char err[256] = "";
+  VC_EXPECT(text && vc_cache_db_parse(&back, text, len, err, sizeof err) == 0,
+            "parse: %s", err);
+  VC_EXPECT(back.n == 1 && strcmp(back.entries[0].rows[0].algo, "zeta") == 0 &&
+                back.entries[0].rows[1].time_ms == 3.944895,
+            "ranking or time changed by the round trip: %s %.17g",
+            back.n ? back.entries[0].rows[0].algo : "-",
+            back.n ? back.entries[0].rows[1].time_ms : 0.0);
+  char *text2 = vc_cache_db_serialize(&back, &len2);
+  VC_EXPECT(text2 && len2 == len && memcmp(text, text2, len) == 0,
+            "serialize(parse(text)) differs:\n%s---\n%s", text,
+            text2 ? text2 : "(null)");
+  VC_EXPECT(text && strstr(text, "3.944895 ok"),
+            "times are not written as typed:\n%s", text);
+  free(text);
+  free(text2);
+  vc_cache_db_free(&back);
   vc_cache_db_free(&db);
 }
 
@@ -1224,6 +1262,7 @@ int main(void) {
   setenv("VOXCONV_AUTOTUNE_LOG", "0", 1);
   test_round_trip();
   test_extreme_measures();
+  test_rank_survives_round_trip();
   test_reader();
   test_corrupt_files();
   test_concurrent_processes();

@@ -396,6 +396,22 @@ static void format_measure(char *buf, size_t size, const char *fmt, double v) {
   snprintf(buf, size, fmt, v);
 }
 
+/* A time as the shortest text that reads back as the same double (6
+ * significant digits when they suffice, as before). Times rank the
+ * candidates: rounded ones could tie when read back and the tie, broken by
+ * name, would reorder the file on every rewrite. */
+static void format_time(char *buf, size_t size, double v) {
+  if (v < 0 || !(v <= VC_CACHE_MEASURE_MAX)) {
+    format_measure(buf, size, "%.6g", v);
+    return;
+  }
+  for (int digits = 6; digits <= 17; digits++) {
+    snprintf(buf, size, "%.*g", digits, v);
+    if (strtod(buf, NULL) == v)
+      return;
+  }
+}
+
 char *vc_cache_db_serialize(const vc_cache_db_t *db, size_t *len) {
   sbuf_t s = {NULL, 0, 0, 0};
   s.cap = 4096;
@@ -417,7 +433,7 @@ char *vc_cache_db_serialize(const vc_cache_db_t *db, size_t *len) {
     for (int r = 0; r < e->n_rows; r++) {
       const vc_cache_row_t *row = &e->rows[r];
       char t[32], m[32];
-      format_measure(t, sizeof t, "%.6g", row->time_ms);
+      format_time(t, sizeof t, row->time_ms);
       format_measure(m, sizeof m, "%.3e", row->max_rel);
       sb_printf(&s, "  cand %s %s %s %s %s\n", row->algo, row->params, t,
                 row->status, m);
