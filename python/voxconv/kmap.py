@@ -56,6 +56,19 @@ _registry = weakref.WeakValueDictionary()  # id -> KernelMap (for torch custom o
 _ids = itertools.count(1)
 
 
+def _torch_stream(raw, device):
+    """A torch Stream object for a raw cudaStream_t of `device`. The legacy
+    default stream (0) is torch's default stream: an ExternalStream made
+    from 0 does not order work with it (seen on torch 2.11: its waits had
+    no effect)."""
+    cur = torch.cuda.current_stream(device)
+    if cur.cuda_stream == raw:
+        return cur
+    if raw == 0:
+        return torch.cuda.default_stream(device)
+    return torch.cuda.ExternalStream(raw, device=device)
+
+
 def _destroy_kmap(handle, kmap_ptr, users):
     """Frees a map on its building handle once that stream has waited for
     every other stream that used it (their queued work may still read the
@@ -64,10 +77,10 @@ def _destroy_kmap(handle, kmap_ptr, users):
         others = [u for u in users if u != handle.stream]
         if others:
             try:
-                own = torch.cuda.ExternalStream(handle.stream, device=handle.device)
+                own = _torch_stream(handle.stream, handle.device)
                 for u in others:
                     ev = torch.cuda.Event()
-                    ev.record(torch.cuda.ExternalStream(u, device=handle.device))
+                    ev.record(_torch_stream(u, handle.device))
                     own.wait_event(ev)
             except Exception:  # noqa: BLE001 - at shutdown or mid-capture: free anyway
                 torch.cuda.synchronize(handle.device)
@@ -144,7 +157,7 @@ class KernelMap:
             return
         self._users.append(handle.stream)
         if self.ready is not None:
-            torch.cuda.ExternalStream(handle.stream, device=self.device).wait_event(self.ready)
+            _torch_stream(handle.stream, self.device).wait_event(self.ready)
 
     def out_coords(self):
         """A new int32 [n_out, 4] tensor (on the map's device) with the
