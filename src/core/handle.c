@@ -130,6 +130,7 @@ voxconv_status_t voxconv_destroy(voxconv_handle_t *h) {
   if (h->backend == VOXCONV_BACKEND_CUDA)
     vc_cuda_handle_fini(h);
 #endif
+  free(h->tune_memo);
   free(h);
   return VOXCONV_STATUS_SUCCESS;
 }

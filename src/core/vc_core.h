@@ -37,6 +37,9 @@ struct voxconv_handle {
   voxconv_call_info_t last_call;
   int has_last_call;
   char tune_device_key[160];
+  /* The tuner's memo of this handle's recent decisions (src/tune/memo.c,
+   * plain malloc; NULL until the first conv). */
+  void *tune_memo;
 };
 
 /* Records a failure with context on h (or the calling thread when h is NULL)

@@ -62,6 +62,18 @@ static pthread_cond_t g_cond = PTHREAD_COND_INITIALIZER;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 static vc_cache_db_t g_db; /* guarded by g_mu */
+/* Bumped whenever what g_db answers may have changed (a put, a load, a
+ * merge of another process's results, a clear): decisions memoised from
+ * it (memo.c) are only valid for the generation they were made in. */
+static unsigned g_generation;
+
+static void bump_generation(void) {
+  __atomic_add_fetch(&g_generation, 1u, __ATOMIC_RELEASE);
+}
+
+unsigned vc_cache_generation(void) {
+  return __atomic_load_n(&g_generation, __ATOMIC_ACQUIRE);
+}
 static int g_loaded;       /* g_db holds the file at g_path */
 static char g_path[VC_PATH_MAX];
 static size_t g_path_len;    /* > VC_PATH_MAX - 1: g_path is cut, memory only */
@@ -343,6 +355,7 @@ static void set_aside(const char *path, const char *why) {
  * the file lock (another process may just have replaced it) and then set
  * aside. */
 static void load_locked(void) {
+  bump_generation();
   vc_cache_db_free(&g_db);
   char err[VC_PATH_MAX + 64];
   int rc = read_file(g_path, &g_db, &g_stamp, err, sizeof err);
@@ -387,6 +400,7 @@ static int ensure_loaded_locked(void) {
     load_locked();
   } else { /* memory only: no file can be opened at that path */
     vc_cache_db_free(&g_db);
+    bump_generation();
     memset(&g_stamp, 0, sizeof g_stamp);
     char msg[512];
     too_long_reason(g_path, len, msg, sizeof msg);
@@ -633,6 +647,7 @@ out:
       /* What other processes saved becomes visible here too; rows this
        * process measured during the save (dirty again) stay. */
       merge_saved_db(&g_db, &disk);
+      bump_generation();
       g_stamp = st;
     } else {
       /* Keep the results for a later attempt. */
@@ -736,6 +751,7 @@ int vc_cache_get(const char *ns, const vc_cache_key_t *key, int reload_on_miss,
         char err[256];
         if (read_file(g_path, &disk, &now, err, sizeof err) > 0) {
           merge_saved_db(&g_db, &disk);
+          bump_generation();
           g_stamp = now;
         }
         vc_cache_db_free(&disk);
@@ -765,6 +781,7 @@ void vc_cache_put(const vc_cache_entry_t *src) {
       e->coverage |= src->coverage;
       vc_cache_entry_sort(e);
       e->dirty = 1;
+      bump_generation();
       wake_saver_locked();
     }
   }
@@ -789,6 +806,7 @@ void vc_cache_forget(void) {
   g_loaded = 0;
   g_pending = 0;
   memset(&g_stamp, 0, sizeof g_stamp);
+  bump_generation();
   pthread_mutex_unlock(&g_mu);
 }
 
@@ -834,6 +852,7 @@ voxconv_status_t voxconv_cache_clear(void) {
   vc_cache_db_free(&g_db);
   g_loaded = 0;
   g_pending = 0;
+  bump_generation();
   pthread_mutex_unlock(&g_mu);
   voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
   char target[VC_PATH_MAX];

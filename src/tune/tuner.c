@@ -1622,7 +1622,9 @@ static voxconv_status_t run_winner(tune_call_t *tc, const vc_cache_entry_t *rec,
     if (win_algo)
       win = &rec->rows[r];
   }
-  progress_done(pr, n_todo, n_bad, win);
+  /* Nothing measured (every candidate was recorded before): no line. */
+  if (n_todo > 0)
+    progress_done(pr, n_todo, n_bad, win);
   if (!win && !ref->ok) {
     if (vc_stream_capturing(h))
       return run_during_capture(tc); /* no reference run may wait now */
@@ -1727,6 +1729,50 @@ static voxconv_status_t dispatch_pool(tune_call_t *tc) {
   return tune_and_run(tc);
 }
 
+/* ---- the memo (memo.c): repeated calls skip the lookup ------------------ */
+static void memo_key_of(const tune_call_t *tc, vc_tune_memo_key_t *k) {
+  k->pass = (int)tc->p->pass;
+  k->mode = (int)tc->sel.mode;
+  k->n_sel = tc->sel.n;
+  memcpy(k->sel, tc->sel.algos, (size_t)tc->sel.n * sizeof k->sel[0]);
+  vc_tune_make_key(tc->h, tc->p, &k->key);
+}
+
+/* 1 when the memoised decision ran (*st success); a decision that fails
+ * now is forgotten and the full lookup decides. */
+static int run_memo(tune_call_t *tc, const vc_tune_memo_key_t *k,
+                    voxconv_status_t *st) {
+  vc_tune_memo_value_t v;
+  if (!vc_tune_memo_find(tc->h, k, &v))
+    return 0;
+  const vc_conv_problem_t q = cand_problem(
+      tc->p, vc_params_f16_accum(v.algo, tc->p->pass, &v.params), tc->p->c);
+  *st = run_with_workspace(tc->h, v.algo, &q, &v.params);
+  if (*st != VOXCONV_STATUS_SUCCESS) {
+    vc_tune_memo_drop(tc->h, k);
+    vc_clear_error(tc->h);
+    return 0;
+  }
+  record_call(tc->h, tc->p, v.algo->info.name, v.params_text, tc->reason,
+              v.time_ms, 1);
+  return 1;
+}
+
+/* Remembers what the full lookup just ran (h->last_call). */
+static void memo_store_last(tune_call_t *tc, const vc_tune_memo_key_t *k,
+                            unsigned gen) {
+  const voxconv_call_info_t *ci = &tc->h->last_call;
+  vc_tune_memo_value_t v;
+  memset(&v, 0, sizeof v);
+  v.algo = vc_algo_find(ci->algo);
+  if (!v.algo ||
+      !vc_params_parse(v.algo, tc->p->pass, ci->params, &v.params))
+    return;
+  snprintf(v.params_text, sizeof v.params_text, "%s", ci->params);
+  v.time_ms = ci->time_ms;
+  vc_tune_memo_store(tc->h, k, &v, gen);
+}
+
 voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
                                   const voxconv_conv_options_t *opt) {
   tune_call_t tc;
@@ -1737,11 +1783,26 @@ voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
   VC_CHECK(vc_algo_selection_for(h, opt, p->pass, &tc.sel));
   tc.ns = vc_cache_pass_namespace((int)p->pass);
   tc.mode = tc.sel.mode;
-  voxconv_status_t st = pool_algos(&tc);
+  vc_tune_memo_key_t mk;
+  memo_key_of(&tc, &mk);
+  voxconv_status_t st;
+  if (run_memo(&tc, &mk, &st)) {
+    vc_clear_error(h);
+    return st;
+  }
+  /* The generation the decision is made in (a change during the call,
+   * e.g. this call's own tuning results, makes it stale: the next call
+   * looks up again and memoises that). */
+  const unsigned gen = vc_cache_generation();
+  st = pool_algos(&tc);
   if (st == VOXCONV_STATUS_SUCCESS)
     st = dispatch_pool(&tc);
-  if (st == VOXCONV_STATUS_SUCCESS)
+  if (st == VOXCONV_STATUS_SUCCESS) {
     vc_clear_error(h);
+    /* not while capturing: the choice then may be the untuned default */
+    if (!vc_stream_capturing(h))
+      memo_store_last(&tc, &mk, gen);
+  }
   vc_cache_entry_free(&tc.top);
   free(tc.pl.c);
   return st;

@@ -196,6 +196,41 @@ int vc_cache_recommend_for(const char *ns, const vc_cache_key_t *like,
 int vc_cache_save_now(char *msg, size_t msg_size);
 /* Tests: drop the process table without saving (as a fresh process). */
 void vc_cache_forget(void);
+/* Changes whenever the table's answers may have changed (see cache.c). */
+unsigned vc_cache_generation(void);
+
+/* ---- per-handle memo of decisions (memo.c) ---------------------------- */
+/* A call repeats one seen before on the same handle when its pass, cache
+ * key (shapes, flags, device), search mode and the algorithms named are
+ * the same: the memo hands back what ran then, without the pool, the
+ * cache lookup or the admissible-combination scan (which dominated the
+ * host time of a cached call: a 64 KB scratch allocation, a stat of the
+ * cache file). A memo entry holds only while the cache's generation is
+ * the one it was made in. */
+typedef struct vc_tune_memo_key {
+  int pass;
+  int mode; /* vc_sel_mode_t */
+  int n_sel;
+  const vc_algo_t *sel[VC_SEL_MAX_ALGOS];
+  vc_cache_key_t key;
+} vc_tune_memo_key_t;
+
+typedef struct vc_tune_memo_value {
+  const vc_algo_t *algo;
+  vc_algo_params_t params;
+  char params_text[VC_CACHE_PARAMS_MAX];
+  double time_ms;
+} vc_tune_memo_value_t;
+
+/* 1 and *v when k is memoised (and still valid) on h. */
+int vc_tune_memo_find(const voxconv_handle_t *h, const vc_tune_memo_key_t *k,
+                      vc_tune_memo_value_t *v);
+/* Remembers v for k (made in generation `gen`); silently does nothing when
+ * out of memory. */
+void vc_tune_memo_store(voxconv_handle_t *h, const vc_tune_memo_key_t *k,
+                        const vc_tune_memo_value_t *v, unsigned gen);
+/* Forgets k (its algorithm failed when replayed). */
+void vc_tune_memo_drop(voxconv_handle_t *h, const vc_tune_memo_key_t *k);
 /* Tests: replaces the CPU clock of the benchmark runner (NULL = the
  * monotonic clock), so that fake algorithms can take exact virtual time. */
 extern double (*vc_tune_test_clock_ms)(void);
