@@ -95,7 +95,12 @@ static int problem_init(problem_t *P) {
   voxconv_handle_desc_t d = {VOXCONV_BACKEND_CUDA, 0, P->stream, NULL, 0, 1};
   VC_REQUIRE(voxconv_create(&P->h, &d) == VOXCONV_STATUS_SUCCESS,
              "voxconv_create: %s", voxconv_get_last_error(NULL));
-  int32_t *c = vc_random_coords(60000, 40, &P->n);
+  /* VOXCONV_TEST_SMALL=1 (compute-sanitizer runs): a small problem, so
+   * that the autotuner's candidates stay affordable under the tools. */
+  const char *small = getenv("VOXCONV_TEST_SMALL");
+  const int is_small = small && strcmp(small, "1") == 0;
+  int32_t *c = vc_random_coords(is_small ? 3000 : 60000, is_small ? 12 : 40,
+                                &P->n);
   P->coords = (int32_t *)dev_upload(c, (size_t)P->n * 16);
   free(c);
   P->x = dev_random_f16(P->n * C);
