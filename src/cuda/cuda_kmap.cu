@@ -185,6 +185,10 @@ __global__ void vc_status_init_kernel(VcKmapStatus *st) {
     st->overflow_in = st->overflow_out = 0;
     st->n_out = 0;
     st->dup_prev_row = -1;
+    /* Copied to the host whole (asynchronous builds): written even when no
+     * error fills them (compute-sanitizer initcheck). */
+    for (int i = 0; i < 4; i++)
+      st->bad_in_coords[i] = st->dup_in_coords[i] = 0;
   }
 }
 
