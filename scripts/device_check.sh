@@ -29,17 +29,12 @@
 # scripts/stage_device_data.sh, since ../shared does not travel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FINAL=${OUT:-/tmp/voxconv-device}
-OUT=$FINAL/logs
-mkdir -p "$OUT"
-trap 'tar -C "$FINAL" -czf "$FINAL/logs.tar.gz" logs && rm -rf "$OUT"' EXIT
-export VOXCONV_DATA_DIR=${VOXCONV_DATA_DIR:-$PWD/.devdata}
+. scripts/device_logs.sh
 export VOXCONV_BENCHMARK_CACHE_DIR=$OUT/tuning-cache
 steps=${*:-build test sanitize bench}
 B=build-gpu
 CS=/usr/local/cuda/bin/compute-sanitizer
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
-stamp() { echo "== $1 ($(date +%T))"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
   --format=csv,noheader | tee "$OUT/gpu.txt"

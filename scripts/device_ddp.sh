@@ -6,13 +6,9 @@
 # the Python asynchronous-path tests. Logs -> $OUT/logs.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FINAL=${OUT:-/tmp/voxconv-device}
-OUT=$FINAL/logs
-mkdir -p "$OUT"
-trap 'tar -C "$FINAL" -czf "$FINAL/logs.tar.gz" logs && rm -rf "$OUT"' EXIT
-export VOXCONV_DATA_DIR=$PWD/.devdata PYTHONUNBUFFERED=1
+. scripts/device_logs.sh
+export PYTHONUNBUFFERED=1
 B=build-gpu
-stamp() { echo "== $1 ($(date +%T))"; }
 nvidia-smi -L | tee "$OUT/gpu.txt"
 stamp build
 cmake -G Ninja -S . -B $B -DCMAKE_BUILD_TYPE=Release -DVOXCONV_DATA_DIR="$VOXCONV_DATA_DIR" \

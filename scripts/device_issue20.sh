@@ -12,17 +12,12 @@
 # Inputs: .devdata (scripts/stage_device_data.sh), carried with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-FINAL=${OUT:-/tmp/voxconv-device}
-OUT=$FINAL/logs
-mkdir -p "$OUT"
-trap 'tar -C "$FINAL" -czf "$FINAL/logs.tar.gz" logs && rm -rf "$OUT"' EXIT
-export VOXCONV_DATA_DIR=${VOXCONV_DATA_DIR:-$PWD/.devdata}
+. scripts/device_logs.sh
 export VOXCONV_BENCHMARK_CACHE_DIR=$OUT/tuning-cache
 export PYTHONUNBUFFERED=1
 steps=${*:-build ctest pytest bench}
 B=build-gpu
 has() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
-stamp() { echo "== $1 ($(date +%T))"; }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit \
   --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -48,7 +43,7 @@ fi
 
 if has pytest; then
   stamp "pytest (CUDA)"
-  timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -q -rs -x --durations=10 tests/python \
+  timeout ${PYTEST_TIMEOUT:-420} python3 -m pytest -q -rs --durations=10 tests/python \
     >"$OUT/pytest.txt" 2>&1
   tail -30 "$OUT/pytest.txt"
 fi

@@ -30,7 +30,7 @@ bench("_conv_fwd (C call)", lambda: _ops._conv_fwd(feats, wd, km, cfg, False))
 with torch.no_grad():
     bench("module call no_grad", lambda: conv(x))
 bench("module call grad", lambda: conv(x))
-bench("_FwdFn.apply", lambda: _ops._FwdFn.apply(feats, w, km, "conv", cfg, False))
+bench("_PassFn.apply", lambda: _ops._PassFn.apply(feats, w, km, "conv", cfg, 0, False))
 import cProfile, pstats
 torch.cuda._sleep(int(5e8))
 pr = cProfile.Profile(); pr.enable()

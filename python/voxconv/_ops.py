@@ -266,77 +266,48 @@ _PASSES = {"conv": (_conv_fwd, _conv_dgrad, _conv_wgrad),
 # without create_graph the passes are called directly.
 
 
-class _FwdFn(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, w, km, kind, cfg, inference):
-        ctx.save_for_backward(x, w)
-        ctx.km, ctx.kind, ctx.cfg = km, kind, cfg
-        return _PASSES[kind][0](x, w, km, cfg, inference)
+# For pass `which` with inputs (a, b) and incoming gradient g, the two
+# gradients as (pass, first argument, second argument), the arguments
+# named "a", "b" or "g" (the table above):
+_GRADS = (
+    (("dgrad", "g", "b"), ("wgrad", "a", "g")),  # fwd:   a = x,  b = W
+    (("fwd", "g", "b"), ("wgrad", "g", "a")),    # dgrad: a = dy, b = W
+    (("dgrad", "b", "g"), ("fwd", "a", "g")),    # wgrad: a = x,  b = dy
+)
+_WHICH = {"fwd": 0, "dgrad": 1, "wgrad": 2}
+
+
+def _pass(kind, which, a, b, km, cfg, graph):
+    """One pass: through _PassFn when a second-order graph is being built
+    (backward with create_graph=True), else the plain call."""
+    if graph:
+        return _PassFn.apply(a, b, km, kind, cfg, which, False)
+    fn = _PASSES[kind][which]
+    return fn(a, b, km, cfg, False) if which == 0 else fn(a, b, km, cfg)
+
+
+class _PassFn(torch.autograd.Function):
+    """Pass `which` (0 forward, 1 dgrad, 2 wgrad) of a regular or depthwise
+    convolution, differentiable in both inputs by the other passes."""
 
     @staticmethod
-    def backward(ctx, dy):
-        x, w = ctx.saved_tensors
-        dy = dy.contiguous()
-        km, kind, cfg = ctx.km, ctx.kind, ctx.cfg
-        graph = torch.is_grad_enabled()
-        dx = dw = None
-        if ctx.needs_input_grad[0]:
-            dx = (_DgradFn.apply(dy, w, km, kind, cfg) if graph
-                  else _PASSES[kind][1](dy, w, km, cfg))
-        if ctx.needs_input_grad[1]:
-            dw = (_WgradFn.apply(x, dy, km, kind, cfg) if graph
-                  else _PASSES[kind][2](x, dy, km, cfg))
-        return dx, dw, None, None, None, None
-
-
-class _DgradFn(torch.autograd.Function):
-    """dx = dgrad(dy, W), differentiable in dy and W."""
-
-    @staticmethod
-    def forward(ctx, dy, w, km, kind, cfg):
-        ctx.save_for_backward(dy, w)
-        ctx.km, ctx.kind, ctx.cfg = km, kind, cfg
-        return _PASSES[kind][1](dy, w, km, cfg)
+    def forward(ctx, a, b, km, kind, cfg, which, inference):
+        ctx.save_for_backward(a, b)
+        ctx.km, ctx.kind, ctx.cfg, ctx.which = km, kind, cfg, which
+        fn = _PASSES[kind][which]
+        return fn(a, b, km, cfg, inference) if which == 0 else fn(a, b, km, cfg)
 
     @staticmethod
     def backward(ctx, g):
-        dy, w = ctx.saved_tensors
-        g = g.contiguous()
-        km, kind, cfg = ctx.km, ctx.kind, ctx.cfg
+        a, b = ctx.saved_tensors
+        args = {"a": a, "b": b, "g": g.contiguous()}
         graph = torch.is_grad_enabled()
-        gdy = gw = None
-        if ctx.needs_input_grad[0]:
-            gdy = (_FwdFn.apply(g, w, km, kind, cfg, False) if graph
-                   else _PASSES[kind][0](g, w, km, cfg, False))
-        if ctx.needs_input_grad[1]:
-            gw = (_WgradFn.apply(g, dy, km, kind, cfg) if graph
-                  else _PASSES[kind][2](g, dy, km, cfg))
-        return gdy, gw, None, None, None
-
-
-class _WgradFn(torch.autograd.Function):
-    """dW = wgrad(x, dy), differentiable in x and dy."""
-
-    @staticmethod
-    def forward(ctx, x, dy, km, kind, cfg):
-        ctx.save_for_backward(x, dy)
-        ctx.km, ctx.kind, ctx.cfg = km, kind, cfg
-        return _PASSES[kind][2](x, dy, km, cfg)
-
-    @staticmethod
-    def backward(ctx, G):
-        x, dy = ctx.saved_tensors
-        G = G.contiguous()
-        km, kind, cfg = ctx.km, ctx.kind, ctx.cfg
-        graph = torch.is_grad_enabled()
-        gx = gdy = None
-        if ctx.needs_input_grad[0]:
-            gx = (_DgradFn.apply(dy, G, km, kind, cfg) if graph
-                  else _PASSES[kind][1](dy, G, km, cfg))
-        if ctx.needs_input_grad[1]:
-            gdy = (_FwdFn.apply(x, G, km, kind, cfg, False) if graph
-                   else _PASSES[kind][0](x, G, km, cfg, False))
-        return gx, gdy, None, None, None
+        grads = [None, None]
+        for i, (name, first, second) in enumerate(_GRADS[ctx.which]):
+            if ctx.needs_input_grad[i]:
+                grads[i] = _pass(ctx.kind, _WHICH[name], args[first], args[second], ctx.km,
+                                 ctx.cfg, graph)
+        return grads[0], grads[1], None, None, None, None, None
 
 
 # Pooling and unpooling: first derivatives only. Building a graph through
@@ -598,7 +569,7 @@ def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det):
         return op(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16, det, inf)
     cfg = (fwd, dgrad, wgrad, fp16, det)
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-        return _FwdFn.apply(x, w, km, kind, cfg, inf)
+        return _PassFn.apply(x, w, km, kind, cfg, 0, inf)
     return _PASSES[kind][0](x, w, km, cfg, inf)
 
 
