@@ -21,6 +21,7 @@ import torch
 
 from . import _lib
 from . import _ops
+from . import _validate
 from . import errors
 from .algo import (SPARSE_CONV_BWD_ALGO_MODE, SPARSE_CONV_FWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE,
@@ -84,7 +85,8 @@ def _geometry(input, ks, st, dl, transposed, generative, out_coords):
         else:
             out_set = mgr.add(out_coords.coords, out_coords.tensor_stride, register=False)
     else:
-        out_set = mgr.add(_check_coords(out_coords, input.device), fine_ts, register=False)
+        out_set = mgr.add(_check_coords(out_coords, input.device, "spatially_sparse_conv",
+                                        "out_coords"), fine_ts, register=False)
     return mgr.kernel_map(in_set, _lib.KMAP_TRANSPOSED, ks, st, dl, out_set)
 
 
@@ -307,7 +309,12 @@ def sparse_unpool(input, kernel_size=2, stride=None, dilation=1, out_coords=None
 
 def _global(input, reduce):
     _check_input(input)
-    b = input.batch_size
+    # The batch column is read on the host here anyway (it sizes the
+    # output), so its range is checked in the same read: a CUDA tensor's
+    # int32 coordinates were not checked when it was made (see _validate),
+    # and a negative index would be a device-side assert in index_add.
+    b = _validate.check_batch_column(
+        input.coords[:, 0], "global_avg_pool" if reduce == "mean" else f"global_{reduce}_pool")
     idx = input.coords[:, 0].long()
     C = input.num_channels
     f = input.feats

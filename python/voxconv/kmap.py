@@ -47,6 +47,7 @@ import torch
 from . import _lib
 from ._lib import lib
 from . import _runtime
+from . import _validate
 from . import errors
 
 MODE_NAMES = {_lib.KMAP_SUBMANIFOLD: "submanifold", _lib.KMAP_STRIDED: "strided",
@@ -188,7 +189,9 @@ class KernelMap:
 
     def verify(self, coords, tensor_stride=(1, 1, 1)):
         """Raises KmapMismatchError unless `coords` are the map's input."""
-        c = _runtime.coords_struct(coords, tensor_stride)
+        coords = _validate.coords(coords, "KernelMap.verify", device=self.device)
+        c = _runtime.coords_struct(coords, _validate.int_triple(tensor_stride,
+                                                                "tensor_stride"))
         h = _runtime.handle_for(self.device)
         self.use_on(h)
         h.call("voxconv_kmap_verify", ctypes.c_void_p(self.ptr), ctypes.byref(c))

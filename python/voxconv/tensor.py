@@ -6,49 +6,28 @@ import torch
 
 from . import _lib
 from . import _runtime
+from . import _validate
 from . import errors
 from .kmap import CoordinateManager
 
 
-def triple(value, name, lo=1, hi=None):
-    """An int or a length-3 sequence -> a tuple of 3 ints in [lo, hi]."""
-    if isinstance(value, torch.Tensor):
-        value = value.tolist()
-    if isinstance(value, (int,)) and not isinstance(value, bool):
-        t = (value, value, value)
-    elif isinstance(value, (tuple, list)) and len(value) == 3 and all(
-            isinstance(v, int) and not isinstance(v, bool) for v in value):
-        t = tuple(value)
-    else:
-        raise errors.InvalidArgumentError(
-            f"{name}: expected an int or 3 ints, got {value!r}")
-    for v in t:
-        if v < lo or (hi is not None and v > hi):
-            rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
-            raise errors.InvalidArgumentError(f"{name}={value!r}: each value must be {rng}")
-    return t
+# The integer checks live in _validate (one place for every input that
+# reaches the library as an integer); these names stay for other modules.
+triple = _validate.int_triple
 
 
-def _check_coords(coords, device=None):
-    if not isinstance(coords, torch.Tensor):
-        raise TypeError(f"coords: expected a torch.Tensor, got {type(coords).__name__}")
-    if coords.dim() != 2 or coords.shape[1] != 4:
-        raise errors.ShapeMismatchError(
-            f"coords: expected shape [N, 4] (batch, x, y, z), got {tuple(coords.shape)}")
-    if coords.dtype.is_floating_point or coords.dtype.is_complex or coords.dtype == torch.bool:
-        raise errors.DtypeMismatchError(
-            f"coords: expected an integer tensor (int32), got {coords.dtype}")
-    if device is not None and coords.device != torch.device(device):
-        raise errors.InvalidArgumentError(
-            f"coords are on {coords.device} but features on {device}")
-    if coords.dtype != torch.int32:
-        if coords.numel():
-            lo, hi = int(coords.min()), int(coords.max())
-            if lo < -2**31 or hi >= 2**31:
-                raise errors.OutOfRangeError(
-                    f"coords: values {lo}..{hi} do not fit int32")
-        coords = coords.to(torch.int32)
-    return coords.contiguous()
+def _check_coords(coords, device=None, where="SparseTensor", name="coords"):
+    return _validate.coords(coords, where, name, device)
+
+
+# dense() refuses a grid of more elements than this per batch item (see
+# SparseTensor.dense).
+DENSE_MAX_ELEMENTS_PER_ITEM = 2**31
+
+
+def _rebuild_sparse_tensor(cls, feats, coords, tensor_stride):
+    """Unpickles a SparseTensor (see SparseTensor.__reduce__)."""
+    return cls(feats, coords, tensor_stride)
 
 
 class SparseTensor:
@@ -67,10 +46,24 @@ class SparseTensor:
     every layer (and by the backward passes). Coordinates are treated as
     immutable once a tensor is made: do not modify ``coords`` in place.
 
-    Integer coords of another dtype are converted (range-checked) to int32
-    and non-contiguous inputs are made contiguous. Duplicate coordinates
-    are rejected by the library when a kernel map is built (see
+    Integer coords of another dtype are converted to int32 after a range
+    check (batch 0..1023, x, y, z within ±131071: a value int32 cannot
+    hold is never wrapped) and non-contiguous inputs are made contiguous;
+    float and bool coords are refused. CPU coordinates are range-checked
+    here; int32 CUDA coordinates are checked by the library on the device
+    when a kernel map is built, so that making a tensor never waits for
+    the GPU (see ``voxconv._validate``). Duplicate coordinates are
+    rejected by the library when a kernel map is built (see
     :func:`voxconv.merge_duplicates`).
+
+    Pickling (``pickle``, ``copy.deepcopy``, ``torch.save``) keeps the
+    features, the coordinates and the tensor stride. The coordinate
+    manager and its kernel maps are not pickled (they hold library
+    handles): an unpickled tensor starts a new manager holding only its
+    own coordinates, and maps are rebuilt on first use. Tensors that were
+    pickled together therefore no longer share maps, and a transposed
+    convolution that found the encoder's finer coordinates in the manager
+    needs them passed as ``out_coords``. ``copy.copy`` keeps the manager.
     """
 
     def __init__(self, feats, coords, tensor_stride=1, *, manager=None, _coord_set=None):
@@ -96,6 +89,13 @@ class SparseTensor:
                 f"feats has {feats.shape[0]} rows but coords has "
                 f"{self._set.coords.shape[0]}")
         self.feats = feats
+
+    def __reduce__(self):
+        return (_rebuild_sparse_tensor,
+                (type(self), self.feats, self.coords, self.tensor_stride))
+
+    def __copy__(self):
+        return type(self)._wrap(self.feats, self._set)
 
     @classmethod
     def _wrap(cls, feats, coord_set):
@@ -204,7 +204,8 @@ class SparseTensor:
         return self
 
     # -- conversions ---------------------------------------------------------
-    def dense(self, spatial_shape=None, min_coordinate=(0, 0, 0), batch_size=None):
+    def dense(self, spatial_shape=None, min_coordinate=(0, 0, 0), batch_size=None, *,
+              max_elements_per_item=DENSE_MAX_ELEMENTS_PER_ITEM):
         """A dense tensor ``[B, C, X, Y, Z]`` (differentiable w.r.t. feats).
 
         Voxel (b, x, y, z) lands at ``[b, :, x - min_x, y - min_y, z - min_z]``
@@ -212,6 +213,18 @@ class SparseTensor:
         for coordinates that go negative). ``spatial_shape`` defaults to
         the smallest that holds every voxel, ``batch_size`` to
         ``self.batch_size``. Voxels outside the box raise OutOfRangeError.
+
+        Size limit: a grid of more than ``max_elements_per_item`` elements
+        (X * Y * Z * C) per batch item, by default 2^31 (8 GiB of float32
+        per item), raises OutOfRangeError naming the extent, the element
+        count and the bytes, before anything is allocated. Coordinates span
+        up to 262143 cells per axis, so an unbounded extent (far-apart
+        voxels, or a ``min_coordinate`` far from them) can ask for
+        petabytes, and torch's allocation error does not say why. 2^31 is
+        far above the dense grids networks use (a KITTI BEV head's
+        200 x 176 x 5 x 128 is 2^24.4) and below what one GPU holds for
+        a batch. Raise the limit for a grid that is meant to be larger.
+        ``batch_size`` is at most 1024 (batch indices are 0..1023).
         """
         c = self.coords.long()
         mn = torch.as_tensor(triple(min_coordinate, "min_coordinate", lo=-2**31)
@@ -221,8 +234,24 @@ class SparseTensor:
         if spatial_shape is None:
             spatial_shape = (tuple(int(v) + 1 for v in xyz.max(0).values.tolist())
                              if len(self) else (0, 0, 0))
-        spatial_shape = triple(spatial_shape, "spatial_shape", lo=0)
-        b = self.batch_size if batch_size is None else int(batch_size)
+        spatial_shape = triple(spatial_shape, "spatial_shape", lo=0, hi=None)
+        if batch_size is None:
+            b = _validate.check_batch_column(self.coords[:, 0], "dense")
+        else:
+            b = _validate.int_value(batch_size, "dense: batch_size", 0, _lib.BATCH_MAX + 1)
+        limit = _validate.int_value(max_elements_per_item, "dense: max_elements_per_item", 0,
+                                    2**63 - 1)
+        per_item = spatial_shape[0] * spatial_shape[1] * spatial_shape[2] * self.num_channels
+        if per_item > limit:
+            total = per_item * b
+            nbytes = total * self.feats.element_size()
+            raise errors.OutOfRangeError(
+                f"dense: extent {spatial_shape[0]} x {spatial_shape[1]} x {spatial_shape[2]} "
+                f"(batch_size {b}, {self.num_channels} channels) is {total} elements, "
+                f"{nbytes} bytes ({_human_bytes(nbytes)}) as {self.dtype}: over the limit of "
+                f"{limit} elements per batch item (max_elements_per_item={limit}); pass a "
+                f"spatial_shape and min_coordinate that bound the voxels, or a larger "
+                f"max_elements_per_item")
         if len(self):
             lim = torch.tensor(spatial_shape, device=c.device)
             bad = (xyz < 0).any(1) | (xyz >= lim).any(1) | (c[:, 0] >= b) | (c[:, 0] < 0)
@@ -251,6 +280,13 @@ class SparseTensor:
         return (st, point_voxel) if return_point_map else st
 
 
+def _human_bytes(n):
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}" if unit != "bytes" else f"{n} bytes"
+        n /= 1024
+
+
 def _float3(value, name):
     if isinstance(value, (int, float)):
         value = (value,) * 3
@@ -268,7 +304,9 @@ def voxelize(points, voxel_size, *, origin=(0.0, 0.0, 0.0), grid_size=None,
     index is ``floor((p - origin) / voxel_size)``. ``grid_size`` (int or 3
     ints): points outside ``[0, grid_size)`` are dropped; None: unbounded.
     ``reduce``: ``"mean"`` or ``"first"`` (features of the first point).
-    ``batch``: an int for every point, or an int tensor [n] per point.
+    ``batch``: an int for every point, or an integer tensor [n] per point,
+    each in 0..1023 (checked before the cast to int32; float and bool
+    tensors are refused).
 
     Returns ``(coords int32 [V, 4] sorted by (b, x, y, z), feats float32
     [V, n_feat], point_voxel int64 [n])``.
@@ -282,28 +320,28 @@ def voxelize(points, voxel_size, *, origin=(0.0, 0.0, 0.0), grid_size=None,
         points = points.float()
     points = points.contiguous()
     n, fields = points.shape
-    n_feat = fields if n_feat is None else int(n_feat)
-    if not 0 <= n_feat <= fields:
-        raise errors.InvalidArgumentError(f"n_feat={n_feat} outside 0..{fields}")
+    if n_feat is None:
+        n_feat = fields
+    else:
+        n_feat = _validate.int_value(n_feat, "voxelize: n_feat")
+        if not 0 <= n_feat <= fields:
+            raise errors.InvalidArgumentError(f"n_feat={n_feat} outside 0..{fields}")
+    # Checked before anything is cast to int32 (ctypes wraps 2**32 + 1 to 1).
+    desc_batch, batch_t = _validate.batch(batch, n, points.device, "voxelize")
     desc = _lib.VoxelizeDesc()
     desc.voxel_size = _lib.c_float_3(*_float3(voxel_size, "voxel_size"))
     desc.origin = _lib.c_float_3(*_float3(origin, "origin"))
-    desc.grid_size = _lib.c_int32_3(*(triple(grid_size, "grid_size") if grid_size is not None
-                                      else (0, 0, 0)))
+    desc.grid_size = _lib.c_int32_3(*(triple(grid_size, "grid_size", 1, _lib.COORD_MAX + 1)
+                                      if grid_size is not None else (0, 0, 0)))
     reduces = {"mean": _lib.REDUCE_MEAN, "first": _lib.REDUCE_FIRST}
     if reduce not in reduces:
         raise errors.InvalidArgumentError(f"reduce={reduce!r}: expected 'mean' or 'first'")
     desc.reduce = reduces[reduce]
     pts = _lib.Points(_runtime.ptr(points), n, fields, None)
-    batch_t = None
-    if isinstance(batch, torch.Tensor):
-        if batch.shape != (n,):
-            raise errors.ShapeMismatchError(
-                f"batch: expected shape [{n}], got {tuple(batch.shape)}")
-        batch_t = batch.to(device=points.device, dtype=torch.int32).contiguous()
+    if batch_t is not None:
         pts.batch = _runtime.ptr(batch_t)
     else:
-        desc.batch = int(batch or 0)
+        desc.batch = desc_batch
     dev = points.device
     coords = torch.empty((n, 4), dtype=torch.int32, device=dev)
     feats = torch.empty((n, n_feat), dtype=torch.float32, device=dev)
@@ -321,7 +359,7 @@ def merge_duplicates(coords):
     """(unique int32 [U, 4] sorted by (b, x, y, z), row_map int64 [N]) with
     ``unique[row_map[i]] == coords[i]``: reduce features over duplicates
     with e.g. ``torch.zeros(U, C).index_add_(0, row_map, feats)``."""
-    coords = _check_coords(coords)
+    coords = _check_coords(coords, where="merge_duplicates")
     n = coords.shape[0]
     out = torch.empty((n, 4), dtype=torch.int32, device=coords.device)
     row_map = torch.empty(n, dtype=torch.int64, device=coords.device)
