@@ -15,6 +15,7 @@
 #include "scan_io.h"
 #include "synth_scene.h"
 #include "tool_common.h"
+#include "tool_options.h"
 
 #include <float.h>
 #include <stdarg.h>
@@ -23,8 +24,6 @@
 
 #define NET_LEVELS 7
 #define MAX_ROWS 128
-#define MAX_REPEAT 100000
-#define MAX_CHANNEL_LIST 16
 #define MAX_ALLOCS 256
 
 /* BENCHMARKS.md workload A: the channels of the 7 levels. */
@@ -44,375 +43,16 @@ typedef enum input_kind {
   INPUT_WORKLOAD_B
 } input_kind_t;
 
-typedef struct bench_opts {
-  voxconv_backend_t backend;
-  int device;
-  int threads;
-  int dtype_set;
-  voxconv_dtype_t dtype;
-  int repeat, warmup; /* -1 = backend default */
-  const char *algo;
-  int deterministic;
-  int fp16_accum; /* -1 unset, 0 off, 1 on */
-  int size_set;
-  vt_scene_size_t size;
-  const char *scan;
-  int fields;
-  double voxel; /* 0 = default */
-  char workload; /* 0 = the network on the chosen input; 'A'..'D' */
-  int64_t channels[MAX_CHANNEL_LIST];
-  int n_channels;
-  int json, quiet;
-  double peak_tflops, peak_tbps; /* 0 = defaults by dtype */
-  uint64_t seed;
-  int maps_serial; /* --maps serial: maps on the convolutions' stream */
-  int map_normal;  /* --map-priority normal: the map stream not raised */
-  int settle_ms;   /* -1 = default: rest after a warm-up that tuned */
-} bench_opts_t;
-
-void vt_bench_usage(FILE *out) {
-  fprintf(
-      out,
-      "usage: voxconv bench [options]\n"
-      "\n"
-      "Times the network of BENCHMARKS.md workload A (spconv-large): 7 levels\n"
-      "of two submanifold 3x3x3 convolutions (3->64->64, 64->96->96, ...,\n"
-      "224->256->256) with a 2x2x2 stride-2 max pool between levels; the two\n"
-      "convolutions of a level share one kernel map. Forward starts from\n"
-      "coordinates and features (maps are built inside the timed region);\n"
-      "backward = dgrad + wgrad of every convolution and the pool backward.\n"
-      "\n"
-      "input (default: built-in synthetic lidar scene):\n"
-      "  --size tiny|small|medium|large  synthetic scene size (default: small\n"
-      "                        on CPU, large (~0.9M voxels) on CUDA)\n"
-      "  --scan FILE           a recorded scan: raw float32 .bin, PLY or PCD;\n"
-      "                        a bare name is also looked up in DATA/scans/\n"
-      "  --fields N            floats per point of a raw .bin (KITTI 4,\n"
-      "                        nuScenes 5, ScanNet 6); guessed if omitted\n"
-      "  --voxel V             voxel size in metres (default 0.1)\n"
-      "  --workload A|B|C|D    BENCHMARKS.md workloads: A = spconv-large input,\n"
-      "                        B = spconv-basic input, C = one subm3 layer per\n"
-      "                        --channels on A's level 0 (map prebuilt; fwd,\n"
-      "                        dgrad, wgrad), D = kernel-map build of A level 0\n"
-      "  --channels LIST       workload C channel counts (default 32,64,128,256)\n"
-      "execution:\n"
-      "  --backend cpu|cuda|auto  (default auto)\n"
-      "  --device N            CUDA device ordinal (default 0)\n"
-      "  --dtype f32|f16|bf16|f64  (default f16 on CUDA, f32 on CPU)\n"
-      "  --algo NAME           fwd_algo and bwd_algo (a name, [a,b], auto)\n"
-      "  --threads N           CPU threads (default VOXCONV_NUM_THREADS or all)\n"
-      "  --deterministic       bitwise-reproducible ops\n"
-      "  --fp16-accum on|off   fp16 accumulators (default: library default)\n"
-      "  --repeat N            timed runs, median reported (default 3 CPU, 10 "
-      "CUDA)\n"
-      "  --warmup N            untimed runs first (default 1 CPU, 3 CUDA)\n"
-      "  --settle-ms N         CUDA: idle N ms after a warm-up in which the\n"
-      "                        autotuner ran (default 2000; 0: none), so the\n"
-      "                        tuning burst's power draw does not lower the\n"
-      "                        clock of the timed runs\n"
-      "  --seed N              weights/gradients seed (default 1)\n"
-      "  --maps overlap|serial  CUDA end-to-end forward: build kernel maps\n"
-      "                        on a second stream, overlapping the previous\n"
-      "                        level's convolutions (default), or in line\n"
-      "  --map-priority high|normal  the overlapped maps' stream priority\n"
-      "                        (default high: each build ends in a host wait,\n"
-      "                        so the map chain is the forward's critical\n"
-      "                        path and should not queue behind convolutions)\n"
-      "output:\n"
-      "  --json                JSON on stdout (the table goes to stderr)\n"
-      "  --quiet               no table or progress on stderr\n"
-      "  --peak-tflops X       compute ceiling for %% of peak (default: H200\n"
-      "                        from BENCHMARKS.md, 771 f16 / 799 bf16 / 51 f32)\n"
-      "  --peak-tbps X         bandwidth ceiling (default 4.27, H200)\n"
-      "\n"
-      "Data folder: $VOXCONV_DATA_DIR, else %s\n",
-      VOXCONV_DEFAULT_DATA_DIR);
-}
+/* The parsed options (tool_options.h: parsing lives there, apart from
+ * running, so that it can be fuzzed on its own). */
+typedef vt_bench_opts_t bench_opts_t;
 
 /* The command being run: "bench", or "tune", which hands its options to
  * bench; messages name what the user typed. */
 static const char *g_cmd = "bench";
 
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "voxconv %s: ", g_cmd);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\n\n");
-  va_end(ap);
-  if (strcmp(g_cmd, "bench") == 0)
-    vt_bench_usage(stderr);
-  else
-    fprintf(stderr,
-            "voxconv %s takes the options of `voxconv bench --help` "
-            "(see `voxconv %s --help`)\n",
-            g_cmd, g_cmd);
-  return VT_EXIT_USAGE;
-}
-
-static int parse_dtype(const char *s, voxconv_dtype_t *d) {
-  static const struct {
-    const char *name;
-    voxconv_dtype_t d;
-  } names[] = {{"f32", VOXCONV_DTYPE_F32},  {"fp32", VOXCONV_DTYPE_F32},
-               {"f16", VOXCONV_DTYPE_F16},  {"fp16", VOXCONV_DTYPE_F16},
-               {"bf16", VOXCONV_DTYPE_BF16}, {"f64", VOXCONV_DTYPE_F64},
-               {"fp64", VOXCONV_DTYPE_F64}};
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (strcmp(s, names[i].name) == 0) {
-      *d = names[i].d;
-      return 1;
-    }
-  return 0;
-}
-
-static int parse_channel_list(const char *s, bench_opts_t *o) {
-  char buf[256];
-  snprintf(buf, sizeof buf, "%s", s);
-  o->n_channels = 0;
-  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-    long c;
-    if (o->n_channels == MAX_CHANNEL_LIST || !vt_parse_long(tok, 1, 4096, &c))
-      return 0;
-    o->channels[o->n_channels++] = c;
-  }
-  return o->n_channels > 0;
-}
-
-/* 1 if every name in an --algo value ("name", "[a,b]", "auto", "all") is
- * in the registry; otherwise lists the registry on stderr, naming the
- * command and option the value came from. Checked up front so that a typo
- * is a usage error, not a failure halfway through a run. */
 int vt_bench_algo_known(const char *cmd, const char *option, const char *spec) {
-  char buf[512];
-  snprintf(buf, sizeof buf, "%s", spec);
-  char *p = buf;
-  size_t len = strlen(p);
-  const int in_list = len >= 2 && p[0] == '[' && p[len - 1] == ']';
-  if (in_list) {
-    p[len - 1] = '\0';
-    p++;
-  }
-  int ok = 1;
-  for (char *tok = strtok(p, ","); tok; tok = strtok(NULL, ",")) {
-    while (*tok == ' ')
-      tok++;
-    for (char *e = tok + strlen(tok); e > tok && e[-1] == ' ';)
-      *--e = '\0';
-    if (strcasecmp(tok, "auto") == 0 || strcasecmp(tok, "all") == 0) {
-      if (in_list) {
-        fprintf(stderr,
-                "voxconv %s: %s: \"%s\" cannot be a list "
-                "element\n",
-                cmd, option, tok);
-        ok = 0;
-      }
-      continue;
-    }
-    int found = 0;
-    for (int i = 0; i < voxconv_algo_count() && !found; i++) {
-      voxconv_algo_info_t ai;
-      if (voxconv_algo_get_info(i, &ai) == VOXCONV_STATUS_SUCCESS &&
-          ai.name && strcasecmp(ai.name, tok) == 0)
-        found = 1;
-    }
-    if (!found) {
-      fprintf(stderr, "voxconv %s: %s: unknown algorithm \"%s\"\n", cmd, option,
-              tok);
-      ok = 0;
-    }
-  }
-  if (!ok) {
-    fprintf(stderr, "known algorithms (voxconv info --algos):");
-    for (int i = 0; i < voxconv_algo_count(); i++) {
-      voxconv_algo_info_t ai;
-      if (voxconv_algo_get_info(i, &ai) == VOXCONV_STATUS_SUCCESS)
-        fprintf(stderr, " %s", ai.name);
-    }
-    fprintf(stderr, ", auto, all\n");
-  }
-  return ok;
-}
-
-/* Returns -1 when parsed, else the exit code to return (0 for --help). */
-static int parse_options(int argc, char **argv, bench_opts_t *o) {
-  memset(o, 0, sizeof *o);
-  o->backend = VOXCONV_BACKEND_AUTO;
-  o->repeat = o->warmup = o->settle_ms = -1;
-  o->fp16_accum = -1;
-  o->seed = 1;
-  int channels_set = 0, maps_set = 0, prio_set = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-    long n;
-    double d;
-#define NEED_VALUE()                                                           \
-  do {                                                                         \
-    if (!v)                                                                    \
-      return usage_error("%s needs a value", a);                               \
-    i++;                                                                       \
-  } while (0)
-    if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      vt_bench_usage(stdout);
-      return VT_EXIT_OK;
-    } else if (strcmp(a, "--json") == 0) {
-      o->json = 1;
-    } else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) {
-      o->quiet = 1;
-    } else if (strcmp(a, "--deterministic") == 0) {
-      o->deterministic = 1;
-    } else if (strcmp(a, "--backend") == 0) {
-      NEED_VALUE();
-      if (strcmp(v, "cpu") == 0)
-        o->backend = VOXCONV_BACKEND_CPU;
-      else if (strcmp(v, "cuda") == 0 || strcmp(v, "gpu") == 0)
-        o->backend = VOXCONV_BACKEND_CUDA;
-      else if (strcmp(v, "auto") == 0)
-        o->backend = VOXCONV_BACKEND_AUTO;
-      else
-        return usage_error("--backend %s: want cpu, cuda or auto", v);
-    } else if (strcmp(a, "--device") == 0) {
-      NEED_VALUE();
-      if (!vt_parse_long(v, 0, 1024, &n))
-        return usage_error("--device %s: want a device ordinal", v);
-      o->device = (int)n;
-    } else if (strcmp(a, "--dtype") == 0) {
-      NEED_VALUE();
-      if (!parse_dtype(v, &o->dtype))
-        return usage_error("--dtype %s: want f32, f16, bf16 or f64", v);
-      o->dtype_set = 1;
-    } else if (strcmp(a, "--repeat") == 0) {
-      NEED_VALUE();
-      if (!vt_parse_long(v, 1, MAX_REPEAT, &n))
-        return usage_error("--repeat %s: want 1..%d", v, MAX_REPEAT);
-      o->repeat = (int)n;
-    } else if (strcmp(a, "--warmup") == 0) {
-      NEED_VALUE();
-      if (!vt_parse_long(v, 0, MAX_REPEAT, &n))
-        return usage_error("--warmup %s: want 0..%d", v, MAX_REPEAT);
-      o->warmup = (int)n;
-    } else if (strcmp(a, "--settle-ms") == 0) {
-      NEED_VALUE();
-      if (!vt_parse_long(v, 0, 60000, &n))
-        return usage_error("--settle-ms %s: want 0..60000", v);
-      o->settle_ms = (int)n;
-    } else if (strcmp(a, "--algo") == 0) {
-      NEED_VALUE();
-      if (!vt_bench_algo_known(g_cmd, "--algo", v))
-        return VT_EXIT_USAGE;
-      o->algo = v;
-    } else if (strcmp(a, "--threads") == 0) {
-      NEED_VALUE();
-      if (!vt_parse_long(v, 1, 256, &n))
-        return usage_error("--threads %s: want 1..256", v);
-      o->threads = (int)n;
-    } else if (strcmp(a, "--fp16-accum") == 0) {
-      NEED_VALUE();
-      if (strcmp(v, "on") == 0 || strcmp(v, "1") == 0)
-        o->fp16_accum = 1;
-      else if (strcmp(v, "off") == 0 || strcmp(v, "0") == 0)
-        o->fp16_accum = 0;
-      else
-        return usage_error("--fp16-accum %s: want on or off", v);
-    } else if (strcmp(a, "--size") == 0) {
-      NEED_VALUE();
-      if (!vt_scene_size_from_name(v, &o->size))
-        return usage_error("--size %s: want tiny, small, medium or large", v);
-      o->size_set = 1;
-    } else if (strcmp(a, "--scan") == 0) {
-      NEED_VALUE();
-      o->scan = v;
-    } else if (strcmp(a, "--fields") == 0) {
-      NEED_VALUE();
-      if (!vt_parse_long(v, 3, 64, &n))
-        return usage_error("--fields %s: want 3..64 floats per point", v);
-      o->fields = (int)n;
-    } else if (strcmp(a, "--voxel") == 0) {
-      NEED_VALUE();
-      /* The library takes a float: 1e-46 would arrive as 0, and a
-       * subnormal size loses its precision. */
-      if (!vt_parse_double(v, &d) || !(d > 0 && d <= 1e4) ||
-          !isnormal((float)d))
-        return usage_error("--voxel %s: want a size in metres, a normal "
-                           "float32 in [%g, 10000]",
-                           v, (double)FLT_MIN);
-      o->voxel = d;
-    } else if (strcmp(a, "--workload") == 0) {
-      NEED_VALUE();
-      if (strlen(v) != 1 || !strchr("ABCDabcd", v[0]))
-        return usage_error("--workload %s: want A, B, C or D", v);
-      o->workload = (char)(v[0] & ~0x20);
-    } else if (strcmp(a, "--channels") == 0) {
-      NEED_VALUE();
-      if (!parse_channel_list(v, o))
-        return usage_error("--channels %s: want up to %d comma-separated "
-                           "counts in 1..4096",
-                           v, MAX_CHANNEL_LIST);
-      channels_set = 1;
-    } else if (strcmp(a, "--peak-tflops") == 0) {
-      NEED_VALUE();
-      if (!vt_parse_double(v, &d) || d <= 0)
-        return usage_error("--peak-tflops %s: want a positive number", v);
-      o->peak_tflops = d;
-    } else if (strcmp(a, "--peak-tbps") == 0) {
-      NEED_VALUE();
-      if (!vt_parse_double(v, &d) || d <= 0)
-        return usage_error("--peak-tbps %s: want a positive number", v);
-      o->peak_tbps = d;
-    } else if (strcmp(a, "--seed") == 0) {
-      NEED_VALUE();
-      if (!vt_parse_long(v, 0, 2147483647L, &n))
-        return usage_error("--seed %s: want 0..2147483647", v);
-      o->seed = (uint64_t)n;
-    } else if (strcmp(a, "--maps") == 0) {
-      NEED_VALUE();
-      if (strcmp(v, "overlap") == 0)
-        o->maps_serial = 0;
-      else if (strcmp(v, "serial") == 0)
-        o->maps_serial = 1;
-      else
-        return usage_error("--maps %s: want overlap or serial", v);
-      maps_set = 1;
-    } else if (strcmp(a, "--map-priority") == 0) {
-      NEED_VALUE();
-      if (strcmp(v, "high") == 0)
-        o->map_normal = 0;
-      else if (strcmp(v, "normal") == 0)
-        o->map_normal = 1;
-      else
-        return usage_error("--map-priority %s: want high or normal", v);
-      prio_set = 1;
-    } else {
-      return usage_error("unknown option \"%s\"", a);
-    }
-#undef NEED_VALUE
-  }
-  if (o->scan && o->workload)
-    return usage_error("--scan and --workload are alternatives");
-  if (o->size_set && (o->scan || o->workload))
-    return usage_error("--size selects the synthetic scene; it does not "
-                       "combine with --scan or --workload");
-  if (o->fields && !o->scan)
-    return usage_error("--fields applies to --scan");
-  if (o->voxel > 0 && o->workload)
-    return usage_error("--workload %c fixes its voxel size (0.1 m)",
-                       o->workload);
-  if (maps_set && (o->workload == 'C' || o->workload == 'D'))
-    return usage_error("--maps applies to the network, not --workload %c",
-                       o->workload);
-  if (prio_set && (o->maps_serial || o->workload == 'C' ||
-                   o->workload == 'D'))
-    return usage_error("--map-priority applies to the network's --maps "
-                       "overlap");
-  if (channels_set && o->workload != 'C')
-    return usage_error("--channels applies to --workload C");
-  if (!channels_set) {
-    static const int64_t def[4] = {32, 64, 128, 256};
-    o->n_channels = 4;
-    memcpy(o->channels, def, sizeof def);
-  }
-  return -1;
+  return vt_bench_algo_check(stderr, cmd, option, spec);
 }
 
 /* ---- state ------------------------------------------------------------- */
@@ -1865,8 +1505,8 @@ int vt_bench_main(int argc, char **argv) {
   }
   g_cmd = argc > 0 && strcmp(argv[0], "tune") == 0 ? "tune" : "bench";
   g_tuned_calls = 0;
-  int rc = parse_options(argc, argv, &B->o);
-  if (rc >= 0) {
+  int rc = vt_bench_parse_options(g_cmd, argc, argv, &B->o, stdout, stderr);
+  if (rc != VT_PARSED) {
     free(B);
     return rc;
   }

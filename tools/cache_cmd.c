@@ -5,6 +5,7 @@
  * once with the chosen search space so that every layer gets tuned. */
 #include "bench.h"
 #include "tool_common.h"
+#include "tool_options.h"
 
 #include <stdarg.h>
 #include <strings.h>
@@ -22,38 +23,6 @@ static int fail(const char *cmd, const char *fmt, ...) {
   fprintf(stderr, "\n");
   va_end(ap);
   return VT_EXIT_FAIL;
-}
-
-/* For an option that takes a value: 1 with *value set (and *i moved past
- * it), or 0 after saying the option needs one. */
-static int option_value(const char *cmd, int argc, char **argv, int *i,
-                        const char **value) {
-  if (*i + 1 >= argc) {
-    fprintf(stderr, "voxconv %s: %s needs a value\n", cmd, argv[*i]);
-    return 0;
-  }
-  *value = argv[++*i];
-  return 1;
-}
-
-static void cache_usage(FILE *f) {
-  fprintf(f,
-          "usage: voxconv cache COMMAND [options]\n"
-          "  inspect [namespace=NAME] [--best-only] [--top-k K] [--file F] "
-          "[SEARCH ...]\n"
-          "      file location, size and time; the namespace tree with entry\n"
-          "      counts; every configuration with its ranked candidates.\n"
-          "      SEARCH words (all must match, case-insensitive) filter on\n"
-          "      namespace, key and candidate names.\n"
-          "  analyze [--namespace NAME] [--markdown] [--output FILE] "
-          "[--file F]\n"
-          "      win rates, top-3 rates, wins by channel pair, kernel volume\n"
-          "      and problem size, runner-up margins, and the reduced\n"
-          "      candidate sets that 'auto' uses.\n"
-          "  clear      delete the cache file\n"
-          "  path       print the cache file's path\n"
-          "The file is $VOXCONV_BENCHMARK_CACHE_DIR/tuning-cache-v1.txt, by\n"
-          "default ~/.cache/voxconv/ (--file reads another one).\n");
 }
 
 static int ci_contains(const char *hay, const char *needle) {
@@ -119,50 +88,14 @@ typedef struct ns_count {
 } ns_count_t;
 
 static int cmd_inspect(int argc, char **argv) {
-  const char *want_ns = NULL, *file = NULL;
-  int best_only = 0;
-  long top_k = -1;
-  char **terms = (char **)calloc((size_t)argc + 1, sizeof *terms);
-  int n_terms = 0;
-  if (!terms)
-    return fail("cache inspect", "out of memory");
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = NULL;
-    if (strncmp(a, "namespace=", 10) == 0) {
-      want_ns = a + 10;
-    } else if (strcmp(a, "--namespace") == 0 || strcmp(a, "--file") == 0 ||
-               strcmp(a, "--top-k") == 0) {
-      if (!option_value("cache inspect", argc, argv, &i, &v)) {
-        free(terms);
-        return VT_EXIT_USAGE;
-      }
-      if (a[2] == 'n')
-        want_ns = v;
-      else if (a[2] == 'f')
-        file = v;
-      else if (!vt_parse_long(v, 1, 1000000, &top_k)) {
-        free(terms);
-        fprintf(stderr, "voxconv cache inspect: --top-k wants a count >= 1\n");
-        return VT_EXIT_USAGE;
-      }
-    } else if (strcmp(a, "--best-only") == 0) {
-      best_only = 1;
-    } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      free(terms);
-      cache_usage(stdout);
-      return VT_EXIT_OK;
-    } else if (a[0] == '-' && a[1] == '-') {
-      free(terms);
-      fprintf(stderr, "voxconv cache inspect: unknown option %s\n\n", a);
-      cache_usage(stderr);
-      return VT_EXIT_USAGE;
-    } else {
-      terms[n_terms++] = argv[i];
-    }
-  }
-  if (best_only)
-    top_k = 1;
+  vt_cache_inspect_opts_t opts;
+  const int parsed = vt_cache_inspect_parse(argc, argv, &opts, stdout, stderr);
+  if (parsed != VT_PARSED)
+    return parsed;
+  const char *want_ns = opts.want_ns, *file = opts.file;
+  const long top_k = opts.top_k;
+  char **terms = opts.terms;
+  const int n_terms = opts.n_terms;
   char path[4096];
   voxconv_cache_t *c = NULL;
   int rc = open_cache("cache inspect", file, &c, path, sizeof path);
@@ -605,34 +538,13 @@ static int analyze_namespace(out_ctx_t *o, const voxconv_cache_t *c,
 }
 
 static int cmd_analyze(int argc, char **argv) {
-  const char *want_ns = NULL, *output = NULL, *file = NULL;
-  int md = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    const char *v = NULL;
-    if (strcmp(a, "--namespace") == 0 || strcmp(a, "--output") == 0 ||
-        strcmp(a, "--file") == 0) {
-      if (!option_value("cache analyze", argc, argv, &i, &v))
-        return VT_EXIT_USAGE;
-      if (a[2] == 'n')
-        want_ns = v;
-      else if (a[2] == 'o')
-        output = v;
-      else
-        file = v;
-    } else if (strncmp(a, "namespace=", 10) == 0)
-      want_ns = a + 10;
-    else if (strcmp(a, "--markdown") == 0)
-      md = 1;
-    else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-      cache_usage(stdout);
-      return VT_EXIT_OK;
-    } else {
-      fprintf(stderr, "voxconv cache analyze: unexpected argument %s\n\n", a);
-      cache_usage(stderr);
-      return VT_EXIT_USAGE;
-    }
-  }
+  vt_cache_analyze_opts_t opts;
+  const int parsed = vt_cache_analyze_parse(argc, argv, &opts, stdout, stderr);
+  if (parsed != VT_PARSED)
+    return parsed;
+  const char *want_ns = opts.want_ns, *output = opts.output;
+  const char *file = opts.file;
+  const int md = opts.markdown;
   char path[4096];
   voxconv_cache_t *c = NULL;
   int rc = open_cache("cache analyze", file, &c, path, sizeof path);
@@ -690,7 +602,7 @@ static int cmd_analyze(int argc, char **argv) {
 
 int vc_tool_cache_main(int argc, char **argv) {
   if (argc < 2) {
-    cache_usage(stderr);
+    vt_cache_usage(stderr);
     return VT_EXIT_USAGE;
   }
   const char *sub = argv[1];
@@ -719,64 +631,23 @@ int vc_tool_cache_main(int argc, char **argv) {
   }
   if (strcmp(sub, "-h") == 0 || strcmp(sub, "--help") == 0 ||
       strcmp(sub, "help") == 0) {
-    cache_usage(stdout);
+    vt_cache_usage(stdout);
     return VT_EXIT_OK;
   }
   fprintf(stderr, "voxconv cache: unknown command \"%s\"\n\n", sub);
-  cache_usage(stderr);
+  vt_cache_usage(stderr);
   return VT_EXIT_USAGE;
 }
 
 /* ---- tune --------------------------------------------------------------- */
-static void tune_usage(FILE *f) {
-  fprintf(f,
-          "usage: voxconv tune [--mode auto|all|NAME|[A,B]] [bench options]\n"
-          "  Runs the bench network (workload A's layers; see `voxconv bench\n"
-          "  --help` for --workload, --scan, --size, --dtype, --backend,\n"
-          "  --channels, --fp16-accum, --deterministic, --threads) once,\n"
-          "  forward and backward, with the given search space (default\n"
-          "  auto), so that every layer's configuration is benchmarked and\n"
-          "  recorded; then saves the cache and reports what it added.\n");
-}
-
 int vc_tool_tune_main(int argc, char **argv) {
-  const char *mode = "auto";
-  /* bench argv: "bench" + forwarded options + ours */
-  char **bargv = (char **)calloc((size_t)argc + 12, sizeof *bargv);
-  if (!bargv)
-    return fail("tune", "out of memory");
+  const char *mode = NULL;
+  char **bargv = NULL;
   int bargc = 0;
-  /* "tune" as argv[0]: bench's usage errors then name this command */
-  bargv[bargc++] = (char *)"tune";
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--mode") == 0 || strcmp(argv[i], "--algo") == 0) {
-      const char *opt = argv[i];
-      if (!option_value("tune", argc, argv, &i, &mode) ||
-          !vt_bench_algo_known("tune", opt, mode)) {
-        free(bargv);
-        return VT_EXIT_USAGE;
-      }
-    } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      free(bargv);
-      tune_usage(stdout);
-      return VT_EXIT_OK;
-    } else if (strcmp(argv[i], "--repeat") == 0 ||
-               strcmp(argv[i], "--warmup") == 0 ||
-               strcmp(argv[i], "--json") == 0) {
-      free(bargv);
-      fprintf(stderr, "voxconv tune: %s is decided by tune itself\n", argv[i]);
-      return VT_EXIT_USAGE;
-    } else {
-      bargv[bargc++] = argv[i];
-    }
-  }
-  bargv[bargc++] = (char *)"--algo";
-  bargv[bargc++] = (char *)mode;
-  bargv[bargc++] = (char *)"--repeat";
-  bargv[bargc++] = (char *)"1";
-  bargv[bargc++] = (char *)"--warmup";
-  bargv[bargc++] = (char *)"0";
-  bargv[bargc++] = (char *)"--quiet";
+  const int parsed =
+      vt_tune_parse(argc, argv, &mode, &bargv, &bargc, stdout, stderr);
+  if (parsed != VT_PARSED)
+    return parsed;
 
   char path[4096];
   if (voxconv_cache_path(path, sizeof path) != VOXCONV_STATUS_SUCCESS) {
