@@ -126,7 +126,18 @@ extern "C" {
 VOXCONV_API unsigned voxconv_version_number(void);
 VOXCONV_API const char *voxconv_version_string(void);
 
-/* ---- limits ----------------------------------------------------------- */
+/* ---- limits -----------------------------------------------------------
+ * Every entry point checks these and returns VOXCONV_STATUS_OUT_OF_RANGE
+ * (or INVALID_ARGUMENT for geometry) naming the row and value, e.g.
+ * "voxconv_kmap_build: in coords row 17: x=140000 outside ±131071",
+ * "voxconv_voxelize: point 3: batch=-1 outside 0..1023"; a batch index or
+ * coordinate beyond int32 cannot be passed at all, so callers that hold
+ * wider integers must range-check before narrowing (the Python package
+ * does, with the same messages: python/README.md, "Limits"). Limits of
+ * the layers around the library: the voxconv tool reads scan files of at
+ * most 16 GiB and 2^30 points (VT_SCAN_MAX_BYTES, VT_SCAN_MAX_POINTS in
+ * tools/scan_io.h); the Python SparseTensor.dense() makes at most 2^31
+ * elements per batch item by default (its max_elements_per_item). */
 #define VOXCONV_COORD_MIN (-131071)
 #define VOXCONV_COORD_MAX 131071
 #define VOXCONV_BATCH_MAX 1023
