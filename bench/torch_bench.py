@@ -60,6 +60,7 @@ from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+from bench_common import commit_id  # noqa: E402  (bench/ is the script folder)
 try:
     import voxconv
 except ImportError:  # run from a source tree without installing
@@ -414,20 +415,6 @@ def host_issue_time(args, conv, x):
 
 # ---- driver ------------------------------------------------------------------------
 
-def commit_id():
-    try:
-        rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        if rev.returncode:
-            return None
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-        return rev.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default=None, help="cuda, cuda:N or cpu (default: cuda if seen)")
@@ -525,7 +512,7 @@ def main(argv=None):
     timer = Timer(args.device)
     rec = {"script": "bench/torch_bench.py",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "commit": commit_id(), "device": str(args.device),
+           "commit": commit_id(REPO), "device": str(args.device),
            "device_name": torch.cuda.get_device_name(args.device) if cuda else
            f"CPU ({os.cpu_count()} cores online)",
            "torch": torch.__version__, "torch_cuda": torch.version.cuda,

@@ -44,6 +44,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+from bench_common import commit_id  # noqa: E402  (bench/ is the script folder)
 EXAMPLE = os.path.join(REPO, "examples", "train_segmentation.py")
 sys.path.insert(0, os.path.join(REPO, "examples"))
 import train_segmentation as ts  # noqa: E402  (precision_unsupported, voxconv)
@@ -61,20 +62,6 @@ NOISE_FACTOR = 2.0
 
 def progress(msg):
     print(f"[train_step_bench] {msg}", file=sys.stderr, flush=True)
-
-
-def commit_id():
-    try:
-        rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        if rev.returncode:
-            return None
-        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain",
-                                "--untracked-files=no"], capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-        return rev.stdout.strip() + ("-dirty" if dirty else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def parse_args(argv=None):
@@ -156,7 +143,7 @@ def main(argv=None):
     device = torch.device(args.device)
     res = {"script": "bench/train_step_bench.py",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "commit": commit_id(), "device": args.device,
+           "commit": commit_id(REPO), "device": args.device,
            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda"
            else f"CPU ({os.cpu_count()} cores online)",
            "torch": torch.__version__, "python": platform.python_version(),

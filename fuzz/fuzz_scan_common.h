@@ -10,21 +10,12 @@
 #define VOXCONV_FUZZ_SCAN_COMMON_H
 
 #include "../tools/scan_io.h"
+#include "fuzz_check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define FUZZ_CHECK(cond, ...)                                                  \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "fuzz check failed: %s: ", #cond);                       \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
 
 /* Parses buf as `name` with `fields` and checks the outcome. The content
  * decides the reader (a .ply name with a PCD header is read as PCD), so

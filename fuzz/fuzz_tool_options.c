@@ -21,6 +21,7 @@
  * undefined by fuzz/CMakeLists.txt; replay.c runs it without libFuzzer. */
 #include "../tools/tool_common.h"
 #include "../tools/tool_options.h"
+#include "fuzz_check.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,16 +30,6 @@
 #include <strings.h>
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size);
-
-#define FUZZ_CHECK(cond, ...)                                                  \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "fuzz check failed: %s: ", #cond);                       \
-      fprintf(stderr, __VA_ARGS__);                                            \
-      fprintf(stderr, "\n");                                                   \
-      abort();                                                                 \
-    }                                                                          \
-  } while (0)
 
 /* ---- a fixed algorithm registry in place of the library's ---------------- */
 static const char *const k_algos[] = {"cpu_gather_gemm", "explicit_gemm_det",

@@ -69,9 +69,8 @@ def lzf_decompress(data, out_len):
 def lzf(data):
     """LZF compression as liblzf does it: a hash of the next 3 bytes finds
     the last place they occurred (within 8192 bytes); literal runs of up
-    to 32 bytes, back-references of 3..264 bytes. Linear time, unlike the
-    exhaustive search of make_scan_seeds.py, which is meant for tiny
-    inputs."""
+    to 32 bytes, back-references of 3..264 bytes. Linear time. Also
+    make_scan_seeds.py's compressor."""
     out, lit, last, i, n = bytearray(), bytearray(), {}, 0, len(data)
 
     def flush():

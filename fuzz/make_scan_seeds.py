@@ -12,41 +12,9 @@ import struct
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def lzf(data):
-    """LZF as PCL writes it (greedy; literal runs of up to 32 bytes,
-    back-references of 3..264 bytes at distances up to 8192)."""
-    out, lit, i = bytearray(), bytearray(), 0
-
-    def flush():
-        while lit:
-            run = lit[:32]
-            out.append(len(run) - 1)
-            out.extend(run)
-            del lit[:32]
-
-    while i < len(data):
-        best_len, best_dist = 0, 0
-        for j in range(max(0, i - 8192), i):
-            n = 0
-            while n < 264 and i + n < len(data) and data[j + n] == data[i + n]:
-                n += 1
-            if n > best_len:
-                best_len, best_dist = n, i - j
-        if best_len >= 3:
-            flush()
-            off, ln = best_dist - 1, best_len - 2
-            if ln < 7:
-                out.append((ln << 5) | (off >> 8))
-            else:
-                out.append((7 << 5) | (off >> 8))
-                out.append(ln - 7)
-            out.append(off & 0xFF)
-            i += best_len
-        else:
-            lit.append(data[i])
-            i += 1
-    flush()
-    return bytes(out)
+# LZF as liblzf (and PCL through it) writes it: one compressor for both
+# seed scripts, the linear-time one of make_real_seeds.py.
+from make_real_seeds import lzf  # noqa: E402  (this folder is the script's)
 
 
 def points(n, seed=1.0):
