@@ -322,6 +322,12 @@ VOXCONV_API voxconv_status_t voxconv_device_get_info(int device,
                                                      voxconv_device_info_t *i);
 /* 1 if this library was compiled with the CUDA backend. */
 VOXCONV_API int voxconv_has_cuda(void);
+/* The CUDA targets compiled in, space-separated in nvcc's names: "sm_NN" is
+ * machine code (runs on compute capability N.N and later minors of the same
+ * major; "sm_90a" on 9.0 only), "compute_NN" is PTX that the driver compiles
+ * at load time for any later GPU. E.g. "sm_80 sm_86 sm_89 sm_90a
+ * compute_89" (the Python wheel's default); "" without CUDA. Never NULL. */
+VOXCONV_API const char *voxconv_cuda_archs(void);
 
 /* ---- sparse tensors --------------------------------------------------- */
 typedef struct voxconv_coords {

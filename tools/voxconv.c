@@ -117,6 +117,25 @@ static int print_kernels(int json) {
   return VT_EXIT_OK;
 }
 
+/* 1 when a target in voxconv_cuda_archs() runs on compute capability
+ * major.minor: sm_XY machine code on X.Y and later minors of X (sm_XYa on
+ * X.Y only), compute_XY PTX on any later GPU. */
+static int archs_run_on(const char *archs, int major, int minor) {
+  const int cc = major * 10 + minor;
+  for (const char *p = archs; *p; p += strspn(p, " ")) {
+    int v = 0, n = 0;
+    if (sscanf(p, "sm_%d%n", &v, &n) == 1) {
+      if (v / 10 == major && (p[n] == 'a' ? v == cc : v <= cc))
+        return 1;
+    } else if (sscanf(p, "compute_%d%n", &v, &n) == 1) {
+      if (p[n] == 'a' ? v == cc : v <= cc)
+        return 1;
+    }
+    p += strcspn(p, " ");
+  }
+  return 0;
+}
+
 static int cmd_info(int argc, char **argv) {
   int algos = 0, json = 0, kernels = 0;
   for (int i = 1; i < argc; i++) {
@@ -150,6 +169,14 @@ static int cmd_info(int argc, char **argv) {
            rt, VOXCONV_VERSION_STRING);
     printf("  \"backends\": [\"cpu\"%s],\n",
            voxconv_has_cuda() ? ", \"cuda\"" : "");
+    printf("  \"cuda_archs\": [");
+    const char *a = voxconv_cuda_archs();
+    for (int first = 1; *(a += strspn(a, " ")); first = 0) {
+      const size_t len = strcspn(a, " ");
+      printf("%s\"%.*s\"", first ? "" : ", ", (int)len, a);
+      a += len;
+    }
+    printf("],\n");
     printf("  \"devices\": [");
     for (int d = 0; d < n_dev; d++) {
       voxconv_device_info_t di;
@@ -158,8 +185,12 @@ static int cmd_info(int argc, char **argv) {
         continue;
       printf("%s\n    {\"index\": %d, \"name\": ", d ? "," : "", d);
       vt_json_string(stdout, di.name);
-      printf(", \"cc\": \"%d.%d\", \"sms\": %d, \"memory_bytes\": %zu}",
-             di.cc_major, di.cc_minor, di.sm_count, di.total_memory);
+      printf(", \"cc\": \"%d.%d\", \"sms\": %d, \"memory_bytes\": %zu, "
+             "\"code_for_it\": %s}",
+             di.cc_major, di.cc_minor, di.sm_count, di.total_memory,
+             archs_run_on(voxconv_cuda_archs(), di.cc_major, di.cc_minor)
+                 ? "true"
+                 : "false");
     }
     printf("%s]", n_dev ? "\n  " : "");
     if (algos) {
@@ -195,6 +226,8 @@ static int cmd_info(int argc, char **argv) {
            rt, (unsigned)VOXCONV_VERSION_NUMBER);
   printf("backends compiled: cpu%s\n",
          voxconv_has_cuda() ? ", cuda" : " (no CUDA in this build)");
+  if (voxconv_has_cuda())
+    printf("CUDA targets: %s\n", voxconv_cuda_archs());
   if (dev_err)
     printf("devices: query failed: %s: %s\n", voxconv_status_string(dst),
            dev_err);
@@ -212,9 +245,12 @@ static int cmd_info(int argc, char **argv) {
              voxconv_get_last_error(NULL));
       continue;
     }
-    printf("  [%d] %s, compute capability %d.%d, %d SMs, %.1f GiB\n", d,
+    printf("  [%d] %s, compute capability %d.%d, %d SMs, %.1f GiB%s\n", d,
            di.name, di.cc_major, di.cc_minor, di.sm_count,
-           (double)di.total_memory / 1073741824.0);
+           (double)di.total_memory / 1073741824.0,
+           archs_run_on(voxconv_cuda_archs(), di.cc_major, di.cc_minor)
+               ? ""
+               : " (no code for it in this build: see VOXCONV_CUDA_ARCHS)");
   }
   printf("data folder: %s%s\n", vt_data_dir(),
          getenv("VOXCONV_DATA_DIR") ? " ($VOXCONV_DATA_DIR)" : "");

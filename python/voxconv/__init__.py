@@ -5,6 +5,7 @@ python/README.md for installation, where the library is looked for, and a
 tour of the API.
 """
 
+import re
 from dataclasses import dataclass
 
 # torch first: its CUDA libraries (cuBLAS, cudart) must be the ones loaded
@@ -49,6 +50,64 @@ def library_version():
 def has_cuda():
     """True when the loaded library has the CUDA backend compiled in."""
     return bool(lib.voxconv_has_cuda())
+
+
+def cuda_archs():
+    """The CUDA targets compiled into the loaded library, in nvcc's names:
+    ``sm_NN`` machine code, ``compute_NN`` PTX the driver compiles for later
+    GPUs (e.g. ``["sm_80", "sm_86", "sm_89", "sm_90a", "compute_89"]``, the
+    wheel's default); ``[]`` without CUDA, None for a library that predates
+    ``voxconv_cuda_archs``."""
+    if not lib.has("voxconv_cuda_archs"):
+        return None
+    return (lib.voxconv_cuda_archs() or b"").decode().split()
+
+
+def _archs_run_on(archs, major, minor):
+    """True when one of `archs` runs on compute capability major.minor:
+    sm_XY on X.Y and later minors of X (sm_XYa on X.Y only), compute_XY PTX
+    on any later GPU (as ``voxconv info`` decides)."""
+    cc = major * 10 + minor
+    for a in archs:
+        m = re.fullmatch(r"(sm|compute)_(\d+)([af]?)", a)
+        if not m:
+            continue
+        v = int(m.group(2))
+        if m.group(3) == "a":
+            ok = v == cc
+        elif m.group(1) == "sm":
+            ok = v // 10 == major and v <= cc
+        else:
+            ok = v <= cc
+        if ok:
+            return True
+    return False
+
+
+def info():
+    """What this installation is, as a dict: package and library versions,
+    the library file, whether CUDA is compiled in and for which targets
+    (``cuda_archs``), and the CUDA devices the library sees, each with
+    ``code_for_it`` (the build holds machine code or PTX that runs on it).
+    ``python3 -m voxconv`` prints it."""
+    archs = cuda_archs()
+    out = {"version": __version__, "library_version": library_version(),
+           "library_path": library_path, "cuda": has_cuda(), "cuda_archs": archs,
+           "torch": torch.__version__, "torch_cuda": torch.version.cuda, "devices": []}
+    count = _lib.ctypes.c_int(0)
+    st = lib.voxconv_device_count(_lib.ctypes.byref(count))
+    if st != 0:
+        out["devices_error"] = f"{_lib.status_name(st)}: {_lib.last_error()}"
+    for d in range(count.value):
+        di = _lib.DeviceInfo()
+        if lib.voxconv_device_get_info(d, _lib.ctypes.byref(di)) != 0:
+            continue
+        out["devices"].append({
+            "index": d, "name": di.name.decode(errors="replace"),
+            "cc": f"{di.cc_major}.{di.cc_minor}", "sms": di.sm_count,
+            "memory_bytes": di.total_memory,
+            "code_for_it": archs is None or _archs_run_on(archs, di.cc_major, di.cc_minor)})
+    return out
 
 
 def custom_ops_enabled():
@@ -164,6 +223,7 @@ __all__ = [
     "SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE", "SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE",
     "registered_algorithms", "set_fp16_accum", "get_fp16_accum", "resolve_fp16_accum",
     "get_last_call_info", "CallInfo", "library_path", "library_version", "has_cuda",
+    "cuda_archs", "info",
     "custom_ops_enabled", "missing_features", "errors", "VoxconvError",
     "NullPointerError", "InvalidArgumentError", "OutOfRangeError", "DuplicateCoordsError",
     "ShapeMismatchError", "DtypeMismatchError", "KmapMismatchError", "UnsupportedError",

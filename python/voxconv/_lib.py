@@ -150,6 +150,7 @@ _SIGNATURES = {
     "voxconv_device_count": (_st, [_P(ctypes.c_int)]),
     "voxconv_device_get_info": (_st, [ctypes.c_int, _P(DeviceInfo)]),
     "voxconv_has_cuda": (ctypes.c_int, []),
+    "voxconv_cuda_archs": (ctypes.c_char_p, []),
     # kernel maps
     "voxconv_kmap_build": (_st, [_p, _P(KmapDesc), _P(Coords), _P(Coords), _P(_p)]),
     "voxconv_kmap_destroy": (_st, [_p, _p]),

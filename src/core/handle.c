@@ -19,6 +19,16 @@ int voxconv_has_cuda(void) {
 #endif
 }
 
+/* VC_CUDA_ARCHS_STRING is set for this file by CMakeLists.txt from
+ * VOXCONV_CUDA_ARCHS. */
+const char *voxconv_cuda_archs(void) {
+#if defined(VOXCONV_HAVE_CUDA) && defined(VC_CUDA_ARCHS_STRING)
+  return VC_CUDA_ARCHS_STRING;
+#else
+  return "";
+#endif
+}
+
 voxconv_status_t voxconv_device_count(int *count) {
   vc_clear_error(NULL);
   VC_CHECK_NULL(NULL, count, "count");

@@ -1,0 +1,93 @@
+"""Where the host time of workload A's forward from PyTorch goes (issue 20):
+time inside each C entry point (every ``voxconv_*`` function wrapped with a
+clock: the ctypes conversion and the C call, GPU waits included) against the
+Python around it, then cProfile's top functions. A diagnostic next to
+bench/debug/a_profile.py (which gives the GPU side); no numbers to quote.
+
+    python3 bench/debug/a_host_profile.py [--data-dir D] [--repeat N]
+"""
+import argparse, cProfile, collections, os, pstats, sys, time
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import torch_bench as tb  # noqa: E402
+import voxconv  # noqa: E402
+from voxconv import _lib  # noqa: E402
+
+stats = collections.defaultdict(lambda: [0, 0.0])
+
+
+def wrap_c_functions():
+    lib = _lib.lib
+    for name, fn in list(vars(lib).items()):
+        if not name.startswith("voxconv_") or not callable(fn):
+            continue
+
+        def timed(*a, _fn=fn, _s=stats[name]):
+            t = time.perf_counter()
+            r = _fn(*a)
+            _s[0] += 1
+            _s[1] += time.perf_counter() - t
+            return r
+        setattr(lib, name, timed)
+
+
+def forward(net, feats, coords):
+    with torch.no_grad():
+        return net(voxconv.SparseTensor(feats, coords))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    pts = tb.workload_a_points(args.data_dir)
+    coords, feats, _ = voxconv.voxelize(
+        torch.from_numpy(pts).to(dev), 0.1, origin=(-80.0, -80.0, -2.0),
+        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
+    net = tb.workload_a_net(dev, torch.float16)
+    feats = feats.half()
+    tb.scale_and_count(net, coords, feats)
+    for _ in range(5):
+        forward(net, feats, coords)
+    torch.cuda.synchronize()
+    # plain host issue time first (no wrappers)
+    issue = []
+    for _ in range(args.repeat):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        forward(net, feats, coords)
+        issue.append(time.perf_counter() - t)
+    issue.sort()
+    print(f"host issue per forward, unwrapped: median {1e3 * issue[len(issue) // 2]:.3f} ms")
+    wrap_c_functions()
+    total = 0.0
+    for _ in range(args.repeat):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        forward(net, feats, coords)
+        total += time.perf_counter() - t
+    n = args.repeat
+    c_total = sum(v[1] for v in stats.values())
+    print(f"wrapped: host issue per forward {1e3 * total / n:.3f} ms, in C calls "
+          f"{1e3 * c_total / n:.3f} ms, Python {1e3 * (total - c_total) / n:.3f} ms")
+    for name, (calls, sec) in sorted(stats.items(), key=lambda kv: -kv[1][1]):
+        if calls:
+            print(f"  {name:36s} {calls / n:6.1f} calls  {1e6 * sec / n:8.1f} us/forward  "
+                  f"{1e6 * sec / calls:7.1f} us/call")
+    torch.cuda.synchronize()
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(n):
+        forward(net, feats, coords)
+        torch.cuda.synchronize()
+    pr.disable()
+    st = pstats.Stats(pr)
+    st.sort_stats("tottime").print_stats(35)
+    st.sort_stats("cumulative").print_stats(40)
+
+
+if __name__ == "__main__":
+    main()

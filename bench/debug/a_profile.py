@@ -1,0 +1,173 @@
+"""Where workload A's forward from PyTorch spends its time (issue 20).
+
+Prints, for the network of bench/torch_bench.py under no_grad with a fresh
+SparseTensor per call:
+  1. the host issue time of every module (no sync inside the forward) and
+     the wall time to completion, median of N;
+  2. the GPU time of every module run alone (sync around each);
+  3. from torch.profiler: the CUDA runtime calls that took longest (host
+     waits show up as cudaStreamSynchronize / cudaEventSynchronize), the GPU
+     busy time and the idle gaps, each gap with the module being issued
+     while the GPU idled.
+Each with the map stream on and off (VOXCONV_MAP_STREAM). Not a benchmark:
+a diagnostic; the numbers to quote come from bench/torch_bench.py.
+
+    python3 bench/debug/a_profile.py [--data-dir D] [--repeat N] [--trace out.json]
+"""
+import argparse, json, os, statistics, sys, time
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import torch_bench as tb  # noqa: E402
+import voxconv  # noqa: E402
+
+
+def names(net):
+    out, level = [], 0
+    for m in net:
+        if isinstance(m, voxconv.nn.SparseMaxPool3d):
+            out.append(f"L{level}.pool")
+            level += 1
+        else:
+            out.append(f"L{level}.conv{sum(1 for n in out if n.startswith(f'L{level}.conv'))}")
+    return out
+
+
+def host_timeline(net, labels, feats, coords, repeat):
+    per = {n: [] for n in ["tensor"] + labels}
+    walls, issues = [], []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            x = voxconv.SparseTensor(feats, coords)
+            t1 = time.perf_counter()
+            per["tensor"].append(t1 - t0)
+            for n, m in zip(labels, net):
+                a = time.perf_counter()
+                x = m(x)
+                per[n].append(time.perf_counter() - a)
+        t2 = time.perf_counter()
+        torch.cuda.synchronize()
+        issues.append(t2 - t0)
+        walls.append(time.perf_counter() - t0)
+        del x
+    med = {n: 1e3 * statistics.median(v) for n, v in per.items()}
+    return med, 1e3 * statistics.median(issues), 1e3 * statistics.median(walls)
+
+
+def gpu_alone(net, labels, feats, coords, repeat):
+    per = {n: [] for n in labels}
+    for _ in range(repeat):
+        with torch.no_grad():
+            x = voxconv.SparseTensor(feats, coords)
+            for n, m in zip(labels, net):
+                torch.cuda.synchronize()
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                x = m(x)
+                e.record()
+                e.synchronize()
+                per[n].append(s.elapsed_time(e))
+    return {n: statistics.median(v) for n, v in per.items()}
+
+
+def profile_once(net, labels, feats, coords, trace):
+    from torch.profiler import profile, ProfilerActivity, record_function
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with torch.no_grad():
+            with record_function("A.tensor"):
+                x = voxconv.SparseTensor(feats, coords)
+            for n, m in zip(labels, net):
+                with record_function("A." + n):
+                    x = m(x)
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(trace)
+    with open(trace) as f:
+        ev = json.load(f)["traceEvents"]
+    ev = [e for e in ev if e.get("ph") == "X"]
+    spans = sorted((e["ts"], e["ts"] + e["dur"], e["name"][2:]) for e in ev
+                   if e.get("cat") == "user_annotation" and e["name"].startswith("A."))
+    kernels = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in ev
+                     if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    runtime = [e for e in ev if e.get("cat") == "cuda_runtime" or e.get("cat") == "cuda_driver"]
+
+    def module_at(ts):
+        for a, b, n in spans:
+            if a <= ts <= b:
+                return n
+        return "-"
+
+    print("\n  CUDA runtime calls >= 30 us (host side):")
+    agg = {}
+    for e in runtime:
+        agg.setdefault(e["name"], [0, 0.0])
+        agg[e["name"]][0] += 1
+        agg[e["name"]][1] += e["dur"]
+    for e in sorted(runtime, key=lambda e: -e["dur"])[:25]:
+        if e["dur"] < 30:
+            break
+        print(f"    {e['name']:32s} {e['dur']:8.1f} us  in {module_at(e['ts'])}")
+    print("  runtime totals (count, us):")
+    for k, (c, d) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:12]:
+        print(f"    {k:32s} {c:5d} {d:9.1f}")
+    if not kernels:
+        print("  no GPU activity recorded")
+        return
+    busy, cur_a, cur_b = 0.0, kernels[0][0], kernels[0][1]
+    gaps = []
+    for a, b, _ in kernels[1:]:
+        if a > cur_b:
+            busy += cur_b - cur_a
+            gaps.append((cur_b, a))
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    busy += cur_b - cur_a
+    t0 = spans[0][0] if spans else kernels[0][0]
+    print(f"  GPU: first kernel +{(kernels[0][0] - t0) / 1e3:.3f} ms, last end "
+          f"+{(cur_b - t0) / 1e3:.3f} ms, busy {busy / 1e3:.3f} ms, "
+          f"{len(kernels)} kernels/copies")
+    print("  GPU idle gaps >= 20 us (start after t0, length, module being issued then):")
+    for a, b in gaps:
+        if b - a >= 20:
+            print(f"    +{(a - t0) / 1e3:7.3f} ms  {(b - a):7.1f} us  {module_at(a)}")
+    print("  host span of each module (us):")
+    print("    " + ", ".join(f"{n} {(b - a):.0f}" for a, b, n in spans))
+    # GPU time per module by kernel launch attribution is not available
+    # without correlation ids; the gpu_alone table gives it instead.
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--dtype", default="f16")
+    ap.add_argument("--trace", default="a_trace.json")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    pts = tb.workload_a_points(args.data_dir)
+    coords, feats, _ = voxconv.voxelize(
+        torch.from_numpy(pts).to(dev), 0.1, origin=(-80.0, -80.0, -2.0),
+        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
+    dtype = tb.DTYPES[args.dtype]
+    net = tb.workload_a_net(dev, dtype)
+    feats = feats.to(dtype)
+    counts = tb.scale_and_count(net, coords, feats)
+    print("levels", counts)
+    labels = names(net)
+    for ms in ("1", "0"):
+        os.environ["VOXCONV_MAP_STREAM"] = ms
+        host_timeline(net, labels, feats, coords, 3)  # warm
+        med, issue, wall = host_timeline(net, labels, feats, coords, args.repeat)
+        print(f"\n== map stream {ms}: host issue {issue:.3f} ms, wall {wall:.3f} ms")
+        print("  host ms per module: " + ", ".join(f"{n} {v:.3f}" for n, v in med.items()))
+        g = gpu_alone(net, labels, feats, coords, 5)
+        print(f"  GPU alone (sync around each), sum {sum(g.values()):.3f} ms: "
+              + ", ".join(f"{n} {v:.3f}" for n, v in g.items()))
+        profile_once(net, labels, feats, coords, args.trace.replace(".json", f"_ms{ms}.json"))
+
+
+if __name__ == "__main__":
+    main()
