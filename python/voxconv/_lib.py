@@ -16,6 +16,7 @@ import ctypes
 import ctypes.util
 import glob
 import os
+import struct
 import sys
 
 from . import errors
@@ -211,6 +212,9 @@ def candidate_paths():
     3. the source tree this package sits in: ``<repo>/build*/libvoxconv.so``,
        the most recently built first,
     4. the system path (``ctypes.util.find_library``, then the bare soname).
+
+    Candidates 2-4 that are sanitizer builds are skipped by ``_load`` (see
+    :func:`sanitizer_runtimes`); ``$VOXCONV_LIBRARY`` may name one.
     """
     env = os.environ.get("VOXCONV_LIBRARY")
     if env:
@@ -230,16 +234,175 @@ def candidate_paths():
     return paths
 
 
+# ---- sanitizer builds ------------------------------------------------------------
+# A library built with -fsanitize=... (scripts/test.sh's build-asan/) needs its
+# sanitizer's runtime to be the first library of the process: dlopen()ing an
+# ASan build into a plain python3 makes the runtime print "ASan runtime does
+# not come first in initial library list" and _exit(1) inside ctypes.CDLL,
+# with no exception to catch. So a sanitizer build must be recognised
+# *before* it is loaded. We read the file's ELF dynamic section: the
+# DT_NEEDED sonames (gcc links libasan.so.N, libtsan.so.N, libubsan.so.N) and
+# the dynamic string table, which also names every symbol the library
+# imports (clang links no runtime into a shared library, but its code still
+# calls __asan_init, __asan_report_load4, ...). That is a property of the
+# file itself, so it works for any path (an installed library,
+# $VOXCONV_LIBRARY, a build folder configured by hand), unlike reading a
+# build folder's CMakeCache.txt, and it costs a few small reads at import.
+# (name, what it is, a symbol its runtime exports: present in this process
+# when the runtime was preloaded or linked into the executable)
+_SANITIZERS = (
+    ("asan", "AddressSanitizer", "__asan_init"),
+    ("hwasan", "HWAddressSanitizer", "__hwasan_init"),
+    ("tsan", "ThreadSanitizer", "__tsan_init"),
+    ("msan", "MemorySanitizer", "__msan_init"),
+    ("lsan", "LeakSanitizer", "__lsan_do_leak_check"),
+    ("ubsan", "UndefinedBehaviorSanitizer", None),
+)
+# Runtimes that abort the process unless they were loaded first (UBSan's
+# does not: an UBSan-only build loads, but is still skipped by the search).
+_MUST_COME_FIRST = ("asan", "hwasan", "tsan", "msan", "lsan")
+_PT_LOAD, _PT_DYNAMIC = 1, 2
+_DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ = 0, 1, 5, 10
+
+
+def _elf_dynamic(path):
+    """(needed sonames, dynamic string table bytes) of an ELF file, read
+    without loading it; None when `path` is not a readable ELF file (e.g. a
+    Mach-O or PE library: then nothing is known about it)."""
+    try:
+        with open(path, "rb") as f:
+            ident = f.read(64)
+            if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[4] not in (1, 2):
+                return None
+            end = "<" if ident[5] == 1 else ">"
+            wide = ident[4] == 2  # ELFCLASS64
+            if wide:
+                phoff, = struct.unpack_from(end + "Q", ident, 32)
+                phentsize, phnum = struct.unpack_from(end + "HH", ident, 54)
+                ph_fmt, dyn_fmt = end + "IIQQQQQQ", end + "qQ"
+            else:
+                phoff, = struct.unpack_from(end + "I", ident, 28)
+                phentsize, phnum = struct.unpack_from(end + "HH", ident, 42)
+                ph_fmt, dyn_fmt = end + "IIIIIIII", end + "iI"
+            if phnum == 0 or phnum > 4096 or phentsize < struct.calcsize(ph_fmt):
+                return None
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            loads, dynamic = [], None
+            for i in range(phnum):
+                h = struct.unpack_from(ph_fmt, table, i * phentsize)
+                if wide:  # type, flags, offset, vaddr, paddr, filesz, memsz, align
+                    p_type, p_offset, p_vaddr, p_filesz = h[0], h[2], h[3], h[5]
+                else:     # type, offset, vaddr, paddr, filesz, memsz, flags, align
+                    p_type, p_offset, p_vaddr, p_filesz = h[0], h[1], h[2], h[4]
+                if p_type == _PT_LOAD:
+                    loads.append((p_vaddr, p_offset, p_filesz))
+                elif p_type == _PT_DYNAMIC:
+                    dynamic = (p_offset, p_filesz)
+            if dynamic is None:
+                return (), b""
+            f.seek(dynamic[0])
+            dyn = f.read(min(dynamic[1], 1 << 20))
+            step = struct.calcsize(dyn_fmt)
+            needed, strtab, strsz = [], None, 0
+            for off in range(0, len(dyn) - step + 1, step):
+                tag, val = struct.unpack_from(dyn_fmt, dyn, off)
+                if tag == _DT_NULL:
+                    break
+                if tag == _DT_NEEDED:
+                    needed.append(val)
+                elif tag == _DT_STRTAB:
+                    strtab = val
+                elif tag == _DT_STRSZ:
+                    strsz = val
+            if strtab is None or not 0 < strsz <= 1 << 26:
+                return (), b""
+            # DT_STRTAB is an address: find the file offset of its segment.
+            for vaddr, offset, filesz in loads:
+                if vaddr <= strtab < vaddr + filesz:
+                    f.seek(strtab - vaddr + offset)
+                    strings = f.read(strsz)
+                    break
+            else:
+                return None
+    except (OSError, struct.error):
+        return None
+    names = tuple(strings[i:strings.find(b"\0", i)].decode(errors="replace")
+                  for i in needed if 0 <= i < len(strings))
+    return names, strings
+
+
+def sanitizer_runtimes(path):
+    """The sanitizers the library at `path` is instrumented with, as a tuple
+    of names ("asan", "ubsan", ...; empty for a clean build or a file this
+    reader does not understand), found from its ELF dynamic section without
+    loading it (see the comment above _SANITIZERS)."""
+    info = _elf_dynamic(path)
+    if not info:
+        return ()
+    needed, strings = info
+    found = []
+    for name, _what, _symbol in _SANITIZERS:
+        by_soname = any(n.startswith((f"lib{name}.", f"libclang_rt.{name}"))
+                        for n in needed)
+        if by_soname or f"\0__{name}_".encode() in strings:
+            found.append(name)
+    # ASan's runtime carries LeakSanitizer: an ASan build is not also "lsan".
+    if "asan" in found or "hwasan" in found:
+        found = [n for n in found if n != "lsan"]
+    return tuple(found)
+
+
+def _sanitizer_text(names):
+    what = {n: w for n, w, _s in _SANITIZERS}
+    return " + ".join(what[n] for n in names)
+
+
+def _runtime_missing(path, names):
+    """The sanitizers of `names` whose runtime must come first and is not in
+    this process (not preloaded, not linked into the executable)."""
+    symbols = {n: s for n, _w, s in _SANITIZERS}
+    try:
+        process = ctypes.CDLL(None)
+    except OSError:  # pragma: no cover - no dlopen(NULL) on this platform
+        return [n for n in names if n in _MUST_COME_FIRST]
+    return [n for n in names if n in _MUST_COME_FIRST and not hasattr(process, symbols[n])]
+
+
+def _sanitizer_refusal(path, names, missing):
+    needed = (_elf_dynamic(path) or ((), b""))[0]
+    sonames = [s for s in needed if any(s.startswith((f"lib{n}.", f"libclang_rt.{n}"))
+                                        for n in missing)]
+    preload = ":".join(sonames) or ("the " + "/".join(f"lib{n}" for n in missing)
+                                    + " runtime your compiler uses")
+    return errors.LibraryNotFoundError(
+        f"VOXCONV_LIBRARY={path} is built with {_sanitizer_text(names)}, whose "
+        f"runtime must be loaded before anything else in the process: loading the "
+        f"library now would abort Python. Start Python with the runtime "
+        f"preloaded, e.g. LD_PRELOAD={preload} ASAN_OPTIONS=detect_leaks=0 python3 "
+        f"..., or set VOXCONV_LIBRARY to a build without sanitizers (build/).")
+
+
 def _load():
     tried = []
+    explicit = bool(os.environ.get("VOXCONV_LIBRARY"))
     for path in candidate_paths():
         is_file = os.path.sep in path
         if is_file and not os.path.exists(path):
             tried.append(f"{path}: no such file")
             continue
+        sanitizers = sanitizer_runtimes(path) if is_file else ()
+        if sanitizers and not explicit:
+            tried.append(f"{path}: skipped, built with {_sanitizer_text(sanitizers)} (set "
+                         f"VOXCONV_LIBRARY to it, with its runtime preloaded, to use it)")
+            continue
+        if sanitizers:
+            missing = _runtime_missing(path, sanitizers)
+            if missing:
+                raise _sanitizer_refusal(path, sanitizers, missing)
         try:
             lib = ctypes.CDLL(path)
-        except OSError as e:  # e.g. an ASan build or a wrong architecture
+        except OSError as e:  # e.g. a wrong architecture or a missing dependency
             tried.append(f"{path}: {e}")
             continue
         missing = [s for s in _REQUIRED if not hasattr(lib, s)]

@@ -235,6 +235,14 @@ def weights_struct(t, what="weight"):
 
 
 def coords_struct(coords, tensor_stride):
+    """A voxconv_coords_t over a contiguous int32 [N, 4] tensor. Refuses
+    anything else rather than copying: the struct keeps a raw pointer, and
+    a copy made here would be freed while the library still reads it
+    (callers validate with _validate.coords, which makes the copy)."""
+    if coords.dtype != torch.int32 or not coords.is_contiguous():
+        raise errors.InvalidArgumentError(
+            f"coords: expected a contiguous int32 tensor, got {coords.dtype} with strides "
+            f"{coords.stride()} (pass it through voxconv._validate.coords)")
     c = _lib.Coords()
     c.data = ptr(coords)
     c.n = coords.shape[0]

@@ -274,6 +274,19 @@ class CoordinateManager:
         self.lock = threading.RLock()
 
     def add(self, coords, tensor_stride, register=True, stream=None):
+        """Registers a coordinate set and returns it. ``coords``: an integer
+        [N, 4] tensor on this manager's device. The library reads packed
+        rows of 4 int32, so anything else (a column slice such as
+        ``points[:, :4]``, a transposed view, int64) goes through
+        ``_validate.coords`` first: range-checked, converted and copied to a
+        contiguous int32 tensor (a view was misread as other rows before).
+        A packed int32 tensor on the device is taken as is, as the
+        internal callers pass it (a few attribute reads): the library
+        range-checks it when it builds a map."""
+        if not (type(coords) is torch.Tensor and coords.dtype == torch.int32
+                and coords.dim() == 2 and coords.shape[1] == 4
+                and coords.is_contiguous() and coords.device == self.device):
+            coords = _validate.coords(coords, "CoordinateManager.add", device=self.device)
         s = CoordinateSet(self, coords, tensor_stride, stream)
         with self.lock:
             self.sets.append(s)
