@@ -1,6 +1,7 @@
 """The sparse tensor type, voxelization and conversion to dense."""
 
 import ctypes
+import numbers
 
 import torch
 
@@ -23,6 +24,14 @@ def _check_coords(coords, device=None, where="SparseTensor", name="coords"):
 # dense() refuses a grid of more elements than this per batch item (see
 # SparseTensor.dense).
 DENSE_MAX_ELEMENTS_PER_ITEM = 2**31
+
+
+class NotATensorError(TypeError, AttributeError):
+    """A torch.Tensor attribute was asked of a SparseTensor: a torch module
+    or function was given one (torch.nn.BatchNorm1d in a torch.nn.Sequential
+    calls ``input.dim()``). A TypeError (the argument has the wrong type)
+    and an AttributeError (so ``hasattr`` and ``getattr(x, name, default)``
+    still answer False / the default)."""
 
 
 def _rebuild_sparse_tensor(cls, feats, coords, tensor_stride):
@@ -64,6 +73,29 @@ class SparseTensor:
     pickled together therefore no longer share maps, and a transposed
     convolution that found the encoder's finer coordinates in the manager
     needs them passed as ``out_coords``. ``copy.copy`` keeps the manager.
+
+    Arithmetic on features: ``x + y``, ``x - y`` (``y`` another SparseTensor
+    on the same coordinates), ``x + 1.0``, ``x - bias`` (a number or a
+    dense tensor that broadcasts against ``feats`` without changing its row
+    count), ``-x``, and ``+=`` / ``-=``. "Same coordinates" means the same
+    coordinate set (tensors derived from one another by submanifold layers
+    and feature-wise ops), or, as in :func:`voxconv.cat`, equal coordinates
+    in the same row order at the same tensor stride, verified by comparing
+    them (a host wait on CUDA); anything else raises KmapMismatchError. The
+    result keeps the left operand's coordinates and manager; autograd flows
+    through the features. ``x += y`` updates ``x.feats`` in place when
+    autograd does not record the op (grad mode off, or no operand requires
+    grad) and the result keeps the features' shape and dtype, and then
+    every tensor sharing those features (``detach()``, ``copy.copy``) sees
+    the change, as with torch tensors. Otherwise it rebinds ``x.feats`` to
+    the out-of-place result, so it never modifies a tensor autograd saved
+    for the backward pass (torch's own ``t += u`` would make that backward
+    fail).
+
+    A SparseTensor is not a torch.Tensor: asking it for a torch.Tensor
+    attribute it lacks (``x.dim()``, ``x.view``...) raises
+    :class:`NotATensorError` (a TypeError and an AttributeError) that
+    points to :class:`voxconv.nn.Sequential` and ``SparseFeatureOp``.
     """
 
     def __init__(self, feats, coords, tensor_stride=1, *, manager=None, _coord_set=None):
@@ -96,6 +128,23 @@ class SparseTensor:
 
     def __copy__(self):
         return type(self)._wrap(self.feats, self._set)
+
+    def __getattr__(self, name):
+        # Python calls this only after the normal lookup failed, so the
+        # attributes the ops read (feats, _set, the properties) never
+        # reach it: no cost on the hot path.
+        if name in _TENSOR_ONLY_ATTRS:
+            raise NotATensorError(
+                f"'{type(self).__name__}' object has no attribute '{name}': a SparseTensor "
+                f"is not a torch.Tensor, and a torch module or function was given one "
+                f"(e.g. torch.nn.BatchNorm1d inside a torch.nn.Sequential). Use "
+                f"voxconv.nn.Sequential, which passes the features to plain torch "
+                f"modules and keeps the coordinates; or wrap the module in "
+                f"voxconv.nn.SparseFeatureOp(module); or apply it yourself: "
+                f"x.replace_feature(module(x.feats))")
+        e = AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        e.name, e.obj = name, self  # as Python's own (for "Did you mean")
+        raise e
 
     @classmethod
     def _wrap(cls, feats, coord_set):
@@ -203,6 +252,73 @@ class SparseTensor:
         self.feats.requires_grad_(flag)
         return self
 
+    # -- arithmetic on the features (see the class doc) -------------------------
+    def _operand(self, other, op):
+        """The features-side operand of ``self <op> other``, or
+        NotImplemented for a type this does not handle."""
+        if isinstance(other, SparseTensor):
+            _check_same_coordinates(self, other, f"SparseTensor {op}")
+            return other.feats
+        if isinstance(other, torch.Tensor):
+            shape = _broadcast_shape(self.feats.shape, other.shape, op)
+            if len(shape) != 2 or shape[0] != self.feats.shape[0]:
+                raise errors.ShapeMismatchError(
+                    f"SparseTensor {op}: a dense operand of shape {tuple(other.shape)} "
+                    f"broadcasts the features {tuple(self.feats.shape)} to {tuple(shape)}; "
+                    f"it must keep [{self.feats.shape[0]}, C] (e.g. a number, a [C] or "
+                    f"[1, C] vector, or [N, C])")
+            return other
+        if isinstance(other, numbers.Real):  # int, float, bool, numpy scalars
+            return other
+        return NotImplemented
+
+    def _with_feats(self, feats):
+        return SparseTensor(feats, None, _coord_set=self._set)
+
+    def __add__(self, other):
+        o = self._operand(other, "+")
+        return NotImplemented if o is NotImplemented else self._with_feats(self.feats + o)
+
+    def __radd__(self, other):
+        o = self._operand(other, "+")
+        return NotImplemented if o is NotImplemented else self._with_feats(o + self.feats)
+
+    def __sub__(self, other):
+        o = self._operand(other, "-")
+        return NotImplemented if o is NotImplemented else self._with_feats(self.feats - o)
+
+    def __rsub__(self, other):
+        o = self._operand(other, "-")
+        return NotImplemented if o is NotImplemented else self._with_feats(o - self.feats)
+
+    def __neg__(self):
+        return self._with_feats(-self.feats)
+
+    def __pos__(self):
+        return self
+
+    def __iadd__(self, other):
+        return self._update(other, "+=", torch.Tensor.add_, torch.add)
+
+    def __isub__(self, other):
+        return self._update(other, "-=", torch.Tensor.sub_, torch.sub)
+
+    def _update(self, other, op, inplace, outofplace):
+        o = self._operand(other, op)
+        if o is NotImplemented:
+            return NotImplemented
+        f = self.feats
+        if _in_place_ok(f, o):
+            try:
+                inplace(f, o)
+                return self
+            except RuntimeError:
+                # autograd or memory refused it (an inference tensor outside
+                # inference mode, expanded features, ...): rebind instead
+                pass
+        self.feats = self._with_feats(outofplace(f, o)).feats
+        return self
+
     # -- conversions ---------------------------------------------------------
     def dense(self, spatial_shape=None, min_coordinate=(0, 0, 0), batch_size=None, *,
               max_elements_per_item=DENSE_MAX_ELEMENTS_PER_ITEM):
@@ -278,6 +394,48 @@ class SparseTensor:
                                               reduce=reduce, batch=batch)
         st = cls(feats.to(dtype), coords, 1)
         return (st, point_voxel) if return_point_map else st
+
+
+# torch.Tensor's public attributes that SparseTensor lacks: asking for one
+# raises NotATensorError (see SparseTensor.__getattr__).
+_TENSOR_ONLY_ATTRS = frozenset(
+    n for n in dir(torch.Tensor) if not n.startswith("_")) - frozenset(dir(SparseTensor))
+
+
+def _broadcast_shape(a, b, op):
+    try:
+        return torch.broadcast_shapes(a, b)
+    except RuntimeError as e:
+        raise errors.ShapeMismatchError(
+            f"SparseTensor {op}: a dense operand of shape {tuple(b)} does not broadcast "
+            f"against the features {tuple(a)} ({e})") from None
+
+
+def _check_same_coordinates(a, b, what):
+    """KmapMismatchError unless a and b are on one coordinate set or on
+    equal coordinates (same rows, same order, same tensor stride)."""
+    if a._set is b._set:
+        return
+    if (a.tensor_stride != b.tensor_stride or len(a) != len(b) or a.device != b.device
+            or not torch.equal(a.coords, b.coords)):
+        raise errors.KmapMismatchError(
+            f"{what}: the tensors are on different coordinates ({len(a)} rows at tensor "
+            f"stride {a.tensor_stride} on {a.device} vs {len(b)} rows at tensor stride "
+            f"{b.tensor_stride} on {b.device}); features combine row by row, so both "
+            f"must be on one coordinate set (e.g. a layer's input and the output of "
+            f"submanifold layers on it) or on equal coordinates in the same order")
+
+
+def _in_place_ok(f, o):
+    """Whether ``f <op>= o`` may update the features in place: autograd does
+    not record it (so no tensor saved for backward is modified), and the
+    result keeps f's shape and dtype."""
+    if torch.is_grad_enabled() and (
+            f.requires_grad or (isinstance(o, torch.Tensor) and o.requires_grad)):
+        return False
+    if isinstance(o, torch.Tensor) and torch.broadcast_shapes(f.shape, o.shape) != f.shape:
+        return False
+    return torch.result_type(f, o) == f.dtype
 
 
 def _human_bytes(n):
