@@ -12,22 +12,29 @@ Initialisation: as torch's ConvNd, weights and bias uniform in
 """
 
 import math
+import sys
 
 import torch
 from torch import nn
 
 from . import functional as F
+from . import init  # voxconv.nn.init: layout-aware kaiming_* / xavier_*
 from .algo import (SPARSE_CONV_BWD_ALGO_MODE, SPARSE_CONV_FWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE, algo_string)
-from .tensor import triple
+from .tensor import SparseTensor, triple
 from . import _lib
+from . import errors
+
+# ``import voxconv.nn.init`` as well as ``voxconv.nn.init`` / ``from voxconv.nn
+# import init`` (voxconv.nn is a module, not a package).
+sys.modules.setdefault(__name__ + ".init", init)
 
 __all__ = [
     "SparseConv3d", "SparseConvTranspose3d", "SparseDepthwiseConv3d",
     "SparseMaxPool3d", "SparseAvgPool3d", "SparseSumPool3d", "SparseUnpool3d",
     "SparseGlobalAvgPool", "SparseGlobalMaxPool", "SparseGlobalSumPool",
-    "SparseBatchNorm", "SparseReLU", "SparseFeatureOp",
+    "SparseBatchNorm", "SparseReLU", "SparseFeatureOp", "Sequential", "feature_wise", "init",
 ]
 
 
@@ -234,3 +241,81 @@ class SparseBatchNorm(SparseFeatureOp):
 class SparseReLU(SparseFeatureOp):
     def __init__(self, inplace=False):
         super().__init__(nn.ReLU(inplace))
+
+
+def _is_torch_module(module):
+    return type(module).__module__.split(".", 1)[0] == "torch"
+
+
+def _flag(module):
+    # An instance's plain attributes live in its __dict__ (nn.Module's
+    # __getattr__, reached by getattr() on a missing name, is slow).
+    flag = module.__dict__.get("voxconv_feature_wise")
+    return flag if flag is not None else getattr(type(module), "voxconv_feature_wise", None)
+
+
+def feature_wise(module):
+    """Whether :class:`Sequential` applies ``module`` to the features of a
+    SparseTensor (True) or hands it the SparseTensor (False):
+
+    * a module's own ``voxconv_feature_wise`` attribute (True / False),
+      when set, decides: mark your own feature-wise modules with it;
+    * a module defined in torch (``torch.nn.*``: BatchNorm1d, ReLU,
+      Dropout, Linear, LayerNorm, SyncBatchNorm, ...) is feature-wise,
+      unless it contains a module that is not (a ``torch.nn.Sequential``
+      of voxconv layers gets the SparseTensor);
+    * any other module (voxconv's layers, your own blocks) gets the
+      SparseTensor.
+    """
+    flag = _flag(module)
+    if flag is not None:
+        return bool(flag)
+    if not _is_torch_module(module):
+        return False
+    if module._modules:  # a container (or a module with children)
+        for m in module.modules():
+            if m is not module:
+                flag = _flag(m)
+                if not flag if flag is not None else not _is_torch_module(m):
+                    return False
+    return True
+
+
+class Sequential(nn.Sequential):
+    """``torch.nn.Sequential`` for sparse networks: while the running value
+    is a SparseTensor, plain torch modules (BatchNorm1d, ReLU, Dropout,
+    Linear, LayerNorm, any module that knows nothing of SparseTensor: see
+    :func:`feature_wise`) are applied to its features and the result keeps
+    the coordinates (``x.replace_feature(module(x.feats))``); voxconv
+    modules and other modules get the SparseTensor itself. Once the value
+    is no longer a SparseTensor (after ``SparseGlobalAvgPool``, say),
+    modules get it as ``torch.nn.Sequential`` would give it.
+
+    It is a ``torch.nn.Sequential`` (a subclass): construction from modules
+    or an ``OrderedDict``, indexing, slicing, ``append``, and state_dict
+    keys (``"0.weight"``, ``"1.running_mean"``, ...) are torch's, so a
+    state_dict moves between the two.
+
+        net = voxconv.nn.Sequential(
+            voxconv.nn.SparseConv3d(4, 32), torch.nn.BatchNorm1d(32), torch.nn.ReLU(),
+            voxconv.nn.SparseConv3d(32, 32))
+    """
+
+    def forward(self, input):
+        for i, module in enumerate(self):
+            if isinstance(input, SparseTensor) and feature_wise(module):
+                feats = module(input.feats)
+                if (not isinstance(feats, torch.Tensor) or feats.dim() != 2
+                        or feats.shape[0] != input.feats.shape[0]):
+                    got = (tuple(feats.shape) if isinstance(feats, torch.Tensor)
+                           else type(feats).__name__)
+                    raise errors.ShapeMismatchError(
+                        f"voxconv.nn.Sequential: module {i} ({type(module).__name__}) was "
+                        f"applied to the features [{input.feats.shape[0]}, "
+                        f"{input.feats.shape[1]}] and returned {got}; a feature-wise "
+                        f"module must keep one row per voxel (set "
+                        f"module.voxconv_feature_wise = False to hand it the SparseTensor)")
+                input = input.replace_feature(feats)
+            else:
+                input = module(input)
+        return input
