@@ -89,6 +89,9 @@
  *  VOXCONV_AUTOTUNE_RUNS, VOXCONV_AUTOTUNE_WARMUP,
  *  VOXCONV_AUTOTUNE_MAX_CANDIDATES, VOXCONV_AUTOTUNE_MAX_REL
  *                            tuner effort and its correctness threshold
+ *  VOXCONV_ALLOC_CACHE_MB    idle MiB a handle keeps from the caller's
+ *                            allocator for reuse (default 1024, 0: off;
+ *                            see voxconv_allocator_t)
  *  VOXCONV_KMAP_SYNC         1: CUDA SUBMANIFOLD map builds wait for their
  *                            verdict, so bad coordinates fail the build
  *                            call itself (see Kernel maps)
@@ -187,7 +190,18 @@ typedef enum voxconv_backend {
 
 /* Optional allocator for every temporary (and kernel-map) buffer. On CUDA
  * `stream` is the handle's cudaStream_t; on CPU it is NULL. alloc returns
- * NULL on failure. */
+ * NULL on failure.
+ *
+ * The handle keeps the blocks it frees and hands them out again to its own
+ * later requests (on its one stream, so no synchronisation is needed), up
+ * to VOXCONV_ALLOC_CACHE_MB idle MiB (default 1024; 0: no cache, every
+ * request goes to `alloc`). Requests are rounded up to a size class (powers
+ * of two up to 1 MiB, then 1/8 steps), so `alloc` sees class sizes. When
+ * `alloc` fails the handle gives its idle blocks back (`free`) and asks
+ * once more. While the handle's stream is being captured into a CUDA graph
+ * nothing is taken from or put into the cache. voxconv_set_stream to a
+ * different stream, voxconv_release_cached_memory and voxconv_destroy
+ * give the idle blocks back. */
 typedef struct voxconv_allocator {
   void *(*alloc)(void *ctx, size_t bytes, void *stream);
   void (*free)(void *ctx, void *ptr, void *stream);
@@ -301,6 +315,9 @@ typedef enum voxconv_memcpy_kind {
 
 VOXCONV_API voxconv_status_t voxconv_malloc(voxconv_handle_t *h, size_t bytes,
                                             void **ptr);
+/* Gives the blocks the handle keeps idle (see voxconv_allocator_t) back to
+ * the caller's allocator. A no-op without one. */
+VOXCONV_API voxconv_status_t voxconv_release_cached_memory(voxconv_handle_t *h);
 VOXCONV_API voxconv_status_t voxconv_free(voxconv_handle_t *h, void *ptr);
 /* Ordered on the handle's stream; BACKEND_TO_HOST copies complete before
  * returning. */

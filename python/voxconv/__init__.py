@@ -110,6 +110,16 @@ def info():
     return out
 
 
+def empty_cache():
+    """Returns the GPU memory voxconv keeps for reuse to torch's caching
+    allocator. Each CUDA handle keeps the temporary and kernel-map blocks
+    it frees (up to VOXCONV_ALLOC_CACHE_MB, default 1024 MiB per handle)
+    so that later calls need no allocation; torch counts them as
+    allocated. Call this before torch.cuda.empty_cache() to give that
+    memory back to the driver as well."""
+    _runtime.empty_cache()
+
+
 def custom_ops_enabled():
     """True when the ops are registered as torch.ops.voxconv.* (torch >= 2.4)."""
     return _ops.custom_ops_enabled()
@@ -215,6 +225,7 @@ def missing_features():
 
 
 __all__ = [
+    "empty_cache",
     "SparseTensor", "CoordinateManager", "KernelMap", "voxelize", "merge_duplicates", "cat",
     "spatially_sparse_conv", "spatially_sparse_depthwise_conv", "sparse_max_pool",
     "sparse_avg_pool", "sparse_sum_pool", "sparse_unpool", "global_avg_pool",

@@ -146,6 +146,7 @@ _SIGNATURES = {
     "voxconv_get_last_error": (ctypes.c_char_p, [_p]),
     # memory, devices
     "voxconv_malloc": (_st, [_p, ctypes.c_size_t, _P(_p)]),
+    "voxconv_release_cached_memory": (_st, [_p]),
     "voxconv_free": (_st, [_p, _p]),
     "voxconv_memcpy": (_st, [_p, _p, _p, ctypes.c_size_t, ctypes.c_int]),
     "voxconv_device_count": (_st, [_P(ctypes.c_int)]),

@@ -108,8 +108,21 @@ def _torch_cuda_allocator(device_index):
     Exceptions never cross into C: a failure returns NULL and the library
     reports VOXCONV_STATUS_ALLOC_FAILED with its own context."""
 
+    # The library calls these with its handle's device current (it sets it
+    # around every call), so torch's raw entry points, which allocate on the
+    # current device, are used directly: the public wrappers add a device
+    # guard and argument checks that cost more than the allocation. The
+    # library also keeps freed blocks for reuse (voxconv_allocator_t), so
+    # these run mostly while a workload warms up.
+    raw_alloc = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None)
+    raw_delete = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None)
+    get_device = getattr(torch._C, "_cuda_getDevice", None)
+    fast = raw_alloc is not None and raw_delete is not None and get_device is not None
+
     def alloc(_ctx, nbytes, stream):
         try:
+            if fast and get_device() == device_index:
+                return raw_alloc(max(int(nbytes), 1), stream or 0)
             return torch.cuda.caching_allocator_alloc(
                 max(int(nbytes), 1), device=device_index, stream=stream or 0)
         except Exception:  # noqa: BLE001 - OOM and friends become NULL
@@ -118,7 +131,10 @@ def _torch_cuda_allocator(device_index):
     def free(_ctx, ptr, _stream):
         try:
             if ptr:
-                torch.cuda.caching_allocator_delete(ptr)
+                if fast:
+                    raw_delete(ptr)
+                else:
+                    torch.cuda.caching_allocator_delete(ptr)
         except Exception:  # noqa: BLE001 - nothing sensible to do in a free
             pass
 
@@ -155,6 +171,16 @@ def _cuda_handle(index, stream):
                 h = Handle(dev, stream)
                 _handles[("cuda", index, stream)] = h
     return h
+
+
+def empty_cache():
+    """Gives the blocks every handle keeps for reuse back to torch's caching
+    allocator (see voxconv.empty_cache)."""
+    with _handles_lock:
+        hs = list(_handles.values())
+    for h in hs:
+        if h.device.type == "cuda":
+            h.call("voxconv_release_cached_memory")
 
 
 def handle_for(device):

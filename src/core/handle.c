@@ -129,6 +129,7 @@ voxconv_status_t voxconv_create(voxconv_handle_t **handle,
     }
   }
 #endif
+  vc_alloc_cache_init(h);
   *handle = h;
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -140,6 +141,7 @@ voxconv_status_t voxconv_destroy(voxconv_handle_t *h) {
   if (h->backend == VOXCONV_BACKEND_CUDA)
     vc_cuda_handle_fini(h);
 #endif
+  vc_alloc_cache_destroy(h);
   free(h->tune_memo);
   free(h);
   return VOXCONV_STATUS_SUCCESS;
@@ -159,6 +161,9 @@ voxconv_status_t voxconv_set_stream(voxconv_handle_t *h, void *stream) {
   if (h->backend != VOXCONV_BACKEND_CUDA && stream != NULL)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                    "voxconv_set_stream: the CPU backend has no streams");
+  /* Cached blocks are ordered on the old stream only. */
+  if (stream != h->stream)
+    vc_alloc_cache_release(h);
   h->stream = stream;
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -348,7 +353,7 @@ voxconv_status_t vc_alloc(voxconv_handle_t *h, size_t bytes, void **ptr,
   if (bytes == 0)
     bytes = 1; /* a valid, unique pointer even for empty tensors */
   if (h->has_allocator) {
-    *ptr = h->allocator.alloc(h->allocator.ctx, bytes, h->stream);
+    *ptr = vc_alloc_cache_get(h, bytes);
     if (!*ptr)
       return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
                      "the caller's allocator returned NULL for %zu bytes (%s)",
@@ -371,7 +376,7 @@ void vc_free(voxconv_handle_t *h, void *ptr) {
   if (!ptr)
     return;
   if (h->has_allocator) {
-    h->allocator.free(h->allocator.ctx, ptr, h->stream);
+    vc_alloc_cache_put(h, ptr);
     return;
   }
 #ifdef VOXCONV_HAVE_CUDA

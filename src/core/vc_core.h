@@ -40,7 +40,21 @@ struct voxconv_handle {
   /* The tuner's memo of this handle's recent decisions (src/tune/memo.c,
    * plain malloc; NULL until the first conv). */
   void *tune_memo;
+  /* Idle blocks kept in front of the caller's allocator (alloc_cache.c;
+   * NULL without a caller's allocator or with the cache off). */
+  struct vc_alloc_cache *alloc_cache;
 };
+
+typedef struct vc_alloc_cache vc_alloc_cache_t;
+/* alloc_cache.c: init at handle creation, destroy at handle destruction,
+ * release = give every idle block back to the caller's allocator; get/put
+ * replace the caller's alloc/free (get returns NULL when it fails). */
+void vc_alloc_cache_init(voxconv_handle_t *h);
+void vc_alloc_cache_destroy(voxconv_handle_t *h);
+void vc_alloc_cache_release(voxconv_handle_t *h);
+void *vc_alloc_cache_get(voxconv_handle_t *h, size_t bytes);
+void vc_alloc_cache_put(voxconv_handle_t *h, void *ptr);
+size_t vc_alloc_cache_idle_bytes(const voxconv_handle_t *h);
 
 /* Records a failure with context on h (or the calling thread when h is NULL)
  * and returns `status`, so call sites read `return vc_fail(h, ...)`. */

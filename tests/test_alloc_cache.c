@@ -1,0 +1,218 @@
+/* The handle's block cache in front of a caller's allocator (alloc_cache.c,
+ * voxconv_allocator_t in voxconv.h), on the CPU backend with a counting
+ * allocator that mallocs exactly what it is asked (so ASan sees any write
+ * past a class size the cache handed out):
+ *  - repeated map builds and convolutions stop calling the allocator once
+ *    the cache is warm, and give the same bits as with the cache off;
+ *  - the sizes asked are the documented classes (recomputed here);
+ *  - release / destroy give every block back; the idle bound holds;
+ *  - a failing allocator makes the handle give its idle blocks back and
+ *    retry. */
+#include "vc_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  int64_t allocs, frees, live, fail_above; /* fail_above: live-bytes limit */
+  int64_t live_bytes, last_request;
+  /* Every block: pointer and size (a small table is enough here). */
+  void *ptr[4096];
+  int64_t size[4096];
+} counting_t;
+
+static void *c_alloc(void *ctx, size_t bytes, void *stream) {
+  counting_t *c = (counting_t *)ctx;
+  (void)stream;
+  c->last_request = (int64_t)bytes;
+  if (c->fail_above && c->live_bytes + (int64_t)bytes > c->fail_above)
+    return NULL;
+  void *p = malloc(bytes);
+  if (!p)
+    return NULL;
+  for (int i = 0; i < 4096; ++i)
+    if (!c->ptr[i]) {
+      c->ptr[i] = p;
+      c->size[i] = (int64_t)bytes;
+      break;
+    }
+  c->allocs++;
+  c->live++;
+  c->live_bytes += (int64_t)bytes;
+  return p;
+}
+
+static void c_free(void *ctx, void *p, void *stream) {
+  counting_t *c = (counting_t *)ctx;
+  (void)stream;
+  for (int i = 0; i < 4096; ++i)
+    if (c->ptr[i] == p) {
+      c->live_bytes -= c->size[i];
+      c->ptr[i] = NULL;
+      break;
+    }
+  c->frees++;
+  c->live--;
+  free(p);
+}
+
+static voxconv_handle_t *make_handle(counting_t *c) {
+  voxconv_allocator_t a = {c_alloc, c_free, c};
+  voxconv_handle_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.backend = VOXCONV_BACKEND_CPU;
+  d.allocator = &a; /* copied by voxconv_create */
+  d.num_threads = 2;
+  voxconv_handle_t *h = NULL;
+  if (voxconv_create(&h, &d) != VOXCONV_STATUS_SUCCESS)
+    return NULL;
+  return h;
+}
+
+/* Independent statement of the documented classes. */
+static size_t expected_class(size_t bytes) {
+  if (bytes <= 512)
+    return 512;
+  size_t p = 1;
+  while (p < bytes)
+    p <<= 1;
+  if (p <= ((size_t)1 << 20))
+    return p;
+  const size_t base = p / 2, step = base / 8;
+  for (size_t k = 1; k <= 8; ++k)
+    if (base + k * step >= bytes)
+      return base + k * step;
+  return p;
+}
+
+/* One submanifold map + forward conv on the coordinates; output in y. */
+static voxconv_status_t run_once(voxconv_handle_t *h, const int32_t *coords,
+                                 int64_t n, const float *x, const float *w,
+                                 float *y, int cin, int cout) {
+  voxconv_kmap_desc_t desc;
+  memset(&desc, 0, sizeof desc);
+  desc.mode = VOXCONV_KMAP_SUBMANIFOLD;
+  desc.kernel_size[0] = desc.kernel_size[1] = desc.kernel_size[2] = 3;
+  voxconv_coords_t in = {coords, n, {1, 1, 1}};
+  voxconv_kmap_t *m = NULL;
+  voxconv_status_t st = voxconv_kmap_build(h, &desc, &in, NULL, &m);
+  if (st != VOXCONV_STATUS_SUCCESS)
+    return st;
+  voxconv_feats_t fx = {(void *)x, n, cin, VOXCONV_DTYPE_F32};
+  voxconv_weights_t fw = {(void *)w, 27, cin, cout, VOXCONV_DTYPE_F32};
+  voxconv_feats_t fy = {y, n, cout, VOXCONV_DTYPE_F32};
+  st = voxconv_conv_forward(h, m, &fx, &fw, &fy, NULL);
+  voxconv_kmap_destroy(h, m);
+  return st;
+}
+
+int main(void) {
+  vc_test_init("test_alloc_cache");
+  const int cin = 8, cout = 16;
+  int64_t n = 0;
+  int32_t *coords = vc_random_coords(3000 + vc_rand_range(0, 2000), 12, &n);
+  float *x = (float *)malloc(sizeof(float) * (size_t)(n * cin));
+  float *w = (float *)malloc(sizeof(float) * 27 * cin * cout);
+  float *y_ref = (float *)malloc(sizeof(float) * (size_t)(n * cout));
+  float *y = (float *)malloc(sizeof(float) * (size_t)(n * cout));
+  vc_fill_normal(x, VOXCONV_DTYPE_F32, n * cin);
+  vc_fill_normal(w, VOXCONV_DTYPE_F32, 27 * cin * cout);
+
+  /* Reference: the cache off. */
+  setenv("VOXCONV_ALLOC_CACHE_MB", "0", 1);
+  counting_t *off = (counting_t *)calloc(1, sizeof *off);
+  voxconv_handle_t *h0 = make_handle(off);
+  VC_EXPECT(h0 != NULL, "create failed");
+  if (!h0)
+    return vc_test_finish();
+  VC_REQUIRE_OK(h0, run_once(h0, coords, n, x, w, y_ref, cin, cout));
+  const int64_t per_run = off->allocs;
+  VC_REQUIRE_OK(h0, run_once(h0, coords, n, x, w, y_ref, cin, cout));
+  VC_EXPECT(off->allocs == 2 * per_run, "cache off: %lld allocations for two "
+            "runs, %lld for one", (long long)off->allocs, (long long)per_run);
+  VC_EXPECT(off->live == 0, "cache off: %lld blocks live after the runs",
+            (long long)off->live);
+  voxconv_destroy(h0);
+  VC_EXPECT(per_run > 0, "the run made no allocation: the test proves nothing");
+
+  /* The cache on (default bound): the second and later runs allocate
+   * nothing and give the same bits. */
+  unsetenv("VOXCONV_ALLOC_CACHE_MB");
+  counting_t *on = (counting_t *)calloc(1, sizeof *on);
+  voxconv_handle_t *h = make_handle(on);
+  VC_EXPECT(h != NULL, "create failed");
+  if (!h)
+    return vc_test_finish();
+  for (int run = 0; run < 4; ++run) {
+    vc_poison(y, VOXCONV_DTYPE_F32, n * cout);
+    const int64_t before = on->allocs;
+    VC_REQUIRE_OK(h, run_once(h, coords, n, x, w, y, cin, cout));
+    VC_EXPECT(memcmp(y, y_ref, sizeof(float) * (size_t)(n * cout)) == 0,
+              "run %d: output differs from the cache-off run", run);
+    if (run > 0)
+      VC_EXPECT(on->allocs == before, "run %d asked the allocator %lld times "
+                "with a warm cache", run, (long long)(on->allocs - before));
+  }
+  VC_EXPECT(on->frees == 0, "blocks went back to the allocator (%lld) under "
+            "the bound", (long long)on->frees);
+
+  /* Sizes asked are the classes. */
+  const size_t asks[] = {1, 300, 512, 513, 4097, (size_t)1 << 20,
+                         ((size_t)1 << 20) + 1, 3000000, 5u << 20};
+  for (size_t i = 0; i < sizeof asks / sizeof *asks; ++i) {
+    void *p = NULL;
+    const int64_t before = on->allocs;
+    VC_REQUIRE_OK(h, voxconv_malloc(h, asks[i], &p));
+    if (on->allocs > before)
+      VC_EXPECT((size_t)on->last_request == expected_class(asks[i]),
+                "%zu bytes: the allocator was asked %lld, class %zu", asks[i],
+                (long long)on->last_request, expected_class(asks[i]));
+    memset(p, 0xAB, asks[i]); /* ASan: the block holds the request */
+    VC_REQUIRE_OK(h, voxconv_free(h, p));
+  }
+
+  /* Release gives everything idle back. */
+  VC_REQUIRE_OK(h, voxconv_release_cached_memory(h));
+  VC_EXPECT(on->live == 0, "%lld blocks still held after release",
+            (long long)on->live);
+
+  /* A failing allocator: fill the cache, then ask for more than the limit
+   * leaves: the handle must give back its idle blocks and retry. */
+  VC_REQUIRE_OK(h, run_once(h, coords, n, x, w, y, cin, cout));
+  const int64_t idle = on->live_bytes;
+  VC_EXPECT(idle > 0 && on->live > 0, "nothing cached after a run");
+  on->fail_above = idle + 4096 + (idle / 2);
+  void *big = NULL;
+  const size_t want = (size_t)(idle / 2) + (size_t)((size_t)1 << 20);
+  VC_EXPECT_STATUS(h, voxconv_malloc(h, want, &big), VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT(big != NULL && on->live == 1, "after the retry %lld blocks live "
+            "(want only the new one)", (long long)on->live);
+  if (big)
+    voxconv_free(h, big);
+  on->fail_above = 0;
+  voxconv_destroy(h);
+  VC_EXPECT(on->live == 0, "%lld blocks leaked by destroy", (long long)on->live);
+
+  /* The idle bound: 1 MiB. */
+  setenv("VOXCONV_ALLOC_CACHE_MB", "1", 1);
+  counting_t *small = (counting_t *)calloc(1, sizeof *small);
+  voxconv_handle_t *hs = make_handle(small);
+  if (hs) {
+    for (int run = 0; run < 2; ++run)
+      VC_REQUIRE_OK(hs, run_once(hs, coords, n, x, w, y, cin, cout));
+    VC_EXPECT(small->live_bytes <= ((int64_t)1 << 20),
+              "%lld bytes idle over a 1 MiB bound", (long long)small->live_bytes);
+    voxconv_destroy(hs);
+    VC_EXPECT(small->live == 0, "leaked %lld blocks", (long long)small->live);
+  }
+  unsetenv("VOXCONV_ALLOC_CACHE_MB");
+  free(off);
+  free(on);
+  free(small);
+  free(coords);
+  free(x);
+  free(w);
+  free(y_ref);
+  free(y);
+  return vc_test_finish();
+}
