@@ -650,6 +650,16 @@ def main(argv=None):
     print(f"host time per layer forward call (C={h['channels']}, median of {h['calls']}): "
           f"{h['forward_no_grad_us']:.1f} us under no_grad, {h['forward_grad_us']:.1f} us with "
           f"autograd")
+    if cuda:
+        # torch's allocator next to voxconv's: whether the library's block
+        # cache (VOXCONV_ALLOC_CACHE_MB) made torch go back to the driver
+        ms = torch.cuda.memory_stats(args.device)
+        rec["torch_memory"] = {k: ms.get(k) for k in (
+            "num_alloc_retries", "num_device_alloc", "num_device_free",
+            "reserved_bytes.all.peak", "allocated_bytes.all.peak")}
+        rec["alloc_cache_mb"] = os.environ.get("VOXCONV_ALLOC_CACHE_MB")
+        print("torch allocator: " + ", ".join(f"{k} {v}" for k, v in rec["torch_memory"].items())
+              + f" (VOXCONV_ALLOC_CACHE_MB={rec['alloc_cache_mb']})")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rec, f, indent=1)

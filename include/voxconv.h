@@ -90,8 +90,9 @@
  *  VOXCONV_AUTOTUNE_MAX_CANDIDATES, VOXCONV_AUTOTUNE_MAX_REL
  *                            tuner effort and its correctness threshold
  *  VOXCONV_ALLOC_CACHE_MB    idle MiB a handle keeps from the caller's
- *                            allocator for reuse (default 1024, 0: off;
- *                            see voxconv_allocator_t)
+ *                            allocator for reuse (default 1/16 of device
+ *                            memory, at least 1024; 0: off; see
+ *                            voxconv_allocator_t)
  *  VOXCONV_KMAP_SYNC         1: CUDA SUBMANIFOLD map builds wait for their
  *                            verdict, so bad coordinates fail the build
  *                            call itself (see Kernel maps)
@@ -194,7 +195,8 @@ typedef enum voxconv_backend {
  *
  * The handle keeps the blocks it frees and hands them out again to its own
  * later requests (on its one stream, so no synchronisation is needed), up
- * to VOXCONV_ALLOC_CACHE_MB idle MiB (default 1024; 0: no cache, every
+ * to VOXCONV_ALLOC_CACHE_MB idle MiB (default: 1/16 of the device's
+ * memory on CUDA, at least 1024; 1024 on the CPU; 0: no cache, every
  * request goes to `alloc`). Requests are rounded up to a size class (powers
  * of two up to 1 MiB, then 1/8 steps), so `alloc` sees class sizes. When
  * `alloc` fails the handle gives its idle blocks back (`free`) and asks

@@ -113,7 +113,7 @@ def info():
 def empty_cache():
     """Returns the GPU memory voxconv keeps for reuse to torch's caching
     allocator. Each CUDA handle keeps the temporary and kernel-map blocks
-    it frees (up to VOXCONV_ALLOC_CACHE_MB, default 1024 MiB per handle)
+    it frees (up to VOXCONV_ALLOC_CACHE_MB, by default 1/16 of the device memory per handle)
     so that later calls need no allocation; torch counts them as
     allocated. Call this before torch.cuda.empty_cache() to give that
     memory back to the driver as well."""

@@ -26,12 +26,16 @@
  * classes per power of two (<= 12.5% rounding). The allocator is asked for
  * the class size, so a cached block fits any request of its class.
  *
- * Bound: VOXCONV_ALLOC_CACHE_MB (read at handle creation; default 1024,
- * 0 turns the cache off) caps the bytes held idle per handle; a free that
+ * Bound: VOXCONV_ALLOC_CACHE_MB (read at handle creation; default 1/16 of
+ * the device's memory on CUDA, at least 1024; 1024 on the CPU; 0 turns
+ * the cache off) caps the bytes held idle per handle; a free that
  * would exceed it goes straight to the caller's allocator. When the
  * caller's allocator fails, the cache is emptied and the request retried
  * once. voxconv_release_cached_memory empties it on demand. */
 #include "vc_core.h"
+#ifdef VOXCONV_HAVE_CUDA
+#include "../cuda/vc_cuda.h"
+#endif
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -167,14 +171,32 @@ static int live_take(vc_alloc_cache_t *c, void *p) {
 }
 
 /* ---- the cache ---------------------------------------------------------- */
-static size_t env_cap_bytes(void) {
+/* The default bound: 1/16 of the device's memory on CUDA (a workload's
+ * kernel maps are sized by its point count: workload A's hold ~2 GiB, and
+ * a bound below what one forward frees makes every forward miss), 1 GiB on
+ * the CPU and when the size is unknown. */
+static size_t default_cap_bytes(const voxconv_handle_t *h) {
+  size_t cap = (size_t)1024 << 20;
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA) {
+    const size_t total = vc_cuda_device_memory(h);
+    if (total / 16 > cap)
+      cap = total / 16;
+  }
+#else
+  (void)h;
+#endif
+  return cap;
+}
+
+static size_t env_cap_bytes(const voxconv_handle_t *h) {
   const char *v = vc_getenv("VOXCONV_ALLOC_CACHE_MB");
   if (!v || !*v)
-    return (size_t)1024 << 20;
+    return default_cap_bytes(h);
   char *end = NULL;
   const long long mb = strtoll(v, &end, 10);
   if (!end || *end != '\0' || mb < 0)
-    return (size_t)1024 << 20; /* documented: a bad value keeps the default */
+    return default_cap_bytes(h); /* documented: a bad value keeps the default */
   return (size_t)mb << 20;
 }
 
@@ -182,7 +204,7 @@ void vc_alloc_cache_init(voxconv_handle_t *h) {
   h->alloc_cache = NULL;
   if (!h->has_allocator)
     return;
-  const size_t cap = env_cap_bytes();
+  const size_t cap = env_cap_bytes(h);
   if (cap == 0)
     return;
   vc_alloc_cache_t *c = (vc_alloc_cache_t *)calloc(1, sizeof *c);

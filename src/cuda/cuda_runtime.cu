@@ -315,6 +315,16 @@ extern "C" int vc_cuda_stream_capturing(const voxconv_handle_t *h) {
   return cs != cudaStreamCaptureStatusNone;
 }
 
+extern "C" size_t vc_cuda_device_memory(const voxconv_handle_t *h) {
+  VcDeviceGuard guard(h);
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return total;
+}
+
 extern "C" voxconv_status_t vc_cuda_stream_wait(voxconv_handle_t *h,
                                                 void *other) {
   VC_CUDA_DEVICE_GUARD(h);

@@ -31,6 +31,8 @@ voxconv_status_t vc_cuda_stream_wait(voxconv_handle_t *h, void *other);
 /* 1 while h's stream is being captured into a CUDA graph (see
  * vc_stream_capturing in vc_core.h). */
 int vc_cuda_stream_capturing(const voxconv_handle_t *h);
+/* Bytes of memory of h's device (0 when the query fails). */
+size_t vc_cuda_device_memory(const voxconv_handle_t *h);
 
 /* coordinates (cuda_kmap.cu, cuda_voxelize.cu) */
 voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
