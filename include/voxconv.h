@@ -20,32 +20,47 @@
  * and reused by forward, both backward passes and every layer that shares
  * the geometry.
  *
- * Kernel offsets. For kernel size k, dilation d along an axis, the offsets
- * along that axis are (j - floor((k-1)/2)) * d for j = 0..k-1: centred for
- * odd k ({-1,0,1} for k=3), starting at 0 for k=2 ({0,1}), {-1,0,1,2} for
- * k=4. The flat offset index is kidx = (jx*ky + jy)*kz + jz (x slowest), so
- * weights are [K][Cin][Cout] with K = kx*ky*kz in that order.
+ * Kernel offsets. Along an axis with kernel size k, dilation d and padding
+ * P, the offsets are off(j) = j*d - P for j = 0..k-1. By default (desc
+ * padded = 0) P = floor((k-1)/2)*d: centred for odd k ({-1,0,1} for k=3),
+ * starting at 0 for k=2 ({0,1}), {-1,0,1,2} for k=4. With padded = 1, P is
+ * the caller's padding[] (spconv's and PyTorch's `padding`). The flat
+ * offset index is kidx = (jx*ky + jy)*kz + jz (x slowest), so weights are
+ * [K][Cin][Cout] with K = kx*ky*kz in that order; off_k is the vector
+ * (off(jx), off(jy), off(jz)).
  *
- * Modes (o = output voxel, i = input voxel, same batch, s = stride):
+ * Modes (o = output voxel, i = input voxel, same batch, s = stride; every
+ * relation holds per axis):
  *  SUBMANIFOLD  outputs = inputs;            pair (i,o,k) iff i = o + off_k
  *  STRIDED      outputs = unique floor(i/s); pair (i,o,k) iff i = s*o + off_k
+ *  EXPANDING    outputs = every o some input reaches, i.e. i = s*o + off_k
+ *               for some input i and offset k (inside out_shape when given);
+ *                                            pair (i,o,k) iff i = s*o + off_k
+ *               (spconv's SparseConv3d / a dense conv3d's active outputs)
  *  TRANSPOSED   outputs given by the caller (usually the encoder's finer
  *               coordinates);                pair (i,o,k) iff o = s*i + off_k
- *  GENERATIVE   outputs = unique {s*i + off_k} over all inputs and offsets;
- *               pairs as TRANSPOSED.
+ *  GENERATIVE   outputs = unique {s*i + off_k} over all inputs and offsets
+ *               (inside out_shape when given); pairs as TRANSPOSED
+ *               (spconv's SparseConvTranspose3d with padded = 1).
  * The forward op is then  y[o] = sum over pairs (i,o,k) of x[i] * W[k]
- * (a cross-correlation, as torch.nn.functional.conv3d / conv_transpose3d
- * with padding floor((k-1)/2)*d, evaluated at the output sites).
+ * (a cross-correlation: torch.nn.functional.conv3d for SUBMANIFOLD,
+ * STRIDED and EXPANDING, conv_transpose3d for TRANSPOSED and GENERATIVE,
+ * with padding P and the map's stride and dilation, evaluated at the output
+ * sites). voxconv_kmap_inverse reverses a STRIDED or EXPANDING map
+ * (spconv's SparseInverseConv3d). Details and limits: "kernel maps" below.
  *
- * Determinism of maps. Output coordinates of STRIDED and GENERATIVE maps are
- * sorted ascending by (batch, x, y, z). Within offset k, pairs are sorted by
- * output row. Every backend produces the same map, element for element.
+ * Determinism of maps. Output coordinates of STRIDED, EXPANDING and
+ * GENERATIVE maps are sorted ascending by (batch, x, y, z). Within offset
+ * k, pairs are sorted by output row. Every backend produces the same map,
+ * element for element.
  *
  * Coordinate limits. x, y, z must lie in [-131071, 131071]
  * (VOXCONV_COORD_MIN..VOXCONV_COORD_MAX) and batch in [0, 1023]
  * (VOXCONV_BATCH_MAX); this is what the 64-bit hash key holds. Neighbours that
- * fall outside the range simply do not exist; generated output coordinates
- * outside it are an error.
+ * fall outside the range simply do not exist; output coordinates that an
+ * EXPANDING or GENERATIVE map would create outside it (on an axis without
+ * out_shape) are an error (OUT_OF_RANGE naming the input row, offset and
+ * value), never wrapped.
  *
  * ------------------------------------------------------------------------
  * Memory, backends, errors
@@ -377,14 +392,65 @@ typedef enum voxconv_kmap_mode {
   VOXCONV_KMAP_SUBMANIFOLD = 0,
   VOXCONV_KMAP_STRIDED = 1,
   VOXCONV_KMAP_TRANSPOSED = 2,
-  VOXCONV_KMAP_GENERATIVE = 3
+  VOXCONV_KMAP_GENERATIVE = 3,
+  VOXCONV_KMAP_EXPANDING = 4
 } voxconv_kmap_mode_t;
 
+/* Geometry of a map. Zero-initialise ({0} or memset) and set what you need:
+ * the fields added after dilation (padded, padding, out_shape) keep their
+ * old meaning at 0, so older callers build the same maps.
+ *
+ * Per axis a, with k = kernel_size[a], d = dilation[a], s = stride[a]:
+ *   P = padded ? padding[a] : floor((k-1)/2) * d   (the effective padding)
+ *   off(j) = j*d - P, j = 0..k-1                    (the axis offsets)
+ * and the pairing rule and output set of each mode are those of "Modes" at
+ * the top of this header:
+ *   SUBMANIFOLD  outputs = inputs,      i = o + off(j)      (s must be 1)
+ *   STRIDED      outputs = unique floor(i/s),   i = s*o + off(j)
+ *   EXPANDING    outputs = {o : i = s*o + off(j) for an input i and some
+ *                j on every axis, and 0 <= o < out_shape[a] on every axis
+ *                with out_shape[a] > 0},        i = s*o + off(j)
+ *   TRANSPOSED   outputs = the caller's,        o = s*i + off(j)
+ *   GENERATIVE   outputs = {s*i + off(j) over inputs and j, kept only where
+ *                0 <= o < out_shape[a] on every axis with out_shape[a] > 0},
+ *                                               o = s*i + off(j)
+ *
+ * spconv / PyTorch in these terms (padded = 1, padding = their padding,
+ * in_shape = the input's spatial shape, inputs in [0, in_shape)):
+ *   SparseConv3d(k, s, p, d)           EXPANDING, out_shape = floor((in_shape
+ *                                      + 2p - d(k-1) - 1)/s) + 1 (the caller
+ *                                      computes it, as spconv does)
+ *   SparseConvTranspose3d(k, s, p, d)  GENERATIVE, out_shape = (in_shape-1)*s
+ *                                      - 2p + d(k-1) + 1 (+ output_padding)
+ *   SparseInverseConv3d                voxconv_kmap_inverse of the
+ *                                      SparseConv3d's map
+ *   SubMConv3d, odd k                  SUBMANIFOLD, padded = 0
+ * The forward op then equals torch conv3d / conv_transpose3d (with weight
+ * [Cout][Cin][kx][ky][kz] resp. [Cin][Cout][kx][ky][kz] for our W[kidx]
+ * [Cin][Cout]) at every output of the map; the dense result is 0 elsewhere.
+ *
+ * Limits (INVALID_ARGUMENT naming the field otherwise):
+ *   padded       0 or 1. With 0, padding[] must be all 0.
+ *   padding[a]   0 .. d*(k-1) (any P beyond it pairs an output with cells
+ *                wholly before it; shift the coordinates instead). With
+ *                padded = 1 and padding[a] = floor((k-1)/2)*d the map is
+ *                the centred one, element for element.
+ *   out_shape[a] 0 (unbounded axis) or 1 .. VOXCONV_COORD_MAX + 1; only
+ *                EXPANDING and GENERATIVE take it (it must be 0 for the
+ *                other modes). On an unbounded axis an output beyond
+ *                VOXCONV_COORD_MIN..MAX is an error (OUT_OF_RANGE, never
+ *                wrapped or dropped): with s = 1 an EXPANDING output is
+ *                i + P - j*d, so inputs within P of +VOXCONV_COORD_MAX (or
+ *                d*(k-1) - P of VOXCONV_COORD_MIN) need out_shape. */
 typedef struct voxconv_kmap_desc {
   voxconv_kmap_mode_t mode;
   int32_t kernel_size[3]; /* 1..7 per axis */
   int32_t stride[3];      /* 1..64; 0 means 1. SUBMANIFOLD needs 1. */
   int32_t dilation[3];    /* 1..64; 0 means 1 */
+  int32_t padded;         /* 0: centred offsets (P above); 1: padding[] */
+  int32_t padding[3];     /* with padded = 1: P per axis, 0 .. d*(k-1) */
+  int32_t out_shape[3];   /* EXPANDING, GENERATIVE: output bound per axis,
+                             outputs in 0..out_shape-1; 0 = unbounded */
 } voxconv_kmap_desc_t;
 
 typedef struct voxconv_kmap voxconv_kmap_t;
@@ -418,8 +484,10 @@ typedef struct voxconv_kmap_info {
  *    meaningless values (never out-of-bounds accesses). To get the error
  *    from the build call itself, set VOXCONV_KMAP_SYNC=1 (read at handle
  *    creation): every build then waits for its verdict.
- *  - STRIDED, TRANSPOSED and GENERATIVE builds wait once for the GPU (their
- *    output count sizes the output tensor), for the build's own work on the
+ *  - STRIDED, EXPANDING, TRANSPOSED and GENERATIVE builds wait once for the
+ *    GPU (their output count sizes the output tensor; EXPANDING and
+ *    GENERATIVE learn their pair counts in the same wait), for the build's
+ *    own work on the
  *    handle's stream. Build them on a second stream (voxconv_stream_create,
  *    one handle per stream) that the convolutions' stream waits on
  *    (voxconv_stream_wait), so that this wait does not drain the queue of
@@ -470,6 +538,29 @@ VOXCONV_API voxconv_status_t voxconv_kmap_get_pairs(voxconv_handle_t *h,
 VOXCONV_API voxconv_status_t voxconv_kmap_verify(voxconv_handle_t *h,
                                                  const voxconv_kmap_t *kmap,
                                                  const voxconv_coords_t *in);
+
+/* The inverse of a STRIDED or EXPANDING map (spconv's SparseInverseConv3d:
+ * back from the coarse outputs onto the exact input set). *inv has
+ *   inputs  = fwd's outputs (n_in = fwd's n_out, tensor stride = fwd's
+ *             output tensor stride),
+ *   outputs = fwd's inputs, in fwd's input row order (n_out = fwd's n_in;
+ *             voxconv_kmap_out_coords gives a copy of them),
+ *   pairs   = (o, i, k) for every pair (i, o, k) of fwd: the same offset
+ *             index k, so the same weights W[k] apply,
+ * and is exactly the map voxconv_kmap_build(TRANSPOSED, desc of fwd, in =
+ * fwd's output coordinates, out = fwd's input coordinates) would build, pair
+ * for pair and in the same order; its info reports that desc (mode
+ * TRANSPOSED, out_shape 0). It is complete (n_pairs known) and independent
+ * of fwd, which may be destroyed first; every op takes it. Built from fwd's
+ * tables, not from coordinates: on CUDA it queues copies and a compaction on
+ * h's stream and never waits (fwd's build must be ordered before h's
+ * stream, as for an op). STRIDED and EXPANDING maps keep a copy of their
+ * input coordinates (16 bytes a row) for this. INVALID_ARGUMENT for other
+ * modes (a SUBMANIFOLD map's inverse is itself with the kernel mirrored; a
+ * TRANSPOSED or GENERATIVE one has no mode that describes it). */
+VOXCONV_API voxconv_status_t voxconv_kmap_inverse(voxconv_handle_t *h,
+                                                  const voxconv_kmap_t *fwd,
+                                                  voxconv_kmap_t **inv);
 
 /* Removes duplicate coordinates: writes the unique set (sorted by
  * (b,x,y,z)) to out_coords[*n_unique][4] and, if row_map is not NULL,

@@ -188,6 +188,7 @@ static inline const char *dr_mode_str(voxconv_kmap_mode_t m) {
   case VOXCONV_KMAP_STRIDED: return "STRIDED";
   case VOXCONV_KMAP_TRANSPOSED: return "TRANSPOSED";
   case VOXCONV_KMAP_GENERATIVE: return "GENERATIVE";
+  case VOXCONV_KMAP_EXPANDING: return "EXPANDING";
   }
   return "?";
 }
@@ -201,14 +202,16 @@ static inline int32_t dr_floordiv(int32_t a, int32_t b) {
 }
 
 /* The header's kernel offsets: along an axis of size k, dilation d, the
- * offsets are (j - floor((k-1)/2)) * d; kidx = (jx*ky + jy)*kz + jz.
- * Zeros in the desc mean 1. Returns the kernel volume. */
+ * offsets are j*d - P with P = floor((k-1)/2) * d (padded = 0) or
+ * padding[a] (padded = 1); kidx = (jx*ky + jy)*kz + jz. Zeros in the desc
+ * mean 1. Returns the kernel volume. */
 static inline int dr_kernel_offsets(const voxconv_kmap_desc_t *desc,
                                     int32_t (*off)[3]) {
-  int32_t k[3], d[3];
+  int32_t k[3], d[3], p[3];
   for (int a = 0; a < 3; a++) {
     k[a] = desc->kernel_size[a];
     d[a] = desc->dilation[a] ? desc->dilation[a] : 1;
+    p[a] = desc->padded ? desc->padding[a] : (k[a] - 1) / 2 * d[a];
   }
   int n = 0;
   for (int jx = 0; jx < k[0]; jx++)
@@ -216,7 +219,7 @@ static inline int dr_kernel_offsets(const voxconv_kmap_desc_t *desc,
       for (int jz = 0; jz < k[2]; jz++) {
         const int j[3] = {jx, jy, jz};
         for (int a = 0; a < 3; a++)
-          off[n][a] = (j[a] - (k[a] - 1) / 2) * d[a];
+          off[n][a] = j[a] * d[a] - p[a];
         n++;
       }
   return n;

@@ -562,9 +562,9 @@ static void test_desc(void) {
   EXPECT_FAIL(h, voxconv_kmap_build(h, &d, &in, NULL, &m),
               VOXCONV_STATUS_INVALID_ARGUMENT, "dilation", "65");
   d = subm3();
-  d.mode = (voxconv_kmap_mode_t)4;
+  d.mode = (voxconv_kmap_mode_t)5;
   EXPECT_FAIL(h, voxconv_kmap_build(h, &d, &in, NULL, &m),
-              VOXCONV_STATUS_INVALID_ARGUMENT, "mode", "4");
+              VOXCONV_STATUS_INVALID_ARGUMENT, "mode", "5");
   /* Negative row count. */
   voxconv_coords_t neg = {g_coords, -1, {1, 1, 1}};
   d = subm3();

@@ -206,6 +206,8 @@ static void expected_map(ocase_t *c) {
     c->n_out = dr_sort_unique(c->exp_out, m);
     break;
   }
+  default: /* EXPANDING and padded maps: tests/test_kmap_expanding.c */
+    break;
   }
   /* Dense boxes. Inputs: their bounding box. Outputs: for direct modes
    * the bounding box of the outputs; for transposed modes everything the

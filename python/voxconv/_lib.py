@@ -82,8 +82,13 @@ class Weights(ctypes.Structure):
 
 
 class KmapDesc(ctypes.Structure):
+    # voxconv_kmap_desc_t; fields after dilation are 0 unless set: padded
+    # (0 centred offsets, 1 padding[]), padding, out_shape (EXPANDING and
+    # GENERATIVE output bounds, 0 = unbounded).
     _fields_ = [("mode", ctypes.c_int), ("kernel_size", c_int32_3),
-                ("stride", c_int32_3), ("dilation", c_int32_3)]
+                ("stride", c_int32_3), ("dilation", c_int32_3),
+                ("padded", ctypes.c_int32), ("padding", c_int32_3),
+                ("out_shape", c_int32_3)]
 
 
 class KmapInfo(ctypes.Structure):
@@ -161,6 +166,7 @@ _SIGNATURES = {
     "voxconv_kmap_out_coords": (_st, [_p, _P(_p)]),
     "voxconv_kmap_get_pairs": (_st, [_p, _p, _p, _p, _p]),
     "voxconv_kmap_verify": (_st, [_p, _p, _P(Coords)]),
+    "voxconv_kmap_inverse": (_st, [_p, _p, _P(_p)]),
     "voxconv_merge_duplicates": (_st, [_p, _P(Coords), _p, _P(ctypes.c_int64), _p]),
     # conv
     "voxconv_conv_forward": (_st, [_p, _p, _P(Feats), _P(Weights), _P(Feats), _P(ConvOptions)]),

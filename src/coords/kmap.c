@@ -22,6 +22,8 @@ static const char *mode_name(voxconv_kmap_mode_t mode) {
     return "TRANSPOSED";
   case VOXCONV_KMAP_GENERATIVE:
     return "GENERATIVE";
+  case VOXCONV_KMAP_EXPANDING:
+    return "EXPANDING";
   }
   return "?";
 }
@@ -29,19 +31,24 @@ static const char *mode_name(voxconv_kmap_mode_t mode) {
 void vc_kmap_fill_offsets(voxconv_kmap_t *kmap) {
   const int32_t *ks = kmap->desc.kernel_size;
   const int32_t *d = kmap->desc.dilation;
+  const int32_t p[3] = {vc_kmap_pad(&kmap->desc, 0),
+                        vc_kmap_pad(&kmap->desc, 1),
+                        vc_kmap_pad(&kmap->desc, 2)};
   int32_t k = 0;
   for (int32_t jx = 0; jx < ks[0]; jx++)
     for (int32_t jy = 0; jy < ks[1]; jy++)
       for (int32_t jz = 0; jz < ks[2]; jz++, k++) {
-        kmap->offsets[k][0] = (jx - (ks[0] - 1) / 2) * d[0];
-        kmap->offsets[k][1] = (jy - (ks[1] - 1) / 2) * d[1];
-        kmap->offsets[k][2] = (jz - (ks[2] - 1) / 2) * d[2];
+        kmap->offsets[k][0] = jx * d[0] - p[0];
+        kmap->offsets[k][1] = jy * d[1] - p[1];
+        kmap->offsets[k][2] = jz * d[2] - p[2];
       }
   kmap->kvol = k;
 }
 
 void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap) {
   vc_free(h, kmap->out_coords);
+  vc_free(h, kmap->in_coords);
+  kmap->in_coords = NULL;
   vc_free(h, kmap->in_rows);
   vc_free(h, kmap->out_rows);
   vc_free(h, kmap->nbr_out);
@@ -127,11 +134,17 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
 
   voxconv_kmap_desc_t d = *desc;
   if (d.mode != VOXCONV_KMAP_SUBMANIFOLD && d.mode != VOXCONV_KMAP_STRIDED &&
-      d.mode != VOXCONV_KMAP_TRANSPOSED && d.mode != VOXCONV_KMAP_GENERATIVE)
+      d.mode != VOXCONV_KMAP_TRANSPOSED && d.mode != VOXCONV_KMAP_GENERATIVE &&
+      d.mode != VOXCONV_KMAP_EXPANDING)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                    "%s: mode %d is not SUBMANIFOLD(0), STRIDED(1), "
-                   "TRANSPOSED(2) or GENERATIVE(3)",
+                   "TRANSPOSED(2), GENERATIVE(3) or EXPANDING(4)",
                    func, (int)d.mode);
+  if (d.padded != 0 && d.padded != 1)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: padded = %d is not 0 (centred offsets) or 1 "
+                   "(padding[])",
+                   func, (int)d.padded);
   for (int a = 0; a < 3; a++) {
     if (d.kernel_size[a] < 1 || d.kernel_size[a] > VOXCONV_KERNEL_SIZE_MAX)
       return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
@@ -151,6 +164,30 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
                      "%s: dilation[%d] (%c) = %d outside 1..%d (0 means 1)",
                      func, a, axis_names[a], (int)d.dilation[a],
                      VOXCONV_DILATION_MAX);
+    const int32_t pmax = d.dilation[a] * (d.kernel_size[a] - 1);
+    if (!d.padded && d.padding[a] != 0)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: padding[%d] (%c) = %d but padded = 0 (centred "
+                     "offsets): set padded = 1 to use padding[]",
+                     func, a, axis_names[a], (int)d.padding[a]);
+    if (d.padded && (d.padding[a] < 0 || d.padding[a] > pmax))
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: padding[%d] (%c) = %d outside 0..%d "
+                     "(dilation * (kernel_size - 1))",
+                     func, a, axis_names[a], (int)d.padding[a], (int)pmax);
+    if (d.out_shape[a] < 0 || d.out_shape[a] > VOXCONV_COORD_MAX + 1)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: out_shape[%d] (%c) = %d outside 0..%d (0 = "
+                     "unbounded)",
+                     func, a, axis_names[a], (int)d.out_shape[a],
+                     VOXCONV_COORD_MAX + 1);
+    if (d.out_shape[a] != 0 && d.mode != VOXCONV_KMAP_EXPANDING &&
+        d.mode != VOXCONV_KMAP_GENERATIVE)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: out_shape[%d] (%c) = %d, but only EXPANDING and "
+                     "GENERATIVE maps take out_shape (%s needs 0)",
+                     func, a, axis_names[a], (int)d.out_shape[a],
+                     mode_name(d.mode));
   }
   if (d.mode == VOXCONV_KMAP_SUBMANIFOLD)
     for (int a = 0; a < 3; a++)
@@ -180,6 +217,7 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
     memcpy(out_ts, in_ts, sizeof out_ts);
     break;
   case VOXCONV_KMAP_STRIDED:
+  case VOXCONV_KMAP_EXPANDING:
     for (int a = 0; a < 3; a++) {
       const int64_t t = (int64_t)in_ts[a] * d.stride[a];
       if (t > INT32_MAX)
@@ -244,6 +282,77 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
   }
   m->pairs_bound = m->n_pairs;
   *kmap = m;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_inverse(voxconv_handle_t *h,
+                                      const voxconv_kmap_t *fwd,
+                                      voxconv_kmap_t **inv) {
+  static const char *const func = "voxconv_kmap_inverse";
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, inv, "inv");
+  *inv = NULL;
+  VC_CHECK_NULL(h, fwd, "fwd");
+  VC_CHECK(check_owner(h, func, fwd));
+  if (fwd->desc.mode != VOXCONV_KMAP_STRIDED &&
+      fwd->desc.mode != VOXCONV_KMAP_EXPANDING)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: fwd is a %s map; only STRIDED and EXPANDING maps have "
+                   "an inverse (spconv's SparseInverseConv3d inverts a "
+                   "SparseConv3d)",
+                   func, mode_name(fwd->desc.mode));
+  /* Both modes build synchronously; a no-op kept for any future
+   * asynchronous build of them. */
+  VC_CHECK(vc_kmap_wait(h, fwd, func));
+  if (fwd->n_in > 0 && fwd->in_coords == NULL)
+    return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                   "%s: the %s map kept no input coordinates", func,
+                   mode_name(fwd->desc.mode));
+  voxconv_kmap_t *m = (voxconv_kmap_t *)calloc(1, sizeof *m);
+  if (!m)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "%s: out of host memory (%zu bytes for the map)", func,
+                   sizeof *m);
+  m->backend = fwd->backend;
+  m->device = fwd->device;
+  /* The TRANSPOSED map of the same geometry pairs exactly the reversed
+   * relation (o' = s*i' + off_k is fwd's i = s*o + off_k), so that is what
+   * the inverse reports (and how the tuner keys it). */
+  m->desc = fwd->desc;
+  m->desc.mode = VOXCONV_KMAP_TRANSPOSED;
+  memset(m->desc.out_shape, 0, sizeof m->desc.out_shape);
+  vc_kmap_fill_offsets(m);
+  m->n_in = fwd->n_out;
+  m->n_out = fwd->n_in;
+  memcpy(m->in_ts, fwd->out_ts, sizeof m->in_ts);
+  memcpy(m->out_ts, fwd->in_ts, sizeof m->out_ts);
+  m->in_fingerprint = fwd->out_fingerprint;
+  m->n_pairs = fwd->n_pairs;
+  voxconv_status_t st =
+      vc_host_alloc(h, (size_t)(m->kvol + 1) * sizeof(int64_t),
+                    (void **)&m->pair_offsets, "kernel-map pair offsets");
+  if (st == VOXCONV_STATUS_SUCCESS) {
+    memcpy(m->pair_offsets, fwd->pair_offsets,
+           (size_t)(m->kvol + 1) * sizeof(int64_t));
+#ifdef VOXCONV_HAVE_CUDA
+    if (h->backend == VOXCONV_BACKEND_CUDA)
+      st = vc_cuda_kmap_inverse(h, fwd, m);
+    else
+#endif
+      st = vc_cpu_kmap_inverse(h, fwd, m);
+  }
+  if (st != VOXCONV_STATUS_SUCCESS) {
+    vc_kmap_free_buffers(h, m);
+#ifdef VOXCONV_HAVE_CUDA
+    if (h->backend == VOXCONV_BACKEND_CUDA)
+      vc_cuda_kmap_free_priv(h, m);
+#endif
+    free(m);
+    return st;
+  }
+  m->pairs_bound = m->n_pairs;
+  *inv = m;
   return VOXCONV_STATUS_SUCCESS;
 }
 

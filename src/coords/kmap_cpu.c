@@ -1,4 +1,5 @@
-/* CPU kernel-map builder for all four modes (see voxconv.h, "Modes").
+/* CPU kernel-map builder for all five modes (see voxconv.h, "Modes"), and
+ * the inverse of a STRIDED / EXPANDING map.
  *
  * Every mode reduces to the same hot loop: for each output row o and offset
  * k, compute the one input coordinate that would pair with (o, k) and look
@@ -185,8 +186,12 @@ static voxconv_status_t emit_out_coords(voxconv_handle_t *h, voxconv_kmap_t *m,
                    (long long)n_out);
   VC_CHECK(vc_alloc(h, (size_t)n_out * 4 * sizeof(int32_t),
                     (void **)&m->out_coords, "kernel-map output coords"));
-  for (int64_t i = 0; i < n_out; i++)
+  uint64_t fp = 0;
+  for (int64_t i = 0; i < n_out; i++) {
     vc_unpack_key(keys[i], m->out_coords + 4 * i);
+    fp += vc_fingerprint_mix((uint64_t)i, keys[i]); /* valid keys: as _any */
+  }
+  m->out_fingerprint = fp;
   m->n_out = n_out;
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -205,17 +210,26 @@ static voxconv_status_t strided_outputs(voxconv_handle_t *h, voxconv_kmap_t *m,
   return st;
 }
 
-static voxconv_status_t
-generative_outputs(voxconv_handle_t *h, voxconv_kmap_t *m, const int32_t *in) {
+/* EXPANDING and GENERATIVE: the unique outputs the inputs reach
+ * (vc_kmap_reach: the rule of voxconv.h, out_shape included). Sequential in
+ * (row, offset) order, so the error reported is the first such cell, as the
+ * GPU builder reports it. */
+static voxconv_status_t reached_outputs(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                        const int32_t *in) {
   const int32_t *s = m->desc.stride;
   vc_hash_t set;
-  /* Along an axis, dense inputs generate about s cells each and isolated
-   * ones k: start from n_in * prod min(k, s) (exact for the usual k == s
-   * upsampling) and let the set grow for sparse inputs. */
+  /* GENERATIVE: along an axis, dense inputs generate about s cells each and
+   * isolated ones k: start from n_in * prod min(k, s) (exact for the usual
+   * k == s upsampling). EXPANDING: dense inputs make about n_in / s^3
+   * outputs, isolated ones ceil(k/s)^3 each: start from n_in. The set grows
+   * when the guess is low. */
   int64_t expect = m->n_in;
-  for (int a = 0; a < 3; a++)
-    expect *= m->desc.kernel_size[a] < s[a] ? m->desc.kernel_size[a] : s[a];
-  VC_CHECK(vc_hash_create(h, &set, expect, "generated output set"));
+  if (m->desc.mode == VOXCONV_KMAP_GENERATIVE)
+    for (int a = 0; a < 3; a++)
+      expect *= m->desc.kernel_size[a] < s[a] ? m->desc.kernel_size[a] : s[a];
+  VC_CHECK(vc_hash_create(h, &set, expect, "reached output set"));
+  const char *mode = m->desc.mode == VOXCONV_KMAP_GENERATIVE ? "GENERATIVE"
+                                                             : "EXPANDING";
   voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
   for (int64_t i = 0; i < m->n_in && st == VOXCONV_STATUS_SUCCESS; i++) {
     const int32_t *r = in + 4 * i;
@@ -223,21 +237,16 @@ generative_outputs(voxconv_handle_t *h, voxconv_kmap_t *m, const int32_t *in) {
       int32_t g[3];
       int bad = -1;
       int64_t bad_value = 0;
-      for (int a = 0; a < 3; a++) {
-        const int64_t v = (int64_t)s[a] * r[a + 1] + m->offsets[k][a];
-        if (bad < 0 && (v < VOXCONV_COORD_MIN || v > VOXCONV_COORD_MAX)) {
-          bad = a;
-          bad_value = v;
-        }
-        g[a] = (int32_t)v; /* |v| <= 64 * 131071 + 192: fits */
-      }
-      if (bad >= 0) {
+      const int reach = vc_kmap_reach(m, r, k, g, &bad, &bad_value);
+      if (reach == 0)
+        continue;
+      if (reach < 0) {
         st = vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
-                     "voxconv_kmap_build: GENERATIVE output of in row %lld "
+                     "voxconv_kmap_build: %s output of in row %lld "
                      "(%d,%d,%d,%d) at offset %d: %s=%lld outside ±%d",
-                     (long long)i, (int)r[0], (int)r[1], (int)r[2], (int)r[3],
-                     (int)k, field_names[bad + 1], (long long)bad_value,
-                     VOXCONV_COORD_MAX);
+                     mode, (long long)i, (int)r[0], (int)r[1], (int)r[2],
+                     (int)r[3], (int)k, field_names[bad + 1],
+                     (long long)bad_value, VOXCONV_COORD_MAX);
         break;
       }
       int32_t existing;
@@ -250,7 +259,7 @@ generative_outputs(voxconv_handle_t *h, voxconv_kmap_t *m, const int32_t *in) {
   uint64_t *keys = NULL;
   if (st == VOXCONV_STATUS_SUCCESS)
     st = vc_alloc(h, (size_t)set.count * sizeof *keys, (void **)&keys,
-                  "generated output keys");
+                  "reached output keys");
   if (st == VOXCONV_STATUS_SUCCESS) {
     vc_hash_keys(&set, keys);
     const int64_t n_keys = set.count;
@@ -282,6 +291,7 @@ static inline int partner_axis(voxconv_kmap_mode_t mode, int32_t s, int32_t off,
     *v = oc + off;
     break;
   case VOXCONV_KMAP_STRIDED:
+  case VOXCONV_KMAP_EXPANDING:
     *v = s * oc + off;
     break;
   default: { /* TRANSPOSED, GENERATIVE: o = s*i + off */
@@ -308,7 +318,7 @@ static inline void lookup_prepare(const voxconv_kmap_t *m, const vc_hash_t *t,
   uint64_t part[3][VOXCONV_KERNEL_SIZE_MAX];
   static const int shift[3] = {36, 18, 0};
   for (int a = 0; a < 3; a++) {
-    const int32_t step = m->desc.dilation[a], first = -((ks[a] - 1) / 2) * step;
+    const int32_t step = m->desc.dilation[a], first = -vc_kmap_pad(&m->desc, a);
     for (int32_t j = 0; j < ks[a]; j++) {
       int32_t v;
       part[a][j] = partner_axis(m->desc.mode, m->desc.stride[a],
@@ -479,10 +489,8 @@ static voxconv_status_t build_pairs(voxconv_handle_t *h, voxconv_kmap_t *m,
       h, (size_t)(n_chunks ? n_chunks : 1) * kvol * sizeof(int64_t),
       (void **)&chunk, "kernel-map chunk counters"));
 
-  int odd_kernel = 1;
-  for (int a = 0; a < 3; a++)
-    odd_kernel &= m->desc.kernel_size[a] & 1;
-  const int symmetric = m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && odd_kernel;
+  const int symmetric = m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD &&
+                        vc_kmap_offsets_symmetric(&m->desc);
   lookup_ctx_t lc = {m, in_hash, chunk, symmetric};
   vc_parallel_for(h, n_out, LOOKUP_GRAIN, lookup_task, &lc);
   if (symmetric) {
@@ -558,8 +566,9 @@ voxconv_status_t vc_cpu_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *m,
   case VOXCONV_KMAP_STRIDED:
     st = strided_outputs(h, m, in->data);
     break;
+  case VOXCONV_KMAP_EXPANDING:
   case VOXCONV_KMAP_GENERATIVE:
-    st = generative_outputs(h, m, in->data);
+    st = reached_outputs(h, m, in->data);
     break;
   case VOXCONV_KMAP_TRANSPOSED: {
     /* The caller's outputs must be valid and distinct too: a repeated
@@ -587,9 +596,90 @@ voxconv_status_t vc_cpu_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *m,
     break;
   }
   }
+  /* The inverse map's outputs (voxconv_kmap_inverse). */
+  if (st == VOXCONV_STATUS_SUCCESS && (m->desc.mode == VOXCONV_KMAP_STRIDED ||
+                                       m->desc.mode == VOXCONV_KMAP_EXPANDING)) {
+    st = vc_alloc(h, (size_t)n_in * 4 * sizeof(int32_t),
+                  (void **)&m->in_coords, "kernel-map input coords");
+    if (st == VOXCONV_STATUS_SUCCESS)
+      parallel_copy(h, m->in_coords, in->data, n_in, 4 * sizeof(int32_t));
+  }
   if (st == VOXCONV_STATUS_SUCCESS)
     st = build_pairs(h, m, &in_hash);
 done:
   vc_hash_destroy(&in_hash);
+  return st;
+}
+
+/* ---- inverse maps (voxconv_kmap_inverse) ----------------------------- */
+/* Per-(chunk, offset) pair counts of every column of nbr_out. */
+static void count_all_task(void *ctx, int64_t begin, int64_t end, int tid) {
+  (void)tid;
+  const lookup_ctx_t *c = (const lookup_ctx_t *)ctx;
+  const voxconv_kmap_t *m = c->m;
+  const int32_t kvol = m->kvol;
+  int64_t *counts = c->chunk_counts + (begin / LOOKUP_GRAIN) * kvol;
+  memset(counts, 0, (size_t)kvol * sizeof *counts);
+  for (int64_t o = begin; o < end; o++) {
+    const int32_t *nbr = m->nbr_out + o * kvol;
+    for (int32_t k = 0; k < kvol; k++)
+      counts[k] += nbr[k] >= 0;
+  }
+}
+
+/* (i, k) -> o in fwd is (o, k) -> i in the inverse: its neighbour tables
+ * are fwd's swapped, and its pair lists come from its nbr_out as a build's
+ * do (grouped by offset, ascending output row), with no lookups. */
+voxconv_status_t vc_cpu_kmap_inverse(voxconv_handle_t *h,
+                                     const voxconv_kmap_t *fwd,
+                                     voxconv_kmap_t *m) {
+  const int32_t kvol = m->kvol;
+  const int64_t n_out = m->n_out, n_in = m->n_in;
+  VC_CHECK(vc_alloc(h, (size_t)n_out * 4 * sizeof(int32_t),
+                    (void **)&m->out_coords, "kernel-map output coords"));
+  parallel_copy(h, m->out_coords, fwd->in_coords, n_out, 4 * sizeof(int32_t));
+  VC_CHECK(vc_alloc(h, (size_t)n_out * kvol * sizeof(int32_t),
+                    (void **)&m->nbr_out, "kernel-map nbr_out"));
+  vc_advise_huge_pages(h, m->nbr_out, (size_t)n_out * kvol * sizeof(int32_t));
+  parallel_copy(h, m->nbr_out, fwd->nbr_in, n_out * kvol, sizeof(int32_t));
+  VC_CHECK(vc_alloc(h, (size_t)n_in * kvol * sizeof(int32_t),
+                    (void **)&m->nbr_in, "kernel-map nbr_in"));
+  vc_advise_huge_pages(h, m->nbr_in, (size_t)n_in * kvol * sizeof(int32_t));
+  parallel_copy(h, m->nbr_in, fwd->nbr_out, n_in * kvol, sizeof(int32_t));
+
+  const int64_t n_chunks = (n_out + LOOKUP_GRAIN - 1) / LOOKUP_GRAIN;
+  int64_t *chunk = NULL;
+  VC_CHECK(vc_host_alloc(
+      h, (size_t)(n_chunks ? n_chunks : 1) * kvol * sizeof(int64_t),
+      (void **)&chunk, "kernel-map chunk counters"));
+  lookup_ctx_t lc = {m, NULL, chunk, 0};
+  vc_parallel_for(h, n_out, LOOKUP_GRAIN, count_all_task, &lc);
+  int64_t total = 0;
+  for (int32_t k = 0; k < kvol; k++) {
+    const int64_t begin = total;
+    for (int64_t ch = 0; ch < n_chunks; ch++) {
+      const int64_t cnt = chunk[ch * kvol + k];
+      chunk[ch * kvol + k] = total;
+      total += cnt;
+    }
+    if (begin != m->pair_offsets[k] || total != m->pair_offsets[k + 1]) {
+      free(chunk);
+      return vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                     "voxconv_kmap_inverse: offset %d holds %lld pairs in "
+                     "the forward map's nbr_in, %lld in its pair lists",
+                     (int)k, (long long)(total - begin),
+                     (long long)(m->pair_offsets[k + 1] - m->pair_offsets[k]));
+    }
+  }
+  voxconv_status_t st = vc_alloc(h, (size_t)total * sizeof(int32_t),
+                                 (void **)&m->in_rows, "kernel-map in_rows");
+  if (st == VOXCONV_STATUS_SUCCESS)
+    st = vc_alloc(h, (size_t)total * sizeof(int32_t), (void **)&m->out_rows,
+                  "kernel-map out_rows");
+  if (st == VOXCONV_STATUS_SUCCESS) {
+    fill_ctx_t fc = {m, chunk, 0};
+    vc_parallel_for(h, n_out, LOOKUP_GRAIN, fill_pairs_task, &fc);
+  }
+  free(chunk);
   return st;
 }

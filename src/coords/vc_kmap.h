@@ -54,8 +54,14 @@ struct voxconv_kmap {
   int64_t n_in, n_out, n_pairs;
   int32_t in_ts[3], out_ts[3];
   uint64_t in_fingerprint;
+  /* STRIDED / EXPANDING: fingerprint of out_coords (the inverse map's
+   * in_fingerprint, so voxconv_kmap_inverse needs no pass over them). */
+  uint64_t out_fingerprint;
   /* backend memory */
   int32_t *out_coords; /* [n_out][4] (a copy of the input for SUBMANIFOLD) */
+  /* STRIDED / EXPANDING: a copy of the input coordinates (the outputs of
+   * the inverse map); NULL for the other modes. */
+  int32_t *in_coords; /* [n_in][4] */
   int32_t *in_rows;    /* [n_pairs], grouped by offset k, sorted by out row */
   int32_t *out_rows;   /* [n_pairs] */
   int32_t *nbr_out;    /* [n_out][kvol]: input row feeding (o,k) or -1 */
@@ -111,6 +117,63 @@ voxconv_status_t vc_kmap_poll(voxconv_handle_t *h, const voxconv_kmap_t *m,
 voxconv_status_t vc_kmap_wait(voxconv_handle_t *h, const voxconv_kmap_t *m,
                               const char *func);
 
+/* Effective padding P of axis a (voxconv.h, voxconv_kmap_desc_t): the
+ * offsets are j*d - P. desc has its zeros replaced already. */
+static inline int32_t vc_kmap_pad(const voxconv_kmap_desc_t *d, int a) {
+  return d->padded ? d->padding[a]
+                   : (d->kernel_size[a] - 1) / 2 * d->dilation[a];
+}
+
+/* Odd kernel on every axis with centred offsets (off[K-1-k] = -off[k],
+ * off[(K-1)/2] = 0): what the submanifold mirror shortcuts need. */
+static inline int vc_kmap_offsets_symmetric(const voxconv_kmap_desc_t *d) {
+  for (int a = 0; a < 3; a++)
+    if (!(d->kernel_size[a] & 1) ||
+        2 * vc_kmap_pad(d, a) != (d->kernel_size[a] - 1) * d->dilation[a])
+      return 0;
+  return 1;
+}
+
+/* EXPANDING / GENERATIVE: the output that input coordinate r (b,x,y,z)
+ * reaches at offset k (voxconv.h's rules), shared by the CPU builder and
+ * the CUDA builder's error report so both word the same cell. Returns 1
+ * with o[3] set, 0 when there is none (off the stride lattice or outside
+ * out_shape), -1 when it lies outside the coordinate limits on an unbounded
+ * axis (*bad_axis, *bad_value: the first such axis, x first). */
+static inline int vc_kmap_reach(const voxconv_kmap_t *m, const int32_t *r,
+                                int k, int32_t o[3], int *bad_axis,
+                                int64_t *bad_value) {
+  int bad = -1;
+  int64_t bv = 0;
+  for (int a = 0; a < 3; a++) {
+    const int64_t s = m->desc.stride[a], off = m->offsets[k][a];
+    int64_t v;
+    if (m->desc.mode == VOXCONV_KMAP_GENERATIVE) {
+      v = s * r[a + 1] + off;
+    } else {
+      const int64_t t = (int64_t)r[a + 1] - off;
+      if (t % s != 0)
+        return 0;
+      v = t / s;
+    }
+    const int32_t shape = m->desc.out_shape[a];
+    if (shape > 0) {
+      if (v < 0 || v >= shape)
+        return 0;
+    } else if (bad < 0 && (v < VOXCONV_COORD_MIN || v > VOXCONV_COORD_MAX)) {
+      bad = a;
+      bv = v;
+    }
+    o[a] = (int32_t)v; /* |v| <= 64 * 131071 + 384: fits */
+  }
+  if (bad >= 0) {
+    *bad_axis = bad;
+    *bad_value = bv;
+    return -1;
+  }
+  return 1;
+}
+
 /* Fills kmap->offsets and kvol from kmap->desc. */
 void vc_kmap_fill_offsets(voxconv_kmap_t *kmap);
 
@@ -122,6 +185,18 @@ voxconv_status_t vc_cpu_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
                                    const voxconv_coords_t *in,
                                    const voxconv_coords_t *out);
 void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap);
+
+/* voxconv_kmap_inverse's builders. `inv` arrives with desc, offsets, kvol,
+ * n_in, n_out, tensor strides, in_fingerprint, n_pairs and pair_offsets set
+ * (kmap.c); they fill the backend arrays from fwd's. */
+voxconv_status_t vc_cpu_kmap_inverse(voxconv_handle_t *h,
+                                     const voxconv_kmap_t *fwd,
+                                     voxconv_kmap_t *inv);
+#ifdef VOXCONV_HAVE_CUDA
+voxconv_status_t vc_cuda_kmap_inverse(voxconv_handle_t *h,
+                                      const voxconv_kmap_t *fwd,
+                                      voxconv_kmap_t *inv);
+#endif
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,5 @@
-/* CUDA kernel-map builder for all four modes. Produces, element for
+/* CUDA kernel-map builder for all five modes, and the inverse of STRIDED /
+ * EXPANDING maps (voxconv_kmap_inverse). Produces, element for
  * element, the map of the CPU builder (src/coords/kmap_cpu.c): outputs in
  * ascending packed-key order, pairs grouped by offset and sorted by output
  * row, nbr_out / nbr_in tables, pair_offsets on the host, the input
@@ -13,7 +14,9 @@
  *      lowest such row is reported, as the CPU does.
  *   3. outputs: SUBMANIFOLD = inputs; TRANSPOSED = the caller's (packed,
  *      checked and hashed like the inputs); STRIDED = CUB radix sort +
- *      unique of floor(c/s); GENERATIVE = sort + unique of s*c + off_k.
+ *      unique of floor(c/s); GENERATIVE = sort + unique of s*c + off_k;
+ *      EXPANDING = sort + unique of (c - off_k)/s where exact (both inside
+ *      out_shape when given).
  *   4. neighbour queries, one thread per (row, k), writes coalesced:
  *      nbr_out[o][k] by lookups in the input hash (and per-offset counts of
  *      each block of 32 outputs), nbr_in[i][k] by lookups in the output
@@ -30,10 +33,12 @@
  *      reloads its 32 rows of nbr_out into shared memory and every warp
  *      compacts one offset column with a ballot (stable: output order).
  *
- * GENERATIVE differs in where the sync sits: every (input, offset) is a
- * pair (an out-of-range generated cell is an error), so pair_offsets[k] =
- * k * n_in is known on the host, and the sync happens right after the
- * unique output count is known; steps 4-6 then run without another one.
+ * GENERATIVE and EXPANDING differ in where the sync sits: every (input,
+ * offset) candidate that lands on an output is a pair (an out-of-range one
+ * on an unbounded axis is an error), so the candidate kernel counts the
+ * pairs of each offset on its way; the sync happens right after the unique
+ * output count is known and brings those counts along, and steps 4-6 then
+ * run with exact sizes and no other sync.
  * STRIDED learns n_out on the device, so its step 4 runs over n_in rows (an
  * upper bound) with the real count read from device memory, and nbr_out /
  * out_coords are cut to size after the sync.
@@ -145,12 +150,14 @@ vc_dev_warp_add_u64(unsigned long long *dst, unsigned long long v) {
 
 /* Kernel geometry shared by the query kernels. Offsets are recomputed on
  * the device from the same formula as vc_kmap_fill_offsets (kidx = (jx*ky
- * + jy)*kz + jz, off = (j - (k-1)/2) * d), which keeps the launch
- * parameters small; the tests compare every map against the CPU's. */
+ * + jy)*kz + jz, off = j*d - pad, pad = vc_kmap_pad), which keeps the
+ * launch parameters small; the tests compare every map against the CPU's. */
 struct VcGeom {
   int32_t ks[3];
   int32_t dil[3];
   int32_t s[3];
+  int32_t pad[3];
+  int32_t out_shape[3]; /* EXPANDING / GENERATIVE bounds, 0 = none */
   int32_t K;
 };
 
@@ -160,9 +167,9 @@ static __device__ __forceinline__ void vc_dev_load_offsets(const VcGeom &g,
     const int jz = k % g.ks[2];
     const int jy = (k / g.ks[2]) % g.ks[1];
     const int jx = k / (g.ks[1] * g.ks[2]);
-    off3[3 * k + 0] = (jx - (g.ks[0] - 1) / 2) * g.dil[0];
-    off3[3 * k + 1] = (jy - (g.ks[1] - 1) / 2) * g.dil[1];
-    off3[3 * k + 2] = (jz - (g.ks[2] - 1) / 2) * g.dil[2];
+    off3[3 * k + 0] = jx * g.dil[0] - g.pad[0];
+    off3[3 * k + 1] = jy * g.dil[1] - g.pad[1];
+    off3[3 * k + 2] = jz * g.dil[2] - g.pad[2];
   }
 }
 
@@ -184,6 +191,7 @@ __global__ void vc_status_init_kernel(VcKmapStatus *st) {
     st->gen_bad = VC_NO_ROW;
     st->overflow_in = st->overflow_out = 0;
     st->n_out = 0;
+    st->out_fingerprint = 0;
     st->dup_prev_row = -1;
     /* Copied to the host whole (asynchronous builds): written even when no
      * error fills them (compute-sanitizer initcheck). */
@@ -295,15 +303,27 @@ __global__ void vc_strided_keys_kernel(const unsigned long long *__restrict__ in
   }
 }
 
-/* GENERATIVE output candidates: s*c + off_k for every (i, k), flat index
- * i*K + k. An out-of-range cell is an error: the lowest flat index is
- * recorded (the CPU reports the first in (i, k) order). */
-__global__ void vc_generative_keys_kernel(const unsigned long long *__restrict__ in_keys,
-                                          int64_t n_in, VcGeom g,
-                                          unsigned long long *__restrict__ out,
-                                          unsigned long long *gen_bad) {
-  extern __shared__ int32_t off3[];
+/* GENERATIVE / EXPANDING output candidates for every (i, k), flat index
+ * i*K + k: GENERATIVE s*c + off_k, EXPANDING (c - off_k)/s where exact on
+ * every axis; VC_KEY_EMPTY where there is none (off the lattice, outside
+ * out_shape: vc_kmap_reach's rule). A candidate outside the coordinate
+ * limits on an unbounded axis is an error: the lowest flat index is
+ * recorded (the CPU reports the first in (i, k) order). Every candidate
+ * kept is a pair, so each offset's count (pair_counts[k], zeroed before)
+ * is that offset's pair count: summed per block in shared memory, then one
+ * atomic per (block, offset). */
+template <bool EXPANDING>
+__global__ void vc_reach_keys_kernel(const unsigned long long *__restrict__ in_keys,
+                                     int64_t n_in, VcGeom g,
+                                     unsigned long long *__restrict__ out,
+                                     unsigned long long *gen_bad,
+                                     long long *pair_counts) {
+  extern __shared__ int32_t smem[];
+  int32_t *off3 = smem;                      /* [K][3] */
+  unsigned int *cnt = (unsigned int *)(smem + 3 * g.K); /* [K] */
   vc_dev_load_offsets(g, off3);
+  for (int k = threadIdx.x; k < g.K; k += blockDim.x)
+    cnt[k] = 0u;
   __syncthreads();
   const int64_t total = n_in * g.K;
   for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
@@ -314,16 +334,65 @@ __global__ void vc_generative_keys_kernel(const unsigned long long *__restrict__
     uint64_t o = VC_KEY_EMPTY;
     if (key != VC_KEY_EMPTY) {
       const VcCoord c = vc_dev_unpack(key);
-      const int32_t x = g.s[0] * c.x + off3[3 * k];
-      const int32_t y = g.s[1] * c.y + off3[3 * k + 1];
-      const int32_t z = g.s[2] * c.z + off3[3 * k + 2];
-      if (vc_dev_in_range(x) && vc_dev_in_range(y) && vc_dev_in_range(z))
-        o = vc_dev_pack_key(c.b, x, y, z);
-      else
+      const int32_t cc[3] = {c.x, c.y, c.z};
+      int32_t v[3];
+      bool exists = true, bad = false;
+#pragma unroll
+      for (int a = 0; a < 3; a++) {
+        int32_t w;
+        if (EXPANDING) {
+          const int32_t d = cc[a] - off3[3 * k + a];
+          exists = exists && (d % g.s[a] == 0);
+          w = d / g.s[a];
+        } else {
+          w = g.s[a] * cc[a] + off3[3 * k + a];
+        }
+        if (g.out_shape[a] > 0)
+          exists = exists && w >= 0 && w < g.out_shape[a];
+        else
+          bad = bad || !vc_dev_in_range(w);
+        v[a] = w;
+      }
+      if (exists && bad)
         atomicMin(gen_bad, (unsigned long long)t);
+      else if (exists) {
+        o = vc_dev_pack_key(c.b, v[0], v[1], v[2]);
+        atomicAdd(&cnt[k], 1u);
+      }
     }
     out[t] = o;
   }
+  __syncthreads();
+  for (int k = threadIdx.x; k < g.K; k += blockDim.x)
+    if (cnt[k])
+      atomicAdd((unsigned long long *)&pair_counts[k],
+                (unsigned long long)cnt[k]);
+}
+
+/* After the sorted unique of candidates that may hold VC_KEY_EMPTY (the
+ * largest key, so the last unique one if present): drops it from the
+ * count. */
+__global__ void vc_drop_empty_tail_kernel(const unsigned long long *uniq,
+                                          long long *n_unique) {
+  if (threadIdx.x == 0 && *n_unique > 0 && uniq[*n_unique - 1] == VC_KEY_EMPTY)
+    --*n_unique;
+}
+
+/* Fingerprint (vc_fingerprint_mix) of sorted output keys [0, *n_dev): the
+ * same value vc_fingerprint_kernel gives for the unpacked coordinates. */
+__global__ void vc_keys_fingerprint_kernel(const unsigned long long *__restrict__ keys,
+                                           int64_t n_max, const long long *n_dev,
+                                           unsigned long long *out) {
+  const int64_t n = *n_dev < n_max ? (int64_t)*n_dev : n_max;
+  unsigned long long fp = 0;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t base = (int64_t)blockIdx.x * blockDim.x; base < n;
+       base += stride) {
+    const int64_t i = base + threadIdx.x;
+    if (i < n)
+      fp += vc_dev_fingerprint_mix((uint64_t)i, keys[i]);
+  }
+  vc_dev_warp_add_u64(out, fp);
 }
 
 /* Step 4. Neighbour query. One WARP per tile of 32 rows (lane = row): the
@@ -892,21 +961,23 @@ static voxconv_status_t vc_report_generative(voxconv_handle_t *h,
                                              unsigned long long flat) {
   const int64_t i = (int64_t)(flat / (unsigned long long)m->kvol);
   const int k = (int)(flat % (unsigned long long)m->kvol);
-  int32_t r[4];
+  const char *mode =
+      m->desc.mode == VOXCONV_KMAP_GENERATIVE ? "GENERATIVE" : "EXPANDING";
+  int32_t r[4], o[3];
   VC_CHECK(vc_copy_row(h, coords, i, r));
-  for (int a = 0; a < 3; a++) {
-    const int64_t v = (int64_t)m->desc.stride[a] * r[a + 1] + m->offsets[k][a];
-    if (v < VOXCONV_COORD_MIN || v > VOXCONV_COORD_MAX)
-      return vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
-                     "voxconv_kmap_build: GENERATIVE output of in row %lld "
-                     "(%d,%d,%d,%d) at offset %d: %s=%lld outside ±%d",
-                     (long long)i, (int)r[0], (int)r[1], (int)r[2], (int)r[3],
-                     k, vc_field_names[a + 1], (long long)v, VOXCONV_COORD_MAX);
-  }
+  int bad = -1;
+  int64_t v = 0;
+  if (vc_kmap_reach(m, r, k, o, &bad, &v) < 0)
+    return vc_fail(h, VOXCONV_STATUS_OUT_OF_RANGE,
+                   "voxconv_kmap_build: %s output of in row %lld "
+                   "(%d,%d,%d,%d) at offset %d: %s=%lld outside ±%d",
+                   mode, (long long)i, (int)r[0], (int)r[1], (int)r[2],
+                   (int)r[3], k, vc_field_names[bad + 1], (long long)v,
+                   VOXCONV_COORD_MAX);
   return vc_fail(h, VOXCONV_STATUS_INTERNAL,
-                 "voxconv_kmap_build: GENERATIVE cell of in row %lld offset %d "
+                 "voxconv_kmap_build: %s cell of in row %lld offset %d "
                  "flagged out of range but is not",
-                 (long long)i, k);
+                 mode, (long long)i, k);
 }
 
 /* The in -> out neighbour query filling m->nbr_in and its row masks (the
@@ -927,9 +998,10 @@ static voxconv_status_t vc_query_in_rows(voxconv_handle_t *h, int dir,
 }
 
 /* ---- one attempt per mode ------------------------------------------------ */
+/* Odd kernel with centred offsets: the submanifold mirror and fused
+ * duplicate check apply (vc_kmap_offsets_symmetric). */
 static int vc_offsets_symmetric(const voxconv_kmap_t *m) {
-  return (m->desc.kernel_size[0] & 1) && (m->desc.kernel_size[1] & 1) &&
-         (m->desc.kernel_size[2] & 1);
+  return vc_kmap_offsets_symmetric(&m->desc);
 }
 
 /* STRIDED with kernel = stride and offsets 0 .. s-1 on every axis, in
@@ -1085,26 +1157,47 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   memset(&q, 0, sizeof q);
   q.center_k = -1;
 
-  if (mode == VOXCONV_KMAP_GENERATIVE) {
-    /* 3: candidates, sort, unique; then the sync (n_out). */
+  if (mode == VOXCONV_KMAP_GENERATIVE || mode == VOXCONV_KMAP_EXPANDING) {
+    /* 3: candidates (counted per offset), sort, unique; then the sync
+     * (n_out and the pair counts). */
+    const int expanding = mode == VOXCONV_KMAP_EXPANDING;
     const int64_t n_cand = n_in * K;
     unsigned long long *cand = NULL, *uniq = NULL;
-    VC_CHECK(ws.get<unsigned long long>(n_cand, &cand, "generated cell keys"));
-    VC_CHECK(ws.get<unsigned long long>(n_cand, &uniq, "generated output keys"));
+    VC_CHECK(ws.get<unsigned long long>(n_cand, &cand, "candidate cell keys"));
+    VC_CHECK(ws.get<unsigned long long>(n_cand, &uniq, "reached output keys"));
+    VC_CUDA_TRY(h, cudaMemsetAsync(d_st->pair_offsets, 0,
+                                   (size_t)(K + 1) * sizeof(long long), stream));
     if (n_cand > 0) {
-      vc_generative_keys_kernel<<<vc_grid_rows(h, n_cand), kBlock,
-                                  3 * K * sizeof(int32_t), stream>>>(
-          in_keys, n_in, b.g, cand, &d_st->gen_bad);
-      VC_CUDA_LAUNCH_CHECK(h, "vc_generative_keys_kernel");
+      const size_t smem = (size_t)4 * K * sizeof(int32_t);
+      if (expanding)
+        vc_reach_keys_kernel<true><<<vc_grid_rows(h, n_cand), kBlock, smem,
+                                     stream>>>(in_keys, n_in, b.g, cand,
+                                               &d_st->gen_bad,
+                                               d_st->pair_offsets);
+      else
+        vc_reach_keys_kernel<false><<<vc_grid_rows(h, n_cand), kBlock, smem,
+                                      stream>>>(in_keys, n_in, b.g, cand,
+                                                &d_st->gen_bad,
+                                                d_st->pair_offsets);
+      VC_CUDA_LAUNCH_CHECK(h, "vc_reach_keys_kernel");
       VC_CHECK(vc_sort_unique(ws, h, cand, n_cand, uniq, &d_st->n_out));
+      vc_drop_empty_tail_kernel<<<1, 32, 0, stream>>>(uniq, &d_st->n_out);
+      VC_CUDA_LAUNCH_CHECK(h, "vc_drop_empty_tail_kernel");
+      if (expanding) {
+        vc_keys_fingerprint_kernel<<<vc_grid_rows(h, n_cand), kBlock, 0,
+                                     stream>>>(uniq, n_cand, &d_st->n_out,
+                                               &d_st->out_fingerprint);
+        VC_CUDA_LAUNCH_CHECK(h, "vc_keys_fingerprint_kernel");
+      }
     }
-    VC_CHECK(vc_read_status(h, d_st, 0, &hs));
+    VC_CHECK(vc_read_status(h, d_st, K, &hs));
     if (hs->overflow_in) {
       b.overflowed = 1;
       return VOXCONV_STATUS_SUCCESS;
     }
     VC_CHECK(vc_check_status(b, hs, in_keys, in_hash, NULL, out_hash));
     m->in_fingerprint = hs->fingerprint;
+    m->out_fingerprint = hs->out_fingerprint;
     const int64_t n_out = hs->n_out;
     if (n_out > INT32_MAX)
       return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
@@ -1112,16 +1205,28 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
                      "row index",
                      (long long)n_out);
     m->n_out = n_out;
-    m->n_pairs = n_cand;
     VC_CHECK(vc_host_pair_offsets(h, m));
-    for (int k = 0; k <= K; k++)
-      m->pair_offsets[k] = (int64_t)k * n_in;
+    int64_t total = 0;
+    for (int k = 0; k < K; k++) {
+      m->pair_offsets[k] = total;
+      total += hs->pair_offsets[k];
+    }
+    m->pair_offsets[K] = total;
+    m->n_pairs = total;
 
     /* 4-6 with exact sizes; the output hash is sized from n_out, so it
      * cannot overflow (no later sync needed to find out). */
     VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * 4, &m->out_coords,
                                       "kernel-map output coords"));
     VC_CHECK(vc_unpack_keys(h, uniq, n_out, m->out_coords));
+    if (expanding) {
+      VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * 4, &m->in_coords,
+                                        "kernel-map input coords"));
+      if (n_in > 0)
+        VC_CUDA_TRY(h, cudaMemcpyAsync(m->in_coords, b.in->data,
+                                       (size_t)n_in * 4 * sizeof(int32_t),
+                                       cudaMemcpyDeviceToDevice, stream));
+    }
     VC_CHECK(vc_make_hash(ws, h,
                           vc_pow2_at_least(VC_HASH_SLOTS_PER_KEY *
                                                (uint64_t)n_out + 2),
@@ -1149,10 +1254,13 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     q.mask = m->row_mask_out;
     q.counts = counts;
     q.n_blocks = nb;
-    VC_CHECK(vc_query(h, VC_Q_SUBDIV, q, b.g));
+    /* out -> in: GENERATIVE (o - off)/s, EXPANDING s*o + off; in -> out
+     * the other way round. */
+    VC_CHECK(vc_query(h, expanding ? VC_Q_MULADD : VC_Q_SUBDIV, q, b.g));
     VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_in,
                                "kernel-map row_mask_in"));
-    VC_CHECK(vc_query_in_rows(h, VC_Q_MULADD, in_keys, n_in, out_hash, m, b.g));
+    VC_CHECK(vc_query_in_rows(h, expanding ? VC_Q_SUBDIV : VC_Q_MULADD,
+                              in_keys, n_in, out_hash, m, b.g));
     VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
     VC_CHECK(vc_alloc_pair_lists(h, m));
     return vc_write_pairs(h, m->nbr_out, n_out, K, counts, nb, m->in_rows,
@@ -1203,6 +1311,11 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     }
     n_out_dev = &d_st->n_out;
     out_keys = strided_uniq;
+    if (n_in > 0) {
+      vc_keys_fingerprint_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
+          strided_uniq, n_in, n_out_dev, &d_st->out_fingerprint);
+      VC_CUDA_LAUNCH_CHECK(h, "vc_keys_fingerprint_kernel");
+    }
     VC_CHECK(vc_make_hash(ws, h, b.cap_out, &out_hash, "output coordinate hash"));
     if (n_in > 0) {
       vc_insert_rows_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
@@ -1284,6 +1397,7 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   }
   VC_CHECK(vc_check_status(b, hs, in_keys, in_hash, out_keys, out_hash));
   m->in_fingerprint = hs->fingerprint;
+  m->out_fingerprint = hs->out_fingerprint;
   const int64_t n_out = mode == VOXCONV_KMAP_STRIDED ? hs->n_out : n_out_bound;
   m->n_out = n_out;
   VC_CHECK(vc_host_pair_offsets(h, m));
@@ -1296,6 +1410,12 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
                                     "kernel-map output coords"));
   if (mode == VOXCONV_KMAP_STRIDED) {
     VC_CHECK(vc_unpack_keys(h, strided_uniq, n_out, m->out_coords));
+    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * 4, &m->in_coords,
+                                      "kernel-map input coords"));
+    if (n_in > 0)
+      VC_CUDA_TRY(h, cudaMemcpyAsync(m->in_coords, b.in->data,
+                                     (size_t)n_in * 4 * sizeof(int32_t),
+                                     cudaMemcpyDeviceToDevice, stream));
     VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * K, &m->nbr_out,
                                       "kernel-map nbr_out"));
     if (n_out > 0)
@@ -1345,6 +1465,8 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
     b.g.ks[a] = m->desc.kernel_size[a];
     b.g.dil[a] = m->desc.dilation[a];
     b.g.s[a] = m->desc.stride[a];
+    b.g.pad[a] = vc_kmap_pad(&m->desc, a);
+    b.g.out_shape[a] = m->desc.out_shape[a];
   }
   b.g.K = m->kvol;
   const int64_t n_out_keys =
@@ -1419,4 +1541,83 @@ extern "C" voxconv_status_t vc_cuda_coords_fingerprint(voxconv_handle_t *h,
   VC_CUDA_TRY(h, cudaStreamSynchronize(vc_cuda_stream(h)));
   *fingerprint = fp;
   return VOXCONV_STATUS_SUCCESS;
+}
+
+/* voxconv_kmap_inverse: (i, k) -> o in fwd is (o, k) -> i here, so the
+ * neighbour tables and row masks are fwd's swapped (copies), and the pair
+ * lists come from the new nbr_out by the build's own counting, scan and
+ * compaction (grouped by offset, ascending output row): the map a
+ * TRANSPOSED build would make, with no lookups and no host wait. kmap.c
+ * set the host fields (n_in, n_out, n_pairs, pair_offsets, ...). */
+extern "C" voxconv_status_t vc_cuda_kmap_inverse(voxconv_handle_t *h,
+                                                 const voxconv_kmap_t *fwd,
+                                                 voxconv_kmap_t *m) {
+  VC_CUDA_DEVICE_GUARD(h);
+  const cudaStream_t stream = vc_cuda_stream(h);
+  const int K = m->kvol;
+  const int64_t n_in = m->n_in, n_out = m->n_out;
+  VcKmapPriv *priv = (VcKmapPriv *)calloc(1, sizeof *priv);
+  if (!priv)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "voxconv_kmap_inverse: out of host memory (%zu bytes)",
+                   sizeof *priv);
+  pthread_mutex_init(&priv->lock, NULL);
+  m->backend_priv = priv;
+  VC_CHECK(vc_cuda_alloc_n<VcKmapStatus>(h, 1, &priv->d_status,
+                                         "kernel-map status"));
+  VC_CUDA_TRY(h, cudaMemsetAsync(priv->d_status, 0, sizeof(VcKmapStatus),
+                                 stream));
+  m->pair_offsets_dev = (const int64_t *)priv->d_status->pair_offsets;
+
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * 4, &m->out_coords,
+                                    "kernel-map output coords"));
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * K, &m->nbr_out,
+                                    "kernel-map nbr_out"));
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_in,
+                                    "kernel-map nbr_in"));
+  if (n_out > 0) {
+    VC_CUDA_TRY(h, cudaMemcpyAsync(m->out_coords, fwd->in_coords,
+                                   (size_t)n_out * 4 * sizeof(int32_t),
+                                   cudaMemcpyDeviceToDevice, stream));
+    VC_CUDA_TRY(h, cudaMemcpyAsync(m->nbr_out, fwd->nbr_in,
+                                   (size_t)n_out * K * sizeof(int32_t),
+                                   cudaMemcpyDeviceToDevice, stream));
+  }
+  if (n_in > 0)
+    VC_CUDA_TRY(h, cudaMemcpyAsync(m->nbr_in, fwd->nbr_out,
+                                   (size_t)n_in * K * sizeof(int32_t),
+                                   cudaMemcpyDeviceToDevice, stream));
+  /* Row masks exist exactly when K <= 32, on both maps. */
+  if (fwd->row_mask_in) {
+    VC_CHECK(vc_alloc_row_mask(h, m, n_out, &m->row_mask_out,
+                               "kernel-map row_mask_out"));
+    if (n_out > 0)
+      VC_CUDA_TRY(h, cudaMemcpyAsync(m->row_mask_out, fwd->row_mask_in,
+                                     (size_t)n_out * sizeof(uint32_t),
+                                     cudaMemcpyDeviceToDevice, stream));
+  }
+  if (fwd->row_mask_out) {
+    VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_in,
+                               "kernel-map row_mask_in"));
+    if (n_in > 0)
+      VC_CUDA_TRY(h, cudaMemcpyAsync(m->row_mask_in, fwd->row_mask_out,
+                                     (size_t)n_in * sizeof(uint32_t),
+                                     cudaMemcpyDeviceToDevice, stream));
+  }
+
+  VcWorkspace ws(h);
+  const int64_t nb = vc_ceil_div<int64_t>(n_out, VC_ROWS_PER_BLOCK);
+  long long *counts = NULL;
+  VC_CHECK(ws.get<long long>((int64_t)K * nb + 1, &counts, "pair counts"));
+  VC_CUDA_TRY(h, cudaMemsetAsync(counts + (int64_t)K * nb, 0,
+                                 sizeof(long long), stream));
+  if (nb > 0) {
+    vc_nbr_counts_kernel<<<vc_grid_rows(h, nb * 32), kBlock, 0, stream>>>(
+        m->nbr_out, n_out, NULL, K, counts, nb, NULL);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_nbr_counts_kernel");
+  }
+  VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, priv->d_status->pair_offsets));
+  VC_CHECK(vc_alloc_pair_lists(h, m));
+  return vc_write_pairs(h, m->nbr_out, n_out, K, counts, nb, m->in_rows,
+                        m->out_rows);
 }

@@ -5,7 +5,7 @@
  * Every build writes a device status block (VcKmapStatus) that lives as
  * long as the map: its pair_offsets[] is the map's device copy of the pair
  * ranges (kmap->pair_offsets_dev), which kernels read instead of host
- * counts. A synchronous build (STRIDED, TRANSPOSED, GENERATIVE, and
+ * counts. A synchronous build (STRIDED, EXPANDING, TRANSPOSED, GENERATIVE, and
  * SUBMANIFOLD when asked to check at once) copies the block to the host and
  * waits for it. An asynchronous build (SUBMANIFOLD) queues the same copy
  * into a pinned slot and records an event; the host reads the slot when the
@@ -29,7 +29,10 @@ struct VcKmapStatus {
   unsigned long long dup_out_row;
   unsigned long long gen_bad; /* lowest i*K + k with an out-of-range cell */
   unsigned int overflow_in, overflow_out;
-  long long n_out; /* STRIDED / GENERATIVE: unique output count */
+  long long n_out; /* STRIDED / EXPANDING / GENERATIVE: unique outputs */
+  /* STRIDED / EXPANDING: fingerprint of the output keys (kmap
+   * out_fingerprint, the inverse map's in_fingerprint). */
+  unsigned long long out_fingerprint;
   /* Asynchronous builds: what the error message needs, gathered on the
    * device after the checks (the caller's coordinates may be gone by the
    * time the host reads the verdict). */

@@ -16,7 +16,8 @@
 /* ---- names ------------------------------------------------------------ */
 static const char *const dtype_names[] = {"f32", "f16", "bf16", "f64"};
 static const char *const mode_names[] = {"submanifold", "strided", "transposed",
-                                         "generative"};
+                                         "generative", "expanding"};
+#define N_MODES 5 /* voxconv_kmap_mode_t */
 static const char *const pass_namespaces[] = {
     "sparse_conv_forward",    "sparse_conv_dgrad",    "sparse_conv_wgrad",
     "depthwise_conv_forward", "depthwise_conv_dgrad", "depthwise_conv_wgrad"};
@@ -32,10 +33,10 @@ int vc_cache_dtype_parse(const char *s) {
   return -1;
 }
 const char *vc_cache_mode_name(int mode) {
-  return (mode >= 0 && mode < 4) ? mode_names[mode] : NULL;
+  return (mode >= 0 && mode < N_MODES) ? mode_names[mode] : NULL;
 }
 int vc_cache_mode_parse(const char *s) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < N_MODES; i++)
     if (strcmp(s, mode_names[i]) == 0)
       return i;
   return -1;
