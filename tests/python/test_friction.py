@@ -131,14 +131,14 @@ def test_explicit_asan_build_with_its_runtime_preloaded_loads(tmp_path):
         pytest.skip("no libasan runtime to preload")
     tree = _source_tree(tmp_path, with_asan=False)
     script = (_IMPORT + "\nimport torch\n"
-              "x = voxconv.SparseTensor(torch.randn(3, 2), torch.tensor("
-              "[[0, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]))\n"
-              "print('OUT', tuple(voxconv.nn.SparseConv3d(2, 2)(x).feats.shape))\n")
+              "u, m = voxconv.merge_duplicates(torch.tensor("
+              "[[0, 1, 0, 0], [0, 0, 0, 0], [0, 1, 0, 0]], dtype=torch.int32))\n"
+              "print('OUT', u.tolist(), m.tolist())\n")
     p = _run(tree, script, VOXCONV_LIBRARY=ASAN_LIB, LD_PRELOAD=runtime,
              ASAN_OPTIONS="detect_leaks=0")
     assert p.returncode == 0, p.stdout + p.stderr
     assert f"LOADED {ASAN_LIB}" in p.stdout
-    assert "OUT (3, 2)" in p.stdout
+    assert "OUT [[0, 0, 0, 0], [0, 1, 0, 0]] [1, 0, 1]" in p.stdout
 
 
 # ---- 2. coordinates handed to the library ----------------------------------------------
@@ -263,3 +263,14 @@ def test_subclass_attributes_are_not_taken_for_tensor_ones():
     assert t.dim() == "mine"
     with pytest.raises(NotATensorError, match="'Tagged' object has no attribute 'view'"):
         t.view(-1)
+
+
+def test_tensor_names_are_not_listed_as_sparse_tensor_api():
+    x = _sparse()
+    names = dir(x)
+    assert "feats" in names and "coords" in names and "replace_feature" in names
+    assert "dim" not in names and "view" not in names
+    assert not hasattr(voxconv.SparseTensor, "dim")
+    # an instance attribute of a torch.Tensor name is the user's to set
+    x.data = "mine"
+    assert x.data == "mine" and "data" in dir(x)
