@@ -59,6 +59,7 @@ class Handle:
     def __init__(self, device, stream=0):
         self.device = device
         self.stream = stream
+        self.torch_stream = None  # kmap._handle_stream: made on first use
         self.lock = threading.RLock()
         desc = _lib.HandleDesc()
         keepalive = None

@@ -70,6 +70,15 @@ def _torch_stream(raw, device):
     return torch.cuda.ExternalStream(raw, device=device)
 
 
+def _handle_stream(handle):
+    """The torch Stream object of a CUDA handle's stream, made once per
+    handle (handles are per raw stream, so it never changes)."""
+    st = handle.torch_stream
+    if st is None:
+        st = handle.torch_stream = _torch_stream(handle.stream, handle.device)
+    return st
+
+
 def _destroy_kmap(handle, kmap_ptr, users):
     """Frees a map on its building handle once that stream has waited for
     every other stream that used it (their queued work may still read the
@@ -158,7 +167,7 @@ class KernelMap:
             return
         self._users.append(handle.stream)
         if self.ready is not None:
-            _torch_stream(handle.stream, self.device).wait_event(self.ready)
+            _handle_stream(handle).wait_event(self.ready)
 
     def out_coords(self):
         """A new int32 [n_out, 4] tensor (on the map's device) with the
@@ -324,18 +333,26 @@ class CoordinateManager:
 
     def _build_on_map_stream(self, ms, in_set, mode, kernel_size, stride, dilation,
                              out_set):
-        consumer = torch.cuda.current_stream(self.device)
+        consumer = _handle_stream(_runtime.handle_for(self.device))
         for s in (in_set, out_set):
             if s is not None and s.stream != ms.handle.stream:
                 if s.ready is None:  # made on the caller's stream, before now
                     s.ready = torch.cuda.Event()
                     s.ready.record(consumer)
                 ms.stream.wait_event(s.ready)
-        with torch.cuda.stream(ms.stream):
+        if mode in (_lib.KMAP_STRIDED, _lib.KMAP_GENERATIVE):
+            # Under the map stream: derived coordinates are allocated there,
+            # so the map stream may write them at once (torch hands a block
+            # to the stream it was allocated on, ordered after that stream's
+            # last use). Other modes allocate no tensor: no stream switch.
+            with torch.cuda.stream(ms.stream):
+                km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size,
+                                       stride, dilation, out_set)
+        else:
             km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size, stride,
                                    dilation, out_set)
-            km.ready = torch.cuda.Event()
-            km.ready.record(ms.stream)
+        km.ready = torch.cuda.Event()
+        km.ready.record(ms.stream)
         return km, made
 
     def _build(self, handle, consumer, in_set, mode, kernel_size, stride, dilation,
