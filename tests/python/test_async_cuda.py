@@ -142,3 +142,45 @@ def test_bad_coordinates_reported_by_a_later_op(cuda):
         y = layer(x)
         torch.cuda.synchronize()
         layer(y)
+
+
+
+def test_block_cache_reuses_and_empties(cuda, monkeypatch):
+    """The library keeps the blocks it frees (voxconv_allocator_t): once
+    warm, a step asks torch's allocator for nothing (counted through the
+    callbacks of a handle made for this test), gives the first step's bits,
+    and voxconv.empty_cache() hands the idle blocks back."""
+    calls = {"alloc": 0, "free": 0}
+    raw_alloc = torch._C._cuda_cudaCachingAllocator_raw_alloc
+    raw_delete = torch._C._cuda_cudaCachingAllocator_raw_delete
+
+    def counting_alloc(*a):
+        calls["alloc"] += 1
+        return raw_alloc(*a)
+
+    def counting_delete(*a):
+        calls["free"] += 1
+        return raw_delete(*a)
+
+    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", counting_alloc)
+    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", counting_delete)
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "0")  # maps on this stream's handle
+    layer = _layer(cuda)
+    coords, feats, gout = _data(cuda)
+    with torch.cuda.stream(torch.cuda.Stream(cuda)):  # a new handle, made now
+        first = _step(layer, coords, feats, gout).clone()
+        cold = dict(calls)
+        again = _step(layer, coords, feats, gout).clone()
+        torch.cuda.current_stream().synchronize()
+        before = dict(calls)
+        warm = _step(layer, coords, feats, gout).clone()
+        torch.cuda.current_stream().synchronize()
+        assert cold["alloc"] > 0, "the new handle never called torch: the test proves nothing"
+        assert calls == before, f"a warm step called torch's allocator: {before} -> {calls}"
+        assert torch.equal(first, again) and torch.equal(first, warm)
+        held = torch.cuda.memory_allocated(cuda)
+        voxconv.empty_cache()
+        assert calls["free"] > before["free"]
+        assert torch.cuda.memory_allocated(cuda) < held
+        assert torch.equal(_step(layer, coords, feats, gout), first)
+        torch.cuda.current_stream().synchronize()
