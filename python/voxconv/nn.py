@@ -9,6 +9,11 @@ slowest), the library's order; ``SparseDepthwiseConv3d.weight`` is
 Initialisation: as torch's ConvNd, weights and bias uniform in
 ``[-1/sqrt(fan_in), 1/sqrt(fan_in)]`` with ``fan_in = in_channels * K``
 (``fan_in = K`` for depthwise), i.e. kaiming-uniform with a = sqrt(5).
+``voxconv.nn.init`` (voxconv/init.py) has kaiming_* / xavier_* with these
+layouts' fans (torch.nn.init's read ``[out, in, *kernel]``).
+
+``Sequential``: a torch.nn.Sequential that applies plain torch modules to
+the features of a SparseTensor (see ``feature_wise``).
 """
 
 import math
