@@ -379,3 +379,27 @@ def test_torch_sequential_error_points_here():
     x = _sparse()
     with pytest.raises(NotATensorError, match="voxconv.nn.Sequential"):
         torch.nn.Sequential(vnn.SparseConv3d(4, 4), torch.nn.BatchNorm1d(4))(x)
+
+
+def test_arithmetic_and_sequential_on_each_device(device):
+    coords = rand_coords(80, 6, batches=2).to(device)
+    x = voxconv.SparseTensor(torch.randn(coords.shape[0], 4, device=device), coords)
+    y = x.replace_feature(torch.randn_like(x.feats))
+    assert torch.equal((x + y - 1).feats, x.feats + y.feats - 1)
+    assert torch.equal((x + torch.arange(4.0, device=device)).feats,
+                       x.feats + torch.arange(4.0, device=device))
+    assert torch.equal((x + torch.tensor(2.0)).feats, x.feats + 2)  # a 0-d CPU tensor
+    twin = voxconv.SparseTensor(y.feats, coords.clone())
+    assert torch.equal((x + twin).feats, x.feats + y.feats)
+    f = x.feats
+    with torch.no_grad():
+        x += y
+    assert x.feats is f
+    net = vnn.Sequential(vnn.SparseConv3d(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                         vnn.SparseConv3d(8, 3)).to(device)
+    manual = copy.deepcopy(net)
+    out = net(x)
+    h = manual[0](x)
+    want = manual[3](h.replace_feature(manual[2](manual[1](h.feats))))
+    assert out.device == x.device
+    assert torch.allclose(out.feats, want.feats, rtol=1e-5, atol=1e-5)
