@@ -22,6 +22,16 @@
  * allocated from the cache and are freed during a capture go back to the
  * caller's allocator as well.
  *
+ * Blocks freed through another handle than the one that allocated them
+ * (the library does that by design: a map's lazily built tables are
+ * allocated by the op's handle and freed by the map's, see voxconv.h) go
+ * to the freeing handle's allocator, as the API promises, and never into
+ * a cache. So the record of which block came from which cache, and of its
+ * class, is one process-wide table (a mutex; handles live on many
+ * threads) keyed by pointer: a per-handle record would keep stale entries
+ * for blocks freed elsewhere, and a pointer the caller's allocator later
+ * reuses for another size would then be filed under the old size.
+ *
  * Size classes: up to 1 MiB powers of two (from 512 B); above, eight
  * classes per power of two (<= 12.5% rounding). The allocator is asked for
  * the class size, so a cached block fits any request of its class.
@@ -37,6 +47,7 @@
 #include "../cuda/vc_cuda.h"
 #endif
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,19 +60,25 @@
 
 typedef struct {
   void *ptr; /* NULL: empty slot; VC_TOMB: deleted */
+  uint64_t owner; /* id of the cache that handed it out */
   int cls;
 } vc_live_t;
 
 #define VC_TOMB ((void *)(uintptr_t)1)
 
 struct vc_alloc_cache {
+  uint64_t id;         /* process-unique, never reused */
   size_t cap;          /* bytes held idle at most */
   size_t idle_bytes;   /* bytes held idle now */
   void **idle[VC_CLASSES];
   int n_idle[VC_CLASSES], cap_idle[VC_CLASSES];
-  vc_live_t *live;     /* blocks handed out from the cache path */
-  size_t live_cap, live_used; /* used = entries + tombstones */
 };
+
+/* The process-wide record of blocks handed out by any cache. */
+static pthread_mutex_t g_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static vc_live_t *g_live;
+static size_t g_live_cap, g_live_used; /* used = entries + tombstones */
+static uint64_t g_next_id = 1;
 
 /* ---- size classes ---------------------------------------------------------- */
 static int bit_length(size_t v) {
@@ -111,63 +128,84 @@ static size_t hash_ptr(const void *p, size_t mask) {
   return (size_t)x & mask;
 }
 
-static int live_grow(vc_alloc_cache_t *c) {
+static int live_grow(void) {
   /* Rehash; double only when live entries (not tombstones) fill a quarter,
    * so a steady churn of frees does not grow the table without bound. */
   size_t n_live = 0;
-  for (size_t i = 0; i < c->live_cap; ++i)
-    n_live += c->live[i].ptr && c->live[i].ptr != VC_TOMB;
-  size_t ncap = c->live_cap ? c->live_cap : 256;
+  for (size_t i = 0; i < g_live_cap; ++i)
+    n_live += g_live[i].ptr && g_live[i].ptr != VC_TOMB;
+  size_t ncap = g_live_cap ? g_live_cap : 256;
   if (4 * (n_live + 1) > ncap)
     ncap *= 2;
   vc_live_t *t = (vc_live_t *)calloc(ncap, sizeof *t);
   if (!t)
     return 0;
-  for (size_t i = 0; i < c->live_cap; ++i) {
-    void *p = c->live[i].ptr;
+  for (size_t i = 0; i < g_live_cap; ++i) {
+    void *p = g_live[i].ptr;
     if (!p || p == VC_TOMB)
       continue;
     size_t j = hash_ptr(p, ncap - 1);
     while (t[j].ptr)
       j = (j + 1) & (ncap - 1);
-    t[j] = c->live[i];
+    t[j] = g_live[i];
   }
-  size_t used = 0;
-  for (size_t i = 0; i < ncap; ++i)
-    used += t[i].ptr != NULL;
-  free(c->live);
-  c->live = t;
-  c->live_cap = ncap;
-  c->live_used = used;
+  free(g_live);
+  g_live = t;
+  g_live_cap = ncap;
+  g_live_used = n_live;
   return 1;
 }
 
-static int live_add(vc_alloc_cache_t *c, void *p, int cls) {
-  if (4 * (c->live_used + 1) > 3 * c->live_cap && !live_grow(c))
-    return 0;
-  size_t j = hash_ptr(p, c->live_cap - 1);
-  while (c->live[j].ptr && c->live[j].ptr != VC_TOMB)
-    j = (j + 1) & (c->live_cap - 1);
-  if (!c->live[j].ptr)
-    ++c->live_used;
-  c->live[j].ptr = p;
-  c->live[j].cls = cls;
-  return 1;
+/* Slot of p, or NULL. Caller holds g_live_lock. */
+static vc_live_t *live_find(const void *p) {
+  if (!g_live_cap)
+    return NULL;
+  size_t j = hash_ptr(p, g_live_cap - 1);
+  while (g_live[j].ptr) {
+    if (g_live[j].ptr == p)
+      return &g_live[j];
+    j = (j + 1) & (g_live_cap - 1);
+  }
+  return NULL;
 }
 
-/* Removes p; returns its class, or -1 when p was not handed out here. */
-static int live_take(vc_alloc_cache_t *c, void *p) {
-  if (!c->live_cap)
-    return -1;
-  size_t j = hash_ptr(p, c->live_cap - 1);
-  while (c->live[j].ptr) {
-    if (c->live[j].ptr == p) {
-      c->live[j].ptr = VC_TOMB;
-      return c->live[j].cls;
+/* Records p as handed out by cache `owner` (replacing any record of the
+ * same address). 0 when the table cannot grow. */
+static int live_add(void *p, uint64_t owner, int cls) {
+  pthread_mutex_lock(&g_live_lock);
+  vc_live_t *e = live_find(p);
+  if (!e) {
+    if (4 * (g_live_used + 1) > 3 * g_live_cap && !live_grow()) {
+      pthread_mutex_unlock(&g_live_lock);
+      return 0;
     }
-    j = (j + 1) & (c->live_cap - 1);
+    size_t j = hash_ptr(p, g_live_cap - 1);
+    while (g_live[j].ptr && g_live[j].ptr != VC_TOMB)
+      j = (j + 1) & (g_live_cap - 1);
+    if (!g_live[j].ptr)
+      ++g_live_used;
+    e = &g_live[j];
+    e->ptr = p;
   }
-  return -1;
+  e->owner = owner;
+  e->cls = cls;
+  pthread_mutex_unlock(&g_live_lock);
+  return 1;
+}
+
+/* Removes the record of p; returns its class when cache `owner` handed it
+ * out, else -1 (not recorded, or another cache's). */
+static int live_take(void *p, uint64_t owner) {
+  int cls = -1;
+  pthread_mutex_lock(&g_live_lock);
+  vc_live_t *e = live_find(p);
+  if (e) {
+    if (e->owner == owner)
+      cls = e->cls;
+    e->ptr = VC_TOMB;
+  }
+  pthread_mutex_unlock(&g_live_lock);
+  return cls;
 }
 
 /* ---- the cache ---------------------------------------------------------- */
@@ -211,6 +249,9 @@ void vc_alloc_cache_init(voxconv_handle_t *h) {
   if (!c)
     return; /* no cache: every call goes to the caller's allocator */
   c->cap = cap;
+  pthread_mutex_lock(&g_live_lock);
+  c->id = g_next_id++;
+  pthread_mutex_unlock(&g_live_lock);
   h->alloc_cache = c;
 }
 
@@ -237,7 +278,6 @@ void vc_alloc_cache_destroy(voxconv_handle_t *h) {
   vc_alloc_cache_release(h);
   for (int k = 0; k < VC_CLASSES; ++k)
     free(c->idle[k]);
-  free(c->live);
   free(c);
   h->alloc_cache = NULL;
 }
@@ -266,7 +306,7 @@ void *vc_alloc_cache_get(voxconv_handle_t *h, size_t bytes) {
     if (!p)
       return NULL;
   }
-  if (!live_add(c, p, cls)) {
+  if (!live_add(p, c->id, cls)) {
     /* No room to remember it: hand it out untracked (its free then goes
      * to the caller's allocator, which owns it either way). */
   }
@@ -275,7 +315,9 @@ void *vc_alloc_cache_get(voxconv_handle_t *h, size_t bytes) {
 
 void vc_alloc_cache_put(voxconv_handle_t *h, void *p) {
   vc_alloc_cache_t *c = h->alloc_cache;
-  const int cls = c ? live_take(c, p) : -1;
+  /* Always drop the record (also on handles without a cache), so that no
+   * record outlives its block. */
+  const int cls = live_take(p, c ? c->id : 0);
   if (cls < 0) {
     user_free(h, p);
     return;
