@@ -42,9 +42,10 @@ def elf_section(data, name):
 
 def fatbin_targets(lib_bytes):
     """Sorted nvcc names ("sm_80", "compute_89", ...) of the device images in
-    the library's fat binaries; [] for a library without device code."""
+    the library's fat binaries; [] for a library without device code. Every
+    fat binary (one per .cu file) must hold the same targets."""
     sec = elf_section(lib_bytes, ".nv_fatbin")
-    found = set()
+    per_file = []
     off = 0
     while sec is not None and off + 16 <= len(sec):
         magic, _version, hsize, fsize = struct.unpack_from("<IHHQ", sec, off)
@@ -52,6 +53,8 @@ def fatbin_targets(lib_bytes):
             off += 8
             continue
         entry, end = off + hsize, off + hsize + fsize
+        found = set()
+        per_file.append(found)
         while entry < end:
             kind, _v, ehsize, size = struct.unpack_from("<HHIQ", sec, entry)
             arch, = struct.unpack_from("<I", sec, entry + 28)
@@ -61,7 +64,11 @@ def fatbin_targets(lib_bytes):
                           + ("a" if flags & ARCH_SPECIFIC else ""))
             entry += ehsize + size
         off = end
-    return sorted(found, key=lambda t: (t.startswith("compute"), t))
+    if any(f != per_file[0] for f in per_file):
+        raise AssertionError("the .cu files' fat binaries hold different targets: "
+                             + "; ".join(" ".join(sorted(f)) for f in per_file))
+    return sorted(per_file[0] if per_file else (),
+                  key=lambda t: (t.startswith("compute"), t))
 
 
 def check_wheel(path, expect):
