@@ -24,6 +24,7 @@ context holds the map object, not just its id).
 """
 
 import ctypes
+import functools
 import os
 
 import torch
@@ -558,6 +559,29 @@ def _inference():
 
 _compiler = getattr(torch, "compiler", None)
 _compiling = getattr(_compiler, "is_compiling", None) or (lambda: False)
+
+
+def outside_compile(fn):
+    """Runs `fn` eagerly under torch.compile: dynamo breaks the graph there
+    instead of tracing into it. Tracing the coordinate manager's Python
+    (dictionaries of maps keyed by coordinate sets that are new for every
+    input) guards on those objects, so every call recompiled and past
+    dynamo's recompile limit the frame ran slower than eager (MiniMinkUNet
+    on the H100: forward 1.32x, train step 1.57x eager, 40 breaks, 8
+    recompiles). Dense code between voxconv ops (feature-wise modules, the
+    head, the loss) is still compiled. Outside torch.compile the check
+    costs one call."""
+    disable = getattr(_compiler, "disable", None)
+    if disable is None:  # torch < 2.1: nothing compiles
+        return fn
+    eager = disable(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if _compiling():
+            return eager(*args, **kwargs)
+        return fn(*args, **kwargs)
+    return wrapper
 
 
 def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det):

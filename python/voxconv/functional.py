@@ -183,6 +183,7 @@ def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
                          out_coords, cfg, False)
 
 
+@_ops.outside_compile
 def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_coords, cfg,
                   depthwise):
     """The convolution with normalised arguments (3-tuples ks/st/dl, cfg =
@@ -237,6 +238,7 @@ def spatially_sparse_depthwise_conv(input, weight, kernel_size=3, stride=1, dila
                          out_coords, cfg, True)
 
 
+@_ops.outside_compile
 def _pool(input, kernel_size, stride, dilation, mode):
     _check_input(input)
     if stride is None:
@@ -264,6 +266,7 @@ def sparse_sum_pool(input, kernel_size=2, stride=None, dilation=1):
     return _pool(input, kernel_size, stride, dilation, _lib.POOL_SUM)
 
 
+@_ops.outside_compile
 def sparse_unpool(input, kernel_size=2, stride=None, dilation=1, out_coords=None):
     """Unpooling, coarse -> fine, through the pooling map of the finer
     coordinates: ``y_fine[i] = sum over pairs (i, o, k) of x_coarse[o]`` (the
@@ -331,15 +334,18 @@ def _global(input, reduce):
                                                   include_self=False)
 
 
+@_ops.outside_compile
 def global_avg_pool(input):
     """Dense ``[B, C]``: mean of each batch item's features."""
     return _global(input, "mean")
 
 
+@_ops.outside_compile
 def global_max_pool(input):
     """Dense ``[B, C]``: max of each batch item's features (0 if empty)."""
     return _global(input, "max")
 
 
+@_ops.outside_compile
 def global_sum_pool(input):
     return _global(input, "sum")

@@ -6,6 +6,7 @@ import numbers
 import torch
 
 from . import _lib
+from . import _ops
 from . import _runtime
 from . import _validate
 from . import errors
@@ -564,6 +565,7 @@ def merge_duplicates(coords):
     return out[:n_unique.value].clone(), row_map
 
 
+@_ops.outside_compile
 def cat(tensors):
     """Concatenates the features of sparse tensors with the same coordinates
     (e.g. a U-Net skip connection)."""

@@ -72,3 +72,44 @@ def test_torch_compile_traces_around_the_ops(device):
     torch.testing.assert_close(got, want)
     for p, g in zip(net.parameters(), grads):
         torch.testing.assert_close(p.grad, g)
+
+
+class FeatNet(torch.nn.Module):
+    """Sparse convs with dense feature-wise work between them (what the
+    inductor compiles) and a dense head."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = voxconv.nn.SparseConv3d(4, 8, 3)
+        self.bn = voxconv.nn.SparseBatchNorm(8)
+        self.d = voxconv.nn.SparseConv3d(8, 8, 2, stride=2)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = self.bn(self.a(x))
+        h = h.replace_feature(torch.relu(h.feats) * 2 + 1)
+        return self.head(self.d(h).feats)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="inductor on CUDA: no GPU")
+def test_torch_compile_default_mode_fresh_inputs_do_not_recompile():
+    """torch.compile's default mode (inductor) over voxconv layers: the same
+    results as eager, and a new SparseTensor (new coordinates, new maps) per
+    call does not make dynamo recompile (voxconv calls run outside the
+    graph, see _ops.outside_compile)."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    dev = torch.device("cuda")
+    net = FeatNet().to(dev).eval()
+    compiled = torch.compile(net)
+    frames = []
+    for i in range(4):
+        coords = ref.rand_coords(300 + 50 * i, 10).to(dev)
+        x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=dev), coords)
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(x), net(x), rtol=1e-4, atol=1e-4)
+        frames.append(sum(counters["frames"].values()))
+    # the first calls compile (and may mark a shape dynamic once); later
+    # fresh inputs must reuse what was compiled
+    assert frames[3] == frames[2], f"compiled frames per call: {frames}"
