@@ -245,7 +245,8 @@ static coordset_t scan_set(const char *file, int fields, float voxel,
 typedef struct {
   const char *name;
   voxconv_kmap_desc_t desc;
-  int transposed_from_strided; /* TRANSPOSED: coarse = strided map's out */
+  int transposed_from_strided; /* TRANSPOSED: coarse = strided map's out;
+                                  2: voxconv_kmap_inverse of desc's map */
 } geometry_t;
 
 typedef struct {
@@ -273,7 +274,15 @@ static int build_mapping(const coordset_t *cs, const geometry_t *g,
   voxconv_coords_t cin_cpu = {cs->coords, cs->n, {1, 1, 1}};
   voxconv_coords_t cin_gpu = {dcoords, cs->n, {1, 1, 1}};
   voxconv_status_t a, b;
-  if (!g->transposed_from_strided) {
+  if (g->transposed_from_strided == 2) {
+    /* The inverse of an EXPANDING / STRIDED map (SparseInverseConv3d). */
+    a = voxconv_kmap_build(g_cpu, &g->desc, &cin_cpu, NULL, &m->cpu_aux);
+    b = vc_test_kmap_build(g_gpu, &g->desc, &cin_gpu, NULL, &m->gpu_aux);
+    if (a == VOXCONV_STATUS_SUCCESS)
+      a = voxconv_kmap_inverse(g_cpu, m->cpu_aux, &m->cpu);
+    if (b == VOXCONV_STATUS_SUCCESS)
+      b = voxconv_kmap_inverse(g_gpu, m->gpu_aux, &m->gpu);
+  } else if (!g->transposed_from_strided) {
     a = voxconv_kmap_build(g_cpu, &g->desc, &cin_cpu, NULL, &m->cpu);
     b = vc_test_kmap_build(g_gpu, &g->desc, &cin_gpu, NULL, &m->gpu);
   } else {
@@ -329,6 +338,22 @@ static int build_mapping(const coordset_t *cs, const geometry_t *g,
   m->n_pairs = ic.n_pairs;
   m->kvol = ic.kernel_volume;
   return 1;
+}
+
+/* desc_of with stride s, dilation 1 and explicit padding p (padded = 1). */
+static voxconv_kmap_desc_t padded_of(voxconv_kmap_mode_t mode, int k, int s,
+                                     int p) {
+  voxconv_kmap_desc_t g;
+  memset(&g, 0, sizeof g);
+  g.mode = mode;
+  g.padded = 1;
+  for (int a = 0; a < 3; a++) {
+    g.kernel_size[a] = k;
+    g.stride[a] = s;
+    g.dilation[a] = 1;
+    g.padding[a] = p;
+  }
+  return g;
 }
 
 /* ---- parameter points --------------------------------------------------- */
@@ -878,6 +903,11 @@ int main(void) {
       {"generative3", desc_of(VOXCONV_KMAP_GENERATIVE, 3, 1, 1), 0},
       {"subm3d2", desc_of(VOXCONV_KMAP_SUBMANIFOLD, 3, 1, 2), 0},
       {"subm5", desc_of(VOXCONV_KMAP_SUBMANIFOLD, 5, 1, 1), 0},
+      /* spconv's sets (voxconv.h): SparseConv3d(3, s2, p1), its inverse,
+       * and an anchored (non-centred) kernel. */
+      {"expanding3s2p1", padded_of(VOXCONV_KMAP_EXPANDING, 3, 2, 1), 0},
+      {"inverse3s2p1", padded_of(VOXCONV_KMAP_EXPANDING, 3, 2, 1), 2},
+      {"generative3p0", padded_of(VOXCONV_KMAP_GENERATIVE, 3, 1, 0), 0},
   };
   const int ngeoms = (int)(sizeof geoms / sizeof geoms[0]);
   /* Channel pairs (3, 96, 160 are not multiples of 8 or 16 tiles). */

@@ -1,6 +1,8 @@
 /* CUDA coordinate machinery against the CPU, element for element:
  * kernel maps (all modes, kernel sizes, strides, dilations, batches, random
- * and recorded scans, unsorted inputs), error statuses and messages for bad
+ * and recorded scans, unsorted inputs; spconv's sets: EXPANDING, explicit
+ * padding, out_shape, and voxconv_kmap_inverse against the CPU's inverse and
+ * the TRANSPOSED build), error statuses and messages for bad
  * coordinates, the GPU hash overflow-and-retry path, voxelize, merge of
  * duplicates, and pooling / unpooling (GPU == CPU bit for bit in the same
  * dtype, and within tolerance of the CPU's fp64 path). Every GPU output is
@@ -317,6 +319,9 @@ static voxconv_kmap_t *run_case(const char *label,
   return mc;
 }
 
+static void spconv_modes(const char *name, const int32_t *c, int64_t n,
+                         voxconv_handle_t *gpu, int expect_retry);
+
 /* Every mode on one coordinate set (host, any order): submanifold with odd
  * / even / anisotropic / dilated kernels, strided, transposed back onto the
  * finer set, generative. */
@@ -381,6 +386,198 @@ static void all_modes(const char *name, const int32_t *c, int64_t n,
   voxconv_kmap_desc_t dg = make_desc(VOXCONV_KMAP_GENERATIVE, 3, 3, 3, 1, 1);
   snprintf(label, sizeof label, "%s generative k3 s1", name);
   run_case(label, &dg, c, n, 1, NULL, 0, 0, gpu, expect_retry, 0);
+  spconv_modes(name, c, n, gpu, expect_retry);
+}
+
+/* ---- spconv's sets (issue 21): padding, EXPANDING, out_shape, inverse --- */
+static voxconv_kmap_desc_t padded_desc(voxconv_kmap_mode_t mode, int kx,
+                                       int ky, int kz, int s, int d, int p) {
+  voxconv_kmap_desc_t desc = make_desc(mode, kx, ky, kz, s, d);
+  desc.padded = 1;
+  for (int a = 0; a < 3; a++) {
+    const int pmax = d * (desc.kernel_size[a] - 1);
+    desc.padding[a] = p < pmax ? p : pmax;
+  }
+  return desc;
+}
+
+/* spconv's SparseConv3d output size along each axis of the set's extent. */
+static void conv_out_shape(const int32_t *c, int64_t n,
+                           voxconv_kmap_desc_t *d) {
+  for (int a = 0; a < 3; a++) {
+    int32_t hi = 0;
+    for (int64_t i = 0; i < n; i++)
+      hi = c[4 * i + 1 + a] > hi ? c[4 * i + 1 + a] : hi;
+    const int32_t span = d->dilation[a] * (d->kernel_size[a] - 1);
+    const int32_t os =
+        (hi + 1 + 2 * d->padding[a] - span - 1) / d->stride[a] + 1;
+    d->out_shape[a] = os > 0 ? os : 1;
+  }
+}
+
+/* The inverse of fwd on both backends: the GPU inverse against the CPU
+ * inverse (element for element, fingerprints included), and the CPU
+ * inverse against the CPU TRANSPOSED build of the same geometry. */
+static void inverse_case(const char *label, const voxconv_kmap_desc_t *desc,
+                         const int32_t *in, int64_t n_in,
+                         voxconv_handle_t *gpu) {
+  voxconv_coords_t ci = {in, n_in, {1, 1, 1}};
+  int32_t *din = (int32_t *)gpu_upload(in, (size_t)n_in * 16);
+  voxconv_coords_t gi = {din, n_in, {1, 1, 1}};
+  voxconv_kmap_t *fc = NULL, *fg = NULL, *ic = NULL, *ig = NULL, *tc = NULL;
+  VC_EXPECT_STATUS(g_cpu, voxconv_kmap_build(g_cpu, desc, &ci, NULL, &fc),
+                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(gpu, vc_test_kmap_build(gpu, desc, &gi, NULL, &fg),
+                   VOXCONV_STATUS_SUCCESS);
+  if (fc && fg) {
+    VC_EXPECT_STATUS(g_cpu, voxconv_kmap_inverse(g_cpu, fc, &ic),
+                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(gpu, voxconv_kmap_inverse(gpu, fg, &ig),
+                     VOXCONV_STATUS_SUCCESS);
+    /* The GPU inverse must not depend on its forward map. */
+    voxconv_kmap_destroy(gpu, fg);
+    fg = NULL;
+  }
+  char l2[300];
+  if (ic && ig) {
+    snprintf(l2, sizeof l2, "%s inverse", label);
+    compare_maps(l2, ic, ig);
+    /* verify against the forward map's outputs (uploaded from the CPU's:
+     * the same coordinates). */
+    voxconv_kmap_info_t fi;
+    voxconv_kmap_get_info(fc, &fi);
+    int32_t *dout = (int32_t *)gpu_upload(fc->out_coords,
+                                          (size_t)fi.n_out * 16 + 16);
+    voxconv_coords_t go = {dout, fi.n_out,
+                           {fi.out_tensor_stride[0], fi.out_tensor_stride[1],
+                            fi.out_tensor_stride[2]}};
+    VC_EXPECT_STATUS(gpu, voxconv_kmap_verify(gpu, ig, &go),
+                     VOXCONV_STATUS_SUCCESS);
+    voxconv_free(gpu, dout);
+    /* The CPU TRANSPOSED build of fwd's geometry is the same map. */
+    voxconv_kmap_desc_t td = *desc;
+    td.mode = VOXCONV_KMAP_TRANSPOSED;
+    memset(td.out_shape, 0, sizeof td.out_shape);
+    voxconv_coords_t to = {fc->out_coords, fi.n_out,
+                           {fi.out_tensor_stride[0], fi.out_tensor_stride[1],
+                            fi.out_tensor_stride[2]}};
+    VC_EXPECT_STATUS(g_cpu, voxconv_kmap_build(g_cpu, &td, &to, &ci, &tc),
+                     VOXCONV_STATUS_SUCCESS);
+    if (tc) {
+      snprintf(l2, sizeof l2, "%s inverse vs TRANSPOSED build", label);
+      compare_maps(l2, tc, ig);
+    }
+  }
+  voxconv_kmap_destroy(g_cpu, tc);
+  voxconv_kmap_destroy(g_cpu, ic);
+  voxconv_kmap_destroy(gpu, ig);
+  voxconv_kmap_destroy(g_cpu, fc);
+  voxconv_kmap_destroy(gpu, fg);
+  voxconv_free(gpu, din);
+}
+
+/* EXPANDING (bounded and not), padded STRIDED / TRANSPOSED / SUBMANIFOLD,
+ * GENERATIVE with padding and out_shape, and inverses, on one set. */
+static void spconv_modes(const char *name, const int32_t *c, int64_t n,
+                         voxconv_handle_t *gpu, int expect_retry) {
+  char label[256];
+  /* {kx, ky, kz, s, d, p, bounded} */
+  static const int ex[][7] = {{3, 3, 3, 2, 1, 1, 1}, {3, 3, 3, 2, 1, 1, 0},
+                              {2, 2, 2, 2, 1, 0, 1}, {3, 3, 3, 1, 1, 1, 1},
+                              {3, 1, 1, 2, 1, 1, 0}, {2, 1, 1, 2, 1, 0, 1},
+                              {4, 4, 4, 2, 1, 1, 1}, {3, 3, 3, 2, 2, 2, 0},
+                              {5, 3, 1, 3, 1, 2, 1}};
+  const int n_ex = g_quick ? 4 : 9;
+  for (int t = 0; t < n_ex; t++) {
+    voxconv_kmap_desc_t d =
+        padded_desc(VOXCONV_KMAP_EXPANDING, ex[t][0], ex[t][1], ex[t][2],
+                    ex[t][3], ex[t][4], ex[t][5]);
+    if (ex[t][1] == 1) /* anisotropic: stride only along x */
+      d.stride[1] = d.stride[2] = 1;
+    if (ex[t][6])
+      conv_out_shape(c, n, &d);
+    snprintf(label, sizeof label, "%s expanding k%dx%dx%d s%d d%d p%d%s", name,
+             ex[t][0], ex[t][1], ex[t][2], ex[t][3], ex[t][4], ex[t][5],
+             ex[t][6] ? " bounded" : "");
+    voxconv_kmap_t *mc =
+        run_case(label, &d, c, n, 1, NULL, 0, 0, gpu, expect_retry, 1);
+    if (!mc)
+      continue;
+    if (!expect_retry)
+      inverse_case(label, &d, c, n, gpu);
+    /* SparseConvTranspose3d back from the coarse set: GENERATIVE with
+     * padding and out_shape (the fine set's extent). */
+    voxconv_kmap_desc_t dg = d;
+    dg.mode = VOXCONV_KMAP_GENERATIVE;
+    for (int a = 0; a < 3; a++)
+      dg.out_shape[a] =
+          ex[t][6] ? (d.out_shape[a] * d.stride[a] + 1 > VOXCONV_COORD_MAX + 1
+                          ? VOXCONV_COORD_MAX + 1
+                          : d.out_shape[a] * d.stride[a] + 1)
+                   : 0;
+    snprintf(label, sizeof label, "%s generative k%dx%dx%d s%d p%d%s", name,
+             ex[t][0], ex[t][1], ex[t][2], ex[t][3], ex[t][5],
+             ex[t][6] ? " bounded" : "");
+    run_case(label, &dg, mc->out_coords, mc->n_out, ex[t][3], NULL, 0, 0, gpu,
+             expect_retry, 0);
+    voxconv_kmap_destroy(g_cpu, mc);
+  }
+  /* Padded spellings of the older modes. */
+  voxconv_kmap_desc_t ds = padded_desc(VOXCONV_KMAP_STRIDED, 3, 3, 3, 2, 1, 0);
+  snprintf(label, sizeof label, "%s strided k3 s2 p0", name);
+  voxconv_kmap_t *mc = run_case(label, &ds, c, n, 1, NULL, 0, 0, gpu,
+                                expect_retry, 1);
+  if (mc) {
+    if (!expect_retry)
+      inverse_case(label, &ds, c, n, gpu);
+    voxconv_kmap_desc_t dt = ds;
+    dt.mode = VOXCONV_KMAP_TRANSPOSED;
+    dt.padding[0] = dt.padding[1] = dt.padding[2] = 2;
+    snprintf(label, sizeof label, "%s transposed k3 s2 p2", name);
+    run_case(label, &dt, mc->out_coords, mc->n_out, 2, c, n, 1, gpu,
+             expect_retry, 0);
+    voxconv_kmap_destroy(g_cpu, mc);
+  }
+  /* Non-overlapping windows through the padded spelling (the GPU's direct
+   * strided kernel must still recognise them). */
+  ds = padded_desc(VOXCONV_KMAP_STRIDED, 2, 2, 2, 2, 1, 0);
+  snprintf(label, sizeof label, "%s strided k2 s2 p0", name);
+  run_case(label, &ds, c, n, 1, NULL, 0, 0, gpu, expect_retry, 0);
+  /* Submanifold: spconv's even-kernel anchoring (p = k/2), a centred
+   * padded odd kernel (the mirror path) and an off-centre odd one. */
+  static const int sm[][3] = {{2, 1, 1}, {3, 1, 1}, {3, 1, 0}, {4, 1, 2}};
+  for (int t = 0; t < 4; t++) {
+    voxconv_kmap_desc_t d = padded_desc(VOXCONV_KMAP_SUBMANIFOLD, sm[t][0],
+                                        sm[t][0], sm[t][0], 1, sm[t][1],
+                                        sm[t][2]);
+    snprintf(label, sizeof label, "%s subm k%d p%d", name, sm[t][0], sm[t][2]);
+    run_case(label, &d, c, n, 1, NULL, 0, 0, gpu, expect_retry, 0);
+  }
+}
+
+/* EXPANDING / GENERATIVE outputs past the coordinate limits: the same
+ * status and words on both backends; with out_shape they are dropped. */
+static void spconv_error_cases(void) {
+  int32_t edge[4 * 3] = {0, 5, 5, 5, 1, 131071, -3, 2, 0, -131071, 7, 7};
+  voxconv_kmap_desc_t d = padded_desc(VOXCONV_KMAP_EXPANDING, 3, 3, 3, 1, 1, 2);
+  run_case("expanding past +max", &d, edge, 3, 1, NULL, 0, 0, g_gpu, 0, 0);
+  d.padding[0] = 0;
+  run_case("expanding past -max", &d, edge, 3, 1, NULL, 0, 0, g_gpu, 0, 0);
+  d.out_shape[0] = 200;
+  run_case("expanding bounded at the rim", &d, edge, 3, 1, NULL, 0, 0, g_gpu,
+           0, 0);
+  voxconv_kmap_desc_t dg =
+      padded_desc(VOXCONV_KMAP_GENERATIVE, 3, 3, 3, 2, 1, 1);
+  run_case("generative padded past max", &dg, edge, 3, 2, NULL, 0, 0, g_gpu,
+           0, 0);
+  dg.out_shape[0] = dg.out_shape[1] = dg.out_shape[2] = 64;
+  run_case("generative bounded", &dg, edge, 3, 2, NULL, 0, 0, g_gpu, 0, 0);
+  /* An input set whose EXPANDING outputs are all off the lattice / out of
+   * bounds: an empty map, and its (empty) inverse. */
+  int32_t one[4] = {0, 1, 1, 1};
+  voxconv_kmap_desc_t de = padded_desc(VOXCONV_KMAP_EXPANDING, 1, 1, 1, 2, 1, 0);
+  run_case("expanding empty", &de, one, 1, 1, NULL, 0, 0, g_gpu, 0, 0);
+  inverse_case("expanding empty", &de, one, 1, g_gpu);
 }
 
 /* ---- error statuses ------------------------------------------------------ */
@@ -979,6 +1176,7 @@ int main(int argc, char **argv) {
     free(c);
   }
   error_cases();
+  spconv_error_cases();
   merge_cases();
 
   /* Recorded scans: SemanticKITTI (and KITTI as batch 1) at 5 cm. */
