@@ -168,16 +168,18 @@ def test_block_cache_reuses_and_empties(cuda, monkeypatch):
     monkeypatch.setenv("VOXCONV_MAP_STREAM", "0")  # maps on this stream's handle
     layer = _layer(cuda)
     coords, feats, gout = _data(cuda)
+    # detached copies: a copy with a grad_fn would keep each step's graph,
+    # and with it the step's maps and their blocks, alive
     with torch.cuda.stream(torch.cuda.Stream(cuda)):  # a new handle, made now
-        first = _step(layer, coords, feats, gout).clone()
+        first = _step(layer, coords, feats, gout).detach().clone()
         cold = dict(calls)
-        again = _step(layer, coords, feats, gout).clone()
+        again = _step(layer, coords, feats, gout).detach().clone()
         torch.cuda.current_stream().synchronize()
         # A coordinate manager and its sets refer to each other: their maps
         # (and the blocks the cache would reuse) go at a collection.
         gc.collect()
         before = dict(calls)
-        warm = _step(layer, coords, feats, gout).clone()
+        warm = _step(layer, coords, feats, gout).detach().clone()
         torch.cuda.current_stream().synchronize()
         assert cold["alloc"] > 0, "the new handle never called torch: the test proves nothing"
         assert calls == before, f"a warm step called torch's allocator: {before} -> {calls}"

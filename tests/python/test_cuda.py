@@ -108,19 +108,23 @@ def test_current_stream_gets_its_own_handle(cuda):
 
 
 def test_library_temporaries_use_torch_caching_allocator(cuda, monkeypatch):
+    """Library memory comes from torch's caching allocator (its raw entry
+    points, see _runtime._torch_cuda_allocator); blocks the library frees
+    are kept for reuse and go back to torch at voxconv.empty_cache()."""
     calls = {"alloc": 0, "free": 0}
-    real_alloc, real_free = torch.cuda.caching_allocator_alloc, torch.cuda.caching_allocator_delete
+    real_alloc = torch._C._cuda_cudaCachingAllocator_raw_alloc
+    real_free = torch._C._cuda_cudaCachingAllocator_raw_delete
 
-    def alloc(*a, **k):
+    def alloc(*a):
         calls["alloc"] += 1
-        return real_alloc(*a, **k)
+        return real_alloc(*a)
 
-    def free(*a, **k):
+    def free(*a):
         calls["free"] += 1
-        return real_free(*a, **k)
+        return real_free(*a)
 
-    monkeypatch.setattr(torch.cuda, "caching_allocator_alloc", alloc)
-    monkeypatch.setattr(torch.cuda, "caching_allocator_delete", free)
+    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", alloc)
+    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", free)
     s = torch.cuda.Stream()  # a fresh handle, so nothing is pooled yet
     with torch.cuda.stream(s):
         coords = ref.rand_coords(5000, 24).to(cuda)
@@ -132,3 +136,5 @@ def test_library_temporaries_use_torch_caching_allocator(cuda, monkeypatch):
         gc.collect()
     torch.cuda.synchronize()
     assert calls["alloc"] > 0, "the library allocated nothing through torch"
+    voxconv.empty_cache()
+    assert calls["free"] > 0, "voxconv.empty_cache() gave nothing back to torch"
