@@ -13,6 +13,31 @@ for odd k, ``{0, 1}`` for k = 2), flattened x-slowest into K = kx*ky*kz.
   or onto ``out_coords`` when given.
 * ``generative=True`` (with ``transposed=True``, or alone): outputs are all
   cells ``s*c + offset`` reachable from the inputs, at stride ``ts / s``.
+
+Padding, expanding maps, output bounds, inverse maps (keyword-only; the
+defaults keep everything above unchanged):
+
+* ``padding=p`` (int or 3 ints, 0 .. d*(k-1)): offsets ``j*d - p`` as in
+  ``torch.nn.functional.conv3d`` / ``conv_transpose3d`` and spconv (desc
+  ``padded = 1``) instead of the centred ``(j - (k-1)//2) * d``.
+* ``expand=True`` (not transposed): the **expanding** map (spconv's
+  ``SparseConv3d``, a dense conv3d's non-zero outputs): outputs are every
+  ``o`` with ``s*o + offset`` an input, for any stride including 1, at
+  tensor stride ``ts * s``. ``padding`` usually goes with it.
+* ``out_shape=(X, Y, Z)`` (expanding and generative maps only; 0 on an axis
+  = unbounded): outputs are kept only in ``[0, out_shape)``, as spconv's
+  ``spatial_shape`` bounds them (for a conv,
+  ``floor((in + 2p - d(k-1) - 1) / s) + 1``).
+* ``inverse=True`` with ``out_coords`` = the SparseTensor that was the input
+  of a strided or expanding convolution with this same geometry
+  (kernel_size, stride, dilation, padding, expand, out_shape): the
+  output lands exactly on ``out_coords``'s coordinates through the inverse
+  of that convolution's map (``voxconv_kmap_inverse``: the same pairs
+  reversed, same weight index per offset; spconv's
+  ``SparseInverseConv3d``). ``input`` must be that convolution's output
+  set. The weight is ``[K, C_in, C_out]`` of this layer.
+
+See :func:`voxconv.kmap.CoordinateManager.kernel_map` for the caching.
 """
 
 import warnings
@@ -26,6 +51,7 @@ from . import errors
 from .algo import (SPARSE_CONV_BWD_ALGO_MODE, SPARSE_CONV_FWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE, algo_string)
+from .kmap import KMAP_EXPANDING
 from .tensor import SparseTensor, _check_coords, triple
 
 __all__ = [
@@ -54,9 +80,10 @@ def _check_input(input, name="input"):
         raise TypeError(f"{name}: expected a voxconv.SparseTensor, got {type(input).__name__}")
 
 
-def _geometry(input, ks, st, dl, transposed, generative, out_coords):
+def _geometry(input, ks, st, dl, transposed, generative, out_coords, _map=True):
     """Resolves the kernel map mode and fetches (or builds) the map for
-    normalised geometry (3-tuples). Returns (kmap, out_set)."""
+    normalised geometry (3-tuples). Returns (kmap, out_set) (with _map
+    False, for a transposed map: (None, out_set), the map not built)."""
     mgr, in_set = input.manager, input.coordinate_set
     if not (transposed or generative):
         if out_coords is not None:
@@ -87,7 +114,80 @@ def _geometry(input, ks, st, dl, transposed, generative, out_coords):
     else:
         out_set = mgr.add(_check_coords(out_coords, input.device, "spatially_sparse_conv",
                                         "out_coords"), fine_ts, register=False)
+    if not _map:
+        return None, out_set
     return mgr.kernel_map(in_set, _lib.KMAP_TRANSPOSED, ks, st, dl, out_set)
+
+
+def _norm_geo(padding, out_shape, expand, inverse, ks, dl):
+    """Validates the keyword geometry: None when all are defaults (the old
+    path), else (padding 3-tuple | None, out_shape 3-tuple | None,
+    expand, inverse)."""
+    if padding is None and out_shape is None and not expand and not inverse:
+        return None
+    if padding is not None:
+        padding = triple(padding, "padding", 0, _lib.KERNEL_SIZE_MAX * _lib.DILATION_MAX)
+        for a in range(3):
+            if padding[a] > dl[a] * (ks[a] - 1):
+                raise errors.InvalidArgumentError(
+                    f"padding: {padding[a]} on axis {a} is over dilation*(kernel_size-1) = "
+                    f"{dl[a] * (ks[a] - 1)}")
+    if out_shape is not None:
+        out_shape = triple(out_shape, "out_shape", 0, _lib.COORD_MAX + 1)
+    return (padding, out_shape, bool(expand), bool(inverse))
+
+
+def _geometry_ext(input, ks, st, dl, transposed, generative, out_coords, geo):
+    """_geometry with padding / out_shape / expand / inverse (see the
+    module doc)."""
+    padding, out_shape, expand, inverse = geo
+    mgr, in_set = input.manager, input.coordinate_set
+    if inverse:
+        if expand is False and st == (1, 1, 1):
+            raise errors.InvalidArgumentError(
+                "inverse: the forward convolution must be strided (stride > 1) or "
+                "expanding (expand=True); a submanifold map has no inverse map")
+        if generative:
+            raise errors.InvalidArgumentError("inverse: generative must be False")
+        if not isinstance(out_coords, SparseTensor) or out_coords.manager is not mgr:
+            raise errors.InvalidArgumentError(
+                "inverse: out_coords must be the SparseTensor that was the forward "
+                "convolution's input (same coordinate manager)")
+        fwd_in = out_coords.coordinate_set
+        mode = KMAP_EXPANDING if expand else _lib.KMAP_STRIDED
+        km, fwd_out = mgr.kernel_map(fwd_in, mode, ks, st, dl, None, padding, out_shape)
+        if fwd_out is not in_set and not (
+                len(fwd_out) == len(in_set) and torch.equal(fwd_out.coords, in_set.coords)):
+            raise errors.KmapMismatchError(
+                f"inverse: input ({len(in_set)} voxels) is not the output of the forward "
+                f"convolution of out_coords with this geometry ({len(fwd_out)} voxels)")
+        return mgr.inverse_kernel_map(fwd_in, mode, ks, st, dl, padding, out_shape)
+    if expand:
+        if transposed or generative:
+            raise errors.InvalidArgumentError(
+                "expand=True is for (non-transposed) convolutions; use generative=True "
+                "for the transposed counterpart")
+        if out_coords is not None:
+            raise errors.InvalidArgumentError("expand: out_coords must not be given")
+        return mgr.kernel_map(in_set, KMAP_EXPANDING, ks, st, dl, None, padding, out_shape)
+    if out_shape is not None and not generative:
+        raise errors.InvalidArgumentError(
+            "out_shape is only for expanding (expand=True) and generative maps")
+    if not (transposed or generative):
+        if out_coords is not None:
+            raise errors.InvalidArgumentError(
+                "out_coords is only for transposed convolutions")
+        mode = _lib.KMAP_SUBMANIFOLD if st == (1, 1, 1) else _lib.KMAP_STRIDED
+        return mgr.kernel_map(in_set, mode, ks, st, dl, None, padding, None)
+    if generative:
+        if out_coords is not None:
+            raise errors.InvalidArgumentError("generative: out_coords must not be given")
+        return mgr.kernel_map(in_set, _lib.KMAP_GENERATIVE, ks, st, dl, None, padding,
+                              out_shape)
+    # transposed onto known coordinates, with padding
+    km_plain, out_set = _geometry(input, ks, st, dl, True, False, out_coords,
+                                  _map=False)
+    return mgr.kernel_map(in_set, _lib.KMAP_TRANSPOSED, ks, st, dl, out_set, padding, None)
 
 
 def _output(input, feats, out_set):
@@ -157,7 +257,8 @@ def _autocast(feats, weight, bias):
 def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
                           transposed=False, generative=False, fwd_algo=None,
                           bwd_algo=None, use_fp16_accum=None, deterministic=None, *,
-                          bias=None, out_coords=None, dgrad_algo=None, wgrad_algo=None):
+                          bias=None, out_coords=None, dgrad_algo=None, wgrad_algo=None,
+                          padding=None, expand=False, out_shape=None, inverse=False):
     """Sparse 3-D convolution of ``input`` (a SparseTensor).
 
     ``weight``: ``[K, C_in, C_out]`` with K = prod(kernel_size) in the
@@ -167,6 +268,8 @@ def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
     ``use_fp16_accum``: None (global setting / inference rule), True, False.
     ``deterministic``: None (the library's setting), True, False.
     Under ``torch.autocast`` it runs in the autocast dtype (see above).
+    ``padding``, ``expand``, ``out_shape``, ``inverse``: see the module doc
+    (spconv's regular, transposed and inverse convolutions).
     Returns a SparseTensor sharing the input's coordinate manager.
     """
     _check_input(input)
@@ -180,16 +283,18 @@ def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
     cfg = (fwd, dg, wg, tristate(use_fp16_accum, "use_fp16_accum"),
            tristate(deterministic, "deterministic"))
     return conv_geometry(input, weight, bias, ks, st, dl, bool(transposed), bool(generative),
-                         out_coords, cfg, False)
+                         out_coords, cfg, False,
+                         geo=_norm_geo(padding, out_shape, expand, inverse, ks, dl))
 
 
 @_ops.outside_compile
 def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_coords, cfg,
-                  depthwise):
+                  depthwise, geo=None):
     """The convolution with normalised arguments (3-tuples ks/st/dl, cfg =
     (fwd, dgrad, wgrad, fp16 tristate, det tristate)): the modules call
     this directly, so a layer's forward does no per-call re-validation of
-    what its constructor checked."""
+    what its constructor checked. ``geo``: None, or what _norm_geo returns
+    for padding / out_shape / expand / inverse."""
     if type(input) is not SparseTensor:
         _check_input(input)
     feats, weight, bias = _autocast(input.feats, weight, bias)
@@ -212,7 +317,10 @@ def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_c
         if bias.shape != (cout,):
             raise errors.ShapeMismatchError(
                 f"bias: expected shape [{cout}], got {tuple(bias.shape)}")
-    km, out_set = _geometry(input, ks, st, dl, transposed, generative, out_coords)
+    if geo is None:
+        km, out_set = _geometry(input, ks, st, dl, transposed, generative, out_coords)
+    else:
+        km, out_set = _geometry_ext(input, ks, st, dl, transposed, generative, out_coords, geo)
     y = (_ops.depthwise if depthwise else _ops.conv)(feats, weight, km, *cfg)
     if bias is not None:
         y = y + bias
@@ -222,7 +330,8 @@ def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_c
 def spatially_sparse_depthwise_conv(input, weight, kernel_size=3, stride=1, dilation=1,
                                     transposed=False, generative=False, fwd_algo=None,
                                     bwd_algo=None, use_fp16_accum=None, deterministic=None,
-                                    *, bias=None, out_coords=None):
+                                    *, bias=None, out_coords=None, padding=None, expand=False,
+                                    out_shape=None, inverse=False):
     """Depthwise sparse convolution: ``y[o][c] = sum x[i][c] * weight[k][c]``.
     ``weight``: ``[K, C]``. Algorithms: SPARSE_DEPTHWISE_CONV_*_ALGO_MODE.
     Other arguments as :func:`spatially_sparse_conv`."""
@@ -235,35 +344,50 @@ def spatially_sparse_depthwise_conv(input, weight, kernel_size=3, stride=1, dila
     cfg = (fwd, bwd, bwd, tristate(use_fp16_accum, "use_fp16_accum"),
            tristate(deterministic, "deterministic"))
     return conv_geometry(input, weight, bias, ks, st, dl, bool(transposed), bool(generative),
-                         out_coords, cfg, True)
+                         out_coords, cfg, True,
+                         geo=_norm_geo(padding, out_shape, expand, inverse, ks, dl))
 
 
 @_ops.outside_compile
-def _pool(input, kernel_size, stride, dilation, mode):
+def _pool(input, kernel_size, stride, dilation, mode, padding=None, expand=False,
+          out_shape=None):
     _check_input(input)
     if stride is None:
         stride = kernel_size
-    km, out_set = _geometry(input, triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX),
-                            triple(stride, "stride", 1, _lib.STRIDE_MAX),
-                            triple(dilation, "dilation", 1, _lib.DILATION_MAX), False, False,
-                            None)
+    ks = triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX)
+    st = triple(stride, "stride", 1, _lib.STRIDE_MAX)
+    dl = triple(dilation, "dilation", 1, _lib.DILATION_MAX)
+    geo = _norm_geo(padding, out_shape, expand, False, ks, dl)
+    if geo is None:
+        km, out_set = _geometry(input, ks, st, dl, False, False, None)
+    else:
+        km, out_set = _geometry_ext(input, ks, st, dl, False, False, None, geo)
     return _output(input, _ops.pool(input.feats, km, mode), out_set)
 
 
-def sparse_max_pool(input, kernel_size=2, stride=None, dilation=1):
+def sparse_max_pool(input, kernel_size=2, stride=None, dilation=1, *, padding=None,
+                    expand=False, out_shape=None):
     """Max over each output's neighbourhood (STRIDED map; ``stride``
     defaults to ``kernel_size``; stride 1 pools in place). Outputs with no
-    input are 0; the gradient goes to the first maximal input in map order."""
-    return _pool(input, kernel_size, stride, dilation, _lib.POOL_MAX)
+    input are 0; the gradient goes to the first maximal input in map order.
+    ``padding`` / ``expand`` / ``out_shape``: as for
+    :func:`spatially_sparse_conv` (``expand=True``: spconv's
+    ``SparseMaxPool3d`` output set)."""
+    return _pool(input, kernel_size, stride, dilation, _lib.POOL_MAX, padding, expand,
+                 out_shape)
 
 
-def sparse_avg_pool(input, kernel_size=2, stride=None, dilation=1):
+def sparse_avg_pool(input, kernel_size=2, stride=None, dilation=1, *, padding=None,
+                    expand=False, out_shape=None):
     """Mean over the inputs present in each output's neighbourhood."""
-    return _pool(input, kernel_size, stride, dilation, _lib.POOL_AVG)
+    return _pool(input, kernel_size, stride, dilation, _lib.POOL_AVG, padding, expand,
+                 out_shape)
 
 
-def sparse_sum_pool(input, kernel_size=2, stride=None, dilation=1):
-    return _pool(input, kernel_size, stride, dilation, _lib.POOL_SUM)
+def sparse_sum_pool(input, kernel_size=2, stride=None, dilation=1, *, padding=None,
+                    expand=False, out_shape=None):
+    return _pool(input, kernel_size, stride, dilation, _lib.POOL_SUM, padding, expand,
+                 out_shape)
 
 
 @_ops.outside_compile

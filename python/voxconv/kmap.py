@@ -50,8 +50,16 @@ from . import _runtime
 from . import _validate
 from . import errors
 
+# voxconv_kmap_mode_t VOXCONV_KMAP_EXPANDING (spconv's regular conv output set).
+KMAP_EXPANDING = getattr(_lib, "KMAP_EXPANDING", 4)
+
 MODE_NAMES = {_lib.KMAP_SUBMANIFOLD: "submanifold", _lib.KMAP_STRIDED: "strided",
-              _lib.KMAP_TRANSPOSED: "transposed", _lib.KMAP_GENERATIVE: "generative"}
+              _lib.KMAP_TRANSPOSED: "transposed", _lib.KMAP_GENERATIVE: "generative",
+              KMAP_EXPANDING: "expanding"}
+
+# Modes whose output coordinates the map derives (built under the map
+# stream, see _build_on_map_stream).
+_DERIVING_MODES = (_lib.KMAP_STRIDED, _lib.KMAP_GENERATIVE, KMAP_EXPANDING)
 
 _registry = weakref.WeakValueDictionary()  # id -> KernelMap (for torch custom ops)
 _ids = itertools.count(1)
@@ -110,16 +118,29 @@ class KernelMap:
     by the first op on the map after the GPU has checked them."""
 
     def __init__(self, handle, mode, kernel_size, stride, dilation,
-                 in_coords, in_tensor_stride, out_coords=None, out_tensor_stride=None):
-        desc = _lib.KmapDesc(mode, _lib.c_int32_3(*kernel_size),
-                             _lib.c_int32_3(*stride), _lib.c_int32_3(*dilation))
-        cin = _runtime.coords_struct(in_coords, in_tensor_stride)
-        cout = (_runtime.coords_struct(out_coords, out_tensor_stride)
-                if out_coords is not None else None)
+                 in_coords, in_tensor_stride, out_coords=None, out_tensor_stride=None,
+                 padding=None, out_shape=None, inverse_of=None):
         ptr = ctypes.c_void_p()
-        handle.call("voxconv_kmap_build", ctypes.byref(desc), ctypes.byref(cin),
-                    ctypes.byref(cout) if cout is not None else None,
-                    ctypes.byref(ptr))
+        if inverse_of is not None:
+            # voxconv_kmap_inverse: built from the forward map's tables
+            # (mode TRANSPOSED, outputs = the forward's inputs).
+            inverse_of.use_on(handle)
+            handle.call("voxconv_kmap_inverse", ctypes.c_void_p(inverse_of.ptr),
+                        ctypes.byref(ptr))
+        else:
+            desc = _lib.KmapDesc(mode, _lib.c_int32_3(*kernel_size),
+                                 _lib.c_int32_3(*stride), _lib.c_int32_3(*dilation))
+            if padding is not None:  # None: centred offsets (padded = 0)
+                desc.padded = 1
+                desc.padding = _lib.c_int32_3(*padding)
+            if out_shape is not None:
+                desc.out_shape = _lib.c_int32_3(*out_shape)
+            cin = _runtime.coords_struct(in_coords, in_tensor_stride)
+            cout = (_runtime.coords_struct(out_coords, out_tensor_stride)
+                    if out_coords is not None else None)
+            handle.call("voxconv_kmap_build", ctypes.byref(desc), ctypes.byref(cin),
+                        ctypes.byref(cout) if cout is not None else None,
+                        ctypes.byref(ptr))
         self.ptr = ptr.value
         self.handle = handle
         self.device = handle.device
@@ -132,10 +153,15 @@ class KernelMap:
         self._finalizer.atexit = False
         info = _lib.KmapInfo()
         _lib.call("voxconv_kmap_get_info", self.ptr, ctypes.byref(info))
-        self.mode = mode
+        self.mode = info.desc.mode if inverse_of is not None else mode
         self.kernel_size = tuple(info.desc.kernel_size)
         self.stride = tuple(info.desc.stride)
         self.dilation = tuple(info.desc.dilation)
+        # None: centred offsets (padded = 0); out_shape None: unbounded
+        self.padding = tuple(info.desc.padding) if info.desc.padded else None
+        self.out_shape = (tuple(info.desc.out_shape) if any(info.desc.out_shape)
+                          else None)
+        self.inverse = inverse_of is not None
         self.kernel_volume = info.kernel_volume
         self.n_in, self.n_out, self._n_pairs = info.n_in, info.n_out, info.n_pairs
         self.in_tensor_stride = tuple(info.in_tensor_stride)
@@ -207,8 +233,11 @@ class KernelMap:
 
     def __repr__(self):
         pairs = self._n_pairs if self._n_pairs >= 0 else "pending"
+        extra = "".join((f", padding={self.padding}" if self.padding is not None else "",
+                         f", out_shape={self.out_shape}" if self.out_shape is not None else "",
+                         ", inverse" if self.inverse else ""))
         return (f"KernelMap({MODE_NAMES.get(self.mode, self.mode)}, kernel={self.kernel_size}, "
-                f"stride={self.stride}, dilation={self.dilation}, n_in={self.n_in}, "
+                f"stride={self.stride}, dilation={self.dilation}{extra}, n_in={self.n_in}, "
                 f"n_out={self.n_out}, pairs={pairs}, device={self.device})")
 
 
@@ -308,12 +337,21 @@ class CoordinateManager:
     def at_stride(self, tensor_stride):
         return self.by_stride.get(tuple(tensor_stride))
 
-    def kernel_map(self, in_set, mode, kernel_size, stride, dilation, out_set=None):
+    def kernel_map(self, in_set, mode, kernel_size, stride, dilation, out_set=None,
+                   padding=None, out_shape=None):
         """The cached (or newly built) map from in_set with this geometry.
-        Returns (kmap, out_set); for strided and generative maps the output
-        set is derived (and cached) from the map's output coordinates."""
+        Returns (kmap, out_set); for strided, expanding and generative maps
+        the output set is derived (and cached) from the map's output
+        coordinates. ``padding``: None (centred offsets, the desc's padded =
+        0) or a 3-tuple (padded = 1); ``out_shape``: None (unbounded) or a
+        3-tuple (0 = unbounded axis), EXPANDING and GENERATIVE only. Both
+        are part of the cache key (only when given, so the keys of maps
+        without them are unchanged)."""
         key = (mode, tuple(kernel_size), tuple(stride), tuple(dilation),
                id(out_set) if out_set is not None else None)
+        if padding is not None or out_shape is not None:
+            key += (None if padding is None else tuple(padding),
+                    None if out_shape is None else tuple(out_shape))
         hit = in_set.kmaps.get(key)  # dict reads are atomic: no lock on a hit
         if hit is not None:
             return hit
@@ -324,15 +362,49 @@ class CoordinateManager:
             ms = map_stream(self.device)
             if ms is None:
                 hit = self._build(_runtime.handle_for(self.device), None, in_set, mode,
-                                  kernel_size, stride, dilation, out_set)
+                                  kernel_size, stride, dilation, out_set, padding, out_shape)
             else:
                 hit = self._build_on_map_stream(ms, in_set, mode, kernel_size, stride,
-                                                dilation, out_set)
+                                                dilation, out_set, padding, out_shape)
             in_set.kmaps[key] = hit
             return hit
 
+    def inverse_kernel_map(self, in_set, mode, kernel_size, stride, dilation,
+                           padding=None, out_shape=None):
+        """The inverse (voxconv_kmap_inverse) of the STRIDED or EXPANDING map
+        that ``kernel_map(in_set, mode, ...)`` returns: its inputs are that
+        map's outputs and its outputs are ``in_set`` itself (spconv's
+        SparseInverseConv3d). Returns (inverse kmap, in_set); cached in
+        in_set next to the forward map. The forward map is the cached one
+        (built now if the forward convolution has not run)."""
+        fkey = (mode, tuple(kernel_size), tuple(stride), tuple(dilation), None)
+        if padding is not None or out_shape is not None:
+            fkey += (None if padding is None else tuple(padding),
+                     None if out_shape is None else tuple(out_shape))
+        key = ("inverse",) + fkey
+        hit = in_set.kmaps.get(key)
+        if hit is not None:
+            return hit
+        fwd, _ = self.kernel_map(in_set, mode, kernel_size, stride, dilation, None,
+                                 padding, out_shape)
+        with self.lock:
+            hit = in_set.kmaps.get(key)
+            if hit is not None:
+                return hit
+            ms = map_stream(self.device)
+            # No tensor is allocated (the outputs are in_set): no stream
+            # switch; on the map stream it follows the forward's build.
+            handle = ms.handle if ms is not None else _runtime.handle_for(self.device)
+            km = KernelMap(handle, _lib.KMAP_TRANSPOSED, kernel_size, stride, dilation,
+                           None, None, inverse_of=fwd)
+            if ms is not None:
+                km.ready = torch.cuda.Event()
+                km.ready.record(ms.stream)
+            hit = in_set.kmaps[key] = (km, in_set)
+            return hit
+
     def _build_on_map_stream(self, ms, in_set, mode, kernel_size, stride, dilation,
-                             out_set):
+                             out_set, padding=None, out_shape=None):
         consumer = _handle_stream(_runtime.handle_for(self.device))
         for s in (in_set, out_set):
             if s is not None and s.stream != ms.handle.stream:
@@ -340,32 +412,33 @@ class CoordinateManager:
                     s.ready = torch.cuda.Event()
                     s.ready.record(consumer)
                 ms.stream.wait_event(s.ready)
-        if mode in (_lib.KMAP_STRIDED, _lib.KMAP_GENERATIVE):
+        if mode in _DERIVING_MODES:
             # Under the map stream: derived coordinates are allocated there,
             # so the map stream may write them at once (torch hands a block
             # to the stream it was allocated on, ordered after that stream's
             # last use). Other modes allocate no tensor: no stream switch.
             with torch.cuda.stream(ms.stream):
                 km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size,
-                                       stride, dilation, out_set)
+                                       stride, dilation, out_set, padding, out_shape)
         else:
             km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size, stride,
-                                   dilation, out_set)
+                                   dilation, out_set, padding, out_shape)
         km.ready = torch.cuda.Event()
         km.ready.record(ms.stream)
         return km, made
 
     def _build(self, handle, consumer, in_set, mode, kernel_size, stride, dilation,
-               out_set):
+               out_set, padding=None, out_shape=None):
         """Builds on `handle` (the map stream's when `consumer`, the stream
         the caller runs its ops on, is given)."""
         if mode == _lib.KMAP_TRANSPOSED:
             km = KernelMap(handle, mode, kernel_size, stride, dilation,
                            in_set.coords, in_set.tensor_stride,
-                           out_set.coords, out_set.tensor_stride)
+                           out_set.coords, out_set.tensor_stride, padding=padding)
         else:
             km = KernelMap(handle, mode, kernel_size, stride, dilation,
-                           in_set.coords, in_set.tensor_stride)
+                           in_set.coords, in_set.tensor_stride, padding=padding,
+                           out_shape=out_shape)
         made_on = handle.stream if consumer is not None else None
         if mode == _lib.KMAP_SUBMANIFOLD:
             out_set = in_set
@@ -381,6 +454,13 @@ class CoordinateManager:
         elif mode == _lib.KMAP_GENERATIVE:
             out_set = self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
                                register=False, stream=made_on)
+        elif mode == KMAP_EXPANDING:
+            # Outputs depend on kernel, padding and out_shape too: one set
+            # per map (the map cache key). Registered at its stride when it
+            # is the first there, as the encoder level a transposed
+            # convolution finds (a strided level is registered the same way).
+            out_set = self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
+                               stream=made_on)
         return km, out_set
 
     @staticmethod

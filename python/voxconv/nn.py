@@ -60,6 +60,32 @@ def _set_conv_options(module, kernel_size, stride, dilation, transposed, generat
     module.bwd_algo = algo_string(bwd_algo, bwd_mode, "bwd_algo")
 
 
+def _set_geo(module, padding, expand, out_shape, inverse):
+    """Stores the keyword geometry (padding / expand / out_shape / inverse,
+    see voxconv.functional's module doc) validated and normalised:
+    ``module._geo`` is None for the defaults (the old call path)."""
+    module._geo = F._norm_geo(padding, out_shape, expand, inverse, module.kernel_size,
+                              module.dilation)
+    if module._geo is None:
+        module.padding, module.out_shape, module.expand, module.inverse = (
+            None, None, False, False)
+    else:
+        module.padding, module.out_shape, module.expand, module.inverse = module._geo
+
+
+def _geo_repr(module):
+    s = ""
+    if module.padding is not None:
+        s += f", padding={module.padding}"
+    if module.expand:
+        s += ", expand=True"
+    if module.out_shape is not None:
+        s += f", out_shape={module.out_shape}"
+    if module.inverse:
+        s += ", inverse=True"
+    return s
+
+
 def _cfg(module):
     """The call configuration (fwd, dgrad, wgrad, fp16, det) of a conv
     module, from its (validated) attributes: cheap, so that setting e.g.
@@ -78,16 +104,27 @@ class SparseConv3d(nn.Module):
     ``use_fp16_accum``: None (global/inference rule), True or False for
     this layer; ``fwd_algo``/``bwd_algo``: algorithm arguments
     (validated here, at construction).
+
+    Keyword-only, as in :func:`voxconv.spatially_sparse_conv` (fixed at
+    construction): ``padding`` (None: centred offsets; an int or 3 ints:
+    torch's / spconv's padding), ``expand=True`` (spconv's regular
+    convolution: every reachable output, any stride), ``out_shape``
+    (output bounds of expanding and generative maps), ``inverse=True``
+    (forward(input, out_coords=<the forward conv's input>): the inverse of
+    that strided / expanding convolution's map, spconv's
+    SparseInverseConv3d).
     """
 
     def __init__(self, in_channels, out_channels, kernel_size=3, stride=1, dilation=1,
                  bias=True, transposed=False, generative=False, use_fp16_accum=None,
-                 fwd_algo=None, bwd_algo=None, deterministic=None, device=None, dtype=None):
+                 fwd_algo=None, bwd_algo=None, deterministic=None, device=None, dtype=None,
+                 *, padding=None, expand=False, out_shape=None, inverse=False):
         super().__init__()
         self.in_channels, self.out_channels = int(in_channels), int(out_channels)
         _set_conv_options(self, kernel_size, stride, dilation, transposed, generative,
                           use_fp16_accum, deterministic, fwd_algo, bwd_algo,
                           SPARSE_CONV_FWD_ALGO_MODE, SPARSE_CONV_BWD_ALGO_MODE)
+        _set_geo(self, padding, expand, out_shape, inverse)
         K = F.kernel_volume(self.kernel_size)
         fk = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty((K, self.in_channels, self.out_channels), **fk))
@@ -104,7 +141,7 @@ class SparseConv3d(nn.Module):
         # Arguments were validated at construction: the normalised core.
         return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
                                self.dilation, self.transposed, self.generative, out_coords,
-                               _cfg(self), False)
+                               _cfg(self), False, geo=self._geo)
 
     def extra_repr(self):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -115,6 +152,7 @@ class SparseConv3d(nn.Module):
             s += ", transposed=True"
         if self.generative:
             s += ", generative=True"
+        s += _geo_repr(self)
         if self.bias is None:
             s += ", bias=False"
         if self.use_fp16_accum is not None:
@@ -140,13 +178,15 @@ class SparseDepthwiseConv3d(nn.Module):
 
     def __init__(self, channels, kernel_size=3, stride=1, dilation=1, bias=True,
                  transposed=False, generative=False, use_fp16_accum=None, fwd_algo=None,
-                 bwd_algo=None, deterministic=None, device=None, dtype=None):
+                 bwd_algo=None, deterministic=None, device=None, dtype=None, *,
+                 padding=None, expand=False, out_shape=None, inverse=False):
         super().__init__()
         self.channels = int(channels)
         _set_conv_options(self, kernel_size, stride, dilation, transposed, generative,
                           use_fp16_accum, deterministic, fwd_algo, bwd_algo,
                           SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE,
                           SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE)
+        _set_geo(self, padding, expand, out_shape, inverse)
         K = F.kernel_volume(self.kernel_size)
         fk = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty((K, self.channels), **fk))
@@ -162,28 +202,37 @@ class SparseDepthwiseConv3d(nn.Module):
     def forward(self, input, out_coords=None):
         return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
                                self.dilation, self.transposed, self.generative, out_coords,
-                               _cfg(self), True)
+                               _cfg(self), True, geo=self._geo)
 
     def extra_repr(self):
         return (f"{self.channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
-                f"dilation={self.dilation}")
+                f"dilation={self.dilation}" + _geo_repr(self))
 
 
 class _Pool(nn.Module):
     _fn = None
 
-    def __init__(self, kernel_size=2, stride=None, dilation=1):
+    def __init__(self, kernel_size=2, stride=None, dilation=1, *, padding=None, expand=False,
+                 out_shape=None):
         super().__init__()
         self.kernel_size = triple(kernel_size, "kernel_size", 1, _lib.KERNEL_SIZE_MAX)
         self.stride = triple(stride if stride is not None else kernel_size, "stride", 1,
                              _lib.STRIDE_MAX)
         self.dilation = triple(dilation, "dilation", 1, _lib.DILATION_MAX)
+        # padding / expand / out_shape: as SparseConv3d's (spconv's pooling
+        # output set with expand=True)
+        _set_geo(self, padding, expand, out_shape, False)
 
     def forward(self, input):
-        return type(self)._fn(input, self.kernel_size, self.stride, self.dilation)
+        if self._geo is None:
+            return type(self)._fn(input, self.kernel_size, self.stride, self.dilation)
+        return type(self)._fn(input, self.kernel_size, self.stride, self.dilation,
+                              padding=self.padding, expand=self.expand,
+                              out_shape=self.out_shape)
 
     def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, dilation={self.dilation}"
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"dilation={self.dilation}" + _geo_repr(self))
 
 
 class SparseMaxPool3d(_Pool):
@@ -202,6 +251,9 @@ class SparseSumPool3d(_Pool):
 
 class SparseUnpool3d(_Pool):
     """Unpooling coarse -> fine (see :func:`voxconv.sparse_unpool`)."""
+
+    def __init__(self, kernel_size=2, stride=None, dilation=1):
+        super().__init__(kernel_size, stride, dilation)
 
     def forward(self, input, out_coords=None):
         return F.sparse_unpool(input, self.kernel_size, self.stride, self.dilation, out_coords)
