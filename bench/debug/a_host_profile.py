@@ -10,7 +10,8 @@ import argparse, cProfile, collections, os, pstats, sys, time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import torch_bench as tb  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from a_profile import load_a_network  # noqa: E402
 import voxconv  # noqa: E402
 from voxconv import _lib  # noqa: E402
 
@@ -42,14 +43,7 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
-    dev = torch.device("cuda")
-    pts = tb.workload_a_points(args.data_dir)
-    coords, feats, _ = voxconv.voxelize(
-        torch.from_numpy(pts).to(dev), 0.1, origin=(-80.0, -80.0, -2.0),
-        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
-    net = tb.workload_a_net(dev, torch.float16)
-    feats = feats.half()
-    tb.scale_and_count(net, coords, feats)
+    net, coords, feats, _ = load_a_network(args.data_dir, torch.float16, torch.device("cuda"))
     for _ in range(5):
         forward(net, feats, coords)
     torch.cuda.synchronize()

@@ -139,6 +139,18 @@ def profile_once(net, labels, feats, coords, trace):
     # without correlation ids; the gpu_alone table gives it instead.
 
 
+def load_a_network(data_dir, dtype, dev):
+    """Workload A's voxels (as bench/torch_bench.py makes them) and its
+    network with scaled weights: (net, coords, feats, level counts)."""
+    pts = tb.workload_a_points(data_dir)
+    coords, feats, _ = voxconv.voxelize(
+        torch.from_numpy(pts).to(dev), 0.1, origin=(-80.0, -80.0, -2.0),
+        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
+    net = tb.workload_a_net(dev, dtype)
+    feats = feats.to(dtype)
+    return net, coords, feats, tb.scale_and_count(net, coords, feats)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
@@ -146,15 +158,8 @@ def main():
     ap.add_argument("--dtype", default="f16")
     ap.add_argument("--trace", default="a_trace.json")
     args = ap.parse_args()
-    dev = torch.device("cuda")
-    pts = tb.workload_a_points(args.data_dir)
-    coords, feats, _ = voxconv.voxelize(
-        torch.from_numpy(pts).to(dev), 0.1, origin=(-80.0, -80.0, -2.0),
-        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
-    dtype = tb.DTYPES[args.dtype]
-    net = tb.workload_a_net(dev, dtype)
-    feats = feats.to(dtype)
-    counts = tb.scale_and_count(net, coords, feats)
+    net, coords, feats, counts = load_a_network(args.data_dir, tb.DTYPES[args.dtype],
+                                                torch.device("cuda"))
     print("levels", counts)
     labels = names(net)
     for ms in ("1", "0"):

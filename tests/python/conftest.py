@@ -60,6 +60,29 @@ def cuda():
     return torch.device("cuda")
 
 
+@pytest.fixture
+def torch_allocator_calls(monkeypatch):
+    """Counts the calls of torch's raw caching-allocator entry points, which
+    the library's allocator callbacks use (_runtime._torch_cuda_allocator):
+    {"alloc": n, "free": n}. Only handles made after the fixture see the
+    counting functions (a handle binds them when it is made)."""
+    calls = {"alloc": 0, "free": 0}
+    raw_alloc = torch._C._cuda_cudaCachingAllocator_raw_alloc
+    raw_delete = torch._C._cuda_cudaCachingAllocator_raw_delete
+
+    def counting_alloc(*a):
+        calls["alloc"] += 1
+        return raw_alloc(*a)
+
+    def counting_delete(*a):
+        calls["free"] += 1
+        return raw_delete(*a)
+
+    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", counting_alloc)
+    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", counting_delete)
+    return calls
+
+
 def _lib_has(*names):
     lib = voxconv._lib.lib
     return all(lib.has(n) for n in names)

@@ -146,25 +146,12 @@ def test_bad_coordinates_reported_by_a_later_op(cuda):
 
 
 
-def test_block_cache_reuses_and_empties(cuda, monkeypatch):
+def test_block_cache_reuses_and_empties(cuda, monkeypatch, torch_allocator_calls):
     """The library keeps the blocks it frees (voxconv_allocator_t): once
     warm, a step asks torch's allocator for nothing (counted through the
     callbacks of a handle made for this test), gives the first step's bits,
     and voxconv.empty_cache() hands the idle blocks back."""
-    calls = {"alloc": 0, "free": 0}
-    raw_alloc = torch._C._cuda_cudaCachingAllocator_raw_alloc
-    raw_delete = torch._C._cuda_cudaCachingAllocator_raw_delete
-
-    def counting_alloc(*a):
-        calls["alloc"] += 1
-        return raw_alloc(*a)
-
-    def counting_delete(*a):
-        calls["free"] += 1
-        return raw_delete(*a)
-
-    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", counting_alloc)
-    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", counting_delete)
+    calls = torch_allocator_calls
     monkeypatch.setenv("VOXCONV_MAP_STREAM", "0")  # maps on this stream's handle
     layer = _layer(cuda)
     coords, feats, gout = _data(cuda)

@@ -107,24 +107,11 @@ def test_current_stream_gets_its_own_handle(cuda):
             s.cuda_stream) in _runtime._handles
 
 
-def test_library_temporaries_use_torch_caching_allocator(cuda, monkeypatch):
+def test_library_temporaries_use_torch_caching_allocator(cuda, torch_allocator_calls):
     """Library memory comes from torch's caching allocator (its raw entry
     points, see _runtime._torch_cuda_allocator); blocks the library frees
     are kept for reuse and go back to torch at voxconv.empty_cache()."""
-    calls = {"alloc": 0, "free": 0}
-    real_alloc = torch._C._cuda_cudaCachingAllocator_raw_alloc
-    real_free = torch._C._cuda_cudaCachingAllocator_raw_delete
-
-    def alloc(*a):
-        calls["alloc"] += 1
-        return real_alloc(*a)
-
-    def free(*a):
-        calls["free"] += 1
-        return real_free(*a)
-
-    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", alloc)
-    monkeypatch.setattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", free)
+    calls = torch_allocator_calls
     s = torch.cuda.Stream()  # a fresh handle, so nothing is pooled yet
     with torch.cuda.stream(s):
         coords = ref.rand_coords(5000, 24).to(cuda)
