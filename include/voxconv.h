@@ -191,7 +191,13 @@ typedef enum voxconv_dtype {
   VOXCONV_DTYPE_F32 = 0,
   VOXCONV_DTYPE_F16 = 1,
   VOXCONV_DTYPE_BF16 = 2,
-  VOXCONV_DTYPE_F64 = 3 /* CPU reference path only */
+  VOXCONV_DTYPE_F64 = 3, /* CPU reference path only */
+  /* Integer dtypes, for the int8 ops only (voxconv_conv_forward_int8,
+   * voxconv_depthwise_forward_int8): I8 features and weights, I32 the raw
+   * accumulators as an output. Every other op refuses them
+   * (VOXCONV_STATUS_UNSUPPORTED). */
+  VOXCONV_DTYPE_I8 = 4,
+  VOXCONV_DTYPE_I32 = 5
 } voxconv_dtype_t;
 
 VOXCONV_API size_t voxconv_dtype_size(voxconv_dtype_t dtype); /* 0 if bad */
@@ -625,6 +631,126 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
     voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
     const voxconv_feats_t *dy, const voxconv_feats_t *dw,
     const voxconv_conv_options_t *opt);
+
+/* ---- int8 (quantized) sparse convolution ------------------------------ */
+/* Inference with int8 features and weights, int32 accumulation and a fused
+ * epilogue that dequantises, adds a bias, applies ReLU and writes int8
+ * (requantised), f32, f16, bf16 or the raw int32 sums.
+ *
+ * Quantisation (symmetric everywhere; q = stored integer):
+ *   real x[i][ci]      = x_scale     * qx[i][ci]      (one scale per tensor)
+ *   real W[k][ci][c]   = w_scale[c]  * qw[k][ci][c]   (one per output channel)
+ *   real y[o][c]       = y_scale     * qy[o][c]       (int8 output only)
+ * Depthwise: W is [kvol][C], w_scale and bias have C entries.
+ *
+ * The epilogue, bit for bit (every backend computes exactly this; all
+ * arithmetic is IEEE binary32 with round-to-nearest-even, subnormals kept,
+ * never flushed):
+ *   1. acc = sum over pairs (i,o,k) and ci of (int32)qx[i][ci] *
+ *      (int32)qw[k][ci][c] (depthwise: of qx[i][c] * qw[k][c]), exact in
+ *      int32 (the order does not matter: no sum can overflow, see below).
+ *      Outputs without pairs have acc = 0 and go through steps 2-5 too.
+ *   2. m  = x_scale * w_scale[c]             one fp32 multiplication
+ *   3. v  = fmaf((float)acc, m, b)           b = bias ? bias[c] : +0.0f;
+ *      (float)acc rounds to nearest even (inexact only for |acc| > 2^24);
+ *      fmaf is the fused multiply-add, rounded once
+ *   4. relu: if (v < 0) v = +0.0f            (v is never NaN: every input
+ *      of steps 2-3 is finite)
+ *   5. y, by y's dtype:
+ *      F32   v (may be +-Inf when acc * m overflows)
+ *      F16, BF16  v rounded to nearest even (overflow gives +-Inf)
+ *      I8    t = v / y_scale (IEEE fp32 division, correctly rounded);
+ *            r = t rounded to the nearest integer, ties to even
+ *            (rintf/nearbyintf in the default mode, cvt.rni on CUDA);
+ *            q = min(max(r, -127), 127). -128 is never written
+ *            (symmetric, like the weights); +-Inf saturates.
+ *      I32   acc itself: steps 2-5 are skipped and qp must be NULL.
+ * CUDA reproduces this with __fmul_rn, __int2float_rn, __fmaf_rn,
+ * __fdiv_rn and cvt.rni (no --use_fast_math), so both backends agree bit
+ * for bit on every output dtype. Against the same formula in exact
+ * arithmetic (v* = acc * x_scale * w_scale[c] + b, before relu), the fp32
+ * v obeys
+ *   |v - v*| <= 2^-24 (2 |x_scale w_scale[c] acc| + |v|) (1 + 2^-22)
+ *               + 2^-149 (1 + |acc|)
+ * (the roundings of (float)acc, of m and of the fma; the last term covers
+ * a subnormal m or v); relu and the F16/BF16/I8 conversions then add only
+ * their own rounding (for I8 also that of the division, 2^-24 |t|).
+ * tests/test_int8_cpu.c checks the bits and this bound.
+ *
+ * Overflow. |qx|, |qw| <= 128, so one product is at most 2^14 and an
+ * output of a regular conv sums at most kvol * cin of them (a map pairs
+ * each output with at most one input per offset). Problems with
+ * kvol * cin > 131071 (2^31 / 2^14 - 1: e.g. cin 4854 at kvol 27, 382 at
+ * kvol 343) are refused with VOXCONV_STATUS_UNSUPPORTED before any work;
+ * all others are exact. Depthwise sums (at most 343 products) never
+ * overflow.
+ *
+ * Where the parameters live. x_scale and y_scale are values in the
+ * struct. w_scale and bias point to fp32 arrays in backend memory, like
+ * the weights (host memory on the CPU, device memory on CUDA), so that a
+ * GPU epilogue reads them without a copy per call and the call can be
+ * captured into a CUDA graph. The CPU checks every element before any
+ * work; a CUDA backend cannot read them without waiting for the GPU, so
+ * there the host checks x_scale and y_scale, and the arrays must be
+ * checked once with voxconv_quant_params_check (which waits), e.g. when a
+ * layer is quantised.
+ *
+ * Bad input (first problem reported, with the argument's name and value):
+ *   NULL_POINTER       kmap, x, w, y, qp (unless y is I32), qp->w_scale
+ *   INVALID_ARGUMENT   x_scale, w_scale[c] or (for I8 output) y_scale not
+ *                      finite and > 0; x_scale * w_scale[c] not finite in
+ *                      fp32; bias[c] not finite; relu not 0 or 1; qp given
+ *                      with an I32 output; a dtype that is not a
+ *                      voxconv_dtype_t; shapes and rows as for
+ *                      voxconv_conv_forward (KMAP_MISMATCH, SHAPE_MISMATCH)
+ *   DTYPE_MISMATCH     x or w not I8; y not I8, F32, F16, BF16 or I32; y
+ *                      I8 with y_scale 0 (unset); y_scale set (nonzero)
+ *                      while y is not I8
+ *   UNSUPPORTED        kvol * cin > 131071 (above); the CUDA backend (no
+ *                      int8 kernels yet); opt->fwd_algo naming an algorithm
+ *                      (int8 algorithms are not in the registry yet: only
+ *                      NULL, blanks or "auto" are accepted; the
+ *                      environment's VOXCONV_*_ALGO_MODE does not apply)
+ * Any cin and cout >= 1 work (no multiple of 4, 16 or 32 required).
+ *
+ * CPU. Threaded over blocks of output rows (VOXCONV_NUM_THREADS); the
+ * regular conv uses AVX-512 VNNI (vpdpbusd, with avx512bw) when the CPU
+ * has it, else AVX-VNNI on 256-bit vectors, else portable C; VOXCONV_CPU_ISA
+ * = avx512 | avx2 | portable picks the family (avx512 and avx2 fall back
+ * to the next one down when the CPU lacks its VNNI extension; a name the
+ * CPU cannot run at all is INVALID_ARGUMENT as for the float ops).
+ * Integer sums are exact, so every path, thread count and block size gives
+ * the same bits: int8 results are always deterministic. */
+typedef struct voxconv_quant_params {
+  float x_scale;        /* per-tensor activation scale, finite, > 0 */
+  const float *w_scale; /* [cout] (depthwise [C]), backend memory, > 0 */
+  const float *bias;    /* [cout] (depthwise [C]), backend memory; NULL: 0 */
+  int32_t relu;         /* 1: max(v, 0) before the output conversion */
+  float y_scale;        /* I8 output: its scale (finite, > 0); else 0 */
+} voxconv_quant_params_t;
+
+/* Checks qp's values for an op with `channels` output channels (w_scale
+ * and bias elements; copies them to the host and waits on CUDA) and
+ * y_dtype's pairing with y_scale, as the ops do. SUCCESS or the status
+ * the op would return for them. */
+VOXCONV_API voxconv_status_t voxconv_quant_params_check(
+    voxconv_handle_t *h, const voxconv_quant_params_t *qp, int64_t channels,
+    voxconv_dtype_t y_dtype);
+
+/* y[n_out][cout] = epilogue(sum over pairs (i,o,k) of qx[i] * qW[k]).
+ * x: I8 [n_in][cin]; w: I8 [kvol][cin][cout]; y: I8, F32, F16, BF16 or
+ * I32 [n_out][cout]. Shapes as voxconv_conv_forward. opt may be NULL. */
+VOXCONV_API voxconv_status_t voxconv_conv_forward_int8(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_weights_t *w, const voxconv_quant_params_t *qp,
+    const voxconv_feats_t *y, const voxconv_conv_options_t *opt);
+
+/* y[o][c] = epilogue(sum over pairs (i,o,k) of qx[i][c] * qw[k][c]).
+ * x: I8 [n_in][C]; w: I8 {rows = kvol, channels = C}; y as above. */
+VOXCONV_API voxconv_status_t voxconv_depthwise_forward_int8(
+    voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
+    const voxconv_feats_t *w, const voxconv_quant_params_t *qp,
+    const voxconv_feats_t *y, const voxconv_conv_options_t *opt);
 
 /* ---- pooling ---------------------------------------------------------- */
 typedef enum voxconv_pool_mode {

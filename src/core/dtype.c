@@ -17,6 +17,8 @@ size_t voxconv_dtype_size(voxconv_dtype_t dtype) {
   case VOXCONV_DTYPE_F16: return 2;
   case VOXCONV_DTYPE_BF16: return 2;
   case VOXCONV_DTYPE_F64: return 8;
+  case VOXCONV_DTYPE_I8: return 1;
+  case VOXCONV_DTYPE_I32: return 4;
   }
   return 0;
 }
@@ -27,6 +29,8 @@ const char *voxconv_dtype_name(voxconv_dtype_t dtype) {
   case VOXCONV_DTYPE_F16: return "f16";
   case VOXCONV_DTYPE_BF16: return "bf16";
   case VOXCONV_DTYPE_F64: return "f64";
+  case VOXCONV_DTYPE_I8: return "i8";
+  case VOXCONV_DTYPE_I32: return "i32";
   }
   return "invalid";
 }
@@ -106,6 +110,8 @@ void vc_load_f32(const void *src, voxconv_dtype_t dtype, int64_t n,
     for (int64_t i = 0; i < n; i++)
       dst[i] = (float)((const double *)src)[i];
     break;
+  default: /* integer dtypes: only the int8 ops take them */
+    break;
   }
 }
 
@@ -126,6 +132,8 @@ void vc_store_f32(void *dst, voxconv_dtype_t dtype, int64_t n,
   case VOXCONV_DTYPE_F64:
     for (int64_t i = 0; i < n; i++)
       ((double *)dst)[i] = src[i];
+    break;
+  default: /* integer dtypes: only the int8 ops take them */
     break;
   }
 }

@@ -68,6 +68,42 @@ void vc_cpu_add_acc(float *acc, const float *x, int64_t n);
 /* vc_algo_cpu_gather_gemm and vc_algo_cpu_depthwise are declared in
  * vc_algo.h. */
 
+/* ---- int8 convolution (conv_int8_cpu.c, int8_vnni.c) ------------------ */
+/* A VNNI register tile: for r < m (m <= mr) and t < nr,
+ *   c[crow[r] * ldc + t] += sum over g < kg, b < 4 of
+ *                           (int32)bp[(g * nr + t) * 4 + b] *
+ *                           (int32)arow[r][4 * g + b]
+ * with bp unsigned (qw + 128) and arow signed, wrapping modulo 2^32. */
+typedef void (*vc_int8_tile_fn)(int m, int64_t kg, const int8_t *const *arow,
+                                const uint8_t *bp, int32_t *c, int64_t ldc,
+                                const int32_t *crow);
+/* One output row of the int8 epilogue (voxconv.h), n channels; m[c] =
+ * x_scale * w_scale[c], b[c] the bias (0 when none); dt F32, F16, BF16 or
+ * I8. Bit-identical to the portable one. */
+typedef void (*vc_int8_epilogue_fn)(const int32_t *acc, int64_t n,
+                                    const float *m, const float *b, int relu,
+                                    float y_scale, voxconv_dtype_t dt,
+                                    void *dst);
+typedef struct vc_int8_simd {
+  const char *name; /* "avx512_vnni", "avx_vnni" */
+  int mr, nr;
+  vc_int8_tile_fn tile;
+  vc_int8_epilogue_fn epilogue; /* NULL: the portable one */
+} vc_int8_simd_t;
+/* The VNNI kernels of a family ("avx512": AVX-512 VNNI, else AVX-VNNI;
+ * "avx2": AVX-VNNI) that this CPU runs, or NULL. */
+const vc_int8_simd_t *vc_cpu_int8_simd(const char *family);
+
+struct vc_int8_problem;
+/* Runs a validated int8 problem on the CPU (src/ops/conv_int8.c). */
+voxconv_status_t vc_cpu_conv_int8(voxconv_handle_t *h,
+                                  const struct vc_int8_problem *p);
+/* Name of the int8 path vc_cpu_conv_int8 would run for cout output
+ * channels under VOXCONV_CPU_ISA ("portable", "avx512_vnni", "avx_vnni");
+ * INVALID_ARGUMENT for a name the CPU cannot run. */
+voxconv_status_t vc_cpu_int8_path(const voxconv_handle_t *h, int64_t cout,
+                                  const char **name);
+
 /* ---- pooling (pool_cpu.c); arguments validated by src/ops/pool.c ------ */
 voxconv_status_t vc_cpu_pool_forward(voxconv_handle_t *h,
                                      const voxconv_kmap_t *kmap,

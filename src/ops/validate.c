@@ -90,6 +90,16 @@ static voxconv_status_t check_dtypes_backend(voxconv_handle_t *h,
                                              const char *fn,
                                              const voxconv_kmap_t *kmap,
                                              const vc_arg_t *args, int n) {
+  /* Integer dtypes are valid, but only the int8 ops take them: say so
+   * rather than calling them invalid (and never reinterpret the bytes). */
+  for (int i = 0; i < n; i++)
+    if (args[i].dtype == VOXCONV_DTYPE_I8 ||
+        args[i].dtype == VOXCONV_DTYPE_I32)
+      return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                     "%s: %s is %s; this op takes f32, f16, bf16 or f64 "
+                     "(int8 convolution is voxconv_conv_forward_int8 / "
+                     "voxconv_depthwise_forward_int8)",
+                     fn, args[i].name, voxconv_dtype_name(args[i].dtype));
   for (int i = 0; i < n; i++)
     if (!vc_dtype_valid(args[i].dtype))
       return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
