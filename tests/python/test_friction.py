@@ -53,11 +53,17 @@ def test_sanitizer_runtimes_reads_the_elf_file():
 
 
 def _source_tree(tmp_path, with_asan=True, with_clean=True):
-    """A copy of the source-tree layout: python/voxconv (a link to this
-    package), build-asan/ holding the ASan library, newest, and build/
+    """A copy of the source-tree layout: python/voxconv (links to this
+    package's files), build-asan/ holding the ASan library, newest, and build/
     holding the library this suite loaded."""
-    (tmp_path / "python").mkdir()
-    os.symlink(PACKAGE, tmp_path / "python" / "voxconv")
+    # the package's files linked one by one, without lib/: an installed
+    # package carries its library there, which the search rightly takes
+    # before any build folder, and a source tree has none
+    pkg = tmp_path / "python" / "voxconv"
+    pkg.mkdir(parents=True)
+    for name in os.listdir(PACKAGE):
+        if name not in ("lib", "__pycache__"):
+            os.symlink(os.path.join(PACKAGE, name), pkg / name)
     if with_clean:
         (tmp_path / "build").mkdir()
         os.symlink(os.path.realpath(voxconv.library_path), tmp_path / "build" / "libvoxconv.so")
