@@ -254,12 +254,20 @@ class CoordinateSet:
     ``stream``: the raw CUDA stream the coordinates were made on, when it
     is the map stream (None: the caller's; see the module doc)."""
 
-    def __init__(self, manager, coords, tensor_stride, stream=None):
+    def __init__(self, manager, coords, tensor_stride, stream=None, parent=None):
         self.manager = manager
         self.coords = coords
         self.tensor_stride = tuple(tensor_stride)
-        self.kmaps = {}
-        self.children = {}
+        # References run one way only, so that a forward's sets and maps go
+        # (with their GPU memory) when its last tensor does, not at the
+        # next garbage collection: a set holds its manager and the set it
+        # was derived from (`parent`: a coarse tensor keeps the finer levels
+        # that transposed convolutions find by stride); the manager and a
+        # parent hold their sets weakly (CoordinateManager.sets, children,
+        # and the output set of each cached map in `kmaps`).
+        self.parent = parent
+        self.kmaps = {}  # key -> (KernelMap, weakref to the output set)
+        self.children = weakref.WeakValueDictionary()
         self.stream = stream
         self.ready = None  # event after which the coordinates are valid
 
@@ -302,16 +310,37 @@ def map_stream(device):
     return ms
 
 
+def _live(entry):
+    """A kmaps cache entry (map, weak output set) as (map, output set), or
+    None when there is none or its output set is gone (then the map is
+    built again, with a new output set)."""
+    if entry is None:
+        return None
+    out = entry[1]()
+    return None if out is None else (entry[0], out)
+
+
 class CoordinateManager:
     """Shared by all sparse tensors derived from one input (see module doc)."""
 
     def __init__(self, device):
         self.device = torch.device(device)
-        self.sets = []
-        self.by_stride = {}
+        self._sets = []  # weak references, in the order the sets were added
+        self.by_stride = weakref.WeakValueDictionary()
         self.lock = threading.RLock()
 
-    def add(self, coords, tensor_stride, register=True, stream=None, *, _checked=False):
+    @property
+    def sets(self):
+        """The manager's coordinate sets still in use, oldest first (a set
+        lives while a tensor on it, or a set derived from it, does)."""
+        with self.lock:
+            live = [s for s in (r() for r in self._sets) if s is not None]
+            if len(live) < len(self._sets):
+                self._sets = [weakref.ref(x) for x in live]
+            return live
+
+    def add(self, coords, tensor_stride, register=True, stream=None, *, _checked=False,
+            _parent=None):
         """Registers a coordinate set and returns it. ``coords``: an integer
         [N, 4] tensor on this manager's device. The library reads packed
         rows of 4 int32, so anything else (a column slice such as
@@ -327,11 +356,13 @@ class CoordinateManager:
                 and coords.dim() == 2 and coords.shape[1] == 4
                 and coords.is_contiguous() and coords.device == self.device):
             coords = _validate.coords(coords, "CoordinateManager.add", device=self.device)
-        s = CoordinateSet(self, coords, tensor_stride, stream)
+        s = CoordinateSet(self, coords, tensor_stride, stream, _parent)
         with self.lock:
-            self.sets.append(s)
-            if register:
-                self.by_stride.setdefault(s.tensor_stride, s)
+            if len(self._sets) > 64:
+                self._sets = [r for r in self._sets if r() is not None]
+            self._sets.append(weakref.ref(s))
+            if register and self.by_stride.get(s.tensor_stride) is None:
+                self.by_stride[s.tensor_stride] = s
         return s
 
     def at_stride(self, tensor_stride):
@@ -352,11 +383,11 @@ class CoordinateManager:
         if padding is not None or out_shape is not None:
             key += (None if padding is None else tuple(padding),
                     None if out_shape is None else tuple(out_shape))
-        hit = in_set.kmaps.get(key)  # dict reads are atomic: no lock on a hit
+        hit = _live(in_set.kmaps.get(key))  # dict reads are atomic: no lock on a hit
         if hit is not None:
             return hit
         with self.lock:
-            hit = in_set.kmaps.get(key)
+            hit = _live(in_set.kmaps.get(key))
             if hit is not None:
                 return hit
             ms = map_stream(self.device)
@@ -366,7 +397,7 @@ class CoordinateManager:
             else:
                 hit = self._build_on_map_stream(ms, in_set, mode, kernel_size, stride,
                                                 dilation, out_set, padding, out_shape)
-            in_set.kmaps[key] = hit
+            in_set.kmaps[key] = (hit[0], weakref.ref(hit[1]))
             return hit
 
     def inverse_kernel_map(self, in_set, mode, kernel_size, stride, dilation,
@@ -382,13 +413,13 @@ class CoordinateManager:
             fkey += (None if padding is None else tuple(padding),
                      None if out_shape is None else tuple(out_shape))
         key = ("inverse",) + fkey
-        hit = in_set.kmaps.get(key)
+        hit = _live(in_set.kmaps.get(key))
         if hit is not None:
             return hit
         fwd, _ = self.kernel_map(in_set, mode, kernel_size, stride, dilation, None,
                                  padding, out_shape)
         with self.lock:
-            hit = in_set.kmaps.get(key)
+            hit = _live(in_set.kmaps.get(key))
             if hit is not None:
                 return hit
             ms = map_stream(self.device)
@@ -400,8 +431,8 @@ class CoordinateManager:
             if ms is not None:
                 km.ready = torch.cuda.Event()
                 km.ready.record(ms.stream)
-            hit = in_set.kmaps[key] = (km, in_set)
-            return hit
+            in_set.kmaps[key] = (km, weakref.ref(in_set))
+            return km, in_set
 
     def _build_on_map_stream(self, ms, in_set, mode, kernel_size, stride, dilation,
                              out_set, padding=None, out_shape=None):
@@ -449,18 +480,18 @@ class CoordinateManager:
             out_set = in_set.children.get(ckey)
             if out_set is None:
                 out_set = self.add(self._derived_coords(km, consumer),
-                                   km.out_tensor_stride, stream=made_on)
+                                   km.out_tensor_stride, stream=made_on, _parent=in_set)
                 in_set.children[ckey] = out_set
         elif mode == _lib.KMAP_GENERATIVE:
             out_set = self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
-                               register=False, stream=made_on)
+                               register=False, stream=made_on, _parent=in_set)
         elif mode == KMAP_EXPANDING:
             # Outputs depend on kernel, padding and out_shape too: one set
             # per map (the map cache key). Registered at its stride when it
             # is the first there, as the encoder level a transposed
             # convolution finds (a strided level is registered the same way).
             out_set = self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
-                               stream=made_on)
+                               stream=made_on, _parent=in_set)
         return km, out_set
 
     @staticmethod

@@ -158,3 +158,32 @@ def test_move_to_cuda_makes_a_new_manager(cuda):
     assert g.device.type == "cuda" and g.coords.device.type == "cuda"
     assert g.manager is not a.manager and g.manager.device.type == "cuda"
     assert torch.equal(g.cpu().coords, a.coords)
+
+
+def test_maps_go_with_the_last_tensor_without_garbage_collection():
+    """A forward's coordinate sets and kernel maps (GPU memory on CUDA) are
+    freed when its last tensor goes, by reference counting: no reference
+    cycle waits for the garbage collector. Finer levels stay while a
+    coarser tensor lives (transposed convolutions find them by stride)."""
+    import gc
+    import weakref
+    gc.disable()
+    try:
+        coords = ref.rand_coords(400, 12)
+        x = voxconv.SparseTensor(torch.randn(len(coords), 4), coords)
+        conv = voxconv.nn.SparseConv3d(4, 4, 3)
+        down = voxconv.nn.SparseConv3d(4, 4, 2, stride=2)
+        y = down(conv(x))
+        fine = weakref.ref(x.coordinate_set)
+        kmap = weakref.ref(next(iter(x.coordinate_set.kmaps.values()))[0])
+        mgr = weakref.ref(x.manager)
+        del x
+        assert fine() is not None and mgr() is not None, "the finer level went early"
+        assert y.manager.at_stride((1, 1, 1)) is fine()
+        up = voxconv.nn.SparseConvTranspose3d(4, 4, 2, stride=2)(y)
+        assert up.coordinate_set is fine()
+        del y, up
+        assert fine() is None and kmap() is None and mgr() is None, \
+            "sets, maps or the manager outlived their tensors"
+    finally:
+        gc.enable()
