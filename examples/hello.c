@@ -11,7 +11,7 @@ int main(void) {
   for (int i = 0; i < 27 * 2 * 4; i++) ((float *)w)[i] = 0.01f * i;
   /* CPU handle: host pointers. On CUDA use voxconv_malloc/voxconv_memcpy. */
   voxconv_coords_t in = {&coords[0][0], 3, {1, 1, 1}};
-  voxconv_kmap_desc_t geo = {VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
+  voxconv_kmap_desc_t geo = {.mode = VOXCONV_KMAP_SUBMANIFOLD, .kernel_size = {3, 3, 3}};
   voxconv_kmap_t *map;
   voxconv_status_t st = voxconv_kmap_build(h, &geo, &in, NULL, &map);
   voxconv_feats_t fx = {x, 3, 2, VOXCONV_DTYPE_F32}, fy = {y, 3, 4, VOXCONV_DTYPE_F32};

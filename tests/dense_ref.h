@@ -42,6 +42,10 @@ static inline int dr_dtype_precision(voxconv_dtype_t dt) {
   case VOXCONV_DTYPE_F32: return 24;
   case VOXCONV_DTYPE_F16: return 11;
   case VOXCONV_DTYPE_BF16: return 8;
+
+  case VOXCONV_DTYPE_I8:
+  case VOXCONV_DTYPE_I32: /* not float formats: the fallback below */
+    break;
   }
   return 53;
 }
@@ -51,6 +55,10 @@ static inline int dr_dtype_emin(voxconv_dtype_t dt) {
   case VOXCONV_DTYPE_F32: return -126;
   case VOXCONV_DTYPE_F16: return -14;
   case VOXCONV_DTYPE_BF16: return -126;
+
+  case VOXCONV_DTYPE_I8:
+  case VOXCONV_DTYPE_I32: /* not float formats: the fallback below */
+    break;
   }
   return -1022;
 }
@@ -60,6 +68,10 @@ static inline double dr_dtype_max(voxconv_dtype_t dt) {
   case VOXCONV_DTYPE_F32: return 3.4028234663852886e38;
   case VOXCONV_DTYPE_F16: return 65504.0;
   case VOXCONV_DTYPE_BF16: return 3.3895313892515355e38;
+
+  case VOXCONV_DTYPE_I8:
+  case VOXCONV_DTYPE_I32: /* not float formats: the fallback below */
+    break;
   }
   return 0;
 }
@@ -142,6 +154,9 @@ static inline double dr_store(void *p, voxconv_dtype_t dt, int64_t i,
     ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
     break;
   }
+  case VOXCONV_DTYPE_I8:
+  case VOXCONV_DTYPE_I32: /* not float formats: never stored here */
+    break;
   }
   return r;
 }
@@ -156,6 +171,9 @@ static inline double dr_load(const void *p, voxconv_dtype_t dt, int64_t i) {
     memcpy(&f, &u, 4);
     return f;
   }
+  case VOXCONV_DTYPE_I8:
+  case VOXCONV_DTYPE_I32: /* not float formats */
+    break;
   }
   return NAN;
 }
@@ -166,6 +184,10 @@ static inline const char *dr_dtype_str(voxconv_dtype_t dt) {
   case VOXCONV_DTYPE_F32: return "f32";
   case VOXCONV_DTYPE_F16: return "f16";
   case VOXCONV_DTYPE_BF16: return "bf16";
+
+  case VOXCONV_DTYPE_I8:
+  case VOXCONV_DTYPE_I32: /* not float formats: the fallback below */
+    break;
   }
   return "?";
 }

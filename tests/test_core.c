@@ -267,8 +267,7 @@ static void test_streams(void) {
                                         VOXCONV_MEMCPY_HOST_TO_BACKEND),
                      VOXCONV_STATUS_SUCCESS);
     const voxconv_coords_t cc = {(const int32_t *)c, rows, {1, 1, 1}};
-    const voxconv_kmap_desc_t geo = {
-        VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
+    const voxconv_kmap_desc_t geo = {.mode = VOXCONV_KMAP_SUBMANIFOLD, .kernel_size = {3, 3, 3}};
     VC_EXPECT_STATUS(ha, voxconv_kmap_build(ha, &geo, &cc, NULL, &map),
                      VOXCONV_STATUS_SUCCESS);
     const voxconv_feats_t fx = {x, rows, ch, VOXCONV_DTYPE_F32},

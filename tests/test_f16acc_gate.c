@@ -55,8 +55,7 @@ int main(void) {
   VC_REQUIRE_OK(NULL, voxconv_create(&cpu, &dc));
   VC_REQUIRE_OK(NULL, voxconv_create(&gpu, &dg));
   const int64_t C = 32, K = 27;
-  const voxconv_kmap_desc_t geo = {
-      VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
+  const voxconv_kmap_desc_t geo = {.mode = VOXCONV_KMAP_SUBMANIFOLD, .kernel_size = {3, 3, 3}};
 
   /* fp16 inputs; the fp64 reference uses the same (rounded) values */
   uint16_t *hx = (uint16_t *)malloc(sizeof(uint16_t) * (size_t)(n * C));

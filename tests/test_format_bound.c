@@ -314,8 +314,7 @@ static void test_spacing(void) {
 static int make_problem(problem_t *pb, const int32_t *coords, int64_t n) {
   memset(pb, 0, sizeof *pb);
   voxconv_coords_t in = {coords, n, {1, 1, 1}};
-  voxconv_kmap_desc_t kd = {
-      VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
+  voxconv_kmap_desc_t kd = {.mode = VOXCONV_KMAP_SUBMANIFOLD, .kernel_size = {3, 3, 3}};
   if (voxconv_kmap_build(g_h, &kd, &in, NULL, &pb->kmap) !=
       VOXCONV_STATUS_SUCCESS)
     return 0;

@@ -391,8 +391,7 @@ static void run_pass(const coordset_t *cs, voxconv_kmap_t *kg,
 
 static int build_maps(const coordset_t *cs, voxconv_kmap_t **kg,
                       voxconv_kmap_t **kc) {
-  voxconv_kmap_desc_t geo = {VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1},
-                             {1, 1, 1}};
+  voxconv_kmap_desc_t geo = {.mode = VOXCONV_KMAP_SUBMANIFOLD, .kernel_size = {3, 3, 3}};
   voxconv_coords_t in = {cs->coords, cs->n, {1, 1, 1}};
   if (voxconv_kmap_build(g_cpu, &geo, &in, NULL, kc) != VOXCONV_STATUS_SUCCESS)
     return 0;

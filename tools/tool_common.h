@@ -174,6 +174,9 @@ static inline void vt_convert_from_f32(const float *src, void *dst,
     for (int64_t i = 0; i < n; i++)
       ((double *)dst)[i] = (double)src[i];
     break;
+  case VOXCONV_DTYPE_I8:
+  case VOXCONV_DTYPE_I32: /* the tool makes float data only */
+    break;
   }
 }
 
