@@ -1336,6 +1336,28 @@ def test_api_semantics():
     assert spconv.JoinTable()([x, y]).features.shape[1] == 8
 
 
+def test_weight_layout_is_a_view_of_the_library_layout():
+    """The parameter has spconv's shape over voxconv's [K, in, out] memory, so
+    the library reads it without a copy; a contiguous replacement still works
+    (converted per call) and gives the same result."""
+    spconv = compat_spconv
+    m = spconv.SparseConv3d(4, 6, 3, 2, padding=1).double()
+    assert tuple(m.weight.shape) == (6, 3, 3, 3, 4)
+    lw = m._library_weight()
+    assert lw.is_contiguous() and lw.data_ptr() == m.weight.data_ptr()
+    x = _rand_input()
+    y1 = m(x).features
+    m.weight.data = m.weight.data.contiguous()
+    assert not m._library_weight().is_contiguous()  # converted per call from now on
+    torch.testing.assert_close(m(x).features, y1, rtol=0, atol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(m(x).features, y1, rtol=0, atol=0)
+    # gradients reach the parameter in its own shape
+    m2 = spconv.SparseConv3d(4, 6, 3, 2, padding=1).double()
+    m2(x).features.sum().backward()
+    assert m2.weight.grad.shape == m2.weight.shape
+
+
 def test_transposed_matches_conv_transpose3d(device):
     spconv = compat_spconv
     x = _rand_input(n=120, shape=(6, 5, 7), device=device)

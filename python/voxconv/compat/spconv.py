@@ -449,8 +449,17 @@ class SparseConvolution(SparseModule):
         self._dl, self._pd = tuple(self.dilation), tuple(self.padding)
         self._K = kv
         fk = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.zeros(self.out_channels, *self.kernel_size,
-                                               self.in_channels, **fk))
+        if kv > 1:
+            # spconv's shape [out, k0, k1, k2, in] over voxconv's memory
+            # layout [K, in, out]: the library reads the parameter itself
+            # (a view, no copy per call, gradients land in place); state
+            # dicts, copy_ and in-place initialisers see spconv's shape.
+            base = torch.zeros(kv, self.in_channels, self.out_channels, **fk)
+            w = base.view(*self.kernel_size, self.in_channels,
+                          self.out_channels).permute(4, 0, 1, 2, 3)
+        else:  # spconv's 1x1 reads the storage as [in, out]: keep its layout
+            w = torch.zeros(self.out_channels, *self.kernel_size, self.in_channels, **fk)
+        self.weight = nn.Parameter(w)
         if bias:
             self.bias = nn.Parameter(torch.zeros(self.out_channels, **fk))
         else:
@@ -485,13 +494,15 @@ class SparseConvolution(SparseModule):
         return s
 
     def _library_weight(self):
-        """[K, in, out] for the library. Without autograd recording (no
-        grad mode or a frozen weight) the conversion is cached per weight
-        version; otherwise it is an autograd op (a permuted copy) per call."""
+        """[K, in, out] for the library: a view of the parameter while it
+        keeps the layout it was made with (see __init__). A weight that was
+        replaced by a contiguous tensor (``m.weight.data = t``) is converted:
+        an autograd op (a permuted copy) per call in training, cached per
+        weight version without autograd."""
         w = self.weight
-        if torch.is_grad_enabled() and w.requires_grad:
-            return w.permute(1, 2, 3, 4, 0).reshape(self._K, self.in_channels,
-                                                    self.out_channels)
+        v = w.permute(1, 2, 3, 4, 0).reshape(self._K, self.in_channels, self.out_channels)
+        if v.is_contiguous() or (torch.is_grad_enabled() and w.requires_grad):
+            return v
         key = (w._version, w.data_ptr(), w.dtype, w.device)
         c = self._wcache
         if c is None or c[0] != key:
@@ -584,7 +595,10 @@ class SparseConvolution(SparseModule):
     def forward(self, input, add_input=None):
         assert input.features.shape[1] == self.in_channels, "channel size mismatch"
         if self.conv1x1:
-            f = torch.mm(input.features, self.weight.view(self.in_channels, self.out_channels))
+            # spconv reads the [out, 1, 1, 1, in] storage as [in, out]
+            # (reshape = view for the contiguous parameter made here)
+            f = torch.mm(input.features, self.weight.reshape(self.in_channels,
+                                                             self.out_channels))
             if self.bias is not None:
                 f = f + self.bias
             if add_input is not None:
