@@ -35,6 +35,7 @@ from .functional import (global_avg_pool, global_max_pool, global_sum_pool,
                          spatially_sparse_depthwise_conv)
 from . import functional
 from . import nn
+from . import quantization  # int8 post-training quantization (CPU)
 
 __version__ = "0.1.0"
 

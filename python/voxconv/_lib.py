@@ -24,6 +24,7 @@ from . import errors
 # ---- enums (values from voxconv.h) ----------------------------------------
 BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA = 0, 1, 2
 DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F64 = 0, 1, 2, 3
+DTYPE_I8, DTYPE_I32 = 4, 5  # int8 ops only (voxconv_conv_forward_int8, ...)
 MEMCPY_HOST_TO_BACKEND, MEMCPY_BACKEND_TO_HOST, MEMCPY_BACKEND_TO_BACKEND = 0, 1, 2
 KMAP_SUBMANIFOLD, KMAP_STRIDED, KMAP_TRANSPOSED, KMAP_GENERATIVE = 0, 1, 2, 3
 UNSET, FALSE, TRUE = 0, 1, 2
@@ -105,6 +106,14 @@ class ConvOptions(ctypes.Structure):
                 ("inference", ctypes.c_int)]
 
 
+class QuantParams(ctypes.Structure):
+    # voxconv_quant_params_t (int8 ops): w_scale and bias point to fp32
+    # arrays in backend memory; bias NULL = 0; y_scale 0 unless y is I8.
+    _fields_ = [("x_scale", ctypes.c_float), ("w_scale", ctypes.c_void_p),
+                ("bias", ctypes.c_void_p), ("relu", ctypes.c_int32),
+                ("y_scale", ctypes.c_float)]
+
+
 class VoxelizeDesc(ctypes.Structure):
     _fields_ = [("voxel_size", c_float_3), ("origin", c_float_3),
                 ("grid_size", c_int32_3), ("reduce", ctypes.c_int),
@@ -175,6 +184,12 @@ _SIGNATURES = {
     "voxconv_depthwise_forward": (_st, [_p, _p, _P(Feats), _P(Feats), _P(Feats), _P(ConvOptions)]),
     "voxconv_depthwise_dgrad": (_st, [_p, _p, _P(Feats), _P(Feats), _P(Feats), _P(ConvOptions)]),
     "voxconv_depthwise_wgrad": (_st, [_p, _p, _P(Feats), _P(Feats), _P(Feats), _P(ConvOptions)]),
+    # int8 (quantized) convolution
+    "voxconv_quant_params_check": (_st, [_p, _P(QuantParams), ctypes.c_int64, ctypes.c_int]),
+    "voxconv_conv_forward_int8": (_st, [_p, _p, _P(Feats), _P(Weights), _P(QuantParams),
+                                        _P(Feats), _P(ConvOptions)]),
+    "voxconv_depthwise_forward_int8": (_st, [_p, _p, _P(Feats), _P(Feats), _P(QuantParams),
+                                             _P(Feats), _P(ConvOptions)]),
     # pooling, voxelization
     "voxconv_pool_forward": (_st, [_p, _p, ctypes.c_int, _P(Feats), _P(Feats)]),
     "voxconv_pool_backward": (_st, [_p, _p, ctypes.c_int, _P(Feats), _P(Feats), _P(Feats), _P(Feats)]),

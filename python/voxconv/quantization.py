@@ -1,0 +1,517 @@
+"""Post-training int8 quantization of voxconv models (issue 23 item 5).
+
+    qmodel = voxconv.quantization.quantize(model, calibration_batches)
+    print(voxconv.quantization.sqnr_report(model, qmodel, batch))
+
+``quantize`` runs the float model over the calibration batches with an
+observer on the input of every :class:`voxconv.nn.SparseConv3d` /
+:class:`voxconv.nn.SparseDepthwiseConv3d`, then returns a copy of the model
+in which each of those layers is an int8 module
+(:class:`QuantizedSparseConv3d`, :class:`QuantizedSparseDepthwiseConv3d`)
+calling ``voxconv_conv_forward_int8`` / ``voxconv_depthwise_forward_int8``:
+
+* activations: one symmetric scale per tensor, ``amax / 127``, amax from
+  the observer (``"minmax"``: max |x| over all batches; ``"percentile"``:
+  the ``percentile``-th percentile of |x| over all batches);
+* weights: one symmetric scale per output channel, ``max |w[:, :, c]| /
+  127`` (depthwise ``max |w[:, c]| / 127``); a channel whose weights are all
+  zero gets scale 1 (the C API refuses scales <= 0; its int8 weights are 0
+  whatever the scale);
+* quantization rounds half to even (``torch.round``) and clamps to
+  [-127, 127] (-128 is never used, as in the library);
+* a BatchNorm directly after the conv (``voxconv.nn.SparseBatchNorm``, or a
+  ``torch.nn.BatchNorm1d`` inside a ``voxconv.nn.Sequential``) is folded into
+  its weights and bias (with its running statistics, i.e. eval-mode BN)
+  before the weights are quantized, and a ReLU directly after the conv or
+  the folded BN (``voxconv.nn.SparseReLU``, or ``torch.nn.ReLU`` inside a
+  ``voxconv.nn.Sequential``) moves into the library's epilogue; the folded
+  modules become ``torch.nn.Identity``.
+
+The int8 layers quantize their float input with the calibrated scale
+(``round_half_even(x / x_scale)`` in float32, clamped), call the C op, and
+return float32 features (``output="float"``; the epilogue dequantises, adds
+the bias and applies the ReLU, see include/voxconv.h for its exact
+rounding) or, with ``output="int8"``, have the library requantise the
+output to int8 with the calibrated scale of the layer's (fused) output and
+return it dequantised (``q * y_scale``, float32), so the rest of the network
+sees exactly what an int8 pipeline would carry. Coordinates and kernel maps
+are those the float layer would use (the same coordinate-manager cache).
+
+The C int8 ops run on the CPU only in this build: on a CUDA tensor the
+layer raises :class:`voxconv.UnsupportedError` with the library's message.
+"""
+
+import copy
+import ctypes
+import math
+
+import torch
+from torch import nn
+
+from . import _lib
+from . import _runtime
+from . import errors
+from . import functional as F
+from . import nn as vnn
+from .tensor import SparseTensor
+
+__all__ = [
+    "MinMaxObserver", "PercentileObserver", "QuantizedSparseConv3d",
+    "QuantizedSparseDepthwiseConv3d", "quantize", "sqnr_report", "SQNRReport",
+    "weight_scales", "quantize_tensor", "fuse_conv_bn", "QMAX",
+]
+
+QMAX = 127
+
+
+# ---- observers ------------------------------------------------------------------
+
+def _scale_from_amax(amax):
+    """amax / 127 as a positive finite float32 value (1.0 when amax is 0 or
+    not finite: then every quantized value is 0 or the data is unusable)."""
+    s = float(torch.tensor(float(amax), dtype=torch.float32) / QMAX)
+    if not (math.isfinite(s) and s > 0):
+        return 1.0
+    return s
+
+
+class MinMaxObserver:
+    """Symmetric min/max observer: amax = max |x| over every batch seen."""
+
+    def __init__(self):
+        self.amax = 0.0
+        self.count = 0
+
+    def update(self, x):
+        x = x.detach()
+        if x.numel():
+            self.amax = max(self.amax, float(x.abs().max()))
+        self.count += 1
+
+    def scale(self):
+        return _scale_from_amax(self.amax)
+
+
+class PercentileObserver:
+    """amax = the ``percentile``-th percentile of |x| over every value of
+    every batch seen (the values are kept, as float32 on the CPU; with more
+    than ``max_samples`` of them a fixed-seed random subset is kept)."""
+
+    def __init__(self, percentile=99.99, max_samples=1 << 24):
+        if not 0 < percentile <= 100:
+            raise errors.InvalidArgumentError(
+                f"percentile: expected a value in (0, 100], got {percentile!r}")
+        self.percentile = float(percentile)
+        self.max_samples = int(max_samples)
+        self._values = []
+        self._n = 0
+        self.count = 0
+
+    def update(self, x):
+        v = x.detach().abs().reshape(-1).float().cpu()
+        self._values.append(v)
+        self._n += v.numel()
+        self.count += 1
+        if self._n > self.max_samples:
+            allv = torch.cat(self._values)
+            g = torch.Generator().manual_seed(0)
+            keep = torch.randperm(len(allv), generator=g)[:self.max_samples]
+            self._values, self._n = [allv[keep]], self.max_samples
+
+    @property
+    def amax(self):
+        if not self._n:
+            return 0.0
+        v = torch.cat(self._values)
+        # the smallest value with at least `percentile`% of the values <= it
+        k = max(1, min(len(v), math.ceil(self.percentile / 100.0 * len(v))))
+        return float(torch.kthvalue(v, k).values)
+
+    def scale(self):
+        return _scale_from_amax(self.amax)
+
+
+def _make_observer(observer, percentile):
+    if observer == "minmax":
+        return MinMaxObserver()
+    if observer == "percentile":
+        return PercentileObserver(percentile)
+    raise errors.InvalidArgumentError(
+        f"observer: expected 'minmax' or 'percentile', got {observer!r}")
+
+
+# ---- weights --------------------------------------------------------------------
+
+def weight_scales(weight):
+    """Per-output-channel symmetric scales (float32): ``max |w[:, :, c]| /
+    127`` for a regular weight ``[K, Cin, Cout]``, ``max |w[:, c]| / 127``
+    for a depthwise weight ``[K, C]``; 1.0 for an all-zero channel."""
+    w = weight.detach().float()
+    amax = w.abs().amax(dim=tuple(range(w.dim() - 1)))
+    s = amax / QMAX
+    return torch.where(s > 0, s, torch.ones_like(s)).contiguous()
+
+
+def quantize_tensor(x, scale):
+    """int8 ``clamp(round_half_even(x / scale), -127, 127)``; ``scale`` a
+    number (per tensor) or a tensor broadcasting against ``x`` (the last
+    dimension: per output channel). Computed in float32."""
+    x = x.detach().float()
+    if isinstance(scale, torch.Tensor):
+        scale = scale.to(device=x.device, dtype=torch.float32)
+    else:
+        scale = torch.tensor(float(scale), dtype=torch.float32, device=x.device)
+    return torch.round(x / scale).clamp_(-QMAX, QMAX).to(torch.int8)
+
+
+def fuse_conv_bn(conv, bn):
+    """A copy of float conv ``conv`` (SparseConv3d / SparseDepthwiseConv3d)
+    with the eval-mode BatchNorm ``bn`` (torch.nn.BatchNorm1d, or a
+    SparseBatchNorm) folded in: ``w'[..., c] = w[..., c] * g_c``, ``b' = (b -
+    mean) * g_c + beta`` with ``g_c = gamma / sqrt(var + eps)`` (computed in
+    float64, stored in the conv's dtype)."""
+    if isinstance(bn, vnn.SparseBatchNorm):
+        bn = bn.module
+    if bn.running_mean is None or bn.running_var is None:
+        raise errors.InvalidArgumentError(
+            "fuse_conv_bn: the BatchNorm has no running statistics "
+            "(track_running_stats=False); it cannot be folded")
+    fused = copy.deepcopy(conv)
+    dt = conv.weight.dtype
+    mean = bn.running_mean.detach().double()
+    var = bn.running_var.detach().double()
+    g = 1.0 / torch.sqrt(var + bn.eps)
+    beta = torch.zeros_like(mean)
+    if bn.weight is not None:
+        g = g * bn.weight.detach().double()
+        beta = bn.bias.detach().double()
+    w = conv.weight.detach().double() * g  # broadcasts over the last (output) dim
+    b = conv.bias.detach().double() if conv.bias is not None else torch.zeros_like(mean)
+    b = (b - mean) * g + beta
+    with torch.no_grad():
+        fused.weight = nn.Parameter(w.to(dt), requires_grad=conv.weight.requires_grad)
+        fused.bias = nn.Parameter(b.to(dt), requires_grad=conv.weight.requires_grad)
+    return fused
+
+
+# ---- the int8 modules -----------------------------------------------------------
+
+_GEOMETRY_ATTRS = ("kernel_size", "stride", "dilation", "transposed", "generative", "_geo",
+                   "padding", "out_shape", "expand", "inverse")
+
+
+class _QuantizedConvBase(nn.Module):
+    _depthwise = False
+    _c_name = "voxconv_conv_forward_int8"
+
+    def __init__(self, float_conv, x_scale, relu=False, y_scale=None):
+        super().__init__()
+        for a in _GEOMETRY_ATTRS:
+            setattr(self, a, getattr(float_conv, a))
+        w = float_conv.weight.detach().float().contiguous()
+        ws = weight_scales(w)
+        self.register_buffer("weight", quantize_tensor(w, ws).contiguous())
+        self.register_buffer("weight_scale", ws)
+        b = float_conv.bias
+        self.register_buffer("bias", None if b is None else b.detach().float().contiguous())
+        self.x_scale = float(x_scale)
+        self.relu = bool(relu)
+        self.y_scale = None if y_scale is None else float(y_scale)
+        self.float_tail = None  # name, in the float model, of the module whose output this is
+        self.float_name = None
+        self.fused = "-"  # what was folded in: "bn", "relu", "bn+relu" or "-"
+        if not (math.isfinite(self.x_scale) and self.x_scale > 0):
+            raise errors.InvalidArgumentError(
+                f"x_scale: expected a finite value > 0, got {x_scale!r}")
+
+    def forward(self, input, out_coords=None):
+        if not isinstance(input, SparseTensor):
+            raise TypeError(f"expected a voxconv.SparseTensor, got {type(input).__name__}")
+        feats = input.feats
+        if feats.shape[1] != self.weight.shape[-2 if not self._depthwise else -1]:
+            raise errors.ShapeMismatchError(
+                f"{type(self).__name__}: input has {feats.shape[1]} channels, the layer "
+                f"expects {self.weight.shape[-2 if not self._depthwise else -1]}")
+        if self._geo is None:
+            km, out_set = F._geometry(input, self.kernel_size, self.stride, self.dilation,
+                                      self.transposed, self.generative, out_coords)
+        else:
+            km, out_set = F._geometry_ext(input, self.kernel_size, self.stride,
+                                          self.dilation, self.transposed, self.generative,
+                                          out_coords, self._geo)
+        qx = quantize_tensor(feats, self.x_scale).contiguous()
+        cout = self.weight.shape[-1]
+        y = run_int8(km, qx, self.weight, self.weight_scale, self.bias, self.x_scale,
+                     self.relu, self.y_scale, self._depthwise, cout)
+        if y.dtype == torch.int8:
+            y = y.float() * torch.tensor(self.y_scale, dtype=torch.float32)
+        return SparseTensor._wrap(y, out_set)
+
+    def extra_repr(self):
+        s = (f"kernel_size={self.kernel_size}, stride={self.stride}, x_scale={self.x_scale:.6g}"
+             f", relu={self.relu}")
+        if self.transposed:
+            s += ", transposed=True"
+        if self.generative:
+            s += ", generative=True"
+        if self.y_scale is not None:
+            s += f", y_scale={self.y_scale:.6g} (int8 output)"
+        return s
+
+
+def run_int8(km, qx, qw, w_scale, bias, x_scale, relu, y_scale, depthwise, cout):
+    """One call of voxconv_conv_forward_int8 / voxconv_depthwise_forward_int8
+    through kernel map ``km``: qx int8 [n_in, cin], qw int8 [K, cin, cout]
+    (depthwise [K, C]), w_scale / bias float32 [cout] on the same device.
+    Returns float32 [n_out, cout], or int8 when y_scale is given."""
+    out_dtype = torch.int8 if y_scale is not None else torch.float32
+    y = torch.empty((km.n_out, cout), dtype=out_dtype, device=qx.device)
+    fx = _lib.Feats(_runtime.ptr(qx), qx.shape[0], qx.shape[1], _lib.DTYPE_I8)
+    fy = _lib.Feats(_runtime.ptr(y), y.shape[0], y.shape[1],
+                    _lib.DTYPE_I8 if y_scale is not None else _lib.DTYPE_F32)
+    if depthwise:
+        fw = _lib.Feats(_runtime.ptr(qw), qw.shape[0], qw.shape[1], _lib.DTYPE_I8)
+        name = "voxconv_depthwise_forward_int8"
+    else:
+        fw = _lib.Weights(_runtime.ptr(qw), qw.shape[0], qw.shape[1], qw.shape[2],
+                          _lib.DTYPE_I8)
+        name = "voxconv_conv_forward_int8"
+    qp = _lib.QuantParams(x_scale, w_scale.data_ptr(),
+                          bias.data_ptr() if bias is not None else None, int(bool(relu)),
+                          y_scale if y_scale is not None else 0.0)
+    h = _runtime.handle_for_tensor(qx)
+    km.use_on(h)
+    try:
+        h.call(name, ctypes.c_void_p(km.ptr), ctypes.byref(fx), ctypes.byref(fw),
+               ctypes.byref(qp), ctypes.byref(fy), None)
+    except errors.UnsupportedError as e:
+        if qx.is_cuda:
+            raise errors.UnsupportedError(
+                f"int8 sparse convolution runs on the CPU only in this build (move the "
+                f"quantized model and its input to the CPU): {e}") from e
+        raise
+    return y
+
+
+class QuantizedSparseConv3d(_QuantizedConvBase):
+    """int8 SparseConv3d: buffers ``weight`` (int8 [K, Cin, Cout]),
+    ``weight_scale`` (float32 [Cout]), ``bias`` (float32 [Cout] or None);
+    ``x_scale`` (float), ``relu`` (bool), ``y_scale`` (None: float32 output;
+    a float: int8 output, returned dequantised)."""
+
+
+class QuantizedSparseDepthwiseConv3d(_QuantizedConvBase):
+    """int8 SparseDepthwiseConv3d: ``weight`` int8 [K, C], per-channel
+    ``weight_scale``, as QuantizedSparseConv3d."""
+    _depthwise = True
+    _c_name = "voxconv_depthwise_forward_int8"
+
+
+# ---- finding the layers and what follows them -----------------------------------
+
+_CONVS = (vnn.SparseConv3d, vnn.SparseDepthwiseConv3d)
+
+
+def _is_bn(m, parent):
+    if isinstance(m, vnn.SparseBatchNorm):
+        return isinstance(m.module, nn.BatchNorm1d)
+    return isinstance(parent, vnn.Sequential) and type(m) is nn.BatchNorm1d
+
+
+def _is_relu(m, parent):
+    if isinstance(m, vnn.SparseReLU):
+        return True
+    return isinstance(parent, vnn.Sequential) and type(m) is nn.ReLU
+
+
+def _plan(model):
+    """[(conv name, bn name or None, relu name or None)] for every float
+    conv layer of `model` (names as in named_modules)."""
+    plan, seen = [], set()
+    for pname, parent in model.named_modules():
+        if not isinstance(parent, nn.Sequential):
+            continue
+        kids = list(parent.named_children())
+        for i, (cname, child) in enumerate(kids):
+            if not isinstance(child, _CONVS):
+                continue
+            full = f"{pname}.{cname}" if pname else cname
+            bn = relu = None
+            j = i + 1
+            if j < len(kids) and _is_bn(kids[j][1], parent):
+                bn = f"{pname}.{kids[j][0]}" if pname else kids[j][0]
+                j += 1
+            if j < len(kids) and _is_relu(kids[j][1], parent):
+                relu = f"{pname}.{kids[j][0]}" if pname else kids[j][0]
+            plan.append((full, bn, relu))
+            seen.add(full)
+    for name, m in model.named_modules():
+        if isinstance(m, _CONVS) and name not in seen:
+            plan.append((name, None, None))
+    return plan
+
+
+def _set_module(model, name, new):
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, attr, new)
+
+
+def _feats(out):
+    return out.feats if isinstance(out, SparseTensor) else out
+
+
+def _run(model, batch):
+    if isinstance(batch, (tuple, list)):
+        return model(*batch)
+    if isinstance(batch, dict):
+        return model(**batch)
+    return model(batch)
+
+
+# ---- quantize ---------------------------------------------------------------------
+
+def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
+             output="float"):
+    """Calibrates on ``calibration_batches`` (an iterable of model inputs: a
+    SparseTensor, or a tuple / dict of arguments) and returns a new model
+    (a deep copy, in eval mode) whose SparseConv3d / SparseDepthwiseConv3d
+    layers are int8 modules, with following BatchNorm / ReLU fused (see the
+    module doc). ``model`` itself is left unchanged (its train/eval mode
+    included)."""
+    if output not in ("float", "int8"):
+        raise errors.InvalidArgumentError(f"output: expected 'float' or 'int8', got {output!r}")
+    plan = _plan(model)
+    mods = dict(model.named_modules())
+    in_obs = {name: _make_observer(observer, percentile) for name, _b, _r in plan}
+    out_obs = {name: _make_observer(observer, percentile) for name, _b, _r in plan} \
+        if output == "int8" else {}
+    hooks = []
+    for name, bn, relu in plan:
+        hooks.append(mods[name].register_forward_pre_hook(
+            lambda m, args, _o=in_obs[name]: _o.update(args[0].feats)))
+        if output == "int8":
+            tail = relu or bn or name
+            hooks.append(mods[tail].register_forward_hook(
+                lambda m, args, out, _o=out_obs[name]: _o.update(_feats(out))))
+    was_training = model.training
+    model.eval()
+    n = 0
+    try:
+        with torch.no_grad():
+            for batch in calibration_batches:
+                _run(model, batch)
+                n += 1
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    if n == 0:
+        raise errors.InvalidArgumentError("quantize: calibration_batches is empty")
+
+    qmodel = copy.deepcopy(model)
+    qmodel.eval()
+    qmods = dict(qmodel.named_modules())
+    for name, bn, relu in plan:
+        conv = qmods[name]
+        if bn is not None:
+            conv = fuse_conv_bn(conv, qmods[bn])
+            _set_module(qmodel, bn, nn.Identity())
+        if relu is not None:
+            _set_module(qmodel, relu, nn.Identity())
+        cls = (QuantizedSparseDepthwiseConv3d if isinstance(conv, vnn.SparseDepthwiseConv3d)
+               else QuantizedSparseConv3d)
+        y_scale = out_obs[name].scale() if output == "int8" else None
+        q = cls(conv, in_obs[name].scale(), relu is not None, y_scale)
+        q.float_name, q.float_tail = name, relu or bn or name
+        q.fused = "+".join(p for p, n in (("bn", bn), ("relu", relu)) if n) or "-"
+        q.to(conv.weight.device)
+        _set_module(qmodel, name, q)
+    return qmodel
+
+
+# ---- SQNR report ------------------------------------------------------------------
+
+def sqnr_db(ref, q):
+    """10 log10(sum ref^2 / sum (q - ref)^2), in float64 (inf when equal)."""
+    ref = ref.detach().double()
+    q = q.detach().double()
+    sig = float((ref * ref).sum())
+    noise = float(((q - ref) ** 2).sum())
+    if noise == 0:
+        return math.inf
+    if sig == 0:
+        return -math.inf
+    return 10.0 * math.log10(sig / noise)
+
+
+class SQNRReport:
+    """Rows (layer name, kind, SQNR dB); ``str()`` prints a table. The last
+    row, "(model output)", compares the two models' outputs end to end."""
+
+    def __init__(self, rows, model_sqnr):
+        self.rows = rows
+        self.model_sqnr = model_sqnr
+
+    def __iter__(self):
+        return iter(self.rows)
+
+    def __len__(self):
+        return len(self.rows)
+
+    def as_dict(self):
+        return {name: db for name, _kind, db in self.rows}
+
+    def min(self):
+        return min(db for _n, _k, db in self.rows)
+
+    def __str__(self):
+        w = max([len(r[0]) for r in self.rows] + [len("(model output)"), 5])
+        lines = [f"{'layer':<{w}}  {'fused':<14} {'SQNR dB':>8}"]
+        for name, kind, db in self.rows:
+            lines.append(f"{name:<{w}}  {kind:<14} {db:8.2f}")
+        if self.model_sqnr is not None:
+            lines.append(f"{'(model output)':<{w}}  {'':<14} {self.model_sqnr:8.2f}")
+        return "\n".join(lines)
+
+    __repr__ = __str__
+
+
+def sqnr_report(float_model, quant_model, batch):
+    """Per quantized layer of ``quant_model`` (made by :func:`quantize` from
+    ``float_model``): the SQNR of its output against the float layer's
+    output (after the BN / ReLU it absorbed) when both get the float model's
+    input of that layer on ``batch``. Plus the SQNR of the whole models'
+    outputs. Returns an :class:`SQNRReport`."""
+    fmods = dict(float_model.named_modules())
+    qlayers = [(n, m) for n, m in quant_model.named_modules()
+               if isinstance(m, _QuantizedConvBase)]
+    ins, outs, hooks = {}, {}, []
+    for name, q in qlayers:
+        hooks.append(fmods[q.float_name].register_forward_pre_hook(
+            lambda m, args, _n=name: ins.__setitem__(
+                _n, (args[0].replace_feature(args[0].feats.clone()),) + tuple(args[1:]))))
+        hooks.append(fmods[q.float_tail].register_forward_hook(
+            lambda m, args, out, _n=name: outs.__setitem__(_n, _feats(out).clone())))
+    was_training = float_model.training
+    float_model.eval()
+    try:
+        with torch.no_grad():
+            ref_out = _run(float_model, batch)
+            rows = []
+            for name, q in qlayers:
+                if name not in ins:
+                    continue
+                args = ins[name]
+                yq = q(*args).feats
+                kind = q.fused
+                rows.append((name, kind, sqnr_db(outs[name], yq)))
+            q_out = _run(quant_model, batch)
+    finally:
+        for h in hooks:
+            h.remove()
+        float_model.train(was_training)
+    model_db = None
+    if isinstance(ref_out, torch.Tensor) or isinstance(ref_out, SparseTensor):
+        model_db = sqnr_db(_feats(ref_out), _feats(q_out))
+    return SQNRReport(rows, model_db)

@@ -1,0 +1,391 @@
+"""voxconv.quantization: int8 post-training quantization on the CPU.
+
+* the int8 modules against a float64/numpy model of the epilogue documented
+  in include/voxconv.h (int64 sums over the map's pairs, then the fp32
+  arithmetic restated with an exactly emulated fmaf), bit for bit;
+* BatchNorm folding, observers, an all-zero weight channel;
+* the example network (examples/train_segmentation.py MiniMinkUNet),
+  trained briefly on the SemanticKITTI scan, calibrated on it and evaluated
+  on another scan: per-layer SQNR and argmax agreement;
+* the CUDA error path.
+"""
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import voxconv
+from voxconv import nn as vnn
+from voxconv import quantization as Q
+from voxconv import functional as F
+
+from conftest import REPO, cuda_usable
+
+
+def _coords(n, extent, seed, batches=1):
+    g = torch.Generator().manual_seed(seed)
+    c = torch.cat([torch.randint(0, batches, (n, 1), generator=g),
+                   torch.randint(0, extent, (n, 3), generator=g)], 1).int()
+    return torch.unique(c, dim=0)
+
+
+def _sparse(n, extent, ch, seed, batches=1, scale=1.0):
+    c = _coords(n, extent, seed, batches)
+    g = torch.Generator().manual_seed(seed + 1)
+    return voxconv.SparseTensor(torch.randn(len(c), ch, generator=g) * scale, c)
+
+
+# ---- the documented epilogue, restated -------------------------------------------
+
+def _fmaf(a, m, b):
+    """fmaf(a, m, b) for float32 arrays, exactly: a*m is exact in float64
+    (24 + 24 significant bits); the float64 sum s = RN64(p + b) may round,
+    with error e (TwoSum, exact: p + b = s + e). RN32(s) equals RN32(p + b)
+    unless s is exactly a float32 rounding midpoint and e != 0 (double
+    rounding); then the exact value lies strictly on e's side of the
+    midpoint, and stepping s one float64 ulp towards it crosses no other
+    float32 boundary. Valid where results are normal float32 or 0
+    (asserted)."""
+    p = a.astype(np.float64) * m.astype(np.float64)
+    b64 = b.astype(np.float64)
+    s = p + b64
+    bb = s - p
+    e = (p - (s - bb)) + (b64 - bb)
+    mant, _ex = np.frexp(s)
+    is_mid = (np.ldexp(mant, 25) % 1 == 0) & (np.ldexp(mant, 24) % 1 != 0)
+    fix = is_mid & (e != 0)
+    s2 = s.copy()
+    s2[fix] = np.nextafter(s[fix], np.where(e[fix] > 0, np.inf, -np.inf))
+    r = s2.astype(np.float32)
+    small = (r != 0) & (np.abs(r) < np.float32(2.0 ** -126))
+    assert not small.any(), "subnormal result: this emulation covers normal values only"
+    return r
+
+
+def _epilogue(acc, x_scale, w_scale, bias, relu, y_scale=None):
+    a = acc.astype(np.float32)                       # (float)acc, nearest even
+    m = np.float32(x_scale) * w_scale.astype(np.float32)   # one fp32 multiply
+    b = (bias.astype(np.float32) if bias is not None
+         else np.zeros(acc.shape[1], np.float32))
+    v = _fmaf(a, np.broadcast_to(m, acc.shape), np.broadcast_to(b, acc.shape))
+    if relu:
+        v = np.where(v < 0, np.float32(0.0), v).astype(np.float32)
+    if y_scale is None:
+        return v
+    t = (v / np.float32(y_scale)).astype(np.float32)   # correctly rounded fp32 division
+    return np.clip(np.rint(t), -127, 127).astype(np.int8)
+
+
+def _int_sums(km, qx, qw, depthwise):
+    offsets, in_rows, out_rows = km.pairs()
+    qx = qx.numpy().astype(np.int64)
+    qw = qw.numpy().astype(np.int64)
+    cout = qw.shape[-1]
+    acc = np.zeros((km.n_out, cout), np.int64)
+    in_rows, out_rows = in_rows.numpy().astype(np.int64), out_rows.numpy().astype(np.int64)
+    for k in range(km.kernel_volume):
+        s, e = int(offsets[k]), int(offsets[k + 1])
+        if s == e:
+            continue
+        contrib = qx[in_rows[s:e]] * qw[k] if depthwise else qx[in_rows[s:e]] @ qw[k]
+        np.add.at(acc, out_rows[s:e], contrib)
+    return acc
+
+
+def _reference(q, x, out_coords=None):
+    """The module's output restated: quantize the input (numpy), int64
+    sums over the map the float layer uses, the documented epilogue."""
+    if q._geo is None:
+        km, _ = F._geometry(x, q.kernel_size, q.stride, q.dilation, q.transposed,
+                            q.generative, out_coords)
+    else:
+        km, _ = F._geometry_ext(x, q.kernel_size, q.stride, q.dilation, q.transposed,
+                                q.generative, out_coords, q._geo)
+    xs = np.float32(q.x_scale)
+    qx = np.clip(np.rint(x.feats.numpy().astype(np.float32) / xs), -127, 127).astype(np.int8)
+    acc = _int_sums(km, torch.from_numpy(qx), q.weight, q._depthwise)
+    return _epilogue(acc, q.x_scale, q.weight_scale.numpy(),
+                     None if q.bias is None else q.bias.numpy(), q.relu, q.y_scale)
+
+
+def _bits_equal(a, b):
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    assert a.shape == b.shape and a.dtype == b.dtype
+    if a.dtype == np.float32:
+        return np.array_equal(a.view(np.int32), b.view(np.int32))
+    return np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("geom", [dict(kernel_size=3), dict(kernel_size=2, stride=2),
+                                  dict(kernel_size=3, dilation=2),
+                                  dict(kernel_size=3, padding=1, expand=True)])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_int8_matches_epilogue_model(geom, relu, bias):
+    x = _sparse(600, 10, 7, seed=3, batches=2, scale=1.5)
+    conv = vnn.SparseConv3d(7, 13, bias=bias, **geom)
+    xs = float(x.feats.abs().max()) / 127
+    q = Q.QuantizedSparseConv3d(conv, xs, relu=relu)
+    y = q(x)
+    ref = _reference(q, x)
+    assert y.feats.dtype == torch.float32
+    assert _bits_equal(y.feats.numpy(), ref)
+    yf = conv(x)
+    assert torch.equal(y.coords, yf.coords) and y.tensor_stride == yf.tensor_stride
+    if relu:
+        assert (y.feats >= 0).all()
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_depthwise_int8_matches_epilogue_model(relu):
+    x = _sparse(500, 9, 11, seed=5, scale=0.7)
+    conv = vnn.SparseDepthwiseConv3d(11, kernel_size=3)
+    q = Q.QuantizedSparseDepthwiseConv3d(conv, float(x.feats.abs().max()) / 127, relu=relu)
+    assert q.weight.dtype == torch.int8 and q.weight.shape == (27, 11)
+    assert _bits_equal(q(x).feats.numpy(), _reference(q, x))
+
+
+def test_int8_output_requantized_matches_model():
+    x = _sparse(400, 8, 6, seed=7)
+    conv = vnn.SparseConv3d(6, 10)
+    q = Q.QuantizedSparseConv3d(conv, float(x.feats.abs().max()) / 127, relu=True,
+                                y_scale=0.013)
+    qy = _reference(q, x)  # int8
+    y = q(x).feats
+    assert torch.equal(y, torch.from_numpy(qy).float() * torch.tensor(0.013))
+    assert qy.min() >= 0 and qy.max() <= 127
+
+
+def test_transposed_uses_the_float_layers_map():
+    x = _sparse(700, 12, 5, seed=9)
+    down = vnn.SparseConv3d(5, 8, kernel_size=2, stride=2)
+    up = vnn.SparseConvTranspose3d(8, 4, kernel_size=2, stride=2)
+    with torch.no_grad():
+        mid = down(x)
+    q = Q.QuantizedSparseConv3d(up, float(mid.feats.abs().max()) / 127)
+    with torch.no_grad():
+        y, yf = q(mid), up(mid)
+    assert torch.equal(y.coords, x.coords) and torch.equal(yf.coords, y.coords)
+    assert _bits_equal(y.feats.detach().numpy(), _reference(q, mid))
+    assert Q.sqnr_db(yf.feats, y.feats) > 30
+
+
+# ---- BN folding ------------------------------------------------------------------
+
+def _randomize_bn(bn, c, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.randn(c, generator=g))
+        bn.running_var.copy_(torch.rand(c, generator=g) * 2 + 0.1)
+        bn.weight.copy_(torch.randn(c, generator=g))
+        bn.bias.copy_(torch.randn(c, generator=g))
+    bn.eval()
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_bn_fusion_exact_within_fp32(depthwise):
+    x = _sparse(500, 9, 6, seed=11)
+    conv = vnn.SparseDepthwiseConv3d(6) if depthwise else vnn.SparseConv3d(6, 9)
+    c = 6 if depthwise else 9
+    bn = vnn.SparseBatchNorm(c)
+    _randomize_bn(bn.module, c, 12)
+    with torch.no_grad():
+        ref = bn(conv(x)).feats
+        fused = Q.fuse_conv_bn(conv, bn)(x).feats
+        # float64 reference of conv -> BN
+        c64, b64 = conv.double(), bn.double()
+        x64 = x.replace_feature(x.feats.double())
+        exact = b64(c64(x64)).feats
+    # each side carries float32 rounding only: bound by a few ulps of the
+    # magnitudes involved (sum of |terms| <= K*Cin*max|x||w| ~ |ref| scale)
+    tol = 1e-5 * (exact.abs().max() + 1)
+    assert (ref.double() - exact).abs().max() <= tol
+    assert (fused.double() - exact).abs().max() <= tol
+
+
+def test_quantize_fuses_bn_and_relu_in_both_sequentials():
+    x = _sparse(600, 10, 4, seed=13)
+    m = vnn.Sequential(vnn.SparseConv3d(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                       torch.nn.Sequential(vnn.SparseConv3d(8, 8, kernel_size=2, stride=2),
+                                           vnn.SparseBatchNorm(8), vnn.SparseReLU(True)),
+                       vnn.SparseDepthwiseConv3d(8), vnn.SparseReLU())
+    _randomize_bn(m[1], 8, 1)
+    _randomize_bn(m[3][1].module, 8, 2)
+    m.eval()
+    qm = Q.quantize(m, [x])
+    assert isinstance(qm[0], Q.QuantizedSparseConv3d) and qm[0].relu
+    assert isinstance(qm[1], torch.nn.Identity) and isinstance(qm[2], torch.nn.Identity)
+    assert isinstance(qm[3][0], Q.QuantizedSparseConv3d) and qm[3][0].relu
+    assert isinstance(qm[3][1], torch.nn.Identity) and isinstance(qm[3][2], torch.nn.Identity)
+    assert isinstance(qm[4], Q.QuantizedSparseDepthwiseConv3d) and qm[4].relu
+    assert qm[0].fused == "bn+relu" and qm[4].fused == "relu"
+    assert isinstance(m[0], vnn.SparseConv3d)  # the float model is unchanged
+    rep = Q.sqnr_report(m, qm, x)
+    assert len(rep) == 3 and "SQNR" in str(rep)
+    assert rep.min() > 30, str(rep)
+    with torch.no_grad():
+        assert Q.sqnr_db(m(x).feats, qm(x).feats) > 25
+
+
+# ---- observers, scales -----------------------------------------------------------
+
+def test_minmax_and_percentile_observers():
+    o = Q.MinMaxObserver()
+    o.update(torch.tensor([[1.0, -3.0], [2.0, 0.5]]))
+    o.update(torch.tensor([[2.5, -0.25]]))
+    assert o.amax == 3.0
+    assert o.scale() == float(torch.tensor(3.0) / 127)
+    p = Q.PercentileObserver(99.99)
+    v = torch.arange(1, 10001, dtype=torch.float32)
+    p.update(v[:5000].reshape(-1, 1))
+    p.update(-v[5000:].reshape(-1, 2))
+    assert p.amax == 9999.0  # ceil(0.9999 * 10000) = 9999th smallest |x|
+    assert Q.PercentileObserver(50).__class__ is Q.PercentileObserver
+    p50 = Q.PercentileObserver(50)
+    p50.update(v.reshape(-1, 1))
+    assert p50.amax == 5000.0
+    empty = Q.MinMaxObserver()
+    assert empty.scale() == 1.0  # never 0: the C API refuses scales <= 0
+    with pytest.raises(voxconv.InvalidArgumentError):
+        Q.PercentileObserver(0)
+
+
+def test_quantize_calibrates_input_scales():
+    x1 = _sparse(300, 8, 3, seed=1)
+    x2 = _sparse(300, 8, 3, seed=2, scale=3.0)
+    m = vnn.Sequential(vnn.SparseConv3d(3, 5))
+    qm = Q.quantize(m, [x1, x2])
+    amax = max(float(x1.feats.abs().max()), float(x2.feats.abs().max()))
+    assert qm[0].x_scale == float(torch.tensor(amax) / 127)
+    qp = Q.quantize(m, [x1, x2], observer="percentile", percentile=50.0)
+    assert qp[0].x_scale < qm[0].x_scale
+    with pytest.raises(voxconv.InvalidArgumentError):
+        Q.quantize(m, [x1], observer="histogram")
+    with pytest.raises(voxconv.InvalidArgumentError):
+        Q.quantize(m, [])
+
+
+def test_weight_scales_and_zero_channel():
+    conv = vnn.SparseConv3d(4, 6)
+    with torch.no_grad():
+        conv.weight[:, :, 2] = 0
+        conv.bias[2] = -0.5
+        conv.bias[3] = 0.25
+    ws = Q.weight_scales(conv.weight)
+    expect = conv.weight.detach().abs().amax(dim=(0, 1)) / 127
+    assert ws[2] == 1.0
+    assert torch.equal(ws[[0, 1, 3, 4, 5]], expect[[0, 1, 3, 4, 5]])
+    dw = torch.randn(27, 5)
+    dw[:, 1] = 0
+    dws = Q.weight_scales(dw)
+    assert dws[1] == 1.0 and torch.equal(dws[0], dw[:, 0].abs().max() / 127)
+    x = _sparse(300, 8, 4, seed=4)
+    q = Q.QuantizedSparseConv3d(conv, float(x.feats.abs().max()) / 127, relu=True)
+    assert (q.weight[:, :, 2] == 0).all()
+    y = q(x).feats
+    assert (y[:, 2] == 0).all()  # relu(bias -0.5)
+    assert _bits_equal(y.numpy(), _reference(q, x))
+    q2 = Q.QuantizedSparseConv3d(conv, float(x.feats.abs().max()) / 127, relu=False)
+    assert (q2(x).feats[:, 2] == -0.5).all()
+
+
+def test_quantize_tensor_rounds_half_to_even_and_clamps():
+    t = torch.tensor([0.5, 1.5, 2.5, -0.5, -2.5, 200.0, -1000.0])
+    assert Q.quantize_tensor(t, 1.0).tolist() == [0, 2, 2, 0, -2, 127, -127]
+
+
+def test_runs_under_inference_mode_and_no_grad():
+    x = _sparse(300, 8, 3, seed=21)
+    m = vnn.Sequential(vnn.SparseConv3d(3, 4), vnn.SparseBatchNorm(4), vnn.SparseReLU())
+    m.eval()
+    qm = Q.quantize(m, [x])
+    with torch.inference_mode():
+        a = qm(x).feats
+        qm2 = Q.quantize(m, [x])
+        assert torch.equal(qm2(x).feats, a)
+    with torch.no_grad():
+        b = qm(x).feats
+    assert torch.equal(a, b) and not b.requires_grad
+
+
+# ---- the example network -----------------------------------------------------------
+
+DATA = os.environ.get("VOXCONV_DATA_DIR", os.path.join(os.path.dirname(REPO), "shared", "data"))
+SCAN = os.path.join(DATA, "scans", "semantickitti_00_000000.bin")
+HELDOUT = os.path.join(DATA, "scans", "kitti_000000.bin")
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location(
+        "voxconv_example_train_segmentation",
+        os.path.join(REPO, "examples", "train_segmentation.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_example_network_sqnr_and_agreement():
+    """MiniMinkUNet (--small widths 8,16,24,32, 0.4 m voxels), 30 AdamW steps
+    on the SemanticKITTI scan (or the example's synthetic scene), calibrated
+    (min/max) on that scan, evaluated on another (KITTI object frame 000000;
+    synthetic: another seed).
+
+    Measured (CPU, real scans, 30 steps, seeds 0-7): per-layer SQNR on the
+    calibration scan >= 32.3 dB for every layer and seed; on the held-out
+    scan per-layer minimum 12.6-33.5 dB (deep layers saturate where the new
+    scan's activations exceed the calibrated range), median >= 31 dB; argmax
+    agreement with the float model 97.5-98.8 % held out, 98.5-99.4 % on the
+    calibration scan (a briefly trained net has many near ties). So the
+    asserted bounds: every layer >= 30 dB on the calibration scan, median
+    >= 28 dB held out, agreement >= 95 % held out (2.5 points under the worst
+    seed). The 99 % target of the issue is not reached by this setup."""
+    ex = _example()
+    torch.manual_seed(0)
+    if os.path.exists(SCAN) and os.path.exists(HELDOUT):
+        pts, lab = ex.load_scan(SCAN, os.path.splitext(SCAN)[0] + ".label")
+        p2 = torch.from_numpy(np.fromfile(HELDOUT, "<f4").reshape(-1, 4).copy())
+        source = "real scans"
+    else:
+        pts, lab = ex.synthetic_scan(40000, seed=0)
+        p2, _ = ex.synthetic_scan(40000, seed=1)
+        source = "synthetic scenes"
+    x, target, _ = ex.voxelize_scan(pts, lab, 0.4, "cpu")
+    x2, _, _ = ex.voxelize_scan(p2, torch.full((len(p2),), -1), 0.4, "cpu")
+    model = ex.MiniMinkUNet(x.num_channels, len(ex.CLASSES), [8, 16, 24, 32])
+    opt = torch.optim.AdamW(model.parameters(), 2e-2)
+    loss_fn = torch.nn.CrossEntropyLoss(ignore_index=ex.IGNORE)
+    for _ in range(30):
+        model.train()
+        opt.zero_grad()
+        loss_fn(model(x), target).backward()
+        opt.step()
+    model.eval()
+    qm = Q.quantize(model, [x])
+    assert sum(isinstance(m, Q._QuantizedConvBase) for m in qm.modules()) == 14
+    rep_cal = Q.sqnr_report(model, qm, x)
+    rep_new = Q.sqnr_report(model, qm, x2)
+    with torch.inference_mode():
+        agree_new = float((model(x2).argmax(1) == qm(x2).argmax(1)).float().mean())
+        agree_cal = float((model(x).argmax(1) == qm(x).argmax(1)).float().mean())
+    print(f"\n{source}: calibration scan ({len(x)} voxels)\n{rep_cal}\n"
+          f"held-out scan ({len(x2)} voxels)\n{rep_new}\n"
+          f"argmax agreement: held out {100 * agree_new:.2f} %, calibration scan "
+          f"{100 * agree_cal:.2f} %")
+    assert rep_cal.min() >= 30, str(rep_cal)
+    held = sorted(db for _n, _k, db in rep_new)
+    assert held[len(held) // 2] >= 28, str(rep_new)
+    assert agree_new >= 0.95 and agree_cal >= 0.97
+
+
+# ---- CUDA -------------------------------------------------------------------------
+
+@pytest.mark.skipif(not cuda_usable(), reason="no CUDA")
+def test_cuda_raises_cpu_only():
+    x = _sparse(200, 8, 3, seed=31)
+    m = vnn.Sequential(vnn.SparseConv3d(3, 4))
+    qm = Q.quantize(m, [x]).cuda()
+    with pytest.raises(voxconv.UnsupportedError, match="CPU only"):
+        qm(x.cuda() if hasattr(x, "cuda") else x.to("cuda"))
