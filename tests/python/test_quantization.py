@@ -65,6 +65,40 @@ def _fmaf(a, m, b):
     return r
 
 
+def _round_f32_exact(q):
+    """Fraction -> nearest float32, ties to even, by comparing neighbours."""
+    from fractions import Fraction
+    c = np.float32(float(q))
+    best = None
+    for cand in (np.nextafter(c, np.float32(-np.inf)), c, np.nextafter(c, np.float32(np.inf))):
+        d = abs(Fraction(float(cand)) - q)
+        key = (d, int(np.array(cand, np.float32).view(np.int32)) & 1)
+        if best is None or key < best[0]:
+            best = (key, cand)
+    return best[1]
+
+
+def test_fmaf_emulation_against_exact_rationals():
+    """The oracle itself: _fmaf against exact rational arithmetic, on random
+    values and on a crafted double-rounding case (the float64 sum lands on
+    a float32 midpoint with the exact value just below it)."""
+    from fractions import Fraction
+    rng = np.random.default_rng(0)
+    a = rng.integers(-2 ** 20, 2 ** 20, 4000).astype(np.float32)
+    m = (rng.standard_normal(4000) * 1e-4).astype(np.float32)
+    b = (rng.standard_normal(4000) * rng.choice([1e-3, 1.0, 1e3], 4000)).astype(np.float32)
+    a = np.append(a, np.float32(2.0 ** -16 * (1 + 2.0 ** -23)))
+    m = np.append(m, np.float32(1 - 2.0 ** -23))
+    b = np.append(b, np.float32(256 + 2.0 ** -15))
+    got = _fmaf(a, m, b)
+    for i in range(len(a)):
+        exact = Fraction(float(a[i])) * Fraction(float(m[i])) + Fraction(float(b[i]))
+        assert got[i] == _round_f32_exact(exact), (i, a[i], m[i], b[i])
+    # the crafted case: naive float32(float64 sum) would tie to even upwards
+    naive = np.float32(np.float64(a[-1]) * np.float64(m[-1]) + np.float64(b[-1]))
+    assert got[-1] == np.float32(256 + 2.0 ** -15) and naive != got[-1]
+
+
 def _epilogue(acc, x_scale, w_scale, bias, relu, y_scale=None):
     a = acc.astype(np.float32)                       # (float)acc, nearest even
     m = np.float32(x_scale) * w_scale.astype(np.float32)   # one fp32 multiply
@@ -389,3 +423,24 @@ def test_cuda_raises_cpu_only():
     qm = Q.quantize(m, [x]).cuda()
     with pytest.raises(voxconv.UnsupportedError, match="CPU only"):
         qm(x.cuda() if hasattr(x, "cuda") else x.to("cuda"))
+
+
+def test_quantize_int8_output_calibrates_output_scales():
+    x = _sparse(600, 10, 4, seed=41)
+    m = vnn.Sequential(vnn.SparseConv3d(4, 8), vnn.SparseBatchNorm(8), vnn.SparseReLU(),
+                       vnn.SparseConv3d(8, 6))
+    _randomize_bn(m[1].module, 8, 3)
+    m.eval()
+    qm = Q.quantize(m, [x], output="int8")
+    with torch.no_grad():
+        h = m[2](m[1](m[0](x))).feats
+    assert qm[0].y_scale == float(torch.tensor(float(h.abs().max())) / 127)
+    y = qm(x).feats
+    # every output is a multiple of the last layer's y_scale, within +-127
+    ys = torch.tensor(qm[3].y_scale)
+    k = torch.round(y / ys)
+    assert torch.equal(k * ys, y) and k.abs().max() <= 127
+    rep = Q.sqnr_report(m, qm, x)
+    assert rep.min() > 25, str(rep)
+    with pytest.raises(voxconv.InvalidArgumentError):
+        Q.quantize(m, [x], output="int4")
