@@ -119,6 +119,19 @@ static voxconv_status_t check_owner(voxconv_handle_t *h, const char *func,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* A map whose build (or inversion) failed: everything it holds is freed
+ * and the build's status returned. */
+static voxconv_status_t discard_failed(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                       voxconv_status_t st) {
+  vc_kmap_free_buffers(h, m);
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    vc_cuda_kmap_free_priv(h, m);
+#endif
+  free(m);
+  return st;
+}
+
 voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
                                     const voxconv_kmap_desc_t *desc,
                                     const voxconv_coords_t *in,
@@ -271,15 +284,8 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
   else
 #endif
     st = vc_cpu_kmap_build(h, m, in, out);
-  if (st != VOXCONV_STATUS_SUCCESS) {
-    vc_kmap_free_buffers(h, m);
-#ifdef VOXCONV_HAVE_CUDA
-    if (h->backend == VOXCONV_BACKEND_CUDA)
-      vc_cuda_kmap_free_priv(h, m);
-#endif
-    free(m);
-    return st;
-  }
+  if (st != VOXCONV_STATUS_SUCCESS)
+    return discard_failed(h, m, st);
   m->pairs_bound = m->n_pairs;
   *kmap = m;
   return VOXCONV_STATUS_SUCCESS;
@@ -342,15 +348,8 @@ voxconv_status_t voxconv_kmap_inverse(voxconv_handle_t *h,
 #endif
       st = vc_cpu_kmap_inverse(h, fwd, m);
   }
-  if (st != VOXCONV_STATUS_SUCCESS) {
-    vc_kmap_free_buffers(h, m);
-#ifdef VOXCONV_HAVE_CUDA
-    if (h->backend == VOXCONV_BACKEND_CUDA)
-      vc_cuda_kmap_free_priv(h, m);
-#endif
-    free(m);
-    return st;
-  }
+  if (st != VOXCONV_STATUS_SUCCESS)
+    return discard_failed(h, m, st);
   m->pairs_bound = m->n_pairs;
   *inv = m;
   return VOXCONV_STATUS_SUCCESS;

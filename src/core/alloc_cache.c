@@ -341,11 +341,6 @@ void vc_alloc_cache_put(voxconv_handle_t *h, void *p) {
   c->idle_bytes += cb;
 }
 
-size_t vc_alloc_cache_idle_bytes(const voxconv_handle_t *h) {
-  const vc_alloc_cache_t *c = h->alloc_cache;
-  return c ? c->idle_bytes : 0;
-}
-
 voxconv_status_t voxconv_release_cached_memory(voxconv_handle_t *h) {
   VC_CHECK_NULL(NULL, h, "handle");
   vc_clear_error(h);

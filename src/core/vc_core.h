@@ -54,7 +54,6 @@ void vc_alloc_cache_destroy(voxconv_handle_t *h);
 void vc_alloc_cache_release(voxconv_handle_t *h);
 void *vc_alloc_cache_get(voxconv_handle_t *h, size_t bytes);
 void vc_alloc_cache_put(voxconv_handle_t *h, void *ptr);
-size_t vc_alloc_cache_idle_bytes(const voxconv_handle_t *h);
 
 /* Records a failure with context on h (or the calling thread when h is NULL)
  * and returns `status`, so call sites read `return vc_fail(h, ...)`. */

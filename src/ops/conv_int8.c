@@ -59,18 +59,7 @@ static voxconv_status_t check_opt(voxconv_handle_t *h, const char *fn,
                                   const voxconv_conv_options_t *opt) {
   if (!opt)
     return VOXCONV_STATUS_SUCCESS;
-  if (opt->fp16_accum != VOXCONV_UNSET && opt->fp16_accum != VOXCONV_FALSE &&
-      opt->fp16_accum != VOXCONV_TRUE)
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: opt->fp16_accum=%d is not VOXCONV_UNSET(0), "
-                   "VOXCONV_FALSE(1) or VOXCONV_TRUE(2)",
-                   fn, (int)opt->fp16_accum);
-  if (opt->deterministic != VOXCONV_UNSET &&
-      opt->deterministic != VOXCONV_FALSE && opt->deterministic != VOXCONV_TRUE)
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: opt->deterministic=%d is not VOXCONV_UNSET(0), "
-                   "VOXCONV_FALSE(1) or VOXCONV_TRUE(2)",
-                   fn, (int)opt->deterministic);
+  VC_CHECK(vc_check_conv_options(h, fn, opt));
   if (!algo_is_auto(opt->fwd_algo))
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
                    "%s: opt->fwd_algo=\"%s\": int8 algorithms are not in the "

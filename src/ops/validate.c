@@ -67,8 +67,8 @@ static int tristate_valid(voxconv_tristate_t t) {
   return t == VOXCONV_UNSET || t == VOXCONV_FALSE || t == VOXCONV_TRUE;
 }
 
-static voxconv_status_t check_options(voxconv_handle_t *h, const char *fn,
-                                      const voxconv_conv_options_t *opt) {
+voxconv_status_t vc_check_conv_options(voxconv_handle_t *h, const char *fn,
+                                       const voxconv_conv_options_t *opt) {
   if (!opt)
     return VOXCONV_STATUS_SUCCESS;
   if (!tristate_valid(opt->fp16_accum))
@@ -271,7 +271,7 @@ voxconv_status_t vc_validate_conv_forward(
   NULL_ARG(x, "x");
   NULL_ARG(w, "w");
   NULL_ARG(y, "y");
-  VC_CHECK(check_options(h, fn, opt));
+  VC_CHECK(vc_check_conv_options(h, fn, opt));
   const vc_arg_t args[3] = {arg_feats("x", x), arg_weights("w", w),
                             arg_feats("y", y)};
   VC_CHECK(check_dtypes_backend(h, fn, kmap, args, 3));
@@ -302,7 +302,7 @@ voxconv_status_t vc_validate_conv_dgrad(
   NULL_ARG(dy, "dy");
   NULL_ARG(w, "w");
   NULL_ARG(dx, "dx");
-  VC_CHECK(check_options(h, fn, opt));
+  VC_CHECK(vc_check_conv_options(h, fn, opt));
   const vc_arg_t args[3] = {arg_feats("dy", dy), arg_weights("w", w),
                             arg_feats("dx", dx)};
   VC_CHECK(check_dtypes_backend(h, fn, kmap, args, 3));
@@ -333,7 +333,7 @@ voxconv_status_t vc_validate_conv_wgrad(
   NULL_ARG(x, "x");
   NULL_ARG(dy, "dy");
   NULL_ARG(dw, "dw");
-  VC_CHECK(check_options(h, fn, opt));
+  VC_CHECK(vc_check_conv_options(h, fn, opt));
   const vc_arg_t args[3] = {arg_feats("x", x), arg_feats("dy", dy),
                             arg_weights("dw", dw)};
   VC_CHECK(check_dtypes_backend(h, fn, kmap, args, 3));
@@ -394,7 +394,7 @@ vc_validate_depthwise(voxconv_handle_t *h, voxconv_pass_t pass,
   NULL_ARG(a, na);
   NULL_ARG(b, nb);
   NULL_ARG(c, nc);
-  VC_CHECK(check_options(h, fn, opt));
+  VC_CHECK(vc_check_conv_options(h, fn, opt));
   const vc_arg_t args[3] = {arg_feats(na, a), arg_feats(nb, b),
                             arg_feats(nc, c)};
   VC_CHECK(check_dtypes_backend(h, fn, kmap, args, 3));

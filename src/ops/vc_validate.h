@@ -29,6 +29,10 @@ int vc_resolve_deterministic(const voxconv_handle_t *h,
  * public function's name for the message. One function so that every op
  * reports a missing handle the same way. */
 voxconv_status_t vc_op_begin(voxconv_handle_t *h, const char *fn);
+/* The tristate fields of conv options (NULL options are valid), with fn's
+ * name in the message; shared by the float and int8 entry points. */
+voxconv_status_t vc_check_conv_options(voxconv_handle_t *h, const char *fn,
+                                       const voxconv_conv_options_t *opt);
 
 /* Number of elements of a feature tensor (rows * channels), validated. */
 int64_t vc_feats_elems(const voxconv_feats_t *f);
