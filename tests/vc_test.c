@@ -78,6 +78,9 @@ void vc_poison(void *data, voxconv_dtype_t dtype, int64_t n) {
     case VOXCONV_DTYPE_F16: ((uint16_t *)data)[i] = POISON_16; break;
     case VOXCONV_DTYPE_BF16: ((uint16_t *)data)[i] = POISON_BF16; break;
     case VOXCONV_DTYPE_F64: ((uint64_t *)data)[i] = POISON_F64; break;
+    case VOXCONV_DTYPE_I8:
+    case VOXCONV_DTYPE_I32: /* integers have no NaN: int8 tests poison themselves */
+      break;
     }
   }
 }
@@ -88,6 +91,9 @@ int vc_is_poison(const void *data, voxconv_dtype_t dtype, int64_t i) {
   case VOXCONV_DTYPE_F16: return ((const uint16_t *)data)[i] == POISON_16;
   case VOXCONV_DTYPE_BF16: return ((const uint16_t *)data)[i] == POISON_BF16;
   case VOXCONV_DTYPE_F64: return ((const uint64_t *)data)[i] == POISON_F64;
+  case VOXCONV_DTYPE_I8:
+  case VOXCONV_DTYPE_I32:
+    break;
   }
   return 0;
 }
