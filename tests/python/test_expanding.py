@@ -2,7 +2,9 @@
 (voxconv.h "kernel maps": EXPANDING, padded + padding[], out_shape,
 voxconv_kmap_inverse), against rules computed here independently (numpy
 for output sets, torch's dense conv3d / conv_transpose3d in float64 for
-values)."""
+values). Values run in float64 on the CPU and float32 on CUDA (float64 is
+the CPU reference path), each held to the bound its format gives
+(`_assert_at_fp_bound`)."""
 
 import itertools
 
@@ -21,6 +23,35 @@ import ref
 def _grid(n, G, batches, gen=None):
     c = ref.rand_coords(n, G, batches, gen=gen)
     return c
+
+
+def _dt(device):
+    """The widest format the device runs: float64 on the CPU, float32 on
+    CUDA."""
+    return torch.float64 if torch.device(device).type == "cpu" else torch.float32
+
+
+def _randn(*shape, dtype):
+    """float64 values exactly representable in `dtype`: the reference sees
+    the same inputs as the op, so only the op's arithmetic is measured."""
+    return torch.randn(*shape, dtype=torch.float64).to(dtype).double()
+
+
+def _assert_at_fp_bound(got, want, abs_sum, n_terms, dtype):
+    """|got - want| <= (gamma_n(dtype) + u(dtype) + gamma_n(f64)) * S per
+    element, S = sum |x||w| (+|b|) over the element's terms: n rounded
+    products summed in any order (Higham, Accuracy and Stability, 3.1),
+    the result rounded once to `dtype`, and the float64 reference's own
+    error. No margin beyond the formats."""
+    def gamma(n, u):
+        return n * u / (1 - n * u)
+    u = torch.finfo(dtype).eps / 2
+    u64 = torch.finfo(torch.float64).eps / 2
+    bound = (gamma(n_terms, u) + u + gamma(n_terms, u64)) * abs_sum
+    err = (got.detach().cpu().double() - want).abs()
+    assert got.shape == want.shape and torch.isfinite(got).all()
+    worst = (err - bound).max().item() if err.numel() else 0.0
+    assert worst <= 0, f"error exceeds the {dtype} bound by {worst} (max err {err.max()})"
 
 
 def expanding_set(coords, ks, st, dl, pad, out_shape):
@@ -82,22 +113,25 @@ def test_expanding_matches_dense_conv3d(device, ks, st, dl, pad):
     coords = ref.rand_coords(120, 7, 2)
     coords = coords[(coords[:, 1] < G[0]) & (coords[:, 2] < G[1]) & (coords[:, 3] < G[2])]
     cin, cout = 3, 4
-    x = torch.randn(len(coords), cin, dtype=torch.float64)
-    w = torch.randn(ks[0] * ks[1] * ks[2], cin, cout, dtype=torch.float64)
-    b = torch.randn(cout, dtype=torch.float64)
+    dt = _dt(device)
+    x = _randn(len(coords), cin, dtype=dt)
+    w = _randn(ks[0] * ks[1] * ks[2], cin, cout, dtype=dt)
+    b = _randn(cout, dtype=dt)
     osh = conv_out_shape(G, ks, st, dl, pad)
-    inp = voxconv.SparseTensor(x.to(device), coords.to(device))
-    y = voxconv.spatially_sparse_conv(inp, w.to(device), ks, st, dl, bias=b.to(device),
+    inp = voxconv.SparseTensor(x.to(device, dt), coords.to(device))
+    y = voxconv.spatially_sparse_conv(inp, w.to(device, dt), ks, st, dl, bias=b.to(device, dt),
                                       padding=pad, expand=True, out_shape=osh)
     want = expanding_set(coords.numpy(), ks, st, dl, pad, osh)
     assert y.coords.cpu().numpy().tolist() == want.tolist()
     assert y.tensor_stride == st
     dense = voxconv.SparseTensor(x, coords).dense(spatial_shape=G, batch_size=2)
     yd = tF.conv3d(dense, _dense_w(w, ks), b, stride=st, padding=pad, dilation=dl)
+    ya = tF.conv3d(dense.abs(), _dense_w(w.abs(), ks), b.abs(), stride=st, padding=pad,
+                   dilation=dl)
     assert tuple(yd.shape[2:]) == osh
     c = y.coords.cpu().long()
-    torch.testing.assert_close(y.feats.cpu(), yd[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]],
-                               rtol=1e-10, atol=1e-10)
+    sel = (c[:, 0], slice(None), c[:, 1], c[:, 2], c[:, 3])
+    _assert_at_fp_bound(y.feats, yd[sel], ya[sel], len(w) * cin + 1, dt)
     # every non-zero of the dense result is an output of the sparse one
     occ = tF.conv3d((dense.abs().sum(1, keepdim=True) > 0).double(),
                     torch.ones(1, 1, *ks, dtype=torch.float64), stride=st, padding=pad,
@@ -108,10 +142,11 @@ def test_expanding_matches_dense_conv3d(device, ks, st, dl, pad):
 def test_expanding_unbounded_set(device):
     coords = ref.rand_coords(60, 6, 1)
     for ks, st, dl, pad in GEOMS:
-        inp = voxconv.SparseTensor(torch.randn(len(coords), 2, dtype=torch.float64).to(device),
+        dt = _dt(device)
+        inp = voxconv.SparseTensor(torch.randn(len(coords), 2, dtype=dt).to(device),
                                    coords.to(device))
         y = voxconv.spatially_sparse_conv(
-            inp, torch.randn(ks[0] * ks[1] * ks[2], 2, 2, dtype=torch.float64).to(device),
+            inp, torch.randn(ks[0] * ks[1] * ks[2], 2, 2, dtype=dt).to(device),
             ks, st, dl, padding=pad, expand=True)
         assert y.coords.cpu().numpy().tolist() == expanding_set(
             coords.numpy(), ks, st, dl, pad, None).tolist()
@@ -125,22 +160,24 @@ def test_generative_padding_out_shape_matches_conv_transpose3d(device, ks, st, d
     coords = ref.rand_coords(40, 6, 2)
     coords = coords[(coords[:, 1] < G[0]) & (coords[:, 2] < G[1]) & (coords[:, 3] < G[2])]
     cin, cout = 2, 3
-    x = torch.randn(len(coords), cin, dtype=torch.float64)
-    w = torch.randn(ks[0] * ks[1] * ks[2], cin, cout, dtype=torch.float64)
+    dt = _dt(device)
+    x = _randn(len(coords), cin, dtype=dt)
+    w = _randn(ks[0] * ks[1] * ks[2], cin, cout, dtype=dt)
     osh = tuple((g - 1) * s - 2 * p + d * (k - 1) + 1
                 for g, k, s, d, p in zip(G, ks, st, dl, pad))
-    inp = voxconv.SparseTensor(x.to(device), coords.to(device), tensor_stride=st)
-    y = voxconv.spatially_sparse_conv(inp, w.to(device), ks, st, dl, generative=True,
+    inp = voxconv.SparseTensor(x.to(device, dt), coords.to(device), tensor_stride=st)
+    y = voxconv.spatially_sparse_conv(inp, w.to(device, dt), ks, st, dl, generative=True,
                                       padding=pad, out_shape=osh)
     assert y.coords.cpu().numpy().tolist() == generative_set(
         coords.numpy(), ks, st, dl, pad, osh).tolist()
     dense = voxconv.SparseTensor(x, coords).dense(spatial_shape=G, batch_size=2)
     W = w.reshape(*ks, cin, cout).permute(3, 4, 0, 1, 2)  # [Cin, Cout, kx, ky, kz]
     yd = tF.conv_transpose3d(dense, W, stride=st, padding=pad, dilation=dl)
+    ya = tF.conv_transpose3d(dense.abs(), W.abs(), stride=st, padding=pad, dilation=dl)
     assert tuple(yd.shape[2:]) == osh
     c = y.coords.cpu().long()
-    torch.testing.assert_close(y.feats.cpu(), yd[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]],
-                               rtol=1e-10, atol=1e-10)
+    sel = (c[:, 0], slice(None), c[:, 1], c[:, 2], c[:, 3])
+    _assert_at_fp_bound(y.feats, yd[sel], ya[sel], len(w) * cin, dt)
     assert int((yd.abs().sum(1) > 0).sum()) <= len(y)
 
 
@@ -152,33 +189,35 @@ def test_inverse_matches_conv_transpose3d_and_transposed(device, ks, st, pad, ex
     G = (8, 7, 9)
     coords = ref.rand_coords(100, 9, 2)
     coords = coords[(coords[:, 1] < G[0]) & (coords[:, 2] < G[1]) & (coords[:, 3] < G[2])]
-    x = torch.randn(len(coords), 2, dtype=torch.float64)
+    dt = _dt(device)
+    x = _randn(len(coords), 2, dtype=dt)
     K = ks[0] * ks[1] * ks[2]
-    w1 = torch.randn(K, 2, 3, dtype=torch.float64)
-    w2 = torch.randn(K, 3, 2, dtype=torch.float64)
-    inp = voxconv.SparseTensor(x.to(device), coords.to(device))
+    w1 = _randn(K, 2, 3, dtype=dt)
+    w2 = _randn(K, 3, 2, dtype=dt)
+    inp = voxconv.SparseTensor(x.to(device, dt), coords.to(device))
     osh = conv_out_shape(G, ks, st, (1, 1, 1), pad) if expand else None
-    down = voxconv.spatially_sparse_conv(inp, w1.to(device), ks, st, padding=pad,
+    down = voxconv.spatially_sparse_conv(inp, w1.to(device, dt), ks, st, padding=pad,
                                          expand=expand, out_shape=osh)
-    up = voxconv.spatially_sparse_conv(down, w2.to(device), ks, st, padding=pad,
+    up = voxconv.spatially_sparse_conv(down, w2.to(device, dt), ks, st, padding=pad,
                                        expand=expand, out_shape=osh, inverse=True,
                                        out_coords=inp)
     assert up.coordinate_set is inp.coordinate_set
     # the same as a transposed map onto the forward's input coordinates
-    up2 = voxconv.spatially_sparse_conv(down, w2.to(device), ks, st, transposed=True,
+    up2 = voxconv.spatially_sparse_conv(down, w2.to(device, dt), ks, st, transposed=True,
                                         padding=pad, out_coords=inp)
-    torch.testing.assert_close(up.feats, up2.feats, rtol=1e-12, atol=1e-12)
     # and conv_transpose3d with the forward's padding at the input sites
     p = pad if pad is not None else tuple((k - 1) // 2 for k in ks)
     # a coarse grid large enough that the transposed output covers G
     dsh = tuple((g + pp) // s + 2 for g, pp, s in zip(G, p, st))
-    dd = down.cpu().dense(spatial_shape=dsh, batch_size=2)
+    dd = down.cpu().dense(spatial_shape=dsh, batch_size=2).double()
     W = w2.reshape(*ks, 3, 2).permute(3, 4, 0, 1, 2)
     yd = tF.conv_transpose3d(dd, W, stride=st, padding=p)
+    ya = tF.conv_transpose3d(dd.abs(), W.abs(), stride=st, padding=p)
     assert all(yd.shape[a + 2] >= G[a] for a in range(3))
     c = coords.long()
-    torch.testing.assert_close(up.feats.cpu(), yd[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]],
-                               rtol=1e-10, atol=1e-10)
+    sel = (c[:, 0], slice(None), c[:, 1], c[:, 2], c[:, 3])
+    for got in (up.feats, up2.feats):
+        _assert_at_fp_bound(got, yd[sel], ya[sel], K * 3, dt)
     # the inverse map is cached beside the forward one
     km, _ = inp.manager.inverse_kernel_map(
         inp.coordinate_set, voxconv.kmap.KMAP_EXPANDING if expand else 1, ks, st, (1, 1, 1),
@@ -231,9 +270,10 @@ def test_map_cache_keys():
 def test_modules_and_pooling(device):
     G = (8, 8, 8)
     coords = ref.rand_coords(80, 8, 1).to(device)
-    x = torch.randn(len(coords), 4, dtype=torch.float64, device=device)
+    dt = _dt(device)
+    x = torch.randn(len(coords), 4, dtype=dt, device=device)
     inp = voxconv.SparseTensor(x, coords)
-    conv = vnn.SparseConv3d(4, 5, 3, 2, padding=1, expand=True, out_shape=(4, 4, 4)).double()
+    conv = vnn.SparseConv3d(4, 5, 3, 2, padding=1, expand=True, out_shape=(4, 4, 4)).to(dt)
     conv.to(device)
     assert "expand=True" in repr(conv) and "padding=(1, 1, 1)" in repr(conv)
     y = conv(inp)
@@ -241,17 +281,19 @@ def test_modules_and_pooling(device):
                          (4, 4, 4))
     assert y.coords.cpu().numpy().tolist() == want.tolist()
     inv = vnn.SparseConv3d(5, 4, 3, 2, padding=1, expand=True, out_shape=(4, 4, 4),
-                           inverse=True).double().to(device)
+                           inverse=True).to(device, dt)
     z = inv(y, out_coords=inp)
     assert z.coordinate_set is inp.coordinate_set
-    dw = vnn.SparseDepthwiseConv3d(4, 3, 2, padding=1, expand=True, out_shape=4).double().to(device)
+    dw = vnn.SparseDepthwiseConv3d(4, 3, 2, padding=1, expand=True, out_shape=4).to(device, dt)
     yd = dw(inp)
-    dense = inp.cpu().dense(spatial_shape=G, batch_size=1)
-    wd = dw.weight.detach().cpu().t().reshape(4, 1, 3, 3, 3)
-    ref_d = tF.conv3d(dense, wd, dw.bias.detach().cpu(), stride=2, padding=1, groups=4)
+    dense = inp.cpu().dense(spatial_shape=G, batch_size=1).double()
+    wd = dw.weight.detach().cpu().double().t().reshape(4, 1, 3, 3, 3)
+    bd = dw.bias.detach().cpu().double()
+    ref_d = tF.conv3d(dense, wd, bd, stride=2, padding=1, groups=4)
+    ref_a = tF.conv3d(dense.abs(), wd.abs(), bd.abs(), stride=2, padding=1, groups=4)
     c = yd.coords.cpu().long()
-    torch.testing.assert_close(yd.feats.cpu(), ref_d[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]],
-                               rtol=1e-10, atol=1e-10)
+    sel = (c[:, 0], slice(None), c[:, 1], c[:, 2], c[:, 3])
+    _assert_at_fp_bound(yd.feats, ref_d[sel], ref_a[sel], 27 + 1, dt)
     pool = vnn.SparseMaxPool3d(3, 2, padding=1, expand=True, out_shape=4)
     p = pool(inp)
     assert p.coords.cpu().tolist() == expanding_set(coords.cpu().numpy(), (3, 3, 3), (2, 2, 2),
@@ -259,7 +301,9 @@ def test_modules_and_pooling(device):
     dmax = tF.max_pool3d(torch.where(dense != 0, dense, torch.full_like(dense, -1e300)),
                          3, 2, padding=1)
     c = p.coords.cpu().long()
-    torch.testing.assert_close(p.feats.cpu(), dmax[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]])
+    # a maximum is one of its inputs: exact in any format
+    torch.testing.assert_close(p.feats.cpu().double(), dmax[c[:, 0], :, c[:, 1], c[:, 2], c[:, 3]],
+                               rtol=0, atol=0)
     # defaults unchanged
     m = vnn.SparseConv3d(4, 4, 3)
     assert m._geo is None and m.padding is None and not m.expand
