@@ -23,7 +23,31 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_bench as tb  # noqa: E402
-from a_profile import load_a_network  # noqa: E402
+from a_profile import load_a_network, names  # noqa: E402
+
+
+def host_per_module(net, coords, feats, dy, repeat):
+    """Median host time of each module call in a forward with autograd
+    (no sync inside), then the backward; ms."""
+    labels = names(net)
+    per = {n: [] for n in ["tensor"] + labels}
+    for _ in range(repeat):
+        leaf = feats.detach().clone().requires_grad_()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        x = tb.voxconv.SparseTensor(leaf, coords)
+        per["tensor"].append(time.perf_counter() - t)
+        for n, m in zip(labels, net):
+            t = time.perf_counter()
+            x = m(x)
+            per[n].append(time.perf_counter() - t)
+        x.feats.backward(dy)
+        torch.cuda.synchronize()
+        for p in net.parameters():
+            p.grad = None
+    med = {n: 1e3 * statistics.median(v) for n, v in per.items()}
+    print(f"host ms per module with autograd (sum {sum(med.values()):.3f}): " +
+          ", ".join(f"{n} {v:.3f}" for n, v in med.items()))
 
 
 def phases(net, coords, feats, dy):
@@ -169,6 +193,7 @@ def main():
     print(f"PyTorch, median of {args.repeat}: forward (autograd) host {1e3 * med[0]:.3f} ms, "
           f"GPU-to-GPU {med[2]:.3f} ms; backward host {1e3 * med[1]:.3f} ms, "
           f"GPU-to-GPU {med[3]:.3f} ms; total {med[2] + med[3]:.3f} ms")
+    host_per_module(net, coords, feats, dy, args.repeat)
     profile_once(net, coords, feats, dy, args.trace)
     if args.tool:
         tool_phases(args.tool, args.data_dir, args.dtype, args.repeat)

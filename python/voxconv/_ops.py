@@ -250,6 +250,55 @@ def _dw_wgrad(x, dy, km, cfg):
     return dw
 
 
+def _launch_feats(fn, name, km, mode, ts):
+    """fn(h, map, [mode,] *ts) with ts feature tensors (None passes NULL):
+    pooling and unpooling on the handle's scratch structs, as _launch."""
+    h = _runtime.handle_for_tensor(ts[-1])
+    if h.stream != km._last_user:
+        km.use_on(h)
+    with h.lock:
+        refs = []
+        for (f, r), t in zip(h.feats4, ts):
+            if t is None:
+                refs.append(None)
+                continue
+            f.data = t.data_ptr() or None
+            f.rows, f.channels = t.shape
+            f.dtype = _DT[t.dtype]
+            refs.append(r)
+        st = fn(h.ptr, km.ptr, mode, *refs) if mode is not None else fn(h.ptr, km.ptr, *refs)
+        _runtime._last_handle = h
+        if st:
+            _lib.raise_for_status(st, h.ptr, name)
+
+
+def _pool_fwd(x, km, mode):
+    y = x.new_empty((km.n_out, x.shape[1]))
+    _launch_feats(lib.voxconv_pool_forward, "voxconv_pool_forward", km, mode, (x, y))
+    return y
+
+
+def _pool_bwd(x, y, dy, km, n_in, mode):
+    dx = dy.new_empty((n_in, dy.shape[1]))
+    if mode != _lib.POOL_MAX:
+        x = y = None
+    _launch_feats(lib.voxconv_pool_backward, "voxconv_pool_backward", km, mode,
+                  (x, y, dy, dx))
+    return dx
+
+
+def _unpool_fwd(x, km):
+    y = x.new_empty((km.n_in, x.shape[1]))
+    _launch_feats(lib.voxconv_unpool_forward, "voxconv_unpool_forward", km, None, (x, y))
+    return y
+
+
+def _unpool_bwd(dy, km, n_coarse):
+    dx = dy.new_empty((n_coarse, dy.shape[1]))
+    _launch_feats(lib.voxconv_unpool_backward, "voxconv_unpool_backward", km, None, (dy, dx))
+    return dx
+
+
 # (forward, dgrad, wgrad) of the two weighted convolutions.
 _PASSES = {"conv": (_conv_fwd, _conv_dgrad, _conv_wgrad),
            "depthwise": (_dw_fwd, _dw_dgrad, _dw_wgrad)}
@@ -326,7 +375,7 @@ def _first_order_only(dy):
 class _PoolFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, km, mode):
-        y = pool_forward_impl(x, km.id, km.n_out, mode)
+        y = _pool_fwd(x, km, mode)
         if mode == _lib.POOL_MAX:
             ctx.save_for_backward(x, y)
         ctx.km, ctx.mode, ctx.n_in = km, mode, x.shape[0]
@@ -338,20 +387,19 @@ class _PoolFn(torch.autograd.Function):
         x = y = None
         if ctx.mode == _lib.POOL_MAX:
             x, y = ctx.saved_tensors
-        return (pool_backward_impl(x, y, dy.contiguous(), ctx.km.id, ctx.n_in, ctx.mode),
-                None, None)
+        return _pool_bwd(x, y, dy.contiguous(), ctx.km, ctx.n_in, ctx.mode), None, None
 
 
 class _UnpoolFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, km):
         ctx.km, ctx.n_coarse = km, x.shape[0]
-        return unpool_forward_impl(x, km.id, km.n_in)
+        return _unpool_fwd(x, km)
 
     @staticmethod
     def backward(ctx, dy):
         _first_order_only(dy)
-        return unpool_backward_impl(dy.contiguous(), ctx.km.id, ctx.n_coarse), None
+        return _unpool_bwd(dy.contiguous(), ctx.km, ctx.n_coarse), None
 
 
 # ---- layer 2b: torch.library custom ops (torch >= 2.4) ------------------------

@@ -88,6 +88,10 @@ class Handle:
         self.wt = _lib.Weights()
         self.ra, self.rb, self.rc = (ctypes.byref(self.fa), ctypes.byref(self.fb),
                                      ctypes.byref(self.fc))
+        # pooling's backward takes four feature arrays
+        self.fd = _lib.Feats()
+        self.feats4 = ((self.fa, self.ra), (self.fb, self.rb), (self.fc, self.rc),
+                       (self.fd, ctypes.byref(self.fd)))
         self.rw = ctypes.byref(self.wt)
 
     def call(self, name, *args):
