@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 src=${1:-../shared/data}
 mkdir -p .devdata/bench .devdata/scans
 cp -u "$src"/bench/*.bin .devdata/bench/
-for f in semantickitti_00_000000.bin semantickitti_00_000000.label \
+for f in semantickitti_00_000000.bin semantickitti_00_000000.label kitti_000008.bin \
          scannet_scene0000_00.bin kitti_000000.bin \
          nuscenes_n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin; do
   cp -u "$src/scans/$f" .devdata/scans/
