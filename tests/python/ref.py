@@ -108,3 +108,34 @@ def unpool(x_coarse, n_fine, pairs):
     for i, o, _k in pairs:
         y[i] += xd[o]
     return y
+
+
+# ---- format-derived tolerances -------------------------------------------------
+
+def widest_dtype(device):
+    """The widest format the device runs: float64 on the CPU, float32 on
+    CUDA."""
+    return torch.float64 if torch.device(device).type == "cpu" else torch.float32
+
+
+def exact_randn(*shape, dtype):
+    """float64 values exactly representable in `dtype`: the reference sees
+    the same inputs as the op, so only the op's arithmetic is measured."""
+    return torch.randn(*shape, dtype=torch.float64).to(dtype).double()
+
+
+def assert_at_fp_bound(got, want, abs_sum, n_terms, dtype):
+    """|got - want| <= (gamma_n(dtype) + u(dtype) + gamma_n(f64)) * S per
+    element, S = sum |x||w| (+|b|) over the element's terms: n rounded
+    products summed in any order (Higham, Accuracy and Stability, 3.1),
+    the result rounded once to `dtype`, and the float64 reference's own
+    error. No margin beyond the formats."""
+    def gamma(n, u):
+        return n * u / (1 - n * u)
+    u = torch.finfo(dtype).eps / 2
+    u64 = torch.finfo(torch.float64).eps / 2
+    bound = (gamma(n_terms, u) + u + gamma(n_terms, u64)) * abs_sum
+    err = (got.detach().cpu().double() - want).abs()
+    assert got.shape == want.shape and torch.isfinite(got).all()
+    worst = (err - bound).max().item() if err.numel() else 0.0
+    assert worst <= 0, f"error exceeds the {dtype} bound by {worst} (max err {err.max()})"

@@ -4,7 +4,7 @@ voxconv_kmap_inverse), against rules computed here independently (numpy
 for output sets, torch's dense conv3d / conv_transpose3d in float64 for
 values). Values run in float64 on the CPU and float32 on CUDA (float64 is
 the CPU reference path), each held to the bound its format gives
-(`_assert_at_fp_bound`)."""
+(`ref.assert_at_fp_bound`)."""
 
 import itertools
 
@@ -23,35 +23,6 @@ import ref
 def _grid(n, G, batches, gen=None):
     c = ref.rand_coords(n, G, batches, gen=gen)
     return c
-
-
-def _dt(device):
-    """The widest format the device runs: float64 on the CPU, float32 on
-    CUDA."""
-    return torch.float64 if torch.device(device).type == "cpu" else torch.float32
-
-
-def _randn(*shape, dtype):
-    """float64 values exactly representable in `dtype`: the reference sees
-    the same inputs as the op, so only the op's arithmetic is measured."""
-    return torch.randn(*shape, dtype=torch.float64).to(dtype).double()
-
-
-def _assert_at_fp_bound(got, want, abs_sum, n_terms, dtype):
-    """|got - want| <= (gamma_n(dtype) + u(dtype) + gamma_n(f64)) * S per
-    element, S = sum |x||w| (+|b|) over the element's terms: n rounded
-    products summed in any order (Higham, Accuracy and Stability, 3.1),
-    the result rounded once to `dtype`, and the float64 reference's own
-    error. No margin beyond the formats."""
-    def gamma(n, u):
-        return n * u / (1 - n * u)
-    u = torch.finfo(dtype).eps / 2
-    u64 = torch.finfo(torch.float64).eps / 2
-    bound = (gamma(n_terms, u) + u + gamma(n_terms, u64)) * abs_sum
-    err = (got.detach().cpu().double() - want).abs()
-    assert got.shape == want.shape and torch.isfinite(got).all()
-    worst = (err - bound).max().item() if err.numel() else 0.0
-    assert worst <= 0, f"error exceeds the {dtype} bound by {worst} (max err {err.max()})"
 
 
 def expanding_set(coords, ks, st, dl, pad, out_shape):
@@ -113,10 +84,10 @@ def test_expanding_matches_dense_conv3d(device, ks, st, dl, pad):
     coords = ref.rand_coords(120, 7, 2)
     coords = coords[(coords[:, 1] < G[0]) & (coords[:, 2] < G[1]) & (coords[:, 3] < G[2])]
     cin, cout = 3, 4
-    dt = _dt(device)
-    x = _randn(len(coords), cin, dtype=dt)
-    w = _randn(ks[0] * ks[1] * ks[2], cin, cout, dtype=dt)
-    b = _randn(cout, dtype=dt)
+    dt = ref.widest_dtype(device)
+    x = ref.exact_randn(len(coords), cin, dtype=dt)
+    w = ref.exact_randn(ks[0] * ks[1] * ks[2], cin, cout, dtype=dt)
+    b = ref.exact_randn(cout, dtype=dt)
     osh = conv_out_shape(G, ks, st, dl, pad)
     inp = voxconv.SparseTensor(x.to(device, dt), coords.to(device))
     y = voxconv.spatially_sparse_conv(inp, w.to(device, dt), ks, st, dl, bias=b.to(device, dt),
@@ -131,7 +102,7 @@ def test_expanding_matches_dense_conv3d(device, ks, st, dl, pad):
     assert tuple(yd.shape[2:]) == osh
     c = y.coords.cpu().long()
     sel = (c[:, 0], slice(None), c[:, 1], c[:, 2], c[:, 3])
-    _assert_at_fp_bound(y.feats, yd[sel], ya[sel], len(w) * cin + 1, dt)
+    ref.assert_at_fp_bound(y.feats, yd[sel], ya[sel], len(w) * cin + 1, dt)
     # every non-zero of the dense result is an output of the sparse one
     occ = tF.conv3d((dense.abs().sum(1, keepdim=True) > 0).double(),
                     torch.ones(1, 1, *ks, dtype=torch.float64), stride=st, padding=pad,
@@ -142,7 +113,7 @@ def test_expanding_matches_dense_conv3d(device, ks, st, dl, pad):
 def test_expanding_unbounded_set(device):
     coords = ref.rand_coords(60, 6, 1)
     for ks, st, dl, pad in GEOMS:
-        dt = _dt(device)
+        dt = ref.widest_dtype(device)
         inp = voxconv.SparseTensor(torch.randn(len(coords), 2, dtype=dt).to(device),
                                    coords.to(device))
         y = voxconv.spatially_sparse_conv(
@@ -160,9 +131,9 @@ def test_generative_padding_out_shape_matches_conv_transpose3d(device, ks, st, d
     coords = ref.rand_coords(40, 6, 2)
     coords = coords[(coords[:, 1] < G[0]) & (coords[:, 2] < G[1]) & (coords[:, 3] < G[2])]
     cin, cout = 2, 3
-    dt = _dt(device)
-    x = _randn(len(coords), cin, dtype=dt)
-    w = _randn(ks[0] * ks[1] * ks[2], cin, cout, dtype=dt)
+    dt = ref.widest_dtype(device)
+    x = ref.exact_randn(len(coords), cin, dtype=dt)
+    w = ref.exact_randn(ks[0] * ks[1] * ks[2], cin, cout, dtype=dt)
     osh = tuple((g - 1) * s - 2 * p + d * (k - 1) + 1
                 for g, k, s, d, p in zip(G, ks, st, dl, pad))
     inp = voxconv.SparseTensor(x.to(device, dt), coords.to(device), tensor_stride=st)
@@ -177,7 +148,7 @@ def test_generative_padding_out_shape_matches_conv_transpose3d(device, ks, st, d
     assert tuple(yd.shape[2:]) == osh
     c = y.coords.cpu().long()
     sel = (c[:, 0], slice(None), c[:, 1], c[:, 2], c[:, 3])
-    _assert_at_fp_bound(y.feats, yd[sel], ya[sel], len(w) * cin, dt)
+    ref.assert_at_fp_bound(y.feats, yd[sel], ya[sel], len(w) * cin, dt)
     assert int((yd.abs().sum(1) > 0).sum()) <= len(y)
 
 
@@ -189,11 +160,11 @@ def test_inverse_matches_conv_transpose3d_and_transposed(device, ks, st, pad, ex
     G = (8, 7, 9)
     coords = ref.rand_coords(100, 9, 2)
     coords = coords[(coords[:, 1] < G[0]) & (coords[:, 2] < G[1]) & (coords[:, 3] < G[2])]
-    dt = _dt(device)
-    x = _randn(len(coords), 2, dtype=dt)
+    dt = ref.widest_dtype(device)
+    x = ref.exact_randn(len(coords), 2, dtype=dt)
     K = ks[0] * ks[1] * ks[2]
-    w1 = _randn(K, 2, 3, dtype=dt)
-    w2 = _randn(K, 3, 2, dtype=dt)
+    w1 = ref.exact_randn(K, 2, 3, dtype=dt)
+    w2 = ref.exact_randn(K, 3, 2, dtype=dt)
     inp = voxconv.SparseTensor(x.to(device, dt), coords.to(device))
     osh = conv_out_shape(G, ks, st, (1, 1, 1), pad) if expand else None
     down = voxconv.spatially_sparse_conv(inp, w1.to(device, dt), ks, st, padding=pad,
@@ -217,7 +188,7 @@ def test_inverse_matches_conv_transpose3d_and_transposed(device, ks, st, pad, ex
     c = coords.long()
     sel = (c[:, 0], slice(None), c[:, 1], c[:, 2], c[:, 3])
     for got in (up.feats, up2.feats):
-        _assert_at_fp_bound(got, yd[sel], ya[sel], K * 3, dt)
+        ref.assert_at_fp_bound(got, yd[sel], ya[sel], K * 3, dt)
     # the inverse map is cached beside the forward one
     km, _ = inp.manager.inverse_kernel_map(
         inp.coordinate_set, voxconv.kmap.KMAP_EXPANDING if expand else 1, ks, st, (1, 1, 1),
@@ -270,7 +241,7 @@ def test_map_cache_keys():
 def test_modules_and_pooling(device):
     G = (8, 8, 8)
     coords = ref.rand_coords(80, 8, 1).to(device)
-    dt = _dt(device)
+    dt = ref.widest_dtype(device)
     x = torch.randn(len(coords), 4, dtype=dt, device=device)
     inp = voxconv.SparseTensor(x, coords)
     conv = vnn.SparseConv3d(4, 5, 3, 2, padding=1, expand=True, out_shape=(4, 4, 4)).to(dt)
@@ -293,7 +264,7 @@ def test_modules_and_pooling(device):
     ref_a = tF.conv3d(dense.abs(), wd.abs(), bd.abs(), stride=2, padding=1, groups=4)
     c = yd.coords.cpu().long()
     sel = (c[:, 0], slice(None), c[:, 1], c[:, 2], c[:, 3])
-    _assert_at_fp_bound(yd.feats, ref_d[sel], ref_a[sel], 27 + 1, dt)
+    ref.assert_at_fp_bound(yd.feats, ref_d[sel], ref_a[sel], 27 + 1, dt)
     pool = vnn.SparseMaxPool3d(3, 2, padding=1, expand=True, out_shape=4)
     p = pool(inp)
     assert p.coords.cpu().tolist() == expanding_set(coords.cpu().numpy(), (3, 3, 3), (2, 2, 2),
