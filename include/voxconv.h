@@ -113,6 +113,12 @@
  *                            call itself (see Kernel maps)
  *  VOXCONV_CUDA_HASH_TINY    testing only: start GPU hash tables tiny to
  *                            exercise the overflow-and-retry path
+ *  VOXCONV_CUDA_SMEM_LIMIT   testing only: shared memory per block a CUDA
+ *                            handle assumes the GPU allows, in bytes
+ *                            ("101376") or KiB ("99K", sm_86's limit); only
+ *                            lowers the device's own figure; read at handle
+ *                            creation. Tiles over it are not eligible (see
+ *                            voxconv_kernel_info_t), as on a smaller GPU
  */
 #ifndef VOXCONV_H
 #define VOXCONV_H
@@ -859,6 +865,14 @@ typedef struct voxconv_kernel_info {
   double occupancy;     /* active warps / max warps per SM */
   /* e.g. "kvol<=343; cin or cout % 8 != 0: zero-padded copies" */
   char constraints[64];
+  /* Shared memory a block may use on this device (its opt-in per-block
+   * limit: 99 KB on sm_86 / sm_89, 163 KB on sm_80, 227 KB on sm_90), and
+   * whether this kernel fits it (smem_bytes <= smem_limit). A kernel that
+   * does not (eligible 0; e.g. mask_gemm's 108 KB tiles 8 and 9 on sm_86)
+   * never runs on this device: the tuner leaves its tile out, and running
+   * it is VOXCONV_STATUS_UNSUPPORTED; blocks_per_sm and occupancy are 0. */
+  size_t smem_limit;
+  int eligible;
 } voxconv_kernel_info_t;
 
 VOXCONV_API voxconv_status_t voxconv_kernel_count(voxconv_handle_t *h,

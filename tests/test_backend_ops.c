@@ -472,6 +472,9 @@ static int64_t max_pairs_per_offset(const mapping_t *m) {
 }
 
 static int g_param_points, g_public_runs, g_unsupported, g_case_counter;
+/* points skipped as over this GPU's shared memory per block (e.g. mask_gemm
+ * tiles 8 and 9 on sm_86; test_smem_limit tests that refusal) */
+static int g_over_smem;
 static int g_pool_checks; /* pooling cases run */
 #define MAX_POINTS 12
 
@@ -529,6 +532,10 @@ static void run_conv_case(const conv_case_t *c) {
           char plabel[160];
           if (!space_point(sp, pt, &prm, plabel, sizeof plabel))
             continue;
+          if (!vc_algo_params_supported(alg, g_gpu, &p, &prm)) {
+            g_over_smem++;
+            continue;
+          }
           char label[400];
           snprintf(label, sizeof label, "%s %s[%s] cin=%lld cout=%lld",
                    c->case_name, alg->info.name, plabel, (long long)c->cin,
@@ -972,8 +979,9 @@ int main(void) {
            s->worst_ratio, s->worst_max_rel, s->worst_norm);
   }
   printf("parameter points run: %d, public calls: %d, unsupported "
-         "(record, problem) pairs: %d\n",
-         g_param_points, g_public_runs, g_unsupported);
+         "(record, problem) pairs: %d, points over this GPU's shared memory "
+         "per block: %d\n",
+         g_param_points, g_public_runs, g_unsupported, g_over_smem);
   /* A VOXCONV_TEST_ALGO=pool run (the sanitizers') runs no conv. */
   VC_EXPECT(g_param_points > 0 || (g_algo_filter && g_pool_checks > 0),
             "no CUDA algorithm ran at all");

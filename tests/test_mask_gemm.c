@@ -173,6 +173,23 @@ static void check_case(const vc_algo_t *algo, const coordset_t *cs,
   p.deterministic = 1;
   p.fp16_accum = pass != VOXCONV_PASS_CONV_WGRAD && prm->v[1] == 16;
   VC_EXPECT(algo->supports(g_gpu, &p), "%s: supports()", label);
+  if (!vc_algo_params_supported(algo, g_gpu, &p, prm)) {
+    /* A tile over this GPU's shared memory per block (tiles 8 and 9 on
+     * sm_86 / sm_89, or under VOXCONV_CUDA_SMEM_LIMIT): run() refuses it by
+     * name before any launch, and the output stays as it was. */
+    voxconv_status_t st = algo->run(g_gpu, &p, prm, NULL);
+    VC_EXPECT(st == VOXCONV_STATUS_UNSUPPORTED &&
+                  strstr(voxconv_get_last_error(g_gpu), "shared memory"),
+              "%s: a tile over the shared-memory limit gave %s: %s", label,
+              voxconv_status_string(st), voxconv_get_last_error(g_gpu));
+    printf("  %-44s not eligible: over this GPU's shared memory per block\n",
+           label);
+    voxconv_free(g_gpu, d_a);
+    voxconv_free(g_gpu, d_b);
+    voxconv_free(g_gpu, d_out);
+    free(host_out);
+    return;
+  }
   size_t ws_bytes = algo->workspace_size ? algo->workspace_size(&p, prm) : 0;
   void *ws = NULL;
   if (ws_bytes)

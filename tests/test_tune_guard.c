@@ -241,20 +241,23 @@ static const vc_algo_t g_perturb = {
     guard_supports,
     NULL,
     NULL,
-    perturb_run};
+    perturb_run,
+    NULL};
 static const vc_algo_t g_drop = {{"guard_drop", VOXCONV_BACKEND_AUTO,
                                   TT_REGULAR, 0,
                                   "test: one kernel offset dropped"},
                                  guard_supports,
                                  NULL,
                                  NULL,
-                                 drop_run};
+                                 drop_run,
+                                 NULL};
 static const vc_algo_t g_scale = {{"guard_scale", VOXCONV_BACKEND_AUTO,
                                    TT_REGULAR, 0, "test: 1% scale error"},
                                   guard_supports,
                                   NULL,
                                   NULL,
-                                  scale_run};
+                                  scale_run,
+                                  NULL};
 
 /* ---- problems on either backend -------------------------------------------
  */
@@ -286,8 +289,10 @@ static int gp_make(gp_t *g, voxconv_handle_t *h, const int32_t *coords,
       return 0;
   }
   voxconv_coords_t in = {(const int32_t *)dcoords, n, {1, 1, 1}};
-  voxconv_kmap_desc_t kd = {
-      VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
+  voxconv_kmap_desc_t kd = {.mode = VOXCONV_KMAP_SUBMANIFOLD,
+                            .kernel_size = {3, 3, 3},
+                            .stride = {1, 1, 1},
+                            .dilation = {1, 1, 1}};
   voxconv_status_t st = vc_test_kmap_build(h, &kd, &in, NULL, &g->kmap);
   if (be == VOXCONV_BACKEND_CUDA)
     voxconv_free(h, dcoords);

@@ -135,8 +135,10 @@ static inline int tt_problem_make(tt_problem_t *t, int g, int64_t cin,
           c[0] = 0, c[1] = x, c[2] = y, c[3] = z;
         }
   voxconv_coords_t in = {t->coords, t->n, {1, 1, 1}};
-  voxconv_kmap_desc_t kd = {
-      VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}};
+  voxconv_kmap_desc_t kd = {.mode = VOXCONV_KMAP_SUBMANIFOLD,
+                            .kernel_size = {3, 3, 3},
+                            .stride = {1, 1, 1},
+                            .dilation = {1, 1, 1}};
   if (vc_test_kmap_build(t->h, &kd, &in, NULL, &t->kmap) !=
       VOXCONV_STATUS_SUCCESS) {
     fprintf(stderr, "kmap_build: %s\n", voxconv_get_last_error(t->h));
@@ -577,7 +579,7 @@ static inline voxconv_status_t tt_badref_run(voxconv_handle_t *h,
 }
 
 #define TT_FAKE(name_, det_, passes_, backend_, sup_, ps_, run_)               \
-  { {name_, backend_, passes_, det_, "test fake"}, sup_, ps_, NULL, run_ }
+  { {name_, backend_, passes_, det_, "test fake"}, sup_, ps_, NULL, run_, NULL }
 
 static const vc_algo_t tt_fakes[] = {
     TT_FAKE("fake_tiles", 1, TT_REGULAR, VOXCONV_BACKEND_CPU,

@@ -56,7 +56,9 @@ static void pass_list(unsigned passes, char *out, size_t len) {
 }
 
 /* `voxconv info --kernels`: the compiled GPU kernel variants with the
- * resources the device reports (registers, shared memory, occupancy). */
+ * resources the device reports (registers, shared memory, occupancy) and
+ * whether each fits the device's shared memory per block ("fits" no: the
+ * tuner never picks that tile on this GPU). */
 static int print_kernels(int json) {
   int n_dev = 0;
   if (voxconv_device_count(&n_dev) != VOXCONV_STATUS_SUCCESS || n_dev == 0) {
@@ -80,9 +82,11 @@ static int print_kernels(int json) {
   if (json)
     printf("{\"kernels\": [");
   else
-    printf("%-10s %-6s %4s %-5s %-4s %-12s %6s %7s %5s %9s %7s %6s  %s\n",
-           "algo", "pass", "tile", "dtype", "acc", "MxNxK", "stages",
-           "threads", "regs", "smem(B)", "blk/SM", "occ", "constraints");
+    printf("%-10s %-6s %4s %-5s %-4s %-12s %6s %7s %5s %9s %4s %7s %6s  %s\n",
+           "algo", "pass", "tile", "dtype", "acc", "MxNxK", "stages", "threads",
+           "regs", "smem(B)", "fits", "blk/SM", "occ", "constraints");
+  int n_over = 0;
+  size_t limit = 0;
   for (int i = 0; i < n; i++) {
     voxconv_kernel_info_t k;
     if (voxconv_kernel_get_info(h, i, &k) != VOXCONV_STATUS_SUCCESS) {
@@ -95,24 +99,37 @@ static int print_kernels(int json) {
                                                         : "fwd";
     char shape[32];
     snprintf(shape, sizeof shape, "%dx%dx%d", k.tile_m, k.tile_n, k.tile_k);
+    n_over += !k.eligible;
+    limit = k.smem_limit;
     if (json)
       printf("%s\n  {\"algo\": \"%s\", \"pass\": \"%s\", \"tile\": %d, "
              "\"dtype\": \"%s\", \"acc\": \"%s\", \"shape\": \"%s\", "
              "\"stages\": %d, \"threads\": %d, \"registers\": %d, "
-             "\"smem_bytes\": %zu, \"blocks_per_sm\": %d, "
-             "\"occupancy\": %.3f}",
+             "\"smem_bytes\": %zu, \"smem_limit\": %zu, \"eligible\": %s, "
+             "\"blocks_per_sm\": %d, \"occupancy\": %.3f}",
              i ? "," : "", k.algo, pass, k.tile_id, voxconv_dtype_name(k.dtype),
              k.acc16 ? "f16" : "f32", shape, k.stages, k.threads, k.registers,
-             k.smem_bytes, k.blocks_per_sm, k.occupancy);
+             k.smem_bytes, k.smem_limit, k.eligible ? "true" : "false",
+             k.blocks_per_sm, k.occupancy);
     else
-      printf("%-10s %-6s %4d %-5s %-4s %-12s %6d %7d %5d %9zu %7d %5.0f%%  %s\n",
+      printf("%-10s %-6s %4d %-5s %-4s %-12s %6d %7d %5d %9zu %4s %7d %5.0f%%  "
+             "%s\n",
              k.algo, pass, k.tile_id, voxconv_dtype_name(k.dtype),
              k.acc16 ? "f16" : "f32", shape, k.stages, k.threads, k.registers,
-             k.smem_bytes, k.blocks_per_sm, 100.0 * k.occupancy,
-             k.constraints);
+             k.smem_bytes, k.eligible ? "yes" : "no", k.blocks_per_sm,
+             100.0 * k.occupancy, k.constraints);
   }
   if (json)
     printf("\n]}\n");
+  else if (n > 0 && n_over == 0)
+    printf("shared memory per block on this device: %zu bytes; every kernel "
+           "fits\n",
+           limit);
+  else if (n > 0)
+    printf("shared memory per block on this device: %zu bytes; %d kernel%s "
+           "over it (fits: no) never run%s here: the tuner leaves those "
+           "tiles out\n",
+           limit, n_over, n_over == 1 ? "" : "s", n_over == 1 ? "s" : "");
   voxconv_destroy(h);
   return VT_EXIT_OK;
 }

@@ -755,4 +755,5 @@ const vc_algo_t vc_algo_cpu_gather_gemm = {
     gg_supports,
     gg_param_space,
     gg_workspace_size,
-    gg_run};
+    gg_run,
+    NULL};

@@ -250,4 +250,5 @@ const vc_algo_t vc_algo_cpu_depthwise = {
     dw_supports,
     NULL,
     dw_workspace_size,
-    dw_run};
+    dw_run,
+    NULL};

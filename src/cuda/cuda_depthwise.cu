@@ -297,7 +297,8 @@ extern "C" const vc_algo_t vc_algo_cuda_depthwise_explicit = {
     dw_supports_explicit,
     NULL,
     dw_ws_explicit,
-    dw_run_explicit};
+    dw_run_explicit,
+    NULL};
 
 extern "C" const vc_algo_t vc_algo_cuda_depthwise_implicit = {
     {"depthwise_implicit", VOXCONV_BACKEND_CUDA, kDepthwisePasses, 1,
@@ -306,4 +307,5 @@ extern "C" const vc_algo_t vc_algo_cuda_depthwise_implicit = {
     dw_supports_implicit,
     NULL,
     dw_ws_implicit,
-    dw_run_implicit};
+    dw_run_implicit,
+    NULL};

@@ -942,7 +942,8 @@ extern "C" const vc_algo_t vc_algo_cuda_explicit_gemm = {
     eg_supports_nd,
     NULL,
     eg_ws_nd,
-    eg_run_nd};
+    eg_run_nd,
+    NULL};
 
 extern "C" const vc_algo_t vc_algo_cuda_explicit_gemm_det = {
     {"explicit_gemm_det", VOXCONV_BACKEND_CUDA, kConvPasses, 1,
@@ -951,4 +952,5 @@ extern "C" const vc_algo_t vc_algo_cuda_explicit_gemm_det = {
     eg_supports_det,
     NULL,
     eg_ws_det,
-    eg_run_det};
+    eg_run_det,
+    NULL};

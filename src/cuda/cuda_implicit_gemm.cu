@@ -573,7 +573,8 @@ extern "C" const vc_algo_t vc_algo_cuda_implicit_gemm = {
     igemm_supports_nd,
     igemm_param_space,
     igemm_ws_nd,
-    igemm_run_nd};
+    igemm_run_nd,
+    NULL};
 
 extern "C" const vc_algo_t vc_algo_cuda_implicit_gemm_det = {
     {"implicit_gemm_det", VOXCONV_BACKEND_CUDA, kConvPasses, 1,
@@ -582,4 +583,5 @@ extern "C" const vc_algo_t vc_algo_cuda_implicit_gemm_det = {
     igemm_supports_det,
     igemm_param_space,
     igemm_ws_det,
-    igemm_run_det};
+    igemm_run_det,
+    NULL};

@@ -918,10 +918,23 @@ voxconv_status_t mg_run_any(voxconv_handle_t *h, const vc_conv_problem_t *p,
   return mg_run_typed<T>(h, p, prm, ws, family);
 }
 
-/* mg_run_any for the problem's dtype (f16 or bf16: supports() checked). */
+/* Shared-memory eligibility of the tile prm selects (defined with the
+ * kernel table below): 1 when it can launch on h's device, and the run's
+ * refusal (UNSUPPORTED, with the bytes needed and allowed) when not. */
+int tile_fits(const voxconv_handle_t *h, const vc_conv_problem_t *p,
+              const vc_algo_params_t *prm, int family);
+voxconv_status_t check_tile_fits(voxconv_handle_t *h,
+                                 const vc_conv_problem_t *p,
+                                 const vc_algo_params_t *prm, int family);
+
+/* mg_run_any for the problem's dtype (f16 or bf16: supports() checked),
+ * after the shared-memory check: a tile over this GPU's per-block limit
+ * (mma.sync tiles 8 and 9 on sm_86 / sm_89) is refused by name before
+ * anything is padded or launched, never left to fail as a launch. */
 voxconv_status_t mg_run_dtype(voxconv_handle_t *h, const vc_conv_problem_t *p,
                               const vc_algo_params_t *prm, void *ws,
                               int family) {
+  VC_CHECK(check_tile_fits(h, p, prm, family));
   if (p->dtype == VOXCONV_DTYPE_F16)
     return mg_run_any<__half>(h, p, prm, ws, family);
   return mg_run_any<__nv_bfloat16>(h, p, prm, ws, family);
@@ -931,6 +944,11 @@ voxconv_status_t mg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         const vc_algo_params_t *prm, void *ws) {
   VC_CUDA_DEVICE_GUARD(h);
   return mg_run_dtype(h, p, prm, ws, MG_FAM_MMA);
+}
+
+int mg_params_supported(const voxconv_handle_t *h, const vc_conv_problem_t *p,
+                        const vc_algo_params_t *prm) {
+  return tile_fits(h, p, prm, MG_FAM_MMA);
 }
 
 /* ---- mask_gemm_wgmma: the Hopper variant -------------------------------- */
@@ -978,6 +996,11 @@ voxconv_status_t wg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
   return mg_run_dtype(h, p, prm, ws, MG_FAM_WGMMA);
 }
 
+int wg_params_supported(const voxconv_handle_t *h, const vc_conv_problem_t *p,
+                        const vc_algo_params_t *prm) {
+  return tile_fits(h, p, prm, MG_FAM_WGMMA);
+}
+
 /* mask_gemm_im2col: forward with cin <= 8 (after zero padding) and
  * kvol <= 28, e.g. the 3 -> 64 first layer of a point-cloud network. */
 int ic_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
@@ -1008,6 +1031,13 @@ voxconv_status_t ic_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
   return mg_run_dtype(h, p, &full, ws, MG_FAM_IM2COL);
 }
 
+/* One tile (91.6 KB): eligible wherever the device allows that much (every
+ * GPU the library targets; not under a lower VOXCONV_CUDA_SMEM_LIMIT). */
+int ic_params_supported(const voxconv_handle_t *h, const vc_conv_problem_t *p,
+                        const vc_algo_params_t *prm) {
+  return tile_fits(h, p, prm, MG_FAM_IM2COL);
+}
+
 } // namespace
 
 extern "C" const vc_algo_t vc_algo_cuda_mask_gemm = {
@@ -1021,7 +1051,8 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm = {
     mg_supports,
     mg_param_space,
     mg_workspace,
-    mg_run};
+    mg_run,
+    mg_params_supported};
 
 extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_wgmma = {
     {"mask_gemm_wgmma", VOXCONV_BACKEND_CUDA,
@@ -1034,7 +1065,8 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_wgmma = {
     wg_supports,
     wg_param_space,
     wg_workspace, /* wgrad split partials */
-    wg_run};
+    wg_run,
+    wg_params_supported};
 
 extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_im2col = {
     {"mask_gemm_im2col", VOXCONV_BACKEND_CUDA, 1u << VOXCONV_PASS_CONV_FWD, 1,
@@ -1045,7 +1077,8 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_im2col = {
     ic_supports,
     ic_param_space,
     NULL, /* no scratch */
-    ic_run};
+    ic_run,
+    ic_params_supported};
 
 /* ---- kernel table for `voxconv info --kernels` -------------------------- */
 namespace {
@@ -1057,7 +1090,19 @@ struct KernelRow {
   int dgrad, tile_id;
   voxconv_dtype_t dtype;
   int acc16, bm, bn, bk, stages, threads, dyn_smem;
+  int family; /* MgFamily */
 };
+
+/* The family of a record's name; -1 for another algorithm. */
+int family_of(const char *algo) {
+  if (strcmp(algo, "mask_gemm") == 0)
+    return MG_FAM_MMA;
+  if (strcmp(algo, "mask_gemm_wgmma") == 0)
+    return MG_FAM_WGMMA;
+  if (strcmp(algo, "mask_gemm_im2col") == 0)
+    return MG_FAM_IM2COL;
+  return -1;
+}
 
 /* A kernel-table row of tile TL. */
 template <typename TL>
@@ -1067,7 +1112,7 @@ KernelRow tile_row(const char *algo, const void *fn, voxconv_pass_t pass,
   return KernelRow{algo,      fn,       pass,      dgrad ? 1 : 0,
                    tile_id,   dt,       acc16 ? 1 : 0,
                    TL::BM,    TL::BN,   TL::BK,    TL::STAGES,
-                   TL::THREADS, dyn_smem};
+                   TL::THREADS, dyn_smem, family_of(algo)};
 }
 
 template <typename T, typename TL, bool TRANS_W, bool ACC16>
@@ -1133,16 +1178,23 @@ template <typename T> KernelRow im2col_row(voxconv_dtype_t dt) {
   typedef Im2colTile TL;
   return KernelRow{"mask_gemm_im2col", (const void *)im2col_fwd_kernel<T>,
                    VOXCONV_PASS_CONV_FWD, 0, 0, dt, 0, TL::BM, TL::BN,
-                   TL::KMAX, 1, TL::THREADS, TL::SMEM};
+                   TL::KMAX, 1, TL::THREADS, TL::SMEM, MG_FAM_IM2COL};
 }
 
 const int kKernelRows = 6 * VC_MG_FWD_TILES + 2 * VC_MG_WGRAD_TILES +
                         6 * VC_MG_WG_TILES + 2 * VC_MG_WG_WGRAD_TILES + 2;
 
-const KernelRow *kernel_rows() {
-  static KernelRow rows[kKernelRows];
-  static int built = 0;
-  if (!built) { /* idempotent: a race writes the same values twice */
+static_assert(kKernelRows <= VC_CUDA_KERNEL_ROWS_MAX,
+              "vc_cuda_state_t::mg_static_smem has a slot per row");
+
+struct KernelTable {
+  KernelRow rows[kKernelRows];
+};
+
+KernelTable build_kernel_table() {
+  KernelTable t;
+  KernelRow *rows = t.rows;
+  {
     int n = 0;
     add_fwd_tile<F0>(rows, n, 0);
     add_fwd_tile<F1>(rows, n, 1);
@@ -1175,9 +1227,161 @@ const KernelRow *kernel_rows() {
     add_wg_wgrad_tile<W3>(rows, n, 3);
     rows[n++] = im2col_row<__half>(VOXCONV_DTYPE_F16);
     rows[n++] = im2col_row<__nv_bfloat16>(VOXCONV_DTYPE_BF16);
-    built = 1;
   }
-  return rows;
+  return t;
+}
+
+/* The table, built once (a function-local static: thread-safe
+ * initialisation, and the tuner now reads it from any thread). */
+const KernelRow *kernel_rows() {
+  static const KernelTable table = build_kernel_table();
+  return table.rows;
+}
+
+/* ---- shared-memory eligibility -------------------------------------------
+ * A block may use sharedMemPerBlockOptin bytes of shared memory, static
+ * plus dynamic: 99 KB on sm_86 / sm_89, 163 KB on sm_80, 227 KB on sm_90.
+ * The mma.sync tiles 8 and 9 (BK = 64, 108 / 105 KB of stages) exceed the
+ * first, where cudaFuncSetAttribute or the launch would fail; the wgmma
+ * tiles (sm_90 only) stay within the last, tiles 3 and 7 (fp32) by 112 and
+ * 16 bytes. Such tiles are not eligible on the device: the tuner leaves
+ * them out (params_supported), run() refuses them (check_tile_fits), and
+ * `voxconv info --kernels` marks them. */
+
+/* Every kernel's static shared memory is below this (the most, ~2 KB: a
+ * 128-row TileOffsets and the mbarriers of the warp-specialised tiles;
+ * test_smem_limit checks each row against cudaFuncGetAttributes), so
+ * the dynamic bytes decide on their own unless they come within it of
+ * the limit. */
+const size_t kStaticSmemBound = 4096;
+
+/* The row that runs variant (family, pass, tile, dtype, acc16), or -1. For
+ * im2col, tile is 0. */
+int find_row(int family, voxconv_pass_t pass, int tile, voxconv_dtype_t dt,
+             bool acc16) {
+  const bool wgrad = pass == VOXCONV_PASS_CONV_WGRAD;
+  const int dgrad = pass == VOXCONV_PASS_CONV_DGRAD ? 1 : 0;
+  if (!wgrad && !dgrad && pass != VOXCONV_PASS_CONV_FWD)
+    return -1;
+  const KernelRow *rows = kernel_rows();
+  for (int i = 0; i < kKernelRows; i++) {
+    const KernelRow &r = rows[i];
+    if (r.family == family && r.tile_id == tile && r.dtype == dt &&
+        r.acc16 == (acc16 ? 1 : 0) &&
+        (wgrad ? r.pass == VOXCONV_PASS_CONV_WGRAD
+               : r.pass == VOXCONV_PASS_CONV_FWD && r.dgrad == dgrad))
+      return i;
+  }
+  return -1;
+}
+
+/* The row of the tile that prm selects for p (as mg_run_typed reads prm:
+ * v[0] the tile, v[1] == 16 fp16 accumulators in forward / dgrad; im2col
+ * has one tile), or -1 (a tile out of range, fp16 accumulators on bf16:
+ * the launchers name those). */
+int row_of(const vc_conv_problem_t *p, const vc_algo_params_t *prm,
+           int family) {
+  if (family == MG_FAM_IM2COL)
+    return find_row(family, p->pass, 0, p->dtype, false);
+  const bool acc16 = p->pass != VOXCONV_PASS_CONV_WGRAD && prm->v[1] == 16;
+  return find_row(family, p->pass, prm->v[0], p->dtype, acc16);
+}
+
+/* ptxas's static shared memory of row r as built for h's device (read once
+ * per handle), or -1 when it cannot be read (no image for this device). */
+long row_static_smem(const voxconv_handle_t *h, int r) {
+  vc_cuda_state_t *s = vc_cuda_state(h);
+  const int known = __atomic_load_n(&s->mg_static_smem[r], __ATOMIC_RELAXED);
+  if (known > 0)
+    return known - 1;
+  VcDeviceGuard guard(h);
+  cudaFuncAttributes fa;
+  if (guard.error() != cudaSuccess ||
+      cudaFuncGetAttributes(&fa, kernel_rows()[r].fn) != cudaSuccess) {
+    cudaGetLastError(); /* not left behind for an unrelated check */
+    return -1;
+  }
+  /* threads sharing h may race here: they store the same value */
+  __atomic_store_n(&s->mg_static_smem[r], (int)fa.sharedSizeBytes + 1,
+                   __ATOMIC_RELAXED);
+  return (long)fa.sharedSizeBytes;
+}
+
+/* 1 when row r's kernel launches on h's device. *need (may be NULL): its
+ * shared memory per block, static + dynamic (the dynamic part alone when
+ * the static figure cannot be read). */
+int row_fits(const voxconv_handle_t *h, int r, size_t *need) {
+  const size_t dyn = (size_t)kernel_rows()[r].dyn_smem;
+  const size_t limit = vc_cuda_state(h)->smem_optin;
+  const int fit = vc_smem_fit(dyn, limit);
+  long st = -1;
+  if (fit < 0 || need)
+    st = row_static_smem(h, r);
+  if (need)
+    *need = dyn + (st > 0 ? (size_t)st : 0);
+  if (fit >= 0)
+    return fit;
+  return st >= 0 && dyn + (size_t)st <= limit;
+}
+
+const char *pass_word(voxconv_pass_t pass) {
+  return pass == VOXCONV_PASS_CONV_WGRAD   ? "wgrad"
+         : pass == VOXCONV_PASS_CONV_DGRAD ? "dgrad"
+                                           : "forward";
+}
+
+} // namespace
+
+extern "C" int vc_smem_fit(size_t dyn, size_t limit) {
+  if (dyn > limit)
+    return 0;
+  if (limit - dyn >= kStaticSmemBound)
+    return 1;
+  return -1;
+}
+
+extern "C" long vc_mask_gemm_tile_dyn_smem(const char *algo,
+                                           voxconv_pass_t pass, int tile,
+                                           int acc16) {
+  const int family = algo ? family_of(algo) : -1;
+  if (family < 0)
+    return -1;
+  const int r = find_row(family, pass, tile, VOXCONV_DTYPE_F16, acc16 != 0);
+  return r < 0 ? -1 : (long)kernel_rows()[r].dyn_smem;
+}
+
+namespace {
+
+int tile_fits(const voxconv_handle_t *h, const vc_conv_problem_t *p,
+              const vc_algo_params_t *prm, int family) {
+  if (h->backend != VOXCONV_BACKEND_CUDA || !h->cuda)
+    return 1; /* supports() says no there */
+  const int r = row_of(p, prm, family);
+  return r < 0 || row_fits(h, r, NULL); /* r < 0: run() says why */
+}
+
+voxconv_status_t check_tile_fits(voxconv_handle_t *h,
+                                 const vc_conv_problem_t *p,
+                                 const vc_algo_params_t *prm, int family) {
+  const int r = row_of(p, prm, family);
+  size_t need = 0;
+  if (r < 0 || row_fits(h, r, &need))
+    return VOXCONV_STATUS_SUCCESS;
+  const KernelRow &k = kernel_rows()[r];
+  const vc_cuda_state_t *s = vc_cuda_state(h);
+  char tile[16] = "";
+  if (family != MG_FAM_IM2COL)
+    snprintf(tile, sizeof tile, " tile %d", k.tile_id);
+  return vc_fail(
+      h, VOXCONV_STATUS_UNSUPPORTED,
+      "%s: %s%s (%s, %s accumulators) needs %zu bytes of shared memory per "
+      "block; this GPU (compute capability %d.%d) allows %zu%s, so the tuner "
+      "leaves it out here (`voxconv info --kernels` marks which tiles fit)",
+      k.algo, pass_word(p->pass), tile, voxconv_dtype_name(k.dtype),
+      k.acc16 ? "fp16" : "fp32", need, s->cc_major, s->cc_minor, s->smem_optin,
+      s->smem_optin < s->smem_optin_device
+          ? " (lowered from the device's by VOXCONV_CUDA_SMEM_LIMIT)"
+          : "");
 }
 
 } // namespace
@@ -1205,7 +1409,12 @@ extern "C" voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h,
            "%skvol<=%d; cin or cout %% 8 != 0: zero-padded copies",
            strcmp(r.algo, "mask_gemm_wgmma") == 0 ? "sm_90a; " : "",
            VC_MG_MAX_KVOL);
-  if (r.dyn_smem > 48 * 1024)
+  /* A kernel over the device's shared-memory limit cannot be given its
+   * dynamic size (cudaFuncSetAttribute fails on that GPU): listed with its
+   * registers and bytes, eligible 0, no occupancy. */
+  info->smem_limit = vc_cuda_state(h)->smem_optin;
+  info->eligible = row_fits(h, index, NULL);
+  if (info->eligible && r.dyn_smem > 48 * 1024)
     VC_CUDA_TRY(h, cudaFuncSetAttribute(
                        r.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                        r.dyn_smem));
@@ -1214,8 +1423,9 @@ extern "C" voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h,
   info->registers = fa.numRegs;
   info->smem_bytes = fa.sharedSizeBytes + (size_t)r.dyn_smem;
   int blocks = 0;
-  VC_CUDA_TRY(h, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                     &blocks, r.fn, r.threads, (size_t)r.dyn_smem));
+  if (info->eligible)
+    VC_CUDA_TRY(h, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                       &blocks, r.fn, r.threads, (size_t)r.dyn_smem));
   info->blocks_per_sm = blocks;
   int max_threads = 0;
   VC_CUDA_TRY(h, cudaDeviceGetAttribute(&max_threads,

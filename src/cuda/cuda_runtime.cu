@@ -7,6 +7,7 @@
  * device is restored by every entry point (VcDeviceGuard). */
 #include "vc_cuda_util.cuh"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,6 +105,30 @@ extern "C" voxconv_status_t vc_cuda_device_info(int device,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* The test knob VOXCONV_CUDA_SMEM_LIMIT (vc_cuda_state_t::smem_optin):
+ * "101376" bytes or "99K" KiB. Unset, malformed, zero or not below the
+ * device's figure: the device's figure (a limit above it would only turn
+ * the tuner's skip into a launch failure). */
+extern "C" size_t vc_smem_limit_from_env(const char *text, size_t device) {
+  if (!text || text[0] < '0' || text[0] > '9')
+    return device;
+  char *end = NULL;
+  errno = 0;
+  const unsigned long long v = strtoull(text, &end, 10);
+  if (errno != 0)
+    return device;
+  unsigned long long bytes = v;
+  if (*end == 'k' || *end == 'K') {
+    if (v > (1ull << 40))
+      return device;
+    bytes = v * 1024ull;
+    end++;
+  }
+  if (*end != '\0' || bytes == 0 || bytes >= (unsigned long long)device)
+    return device;
+  return (size_t)bytes;
+}
+
 /* ---- handle ------------------------------------------------------------- */
 static voxconv_status_t vc_cuda_handle_init_body(voxconv_handle_t *h);
 
@@ -150,7 +175,9 @@ static voxconv_status_t vc_cuda_handle_init_body(voxconv_handle_t *h) {
   s->sm_count = p.multiProcessorCount;
   s->cc_major = p.major;
   s->cc_minor = p.minor;
-  s->smem_optin = p.sharedMemPerBlockOptin;
+  s->smem_optin_device = p.sharedMemPerBlockOptin;
+  s->smem_optin = vc_smem_limit_from_env(vc_getenv("VOXCONV_CUDA_SMEM_LIMIT"),
+                                         s->smem_optin_device);
   /* Test knob (documented in cuda_kmap.cu): start the GPU hash table tiny to
    * exercise the overflow-and-retry path. */
   const char *tiny = vc_getenv("VOXCONV_CUDA_HASH_TINY");

@@ -33,6 +33,11 @@ voxconv_status_t vc_cuda_stream_wait(voxconv_handle_t *h, void *other);
 int vc_cuda_stream_capturing(const voxconv_handle_t *h);
 /* Bytes of memory of h's device (0 when the query fails). */
 size_t vc_cuda_device_memory(const voxconv_handle_t *h);
+/* The per-block shared-memory limit a handle uses given the text of the
+ * test knob VOXCONV_CUDA_SMEM_LIMIT (NULL: unset) and the device's opt-in
+ * figure: bytes ("101376") or KiB ("99K"), only ever lower than the
+ * device's; anything else leaves the device's. Pure (tests). */
+size_t vc_smem_limit_from_env(const char *text, size_t device);
 
 /* coordinates (cuda_kmap.cu, cuda_voxelize.cu) */
 voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,

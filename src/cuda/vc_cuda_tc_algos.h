@@ -28,6 +28,22 @@ extern const vc_algo_t vc_algo_cuda_mask_gemm;
 extern const vc_algo_t vc_algo_cuda_mask_gemm_wgmma;
 extern const vc_algo_t vc_algo_cuda_mask_gemm_im2col;
 
+/* Shared memory of the tiles (cuda_mask_gemm.cu). A tile whose block needs
+ * more than the device allows (vc_cuda_state_t::smem_optin: 99 KB on sm_86 /
+ * sm_89) is not eligible there: params_supported() is 0 for it, run()
+ * returns UNSUPPORTED, `voxconv info --kernels` shows eligible 0. Both
+ * functions are pure (no device), for tests. */
+/* Dynamic shared memory in bytes of the tile of algo ("mask_gemm",
+ * "mask_gemm_wgmma", "mask_gemm_im2col") for pass (FWD, DGRAD, WGRAD),
+ * tile ID and accumulator (acc16 1: fp16, forward / dgrad); -1 when there is
+ * no such tile (im2col: tile 0, forward, fp32 only). */
+long vc_mask_gemm_tile_dyn_smem(const char *algo, voxconv_pass_t pass, int tile,
+                                int acc16);
+/* Whether a kernel with dyn bytes of dynamic shared memory fits a limit of
+ * `limit` bytes per block: 1 yes, 0 no, -1 only its static shared memory
+ * (ptxas's figure for the device's image, at most a few KB) can tell. */
+int vc_smem_fit(size_t dyn, size_t limit);
+
 #define VC_CUDA_TC_ALGO_LIST                                                  \
   &vc_algo_cuda_mask_gemm, &vc_algo_cuda_mask_gemm_wgmma,                    \
       &vc_algo_cuda_mask_gemm_im2col,

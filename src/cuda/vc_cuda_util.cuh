@@ -25,12 +25,29 @@
 #include <stdint.h>
 
 /* ---- per-handle CUDA state (h->cuda) ---------------------------------- */
+/* Upper bound on the rows of cuda_mask_gemm.cu's kernel table (checked
+ * there at compile time). */
+#define VC_CUDA_KERNEL_ROWS_MAX 192
+
 typedef struct vc_cuda_state {
   cublasHandle_t cublas; /* bound to h->stream before each use (see below) */
   int device;
   int sm_count;
   int cc_major, cc_minor;
-  size_t smem_optin; /* max dynamic shared memory per block (opt-in) */
+  /* Shared memory a block may use (static + dynamic, opt-in): the device's
+   * sharedMemPerBlockOptin (99 KB on sm_86/sm_89, 163 KB on sm_80, 227 KB
+   * on sm_90), or less under the test knob VOXCONV_CUDA_SMEM_LIMIT (bytes,
+   * or KiB with a K suffix; read at handle creation; it only lowers the
+   * device's figure), which lets a larger GPU exercise what an sm_86 does
+   * with tiles over its limit. Tiles that need more are not eligible here:
+   * the tuner skips them and their run() is UNSUPPORTED (cuda_mask_gemm.cu). */
+  size_t smem_optin;
+  size_t smem_optin_device; /* the device's own figure */
+  /* Static shared memory of each mask_gemm kernel variant (rows of
+   * cuda_mask_gemm.cu's kernel table) as compiled for this device, plus 1;
+   * 0 = not read yet. Read (cudaFuncGetAttributes) only for tiles whose
+   * dynamic shared memory alone leaves the answer open. */
+  int mg_static_smem[VC_CUDA_KERNEL_ROWS_MAX];
   /* Test knob: 1 = the GPU kernel-map builder starts its hash tables at 16
    * slots, so the overflow-and-retry path runs (VOXCONV_CUDA_HASH_TINY, read
    * at handle creation; see cuda_kmap.cu). 0 = the normal sizing. */

@@ -86,7 +86,24 @@ typedef struct vc_algo {
                            const vc_algo_params_t *params);
   voxconv_status_t (*run)(voxconv_handle_t *h, const vc_conv_problem_t *p,
                           const vc_algo_params_t *params, void *workspace);
+  /* NULL when every point of the parameter space runs wherever supports()
+   * holds. Otherwise 0 for a point that cannot run p on h's device although
+   * the algorithm can (e.g. a tile needing more shared memory per block than
+   * the GPU allows): the tuner leaves such points out of its candidates,
+   * defaults and cached answers, and run() refuses them with
+   * VOXCONV_STATUS_UNSUPPORTED and a message, before any launch. */
+  int (*params_supported)(const voxconv_handle_t *h, const vc_conv_problem_t *p,
+                          const vc_algo_params_t *params);
 } vc_algo_t;
+
+/* 1 when a can run p with params on h as far as its parameter point goes
+ * (a->params_supported; supports() is asked separately). */
+static inline int vc_algo_params_supported(const vc_algo_t *a,
+                                           const voxconv_handle_t *h,
+                                           const vc_conv_problem_t *p,
+                                           const vc_algo_params_t *params) {
+  return !a->params_supported || a->params_supported(h, p, params);
+}
 
 int vc_algo_table_size(void);
 const vc_algo_t *vc_algo_at(int index);

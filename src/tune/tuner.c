@@ -491,8 +491,9 @@ static vc_conv_problem_t cand_problem(const vc_conv_problem_t *p, int f16acc,
   return q;
 }
 
-/* Admissible parameter combinations of a (accumulator rule and the
- * algorithm's own supports() for fp16-accumulator problems). */
+/* Admissible parameter combinations of a (accumulator rule, the
+ * algorithm's own supports() for fp16-accumulator problems, and the points
+ * this device can run: a->params_supported). */
 static int admissible_combos(const voxconv_handle_t *h, const vc_algo_t *a,
                              const vc_conv_problem_t *p, vc_sel_mode_t mode,
                              vc_algo_params_t *out, int max) {
@@ -517,7 +518,8 @@ static int admissible_combos(const voxconv_handle_t *h, const vc_algo_t *a,
   int f16_supported = -1;
   int k = 0;
   for (int i = 0; i < n && k < max; i++) {
-    if (vc_params_f16_accum(a, p->pass, &all[i])) {
+    const int f16 = vc_params_f16_accum(a, p->pass, &all[i]);
+    if (f16) {
       if (!f16_ok)
         continue;
       if (f16_supported < 0) {
@@ -527,6 +529,9 @@ static int admissible_combos(const voxconv_handle_t *h, const vc_algo_t *a,
       if (!f16_supported)
         continue;
     }
+    const vc_conv_problem_t q = cand_problem(p, f16, p->c);
+    if (!vc_algo_params_supported(a, h, &q, &all[i]))
+      continue;
     out[k++] = all[i];
   }
   if (all != stack)
@@ -534,10 +539,17 @@ static int admissible_combos(const voxconv_handle_t *h, const vc_algo_t *a,
   return k;
 }
 
-/* The default of a: its first values, with an fp32 accumulator (the
- * first accumulator value that is not fp16). */
-static void default_params(const vc_algo_t *a, voxconv_pass_t pass,
+/* The default of a for p on h: its first values, with an fp32 accumulator
+ * (the first accumulator value that is not fp16). Where this device cannot
+ * run that point (a->params_supported, e.g. a tile over the GPU's shared
+ * memory limit), the first point of the enumeration order (first parameter
+ * fastest, so the next tile at the same other values) with an fp32
+ * accumulator that it can run; the plain default when there is none (its
+ * run then says why). */
+static void default_params(const voxconv_handle_t *h, const vc_algo_t *a,
+                           const vc_conv_problem_t *p,
                            vc_algo_params_t *params) {
+  const voxconv_pass_t pass = p->pass;
   vc_algo_default_params(a, pass, params);
   const vc_param_space_t *s = a->param_space ? a->param_space(pass) : NULL;
   if (!s)
@@ -551,6 +563,23 @@ static void default_params(const vc_algo_t *a, voxconv_pass_t pass,
         break;
     }
   }
+  if (!a->params_supported)
+    return;
+  const vc_conv_problem_t q = cand_problem(p, 0, p->c);
+  if (vc_algo_params_supported(a, h, &q, params))
+    return;
+  vc_algo_params_t *all =
+      (vc_algo_params_t *)malloc(VC_PARAM_COMBOS_MAX * sizeof *all);
+  if (!all)
+    return;
+  const int n = vc_params_enumerate(a, pass, all, VC_PARAM_COMBOS_MAX);
+  for (int i = 0; i < n; i++)
+    if (!vc_params_f16_accum(a, pass, &all[i]) &&
+        vc_algo_params_supported(a, h, &q, &all[i])) {
+      *params = all[i];
+      break;
+    }
+  free(all);
 }
 
 /* ---- running ----------------------------------------------------------- */
@@ -732,7 +761,7 @@ static const vc_algo_t *next_ref(voxconv_handle_t *h,
                                  const progress_t *pr, const char *role) {
   while (*idx < n_order) {
     const vc_algo_t *a = order[(*idx)++];
-    default_params(a, p->pass, params);
+    default_params(h, a, p, params);
     voxconv_status_t st = run_ref_algo(h, p, a, params, out);
     if (st == VOXCONV_STATUS_SUCCESS)
       return a;
@@ -1243,12 +1272,11 @@ voxconv_status_t voxconv_get_last_call_info(const voxconv_handle_t *h,
 }
 
 /* A cached row usable for this call (pool algorithm, current parameter
- * space, accumulator rule). */
+ * space, accumulator rule, a point this device runs). */
 static const vc_algo_t *usable_row(const voxconv_handle_t *h,
                                    const vc_conv_problem_t *p, const pool_t *pl,
                                    vc_sel_mode_t mode, const vc_cache_row_t *r,
                                    vc_algo_params_t *params) {
-  (void)h;
   if (!vc_cache_row_ok(r))
     return NULL;
   for (int i = 0; i < pl->n_algos; i++) {
@@ -1257,7 +1285,13 @@ static const vc_algo_t *usable_row(const voxconv_handle_t *h,
       continue;
     if (!vc_params_parse(a, p->pass, r->params, params))
       return NULL;
-    if (vc_params_f16_accum(a, p->pass, params) && !f16acc_admitted(p, mode))
+    const int f16 = vc_params_f16_accum(a, p->pass, params);
+    if (f16 && !f16acc_admitted(p, mode))
+      return NULL;
+    /* e.g. a row recorded before the device's limit was lowered
+     * (VOXCONV_CUDA_SMEM_LIMIT): the device key does not tell them apart */
+    const vc_conv_problem_t q = cand_problem(p, f16, p->c);
+    if (!vc_algo_params_supported(a, h, &q, params))
       return NULL;
     return a;
   }
@@ -1322,7 +1356,7 @@ static void build_candidates(const voxconv_handle_t *h,
     }
     for (int i = 0; i < pl->n_algos; i++) {
       vc_algo_params_t params;
-      default_params(pl->algos[i], p->pass, &params);
+      default_params(h, pl->algos[i], p, &params);
       pool_add(pl, pl->algos[i], p->pass, &params);
     }
     free(combos);
@@ -1509,7 +1543,7 @@ static voxconv_status_t run_during_capture(tune_call_t *tc) {
     const vc_algo_t *a = tc->pl.algos[i];
     vc_algo_params_t params;
     if (!p->fp16_accum)
-      default_params(a, p->pass, &params);
+      default_params(tc->h, a, p, &params);
     else if (admissible_combos(tc->h, a, p, tc->mode, &params, 1) != 1)
       continue;
     st = run_untimed(tc, a, &params);
