@@ -53,7 +53,16 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", ts.DATA))
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--disable-modules", action="store_true",
+                    help="experiment: every voxconv.nn module's forward under "
+                         "torch.compiler.disable (dynamo never traces into them)")
     args = ap.parse_args()
+    if args.disable_modules:
+        import inspect
+        for name, cls in inspect.getmembers(voxconv.nn, inspect.isclass):
+            if issubclass(cls, torch.nn.Module) and cls.__module__ == voxconv.nn.__name__ \
+                    and "forward" in cls.__dict__:
+                cls.forward = torch.compiler.disable(cls.__dict__["forward"])
     if not torch.cuda.is_available():
         raise SystemExit("compile_bench: needs a GPU")
     dev = torch.device("cuda")
@@ -86,7 +95,8 @@ def main():
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "device_name": torch.cuda.get_device_name(dev), "torch": torch.__version__,
            "python": platform.python_version(), "voxels": len(x), "repeat": args.repeat,
-           "custom_ops": voxconv.custom_ops_enabled()}
+           "custom_ops": voxconv.custom_ops_enabled(),
+           "disable_modules": args.disable_modules}
     # correctness first (one call each, same weights, batch-norm statistics
     # restored in between so both see the same running state)
     state = {k: v.clone() for k, v in model.state_dict().items()}
