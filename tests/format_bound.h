@@ -1,7 +1,8 @@
 /* The error bound that follows from the number formats, for tests that
  * compare an output of dtype dt with an fp64 reference (test_backend_ops,
- * test_format_bound). It is the tuner's bound (voxconv.h "tuning"), written
- * again here so that the tests do not check the library with itself:
+ * test_mask_gemm, test_format_bound). It is the tuner's bound (voxconv.h
+ * "tuning"), written again here so that the tests do not check the library
+ * with itself:
  *
  *   |y_i - ref_i| <= spacing_dt(max(|y_i|, |ref_i|)) + lambda sqrt(n) u S_i
  *
@@ -34,6 +35,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define FB_LAMBDA 8.0
 
@@ -64,6 +66,41 @@ static inline double fb_spacing(voxconv_dtype_t dt, double v) {
   if (v >= ldexp(1.0, emin) && isfinite(v))
     e = ilogb(v);
   return ldexp(1.0, e - (prec - 1));
+}
+
+/* n of the bound: the products summed per output element of a pass on map
+ * km (channels cin -> cout): forward kvol cin, dgrad kvol cout, depthwise
+ * forward and dgrad kvol, a weight gradient the most pairs of any one
+ * offset (each dW element sums every pair of its offset). Where the pairs
+ * cannot be read, min(n_in, n_out), which no offset exceeds. */
+static inline int64_t fb_terms(voxconv_handle_t *h, const voxconv_kmap_t *km,
+                               voxconv_pass_t pass, int64_t cin, int64_t cout) {
+  voxconv_kmap_info_t info;
+  if (voxconv_kmap_get_info(km, &info) != VOXCONV_STATUS_SUCCESS)
+    return 1;
+  switch (pass) {
+  case VOXCONV_PASS_CONV_FWD:
+    return (int64_t)info.kernel_volume * cin;
+  case VOXCONV_PASS_CONV_DGRAD:
+    return (int64_t)info.kernel_volume * cout;
+  case VOXCONV_PASS_DEPTHWISE_FWD:
+  case VOXCONV_PASS_DEPTHWISE_DGRAD:
+    return info.kernel_volume;
+  default:
+    break;
+  }
+  int64_t most = info.n_in < info.n_out ? info.n_in : info.n_out;
+  int64_t *po =
+      (int64_t *)malloc(sizeof(int64_t) * (size_t)(info.kernel_volume + 1));
+  if (po &&
+      voxconv_kmap_get_pairs(h, km, po, NULL, NULL) == VOXCONV_STATUS_SUCCESS) {
+    most = 0;
+    for (int k = 0; k < info.kernel_volume; k++)
+      if (po[k + 1] - po[k] > most)
+        most = po[k + 1] - po[k];
+  }
+  free(po);
+  return most;
 }
 
 /* lambda sqrt(n) u for fp32 accumulation of n products. */

@@ -457,20 +457,6 @@ static voxconv_status_t run_public(const conv_case_t *c, voxconv_pass_t pass,
   }
 }
 
-/* The most pairs any offset of the map has: the terms of a weight-gradient
- * element. */
-static int64_t max_pairs_per_offset(const mapping_t *m) {
-  int64_t *po = (int64_t *)xmalloc((size_t)(m->kvol + 1) * sizeof(int64_t));
-  int64_t best = 0;
-  if (voxconv_kmap_get_pairs(g_cpu, m->cpu, po, NULL, NULL) ==
-      VOXCONV_STATUS_SUCCESS)
-    for (int k = 0; k < m->kvol; k++)
-      if (po[k + 1] - po[k] > best)
-        best = po[k + 1] - po[k];
-  free(po);
-  return best;
-}
-
 static int g_param_points, g_public_runs, g_unsupported, g_case_counter;
 /* points skipped as over this GPU's shared memory per block (e.g. mask_gemm
  * tiles 8 and 9 on sm_86; test_smem_limit tests that refusal) */
@@ -497,9 +483,7 @@ static void run_conv_case(const conv_case_t *c) {
       const double *ref = pi == 0 ? c->y_ref : pi == 1 ? c->dx_ref : c->dw_ref;
       const double *sb = pi == 0 ? c->y_s : pi == 1 ? c->dx_s : c->dw_s;
       /* products per output element (the tolerance grows with it) */
-      const int64_t terms = pi == 2   ? max_pairs_per_offset(m)
-                            : c->depthwise ? m->kvol
-                            : m->kvol * (pi == 0 ? c->cin : c->cout);
+      const int64_t terms = fb_terms(g_cpu, m->cpu, pass, c->cin, c->cout);
       void *a = pi == 1 ? ddy_in : dx_in;
       void *b = pi == 2 ? ddy_in : dw_in;
       void *out = gpu_alloc((size_t)n_c * voxconv_dtype_size(dt));

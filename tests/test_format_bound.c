@@ -128,17 +128,9 @@ typedef struct verdicts {
 } verdicts_t;
 
 /* Products per element of a pass (the bound's n; wgrad: the most pairs
- * of one offset). */
+ * of one offset), as the GPU tests count them. */
 static int64_t terms_of(const problem_t *pb, voxconv_pass_t pass) {
-  if (pass == VOXCONV_PASS_CONV_FWD)
-    return pb->kvol * pb->cin;
-  if (pass == VOXCONV_PASS_CONV_DGRAD)
-    return pb->kvol * pb->cout;
-  int64_t m = 0;
-  for (int k = 0; k < pb->kvol; k++)
-    if (pb->pair_offsets[k + 1] - pb->pair_offsets[k] > m)
-      m = pb->pair_offsets[k + 1] - pb->pair_offsets[k];
-  return m;
+  return fb_terms(g_h, pb->kmap, pass, pb->cin, pb->cout);
 }
 
 /* The four outputs of one (pass, dtype) case against the bound. */
