@@ -16,7 +16,8 @@
  *      checked and hashed like the inputs); STRIDED = CUB radix sort +
  *      unique of floor(c/s); GENERATIVE = sort + unique of s*c + off_k;
  *      EXPANDING = sort + unique of (c - off_k)/s where exact (both inside
- *      out_shape when given).
+ *      out_shape when given), from a compact candidate layout (only the
+ *      taps that can land on the lattice: vc_expand_keys_kernel).
  *   4. neighbour queries, one thread per (row, k), writes coalesced:
  *      nbr_out[o][k] by lookups in the input hash (and per-offset counts of
  *      each block of 32 outputs), nbr_in[i][k] by lookups in the output
@@ -303,16 +304,15 @@ __global__ void vc_strided_keys_kernel(const unsigned long long *__restrict__ in
   }
 }
 
-/* GENERATIVE / EXPANDING output candidates for every (i, k), flat index
- * i*K + k: GENERATIVE s*c + off_k, EXPANDING (c - off_k)/s where exact on
- * every axis; VC_KEY_EMPTY where there is none (off the lattice, outside
- * out_shape: vc_kmap_reach's rule). A candidate outside the coordinate
- * limits on an unbounded axis is an error: the lowest flat index is
- * recorded (the CPU reports the first in (i, k) order). Every candidate
- * kept is a pair, so each offset's count (pair_counts[k], zeroed before)
- * is that offset's pair count: summed per block in shared memory, then one
- * atomic per (block, offset). */
-template <bool EXPANDING>
+/* GENERATIVE output candidates for every (i, k), flat index i*K + k:
+ * s*c + off_k; VC_KEY_EMPTY where there is none (outside out_shape:
+ * vc_kmap_reach's rule). A candidate outside the coordinate limits on an
+ * unbounded axis is an error: the lowest flat index is recorded (the CPU
+ * reports the first in (i, k) order). Every candidate kept is a pair, so
+ * each offset's count (pair_counts[k], zeroed before) is that offset's
+ * pair count: summed per block in shared memory, then one atomic per
+ * (block, offset). EXPANDING has its own compact layout
+ * (vc_expand_keys_kernel). */
 __global__ void vc_reach_keys_kernel(const unsigned long long *__restrict__ in_keys,
                                      int64_t n_in, VcGeom g,
                                      unsigned long long *__restrict__ out,
@@ -339,14 +339,7 @@ __global__ void vc_reach_keys_kernel(const unsigned long long *__restrict__ in_k
       bool exists = true, bad = false;
 #pragma unroll
       for (int a = 0; a < 3; a++) {
-        int32_t w;
-        if (EXPANDING) {
-          const int32_t d = cc[a] - off3[3 * k + a];
-          exists = exists && (d % g.s[a] == 0);
-          w = d / g.s[a];
-        } else {
-          w = g.s[a] * cc[a] + off3[3 * k + a];
-        }
+        const int32_t w = g.s[a] * cc[a] + off3[3 * k + a];
         if (g.out_shape[a] > 0)
           exists = exists && w >= 0 && w < g.out_shape[a];
         else
@@ -380,6 +373,94 @@ __global__ void vc_drop_empty_tail_kernel(const unsigned long long *uniq,
 
 /* Fingerprint (vc_fingerprint_mix) of sorted output keys [0, *n_dev): the
  * same value vc_fingerprint_kernel gives for the unpacked coordinates. */
+/* EXPANDING candidates in a compact layout: an input c reaches output o
+ * on axis a through tap j only where c - (j*dil - pad) is a multiple of s,
+ * so at most m_a = ceil(k_a / (s_a / gcd(dil_a, s_a))) taps per axis can
+ * (vc_expand_slots). Each input gets m_0*m_1*m_2 slots instead of K (k = 3,
+ * s = 2: 8 instead of 27), slot (t0, t1, t2) holding the candidate of the
+ * t_a-th such tap per axis, VC_KEY_EMPTY where there are fewer: the sort
+ * that follows, which dominated the build (one 64-bit radix sort over
+ * n_in * K keys), gets 3.4x fewer keys for spconv's k3 s2 p1 and K-fold
+ * fewer for k = s. Same keys, pair counts and lowest bad (i, k) index as
+ * the (i, k) layout had. */
+__global__ void vc_expand_keys_kernel(const unsigned long long *__restrict__ in_keys,
+                                      int64_t n_in, VcGeom g, int3 m,
+                                      unsigned long long *__restrict__ out,
+                                      unsigned long long *gen_bad,
+                                      long long *pair_counts) {
+  extern __shared__ int32_t smem[];
+  unsigned int *cnt = (unsigned int *)smem; /* [K] */
+  for (int k = threadIdx.x; k < g.K; k += blockDim.x)
+    cnt[k] = 0u;
+  __syncthreads();
+  const int S = m.x * m.y * m.z;
+  const int64_t total = n_in * S;
+  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
+       t += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = t / S;
+    const int slot = (int)(t - i * S);
+    const int sl[3] = {slot / (m.y * m.z), (slot / m.z) % m.y, slot % m.z};
+    const uint64_t key = in_keys[i];
+    uint64_t o = VC_KEY_EMPTY;
+    if (key != VC_KEY_EMPTY) {
+      const VcCoord c = vc_dev_unpack(key);
+      const int32_t cc[3] = {c.x, c.y, c.z};
+      int32_t v[3], jj[3];
+      bool exists = true, bad = false;
+#pragma unroll
+      for (int a = 0; a < 3; a++) {
+        /* the sl[a]-th tap j (ascending) with c - off_j on the lattice */
+        int found = -1, seen = 0;
+        for (int j = 0; j < g.ks[a] && found < 0; j++) {
+          const int32_t d = cc[a] - (j * g.dil[a] - g.pad[a]);
+          if (d % g.s[a] == 0 && seen++ == sl[a])
+            found = j;
+        }
+        exists = exists && found >= 0;
+        const int j = found < 0 ? 0 : found;
+        const int32_t w = (cc[a] - (j * g.dil[a] - g.pad[a])) / g.s[a];
+        if (g.out_shape[a] > 0)
+          exists = exists && w >= 0 && w < g.out_shape[a];
+        else
+          bad = bad || !vc_dev_in_range(w);
+        v[a] = w;
+        jj[a] = j;
+      }
+      const int k = (jj[0] * g.ks[1] + jj[1]) * g.ks[2] + jj[2];
+      if (exists && bad)
+        atomicMin(gen_bad, (unsigned long long)(i * g.K + k));
+      else if (exists) {
+        o = vc_dev_pack_key(c.b, v[0], v[1], v[2]);
+        atomicAdd(&cnt[k], 1u);
+      }
+    }
+    out[t] = o;
+  }
+  __syncthreads();
+  for (int k = threadIdx.x; k < g.K; k += blockDim.x)
+    if (cnt[k])
+      atomicAdd((unsigned long long *)&pair_counts[k],
+                (unsigned long long)cnt[k]);
+}
+
+/* Per axis, the most taps j in [0, k) that can put one input on the output
+ * lattice: j*dil = c + pad (mod s) has solutions spaced s / gcd(dil, s)
+ * apart. */
+static int3 vc_expand_slots(const VcGeom &g) {
+  int m[3];
+  for (int a = 0; a < 3; a++) {
+    int x = g.dil[a], y = g.s[a];
+    while (y) {
+      const int r = x % y;
+      x = y;
+      y = r;
+    }
+    const int step = g.s[a] / x; /* x = gcd(dil, s) */
+    m[a] = (g.ks[a] + step - 1) / step;
+  }
+  return make_int3(m[0], m[1], m[2]);
+}
+
 __global__ void vc_keys_fingerprint_kernel(const unsigned long long *__restrict__ keys,
                                            int64_t n_max, const long long *n_dev,
                                            unsigned long long *out) {
@@ -1161,7 +1242,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     /* 3: candidates (counted per offset), sort, unique; then the sync
      * (n_out and the pair counts). */
     const int expanding = mode == VOXCONV_KMAP_EXPANDING;
-    const int64_t n_cand = n_in * K;
+    const int3 slots = vc_expand_slots(b.g);
+    const int64_t n_cand =
+        expanding ? n_in * (int64_t)(slots.x * slots.y * slots.z) : n_in * K;
     unsigned long long *cand = NULL, *uniq = NULL;
     VC_CHECK(ws.get<unsigned long long>(n_cand, &cand, "candidate cell keys"));
     VC_CHECK(ws.get<unsigned long long>(n_cand, &uniq, "reached output keys"));
@@ -1170,15 +1253,14 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     if (n_cand > 0) {
       const size_t smem = (size_t)4 * K * sizeof(int32_t);
       if (expanding)
-        vc_reach_keys_kernel<true><<<vc_grid_rows(h, n_cand), kBlock, smem,
-                                     stream>>>(in_keys, n_in, b.g, cand,
-                                               &d_st->gen_bad,
-                                               d_st->pair_offsets);
+        vc_expand_keys_kernel<<<vc_grid_rows(h, n_cand), kBlock,
+                                (size_t)K * sizeof(unsigned int), stream>>>(
+            in_keys, n_in, b.g, slots, cand, &d_st->gen_bad,
+            d_st->pair_offsets);
       else
-        vc_reach_keys_kernel<false><<<vc_grid_rows(h, n_cand), kBlock, smem,
-                                      stream>>>(in_keys, n_in, b.g, cand,
-                                                &d_st->gen_bad,
-                                                d_st->pair_offsets);
+        vc_reach_keys_kernel<<<vc_grid_rows(h, n_cand), kBlock, smem,
+                               stream>>>(in_keys, n_in, b.g, cand,
+                                         &d_st->gen_bad, d_st->pair_offsets);
       VC_CUDA_LAUNCH_CHECK(h, "vc_reach_keys_kernel");
       VC_CHECK(vc_sort_unique(ws, h, cand, n_cand, uniq, &d_st->n_out));
       vc_drop_empty_tail_kernel<<<1, 32, 0, stream>>>(uniq, &d_st->n_out);
