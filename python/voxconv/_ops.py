@@ -24,7 +24,6 @@ context holds the map object, not just its id).
 """
 
 import ctypes
-import functools
 import os
 
 import torch
@@ -610,26 +609,27 @@ _compiling = getattr(_compiler, "is_compiling", None) or (lambda: False)
 
 
 def outside_compile(fn):
-    """Runs `fn` eagerly under torch.compile: dynamo breaks the graph there
-    instead of tracing into it. Tracing the coordinate manager's Python
-    (dictionaries of maps keyed by coordinate sets that are new for every
-    input) guards on those objects, so every call recompiled and past
-    dynamo's recompile limit the frame ran slower than eager (MiniMinkUNet
-    on the H100: forward 1.32x, train step 1.57x eager, 40 breaks, 8
-    recompiles). Dense code between voxconv ops (feature-wise modules, the
-    head, the loss) is still compiled. Outside torch.compile the check
-    costs one call."""
+    """`fn` under torch.compiler.disable: dynamo never traces into it (a
+    call from a compiled frame is a graph break, and `fn` with everything
+    it calls runs eagerly). Used on voxconv's entry points and module
+    forwards.
+
+    Why not less: tracing the coordinate manager's Python (maps keyed by
+    coordinate sets that are new for every input) recompiled on every call
+    (MiniMinkUNet on the H100: forward 1.32x, train step 1.57x eager). A
+    wrapper that called the disabled function only when
+    torch.compiler.is_compiling() said so was traced through on torch 2.11
+    (compiled graphs held torch.ops.voxconv calls naming kernel maps by id,
+    and a map freed with its last tensor was gone by the backward), and the
+    module forwards dynamo compiled after each break are shared by every
+    instance, so it recompiled them past its limit. With the module
+    forwards disabled too, MiniMinkUNet's compiled train step ran at 1.01x
+    eager (h100_2026-11-26_s16.md). Dense code between voxconv modules
+    (the head, the loss, user code) is still compiled."""
     disable = getattr(_compiler, "disable", None)
     if disable is None:  # torch < 2.1: nothing compiles
         return fn
-    eager = disable(fn)
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if _compiling():
-            return eager(*args, **kwargs)
-        return fn(*args, **kwargs)
-    return wrapper
+    return disable(fn)
 
 
 def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det):

@@ -29,6 +29,7 @@ from .algo import (SPARSE_CONV_BWD_ALGO_MODE, SPARSE_CONV_FWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE, algo_string)
 from .tensor import SparseTensor, triple
 from . import _lib
+from . import _ops
 from . import errors
 
 # ``import voxconv.nn.init`` as well as ``voxconv.nn.init`` / ``from voxconv.nn
@@ -137,6 +138,7 @@ class SparseConv3d(nn.Module):
         if self.bias is not None:
             nn.init.uniform_(self.bias, -bound, bound)
 
+    @_ops.outside_compile
     def forward(self, input, out_coords=None):
         # Arguments were validated at construction: the normalised core.
         return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
@@ -199,6 +201,7 @@ class SparseDepthwiseConv3d(nn.Module):
         if self.bias is not None:
             nn.init.uniform_(self.bias, -bound, bound)
 
+    @_ops.outside_compile
     def forward(self, input, out_coords=None):
         return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
                                self.dilation, self.transposed, self.generative, out_coords,
@@ -223,6 +226,7 @@ class _Pool(nn.Module):
         # output set with expand=True)
         _set_geo(self, padding, expand, out_shape, False)
 
+    @_ops.outside_compile
     def forward(self, input):
         if self._geo is None:
             return type(self)._fn(input, self.kernel_size, self.stride, self.dilation)
@@ -255,6 +259,7 @@ class SparseUnpool3d(_Pool):
     def __init__(self, kernel_size=2, stride=None, dilation=1):
         super().__init__(kernel_size, stride, dilation)
 
+    @_ops.outside_compile
     def forward(self, input, out_coords=None):
         return F.sparse_unpool(input, self.kernel_size, self.stride, self.dilation, out_coords)
 
@@ -262,16 +267,19 @@ class SparseUnpool3d(_Pool):
 class SparseGlobalAvgPool(nn.Module):
     """SparseTensor -> dense ``[B, C]`` mean per batch item."""
 
+    @_ops.outside_compile
     def forward(self, input):
         return F.global_avg_pool(input)
 
 
 class SparseGlobalMaxPool(nn.Module):
+    @_ops.outside_compile
     def forward(self, input):
         return F.global_max_pool(input)
 
 
 class SparseGlobalSumPool(nn.Module):
+    @_ops.outside_compile
     def forward(self, input):
         return F.global_sum_pool(input)
 
@@ -284,6 +292,7 @@ class SparseFeatureOp(nn.Module):
         super().__init__()
         self.module = module
 
+    @_ops.outside_compile
     def forward(self, input):
         return input.replace_feature(self.module(input.feats))
 
@@ -358,6 +367,7 @@ class Sequential(nn.Sequential):
             voxconv.nn.SparseConv3d(32, 32))
     """
 
+    @_ops.outside_compile
     def forward(self, input):
         for i, module in enumerate(self):
             if isinstance(input, SparseTensor) and feature_wise(module):
