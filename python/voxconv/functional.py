@@ -254,6 +254,7 @@ def _autocast(feats, weight, bias):
     return cast(feats), cast(weight), cast(bias)
 
 
+@_ops.outside_compile
 def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
                           transposed=False, generative=False, fwd_algo=None,
                           bwd_algo=None, use_fp16_accum=None, deterministic=None, *,
@@ -287,13 +288,14 @@ def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
                          geo=_norm_geo(padding, out_shape, expand, inverse, ks, dl))
 
 
-@_ops.outside_compile
 def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_coords, cfg,
                   depthwise, geo=None):
     """The convolution with normalised arguments (3-tuples ks/st/dl, cfg =
     (fwd, dgrad, wgrad, fp16 tristate, det tristate)): the modules call
     this directly, so a layer's forward does no per-call re-validation of
-    what its constructor checked. ``geo``: None, or what _norm_geo returns
+    what its constructor checked. Not under torch.compiler.disable itself:
+    its callers are (the module forwards, spatially_sparse_conv), and a
+    second disabled layer cost ~3 us per autograd call on torch 2.11. ``geo``: None, or what _norm_geo returns
     for padding / out_shape / expand / inverse."""
     if type(input) is not SparseTensor:
         _check_input(input)
@@ -327,6 +329,7 @@ def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_c
     return SparseTensor._wrap(y, out_set)
 
 
+@_ops.outside_compile
 def spatially_sparse_depthwise_conv(input, weight, kernel_size=3, stride=1, dilation=1,
                                     transposed=False, generative=False, fwd_algo=None,
                                     bwd_algo=None, use_fp16_accum=None, deterministic=None,
