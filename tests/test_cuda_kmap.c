@@ -580,6 +580,47 @@ static void spconv_error_cases(void) {
   inverse_case("expanding empty", &de, one, 1, g_gpu);
 }
 
+/* The CUDA EXPANDING build deduplicates its outputs in a GPU hash set sized
+ * from an estimate (cuda_kmap.cu, vc_cuda_kmap_build: 4 slots a key for
+ * n_in keys when S <= 8 candidate slots per input), which fills only when
+ * the outputs barely overlap; a full set must cost a retry, never a
+ * truncated map. Isolated voxels with all-odd coordinates give k3 s2 p1
+ * all 8 outputs each (1728 keys for 216 inputs, in a 1024-slot set). On
+ * the tiny-table handle, 3 inputs keep the input hash (16 slots) from
+ * overflowing, so the retry there comes from the output-key set alone. */
+static void expanding_key_set_cases(voxconv_handle_t *tiny) {
+  int32_t iso[4 * 216];
+  int64_t n = 0;
+  for (int i = 0; i < 6; i++)
+    for (int j = 0; j < 6; j++)
+      for (int l = 0; l < 6; l++, n++) {
+        iso[4 * n + 0] = 0;
+        iso[4 * n + 1] = 8 * i - 23;
+        iso[4 * n + 2] = 8 * j - 23;
+        iso[4 * n + 3] = 8 * l + 1;
+      }
+  shuffle_rows(iso, n);
+  voxconv_kmap_desc_t d = padded_desc(VOXCONV_KMAP_EXPANDING, 3, 3, 3, 2, 1, 1);
+  voxconv_kmap_t *mc = run_case("expanding isolated k3 s2 p1 (full key set)",
+                                &d, iso, n, 1, NULL, 0, 0, g_gpu, 1, 1);
+  if (mc) {
+    voxconv_kmap_info_t info;
+    voxconv_kmap_get_info(mc, &info);
+    VC_EXPECT(info.n_out == 8 * n,
+              "isolated k3 s2 p1: %lld outputs, want %lld (8 per input)",
+              (long long)info.n_out, (long long)(8 * n));
+    voxconv_kmap_destroy(g_cpu, mc);
+  }
+  inverse_case("expanding isolated k3 s2 p1", &d, iso, n, g_gpu);
+  voxconv_kmap_desc_t d1 =
+      padded_desc(VOXCONV_KMAP_EXPANDING, 3, 3, 3, 1, 1, 1);
+  run_case("expanding isolated k3 s1 p1", &d1, iso, n, 1, NULL, 0, 0, g_gpu, 0,
+           0);
+  /* Three inputs, 81 (s1) and 24 (s2) outputs, 16-slot tables. */
+  run_case("tiny key set k3 s1 p1", &d1, iso, 3, 1, NULL, 0, 0, tiny, 1, 0);
+  run_case("tiny key set k3 s2 p1", &d, iso, 3, 1, NULL, 0, 0, tiny, 1, 0);
+}
+
 /* ---- error statuses ------------------------------------------------------ */
 static void error_cases(void) {
   int64_t n = 0;
@@ -1177,6 +1218,7 @@ int main(int argc, char **argv) {
   }
   error_cases();
   spconv_error_cases();
+  expanding_key_set_cases(g_tiny);
   merge_cases();
 
   /* Recorded scans: SemanticKITTI (and KITTI as batch 1) at 5 cm. */

@@ -76,6 +76,32 @@ static __device__ __forceinline__ int vc_dev_hash_insert(const VcGpuHash &t,
   return 0;
 }
 
+/* Key-only use (a set: vals unused, may be NULL): adds key and says whether
+ * this call stored it (exactly one caller per distinct key gets
+ * VC_HASH_ADDED, whatever the schedule), found it stored already, or found
+ * no free slot (VC_HASH_FULL: the caller raises its overflow flag). Same
+ * probe as vc_dev_hash_insert; a stale plain load is harmless because keys
+ * are never removed and the CAS decides every claim. */
+enum { VC_HASH_FULL = 0, VC_HASH_PRESENT = 1, VC_HASH_ADDED = 2 };
+
+static __device__ __forceinline__ int vc_dev_hash_add_key(const VcGpuHash &t,
+                                                          uint64_t key) {
+  uint64_t s = vc_dev_hash_slot(t, key);
+  for (uint64_t probe = 0; probe <= t.mask; ++probe) {
+    unsigned long long cur = t.keys[s];
+    if (cur == VC_KEY_EMPTY) {
+      cur = atomicCAS(&t.keys[s], (unsigned long long)VC_KEY_EMPTY,
+                      (unsigned long long)key);
+      if (cur == VC_KEY_EMPTY)
+        return VC_HASH_ADDED;
+    }
+    if (cur == key)
+      return VC_HASH_PRESENT;
+    s = (s + 1) & t.mask;
+  }
+  return VC_HASH_FULL;
+}
+
 /* Row stored for key or -1. Reads through the read-only path: the table is
  * never written by the kernel that queries it. */
 static __device__ __forceinline__ int32_t vc_dev_hash_find(const VcGpuHash &t,

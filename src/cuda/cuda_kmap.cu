@@ -15,9 +15,11 @@
  *   3. outputs: SUBMANIFOLD = inputs; TRANSPOSED = the caller's (packed,
  *      checked and hashed like the inputs); STRIDED = CUB radix sort +
  *      unique of floor(c/s); GENERATIVE = sort + unique of s*c + off_k;
- *      EXPANDING = sort + unique of (c - off_k)/s where exact (both inside
- *      out_shape when given), from a compact candidate layout (only the
- *      taps that can land on the lattice: vc_expand_keys_kernel).
+ *      EXPANDING = (c - off_k)/s where exact (both inside out_shape when
+ *      given), from a compact candidate layout (only the taps that can
+ *      land on the lattice), deduplicated in a key-only GPU hash set as
+ *      they are made (vc_expand_keys_kernel); the distinct keys are sorted
+ *      after the sync.
  *   4. neighbour queries, one thread per (row, k), writes coalesced:
  *      nbr_out[o][k] by lookups in the input hash (and per-offset counts of
  *      each block of 32 outputs), nbr_in[i][k] by lookups in the output
@@ -39,7 +41,12 @@
  * on an unbounded axis is an error), so the candidate kernel counts the
  * pairs of each offset on its way; the sync happens right after the unique
  * output count is known and brings those counts along, and steps 4-6 then
- * run with exact sizes and no other sync.
+ * run with exact sizes and no other sync. EXPANDING learns n_out without
+ * sorting (the hash set counts the keys it stores) and sorts exactly n_out
+ * keys after the sync; its output fingerprint, a function of that order,
+ * therefore reaches the host later, through a pinned slot behind an event
+ * that voxconv_kmap_inverse, its only reader, waits for
+ * (vc_defer_out_fingerprint).
  * STRIDED learns n_out on the device, so its step 4 runs over n_in rows (an
  * upper bound) with the real count read from device memory, and nbr_out /
  * out_coords are cut to size after the sync.
@@ -48,9 +55,12 @@
  * insert cannot fail; the device still counts failed inserts and the build
  * retries with room for all keys when the count is non-zero, so a table
  * too small (the VOXCONV_CUDA_HASH_TINY=1 test knob starts them at 16
- * slots) costs a retry, never a truncated map. Post-sync tables (the
- * GENERATIVE output hash) are sized from the exact count and ignore the
- * knob, so they never overflow. */
+ * slots) costs a retry, never a truncated map. The exception is EXPANDING's
+ * output-key set, whose key count is only bounded by n_in * S: it is sized
+ * from an estimate (vc_cuda_kmap_build) and can fill; it reports through
+ * overflow_out, and the retry gives it room for every possible key.
+ * Post-sync tables (the GENERATIVE / EXPANDING output hash) are sized from
+ * the exact count and ignore the knob, so they never overflow. */
 #include "cuda_kmap_status.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -371,70 +381,121 @@ __global__ void vc_drop_empty_tail_kernel(const unsigned long long *uniq,
     --*n_unique;
 }
 
-/* Fingerprint (vc_fingerprint_mix) of sorted output keys [0, *n_dev): the
- * same value vc_fingerprint_kernel gives for the unpacked coordinates. */
 /* EXPANDING candidates in a compact layout: an input c reaches output o
  * on axis a through tap j only where c - (j*dil - pad) is a multiple of s,
  * so at most m_a = ceil(k_a / (s_a / gcd(dil_a, s_a))) taps per axis can
- * (vc_expand_slots). Each input gets m_0*m_1*m_2 slots instead of K (k = 3,
- * s = 2: 8 instead of 27), slot (t0, t1, t2) holding the candidate of the
- * t_a-th such tap per axis, VC_KEY_EMPTY where there are fewer: the sort
- * that follows, which dominated the build (one 64-bit radix sort over
- * n_in * K keys), gets 3.4x fewer keys for spconv's k3 s2 p1 and K-fold
- * fewer for k = s. Same keys, pair counts and lowest bad (i, k) index as
- * the (i, k) layout had. */
-__global__ void vc_expand_keys_kernel(const unsigned long long *__restrict__ in_keys,
-                                      int64_t n_in, VcGeom g, int3 m,
-                                      unsigned long long *__restrict__ out,
-                                      unsigned long long *gen_bad,
-                                      long long *pair_counts) {
+ * (vc_expand_slots). Each input gets S = m_0*m_1*m_2 candidate slots instead
+ * of K (k = 3, s = 2: 8 instead of 27), slot (t0, t1, t2) standing for the
+ * t_a-th such tap per axis; one thread per slot.
+ *
+ * Each candidate that exists goes into `set`, a key-only GPU hash; the one
+ * thread whose insert stores a key appends it to `uniq` (unsorted), so the
+ * sort after the sync sees only the n_out distinct outputs, not n_in * S
+ * slots that are mostly empty or repeated (the 64-bit sort of all slots
+ * dominated the build). Appends are aggregated per block: a ballot per
+ * warp, one shared atomicAdd per warp for its place in the block's round,
+ * one global atomicAdd per block and round on *n_unique (the map's n_out)
+ * -- a single counter hit by every warp would serialise. Rounds are block
+ * uniform (every thread runs the same trip count), so the ballots and
+ * barriers see whole warps and blocks; two barriers a round.
+ *
+ * An insert that finds the set full, or an append past uniq_cap (which
+ * cannot happen: every appended key holds its own slot and uniq_cap >=
+ * min(capacity, n_in * S)), raises *overflow: the build retries with a set
+ * sized for every possible key, and a truncated output set is never used.
+ * Pair counts per offset and the lowest bad (i, k) index are as the (i, k)
+ * layout had them. */
+__global__ void
+vc_expand_keys_kernel(const unsigned long long *__restrict__ in_keys,
+                      int64_t n_in, VcGeom g, int3 m, VcGpuHash set,
+                      unsigned long long *__restrict__ uniq, int64_t uniq_cap,
+                      unsigned long long *n_unique, unsigned int *overflow,
+                      unsigned long long *gen_bad, long long *pair_counts) {
   extern __shared__ int32_t smem[];
   unsigned int *cnt = (unsigned int *)smem; /* [K] */
+  __shared__ unsigned int round_keys;       /* keys the block adds this round */
+  __shared__ unsigned long long round_base; /* ... and where they go */
   for (int k = threadIdx.x; k < g.K; k += blockDim.x)
     cnt[k] = 0u;
+  if (threadIdx.x == 0)
+    round_keys = 0u;
   __syncthreads();
   const int S = m.x * m.y * m.z;
   const int64_t total = n_in * S;
-  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
-       t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t i = t / S;
-    const int slot = (int)(t - i * S);
-    const int sl[3] = {slot / (m.y * m.z), (slot / m.z) % m.y, slot % m.z};
-    const uint64_t key = in_keys[i];
+  const int lane = threadIdx.x & 31;
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t base = (int64_t)blockIdx.x * blockDim.x; base < total;
+       base += stride) {
+    const int64_t t = base + threadIdx.x;
     uint64_t o = VC_KEY_EMPTY;
-    if (key != VC_KEY_EMPTY) {
-      const VcCoord c = vc_dev_unpack(key);
-      const int32_t cc[3] = {c.x, c.y, c.z};
-      int32_t v[3], jj[3];
-      bool exists = true, bad = false;
+    if (t < total) {
+      const int64_t i = t / S;
+      const int slot = (int)(t - i * S);
+      const int sl[3] = {slot / (m.y * m.z), (slot / m.z) % m.y, slot % m.z};
+      const uint64_t key = in_keys[i];
+      if (key != VC_KEY_EMPTY) {
+        const VcCoord c = vc_dev_unpack(key);
+        const int32_t cc[3] = {c.x, c.y, c.z};
+        int32_t v[3], jj[3];
+        bool exists = true, bad = false;
 #pragma unroll
-      for (int a = 0; a < 3; a++) {
-        /* the sl[a]-th tap j (ascending) with c - off_j on the lattice */
-        int found = -1, seen = 0;
-        for (int j = 0; j < g.ks[a] && found < 0; j++) {
-          const int32_t d = cc[a] - (j * g.dil[a] - g.pad[a]);
-          if (d % g.s[a] == 0 && seen++ == sl[a])
-            found = j;
+        for (int a = 0; a < 3; a++) {
+          /* the sl[a]-th tap j (ascending) with c - off_j on the lattice */
+          int found = -1, seen = 0;
+          for (int j = 0; j < g.ks[a] && found < 0; j++) {
+            const int32_t d = cc[a] - (j * g.dil[a] - g.pad[a]);
+            if (d % g.s[a] == 0 && seen++ == sl[a])
+              found = j;
+          }
+          exists = exists && found >= 0;
+          const int j = found < 0 ? 0 : found;
+          const int32_t w = (cc[a] - (j * g.dil[a] - g.pad[a])) / g.s[a];
+          if (g.out_shape[a] > 0)
+            exists = exists && w >= 0 && w < g.out_shape[a];
+          else
+            bad = bad || !vc_dev_in_range(w);
+          v[a] = w;
+          jj[a] = j;
         }
-        exists = exists && found >= 0;
-        const int j = found < 0 ? 0 : found;
-        const int32_t w = (cc[a] - (j * g.dil[a] - g.pad[a])) / g.s[a];
-        if (g.out_shape[a] > 0)
-          exists = exists && w >= 0 && w < g.out_shape[a];
-        else
-          bad = bad || !vc_dev_in_range(w);
-        v[a] = w;
-        jj[a] = j;
-      }
-      const int k = (jj[0] * g.ks[1] + jj[1]) * g.ks[2] + jj[2];
-      if (exists && bad)
-        atomicMin(gen_bad, (unsigned long long)(i * g.K + k));
-      else if (exists) {
-        o = vc_dev_pack_key(c.b, v[0], v[1], v[2]);
-        atomicAdd(&cnt[k], 1u);
+        const int k = (jj[0] * g.ks[1] + jj[1]) * g.ks[2] + jj[2];
+        if (exists && bad)
+          atomicMin(gen_bad, (unsigned long long)(i * g.K + k));
+        else if (exists) {
+          o = vc_dev_pack_key(c.b, v[0], v[1], v[2]);
+          atomicAdd(&cnt[k], 1u);
+        }
       }
     }
-    out[t] = o;
+    int added = 0;
+    if (o != VC_KEY_EMPTY) {
+      const int r = vc_dev_hash_add_key(set, o);
+      if (r == VC_HASH_FULL)
+        atomicAdd(overflow, 1u);
+      added = r == VC_HASH_ADDED;
+    }
+    const unsigned ballot = __ballot_sync(0xFFFFFFFFu, added);
+    unsigned warp_at = 0u;
+    if (lane == 0 && ballot)
+      warp_at = atomicAdd(&round_keys, (unsigned)__popc(ballot));
+    warp_at = __shfl_sync(0xFFFFFFFFu, warp_at, 0);
+    __syncthreads(); /* every warp has its place */
+    if (threadIdx.x == 0) {
+      const unsigned n_new = round_keys;
+      round_keys = 0u; /* the next round counts after the barrier below */
+      round_base =
+          n_new ? atomicAdd(n_unique, (unsigned long long)n_new) : 0ull;
+    }
+    __syncthreads(); /* the base is known; the next write of it comes after
+                      * the next round's first barrier, so after every read
+                      * below */
+    if (added) {
+      const unsigned long long at =
+          round_base + warp_at + __popc(ballot & ((1u << lane) - 1u));
+      if (at < (unsigned long long)uniq_cap)
+        uniq[at] = o;
+      else
+        atomicAdd(overflow, 1u);
+    }
   }
   __syncthreads();
   for (int k = threadIdx.x; k < g.K; k += blockDim.x)
@@ -461,6 +522,8 @@ static int3 vc_expand_slots(const VcGeom &g) {
   return make_int3(m[0], m[1], m[2]);
 }
 
+/* Fingerprint (vc_fingerprint_mix) of sorted output keys [0, *n_dev): the
+ * same value vc_fingerprint_kernel gives for the unpacked coordinates. */
 __global__ void vc_keys_fingerprint_kernel(const unsigned long long *__restrict__ keys,
                                            int64_t n_max, const long long *n_dev,
                                            unsigned long long *out) {
@@ -808,7 +871,9 @@ struct VcBuild {
   const voxconv_coords_t *in, *out;
   VcGeom g;
   uint64_t cap_in, cap_out; /* pre-sync hash capacities */
+  uint64_t cap_keys;        /* EXPANDING: the output-key set's capacity */
   int overflowed;           /* set after the sync */
+  int keys_overflowed;      /* ... by the output-key set (EXPANDING) */
   int async;                /* SUBMANIFOLD without the host wait */
 };
 
@@ -927,6 +992,29 @@ static voxconv_status_t vc_sort_unique(VcWorkspace &ws, voxconv_handle_t *h,
   b = tmp_bytes;
   VC_CUDA_TRY(h, cub::DeviceSelect::Unique(tmp, b, sorted, uniq, n_unique, n,
                                            vc_cuda_stream(h)));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* Sorts keys[n] (distinct; n known on the host). The result is in keys or
+ * in a workspace buffer of the same length: *sorted says which. */
+static voxconv_status_t vc_sort_keys(VcWorkspace &ws, voxconv_handle_t *h,
+                                     unsigned long long *keys, int64_t n,
+                                     unsigned long long **sorted) {
+  *sorted = keys;
+  if (n < 2)
+    return VOXCONV_STATUS_SUCCESS;
+  unsigned long long *alt = NULL;
+  VC_CHECK(ws.get<unsigned long long>(n, &alt, "sorted output keys"));
+  cub::DoubleBuffer<unsigned long long> db(keys, alt);
+  size_t tmp_bytes = 0;
+  VC_CUDA_TRY(h, cub::DeviceRadixSort::SortKeys(NULL, tmp_bytes, db, n, 0, 64,
+                                                vc_cuda_stream(h)));
+  unsigned char *tmp = NULL;
+  VC_CHECK(
+      ws.get<unsigned char>((int64_t)tmp_bytes, &tmp, "CUB sort workspace"));
+  VC_CUDA_TRY(h, cub::DeviceRadixSort::SortKeys(tmp, tmp_bytes, db, n, 0, 64,
+                                                vc_cuda_stream(h)));
+  *sorted = db.Current();
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -1203,6 +1291,41 @@ static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* EXPANDING: the fingerprint of the sorted output keys (the inverse map's
+ * in_fingerprint). The keys are sorted after the build's one sync, so the
+ * value cannot travel with it, and a second wait would stall the host on
+ * the rest of the build. Instead the kernel writes it into the status
+ * block, a copy queued behind it lands in a pinned slot, and an event
+ * marks the copy; voxconv_kmap_inverse, its only reader, takes it from
+ * there (vc_out_fingerprint: the event is long past by then, as a rule).
+ * Until then m->out_fingerprint reads 0. */
+static voxconv_status_t vc_defer_out_fingerprint(VcBuild &b, VcKmapStatus *d_st,
+                                                 const unsigned long long *keys,
+                                                 int64_t n) {
+  voxconv_handle_t *h = b.h;
+  voxconv_kmap_t *m = b.m;
+  const cudaStream_t stream = vc_cuda_stream(h);
+  m->out_fingerprint = 0; /* the final value when there are no rows */
+  if (n == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  vc_keys_fingerprint_kernel<<<vc_grid_rows(h, n), kBlock, 0, stream>>>(
+      keys, n, &d_st->n_out, &d_st->out_fingerprint);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_keys_fingerprint_kernel");
+  VcKmapPriv *priv = (VcKmapPriv *)m->backend_priv;
+  /* The event first: a slot is released with it (vc_cuda_kmap_free_priv). */
+  VC_CUDA_TRY(h,
+              cudaEventCreateWithFlags(&priv->ready, cudaEventDisableTiming));
+  priv->h_status = vc_pinned_status_get(h);
+  if (!priv->h_status)
+    return VOXCONV_STATUS_ALLOC_FAILED; /* message set by the pool */
+  VC_CUDA_TRY(h, cudaMemcpyAsync(&priv->h_status->out_fingerprint,
+                                 &d_st->out_fingerprint,
+                                 sizeof d_st->out_fingerprint,
+                                 cudaMemcpyDeviceToHost, stream));
+  VC_CUDA_TRY(h, cudaEventRecord(priv->ready, stream));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 static voxconv_status_t vc_build_attempt(VcBuild &b) {
   voxconv_handle_t *h = b.h;
   voxconv_kmap_t *m = b.m;
@@ -1211,7 +1334,7 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   const int64_t n_in = b.in->n;
   const voxconv_kmap_mode_t mode = m->desc.mode;
   VcWorkspace ws(h);
-  b.overflowed = 0;
+  b.overflowed = b.keys_overflowed = 0;
 
   VcKmapStatus *d_st = ((VcKmapPriv *)m->backend_priv)->d_status;
   vc_status_init_kernel<<<1, 32, 0, stream>>>(d_st);
@@ -1239,47 +1362,68 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   q.center_k = -1;
 
   if (mode == VOXCONV_KMAP_GENERATIVE || mode == VOXCONV_KMAP_EXPANDING) {
-    /* 3: candidates (counted per offset), sort, unique; then the sync
-     * (n_out and the pair counts). */
+    /* 3: the output set and the pair count of each offset, then the sync
+     * (n_out and the counts). GENERATIVE: candidates for every (i, k),
+     * sort, unique. EXPANDING: compact candidates into a key-only set, the
+     * distinct keys appended unsorted (vc_expand_keys_kernel); only those
+     * are sorted, after the sync. */
     const int expanding = mode == VOXCONV_KMAP_EXPANDING;
-    const int3 slots = vc_expand_slots(b.g);
-    const int64_t n_cand =
-        expanding ? n_in * (int64_t)(slots.x * slots.y * slots.z) : n_in * K;
-    unsigned long long *cand = NULL, *uniq = NULL;
-    VC_CHECK(ws.get<unsigned long long>(n_cand, &cand, "candidate cell keys"));
-    VC_CHECK(ws.get<unsigned long long>(n_cand, &uniq, "reached output keys"));
+    unsigned long long *uniq = NULL; /* sorted output keys, n_out of them */
     VC_CUDA_TRY(h, cudaMemsetAsync(d_st->pair_offsets, 0,
                                    (size_t)(K + 1) * sizeof(long long), stream));
-    if (n_cand > 0) {
-      const size_t smem = (size_t)4 * K * sizeof(int32_t);
-      if (expanding)
+    if (expanding) {
+      const int3 slots = vc_expand_slots(b.g);
+      const int64_t n_cand = n_in * (int64_t)(slots.x * slots.y * slots.z);
+      /* Every appended key holds a slot of its own, and there are at most
+       * n_cand distinct candidates. */
+      const int64_t uniq_cap =
+          (uint64_t)n_cand < b.cap_keys ? n_cand : (int64_t)b.cap_keys;
+      if (n_cand > 0) {
+        VcGpuHash set = {NULL, NULL, b.cap_keys - 1};
+        VC_CHECK(ws.get<unsigned long long>((int64_t)b.cap_keys, &set.keys,
+                                            "output key set"));
+        VC_CHECK(
+            ws.get<unsigned long long>(uniq_cap, &uniq, "reached output keys"));
+        VC_CUDA_TRY(h, cudaMemsetAsync(set.keys, 0xFF,
+                                       (size_t)b.cap_keys * sizeof *set.keys,
+                                       stream)); /* VC_KEY_EMPTY */
         vc_expand_keys_kernel<<<vc_grid_rows(h, n_cand), kBlock,
                                 (size_t)K * sizeof(unsigned int), stream>>>(
-            in_keys, n_in, b.g, slots, cand, &d_st->gen_bad,
-            d_st->pair_offsets);
-      else
+            in_keys, n_in, b.g, slots, set, uniq, uniq_cap,
+            (unsigned long long *)&d_st->n_out, &d_st->overflow_out,
+            &d_st->gen_bad, d_st->pair_offsets);
+        VC_CUDA_LAUNCH_CHECK(h, "vc_expand_keys_kernel");
+      }
+    } else {
+      const int64_t n_cand = n_in * K;
+      unsigned long long *cand = NULL;
+      VC_CHECK(
+          ws.get<unsigned long long>(n_cand, &cand, "candidate cell keys"));
+      VC_CHECK(
+          ws.get<unsigned long long>(n_cand, &uniq, "reached output keys"));
+      if (n_cand > 0) {
+        const size_t smem = (size_t)4 * K * sizeof(int32_t);
         vc_reach_keys_kernel<<<vc_grid_rows(h, n_cand), kBlock, smem,
                                stream>>>(in_keys, n_in, b.g, cand,
                                          &d_st->gen_bad, d_st->pair_offsets);
-      VC_CUDA_LAUNCH_CHECK(h, "vc_reach_keys_kernel");
-      VC_CHECK(vc_sort_unique(ws, h, cand, n_cand, uniq, &d_st->n_out));
-      vc_drop_empty_tail_kernel<<<1, 32, 0, stream>>>(uniq, &d_st->n_out);
-      VC_CUDA_LAUNCH_CHECK(h, "vc_drop_empty_tail_kernel");
-      if (expanding) {
-        vc_keys_fingerprint_kernel<<<vc_grid_rows(h, n_cand), kBlock, 0,
-                                     stream>>>(uniq, n_cand, &d_st->n_out,
-                                               &d_st->out_fingerprint);
-        VC_CUDA_LAUNCH_CHECK(h, "vc_keys_fingerprint_kernel");
+        VC_CUDA_LAUNCH_CHECK(h, "vc_reach_keys_kernel");
+        VC_CHECK(vc_sort_unique(ws, h, cand, n_cand, uniq, &d_st->n_out));
+        vc_drop_empty_tail_kernel<<<1, 32, 0, stream>>>(uniq, &d_st->n_out);
+        VC_CUDA_LAUNCH_CHECK(h, "vc_drop_empty_tail_kernel");
       }
     }
     VC_CHECK(vc_read_status(h, d_st, K, &hs));
-    if (hs->overflow_in) {
+    /* EXPANDING's overflow_out is its output-key set (its output hash is
+     * built after the sync, sized from n_out). */
+    if (hs->overflow_in || (expanding && hs->overflow_out)) {
       b.overflowed = 1;
+      b.keys_overflowed = expanding && hs->overflow_out;
       return VOXCONV_STATUS_SUCCESS;
     }
     VC_CHECK(vc_check_status(b, hs, in_keys, in_hash, NULL, out_hash));
     m->in_fingerprint = hs->fingerprint;
-    m->out_fingerprint = hs->out_fingerprint;
+    if (!expanding)
+      m->out_fingerprint = hs->out_fingerprint;
     const int64_t n_out = hs->n_out;
     if (n_out > INT32_MAX)
       return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
@@ -1295,6 +1439,12 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     }
     m->pair_offsets[K] = total;
     m->n_pairs = total;
+    if (expanding) {
+      /* Exactly the n_out distinct keys, then their fingerprint, which the
+       * host learns later (vc_defer_out_fingerprint). */
+      VC_CHECK(vc_sort_keys(ws, h, uniq, n_out, &uniq));
+      VC_CHECK(vc_defer_out_fingerprint(b, d_st, uniq, n_out));
+    }
 
     /* 4-6 with exact sizes; the output hash is sized from n_out, so it
      * cannot overflow (no later sync needed to find out). */
@@ -1560,6 +1710,42 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
   const int tiny = vc_cuda_state(h)->hash_debug_tiny;
   b.cap_in = tiny ? VC_HASH_TINY_SLOTS : full_in;
   b.cap_out = tiny ? VC_HASH_TINY_SLOTS : full_out;
+  /* EXPANDING's output-key set (vc_expand_keys_kernel). Its keys are
+   * bounded only by n_cand = n_in * S (S candidate slots per input, all
+   * distinct for isolated voxels), yet in any real cloud neighbouring
+   * inputs reach the same outputs. A table 4x that bound would be large
+   * (k3 s2: 32 slots per input, 256 MB of keys for workload A, far past
+   * L2) and huge for stride 1 (S = K = 27: 108 slots per input), so it is
+   * sized like the other tables, 4 slots a key, for min(n_cand, E) keys,
+   * E an estimate from measured outputs per input:
+   *   S <= 8 (stride >= 2 on every axis: k3 s2, k4 s2, k2 s2 where S = 1
+   *   and E = n_cand is exact): 0.82 (workload A level 0, k3 s2 p1),
+   *   1.1-1.6 (SemanticKITTI at 10 / 5 cm, k3 s2), 2.8 (5 cm, k4 s2):
+   *   E = n_in, i.e. >= 2.5 slots a key for k3 s2 on those clouds, and 32
+   *   MB of keys for workload A (4M slots: L2-resident on an H100);
+   *   S > 8 (stride 1 on some axis; 27 for k3): 9-12.5 (the scans, k3
+   *   s1): E = n_in * ceil(S / 4) (7 for k3: >= 2.2 slots a key).
+   * The set only fails when full (load 1), i.e. beyond 4-8 x E keys
+   * (pow2 rounding), which is possible only for 4 < S <= 8 (otherwise 4E
+   * >= n_cand): k3 s2 on voxels whose outputs barely overlap (every
+   * coordinate odd, with p = 1). An insert that finds no slot raises the
+   * overflow flag, the attempt is dropped at the sync, and the retry sizes
+   * the set at 2 slots for every possible key (keys_all: load <= 1/2, it
+   * cannot fill). Between E and the full table the build stays exact,
+   * only its probes get longer. */
+  uint64_t est_keys = 0, keys_all = 2;
+  if (m->desc.mode == VOXCONV_KMAP_EXPANDING) {
+    const int3 sl = vc_expand_slots(b.g);
+    const uint64_t S = (uint64_t)sl.x * sl.y * sl.z;
+    const uint64_t n_cand = (uint64_t)in->n * S;
+    est_keys = (uint64_t)in->n * (S <= 8 ? 1 : (S + 3) / 4);
+    if (est_keys > n_cand)
+      est_keys = n_cand;
+    keys_all = vc_pow2_at_least(2 * n_cand + 2);
+  }
+  const uint64_t full_keys =
+      vc_pow2_at_least(VC_HASH_SLOTS_PER_KEY * est_keys + 2);
+  b.cap_keys = tiny ? VC_HASH_TINY_SLOTS : full_keys;
 
   VcKmapPriv *priv = (VcKmapPriv *)calloc(1, sizeof *priv);
   if (!priv)
@@ -1588,11 +1774,15 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
     if (attempt >= 2)
       return vc_fail(h, VOXCONV_STATUS_INTERNAL,
                      "voxconv_kmap_build: GPU hash still overflowing after "
-                     "%d retries (capacity %llu for %lld keys)",
+                     "%d retries (capacity %llu for %lld keys; output-key "
+                     "set %llu slots)",
                      attempt + 1, (unsigned long long)b.cap_in,
-                     (long long)in->n);
+                     (long long)in->n, (unsigned long long)b.cap_keys);
     b.cap_in = b.cap_in * 8 > full_in ? b.cap_in * 8 : full_in;
     b.cap_out = b.cap_out * 8 > full_out ? b.cap_out * 8 : full_out;
+    /* A full output-key set: room for every possible key at once. */
+    const uint64_t keys_floor = b.keys_overflowed ? keys_all : full_keys;
+    b.cap_keys = b.cap_keys * 8 > keys_floor ? b.cap_keys * 8 : keys_floor;
   }
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -1625,12 +1815,54 @@ extern "C" voxconv_status_t vc_cuda_coords_fingerprint(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* fwd's output fingerprint on the host. A CUDA EXPANDING map's arrives
+ * after its build (vc_defer_out_fingerprint): the first call waits for the
+ * copy's event, stores the value in the map and returns the slot to the
+ * pool; later calls read the map. The map is const to its users, but this
+ * completes a field of its build (as vc_cuda_kmap_poll completes an
+ * asynchronous build), under the map's lock. */
+static voxconv_status_t vc_out_fingerprint(voxconv_handle_t *h,
+                                           const voxconv_kmap_t *cfwd,
+                                           uint64_t *fp) {
+  voxconv_kmap_t *fwd = (voxconv_kmap_t *)cfwd;
+  VcKmapPriv *p = (VcKmapPriv *)fwd->backend_priv;
+  if (!p || fwd->desc.mode != VOXCONV_KMAP_EXPANDING) {
+    *fp = fwd->out_fingerprint;
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  cudaError_t e = cudaSuccess;
+  pthread_mutex_lock(&p->lock);
+  if (p->h_status) {
+    /* Relaxed capture mode: the wait is legal while a stream of this
+     * thread is being captured (an EXPANDING build never is: it waits for
+     * its status, so the event was recorded outside any capture). */
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    e = cudaEventSynchronize(p->ready);
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    if (e == cudaSuccess) {
+      fwd->out_fingerprint = p->h_status->out_fingerprint;
+      vc_pinned_status_release(p->h_status, NULL); /* the copy has landed */
+      p->h_status = NULL;
+      cudaEventDestroy(p->ready);
+      p->ready = NULL;
+    }
+  }
+  *fp = fwd->out_fingerprint;
+  pthread_mutex_unlock(&p->lock);
+  if (e != cudaSuccess)
+    return vc_cuda_fail(h, e, "cudaEventSynchronize", "voxconv_kmap_inverse");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 /* voxconv_kmap_inverse: (i, k) -> o in fwd is (o, k) -> i here, so the
  * neighbour tables and row masks are fwd's swapped (copies), and the pair
  * lists come from the new nbr_out by the build's own counting, scan and
  * compaction (grouped by offset, ascending output row): the map a
- * TRANSPOSED build would make, with no lookups and no host wait. kmap.c
- * set the host fields (n_in, n_out, n_pairs, pair_offsets, ...). */
+ * TRANSPOSED build would make, with no lookups and no host wait (but for an
+ * EXPANDING fwd's first inverse, which waits for the event of fwd's output
+ * fingerprint: vc_out_fingerprint). kmap.c set the host fields (n_in,
+ * n_out, n_pairs, pair_offsets, ...). */
 extern "C" voxconv_status_t vc_cuda_kmap_inverse(voxconv_handle_t *h,
                                                  const voxconv_kmap_t *fwd,
                                                  voxconv_kmap_t *m) {
@@ -1638,6 +1870,9 @@ extern "C" voxconv_status_t vc_cuda_kmap_inverse(voxconv_handle_t *h,
   const cudaStream_t stream = vc_cuda_stream(h);
   const int K = m->kvol;
   const int64_t n_in = m->n_in, n_out = m->n_out;
+  uint64_t fwd_fp = 0;
+  VC_CHECK(vc_out_fingerprint(h, fwd, &fwd_fp));
+  m->in_fingerprint = fwd_fp;
   VcKmapPriv *priv = (VcKmapPriv *)calloc(1, sizeof *priv);
   if (!priv)
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
