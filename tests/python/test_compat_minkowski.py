@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as TF
 
 import voxconv.compat.minkowski as ME
+from voxconv import errors as vc_errors
 
 from conftest import DEVICES
 # The re-created upstream MinkUNet and the scan loader, shared with
@@ -473,6 +474,63 @@ def test_pooling_generative_pruning_global():
         assert out.coordinate_map_key == x.coordinate_map_key and len(out) == len(x)
     inorm = ME.MinkowskiInstanceNorm(2).double()(x).F
     assert torch.allclose(inorm.mean(0), torch.zeros(2, dtype=torch.float64), atol=1e-9)
+
+
+def test_library_kernel_cache_follows_the_kernel():
+    """Without autograd the kernel in voxconv's offset order is cached (no
+    reorder per call); in-place updates, a replaced kernel and a dtype
+    change make a new one, a recording call drops it, and one made under
+    inference_mode is not what a frozen layer saves for backward (issue 21:
+    compat per-call overhead)."""
+    torch.manual_seed(5)
+    c = torch.unique(torch.randint(0, 6, (60, 3)), dim=0)
+    c = torch.cat([torch.zeros(len(c), 1, dtype=torch.long), c], 1)
+    f = torch.randn(len(c), 2, dtype=torch.float64)
+    x = ME.SparseTensor(f, c)
+    conv = ME.MinkowskiConvolution(2, 3, kernel_size=3, dimension=3).double()
+    y_rec = conv(x).F.detach()
+    with torch.no_grad():
+        y0 = conv(x).F
+        w0 = conv._library_kernel((3, 3, 3))
+        assert conv._library_kernel((3, 3, 3)) is w0
+        torch.testing.assert_close(w0, ME.to_voxconv_kernel(conv.kernel, 3), rtol=0, atol=0)
+        torch.testing.assert_close(y0, y_rec, rtol=0, atol=0)
+        conv.kernel.mul_(2)
+        torch.testing.assert_close(conv(x).F, 2 * y0, rtol=0, atol=0)
+        conv.kernel.data = conv.kernel.data * 0.5
+        torch.testing.assert_close(conv(x).F, y0, rtol=0, atol=0)
+    conv(x)
+    assert conv._kcache is None
+    conv.float()
+    xf = ME.SparseTensor(f.float(), c)
+    with torch.inference_mode():  # the first reordered copy of the float kernel
+        conv(xf)
+    with torch.no_grad():
+        torch.testing.assert_close(conv(xf).F, y0.float(), rtol=1e-5, atol=1e-5)
+    conv.kernel.requires_grad_(False)
+    ff = f.float().requires_grad_(True)
+    conv(ME.SparseTensor(ff, c)).F.sum().backward()
+    assert ff.grad is not None and ff.grad.shape == ff.shape
+
+
+def test_sparse_tensor_checks_coordinates_once():
+    """ME.SparseTensor range-checks its coordinates once (in the duplicate
+    search) and words a failure as before; duplicates are still merged."""
+    with pytest.raises(vc_errors.OutOfRangeError,
+                       match=r"merge_duplicates: coords row 1: x=200000 outside"):
+        ME.SparseTensor(torch.ones(2, 1), torch.tensor([[0, 1, 0, 0], [0, 200000, 0, 0]]))
+    with pytest.raises(vc_errors.OutOfRangeError, match=r"merge_duplicates: coords row 0: batch"):
+        ME.SparseTensor(torch.ones(1, 1), torch.tensor([[-1, 1, 0, 0]], dtype=torch.int32))
+    with pytest.raises(vc_errors.InvalidArgumentError, match="manager is for meta"):
+        ME.SparseTensor(torch.ones(1, 1), torch.tensor([[0, 1, 0, 0]]),
+                        coordinate_manager=ME.CoordinateManager(device="meta"))
+    c = torch.tensor([[0, 1, 0, 0], [0, 2, 0, 0], [0, 1, 0, 0]], dtype=torch.int32)
+    x = ME.SparseTensor(torch.arange(3.).reshape(3, 1), c)
+    assert x.C.tolist() == [[0, 1, 0, 0], [0, 2, 0, 0]] and x.F[:, 0].tolist() == [0.0, 1.0]
+    assert x.unique_index.tolist() == [0, 1] and x.inverse_mapping.tolist() == [0, 1, 0]
+    y = ME.SparseTensor(torch.ones(2, 1), c[:2])
+    assert torch.equal(y.native.coords, c[:2])
+    assert y.unique_index is None and y.inverse_mapping is None
 
 
 def test_expand_coordinates_odd():

@@ -583,6 +583,43 @@ def test_weight_layout_is_a_view_of_the_library_layout():
     assert m2.weight.grad.shape == m2.weight.shape
 
 
+def test_library_weight_cache_follows_the_weight():
+    """Without autograd the layer hands the library a cached [K, in, out]
+    view (no view ops per call); in-place updates, a replaced weight and a
+    dtype change are seen, a recording call drops the cache, and a weight
+    cached under inference_mode is not the one a frozen layer saves for
+    backward (issue 21: compat per-call overhead)."""
+    spconv = compat_spconv
+    torch.manual_seed(3)
+    m = spconv.SubMConv3d(4, 5, 3, bias=False, indice_key="k").double()
+    x = _rand_input()
+    y_rec = m(x).features.detach()
+    with torch.no_grad():
+        y0 = m(x).features
+        lw = m._library_weight()
+        assert m._library_weight() is lw and lw.data_ptr() == m.weight.data_ptr()
+        torch.testing.assert_close(y0, y_rec, rtol=0, atol=0)
+        m.weight.mul_(2)  # in place: the cached view sees it
+        torch.testing.assert_close(m(x).features, 2 * y0, rtol=0, atol=0)
+        m.weight.data = m.weight.data.contiguous() * 0.5  # new storage, spconv's layout
+        assert m._library_weight() is not lw
+        torch.testing.assert_close(m(x).features, y0, rtol=0, atol=0)
+        m.weight.mul_(4)  # in place on the converted weight: converted again
+        torch.testing.assert_close(m(x).features, 4 * y0, rtol=0, atol=0)
+    m(x)
+    assert m._wcache is None  # dropped by the recording call
+    m.float()  # (the converted layout: a copy, made first under inference_mode)
+    xf = spconv.SparseConvTensor(x.features.float(), x.indices, x.spatial_shape, x.batch_size)
+    with torch.inference_mode():
+        m(xf)
+    with torch.no_grad():
+        torch.testing.assert_close(m(xf).features, 4 * y0.float(), rtol=1e-5, atol=1e-5)
+    m.weight.requires_grad_(False)
+    f = xf.features.clone().requires_grad_(True)
+    m(xf.replace_feature(f)).features.sum().backward()
+    assert f.grad is not None and f.grad.shape == f.shape
+
+
 def test_transposed_matches_conv_transpose3d(device):
     spconv = compat_spconv
     dt = ref.widest_dtype(device)  # float64 is the CPU reference path

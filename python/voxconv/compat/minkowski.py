@@ -18,7 +18,8 @@ MinkowskiEngine", has the table):
   explicit padding P = 0). Flat index: the FIRST axis varies fastest
   (``jx + kx*(jy + ky*jz)``), the reverse of voxconv's (x slowest). The
   ``kernel`` parameter is stored in ME's order, ``[K, Cin, Cout]``, so ME
-  state_dicts load unchanged; the forward reorders it (one index_select).
+  state_dicts load unchanged; the forward reorders it (one index_select
+  while autograd records; without it, once per kernel version, cached).
   1x1 convolutions with stride 1 store ``[Cin, Cout]`` (ME's ``use_mm``)
   and bias is ``[1, Cout]``, default off.
 * Output sets. stride s > 1: ``unique(floor(c / s))`` (voxconv STRIDED),
@@ -42,6 +43,7 @@ k >= 4, pooling with odd kernel == stride) the map is asked for with
 ``padding=`` (the kmap desc's padded = 1 and P per axis).
 """
 
+import ctypes
 import enum
 import math
 import warnings
@@ -52,10 +54,11 @@ from torch import nn
 
 from .. import _lib
 from .. import _ops
+from .. import _runtime
+from .. import _validate
 from .. import errors
 from .. import functional as _F
 from ..tensor import SparseTensor as _NativeSparseTensor
-from ..tensor import merge_duplicates as _merge_duplicates
 
 __all__ = [
     "SparseTensor", "TensorField", "CoordinateManager", "CoordinateMapKey",
@@ -71,6 +74,9 @@ __all__ = [
 ]
 
 _KMAP_EXPANDING = getattr(_lib, "KMAP_EXPANDING", 4)  # VOXCONV_KMAP_EXPANDING
+# A tensor made under inference_mode cannot be saved for backward: the
+# caches of library weights are kept apart for the two modes.
+_inference_mode = getattr(torch, "is_inference_mode_enabled", lambda: False)
 
 
 class SparseTensorQuantizationMode(enum.Enum):
@@ -107,6 +113,7 @@ def _triple(v, name, lo=1):
 # ---- kernel order and weight conversion ----------------------------------------
 
 _perm_cache = {}
+_perm_on_device = {}  # (kernel_size, device) -> perm there, None for the identity
 
 
 def _me_to_voxconv_perm(ks):
@@ -122,20 +129,34 @@ def _me_to_voxconv_perm(ks):
     return p
 
 
+def _perm_on(ks, device):
+    """The permutation of kernel size ``ks`` (a validated 3-tuple) on
+    ``device``, None when it is the identity. Copied there once: a copy
+    per call was a pageable host-to-device copy per convolution, which
+    waits for the GPU's queue."""
+    key = (ks, device)
+    try:
+        return _perm_on_device[key]
+    except KeyError:
+        perm, identity = _me_to_voxconv_perm(ks)
+        p = _perm_on_device[key] = None if identity else perm.to(device)
+        return p
+
+
 def to_voxconv_kernel(kernel, kernel_size):
     """An ME kernel ``[K, Cin, Cout]`` (ME offset order) as voxconv's weight
     (same shape, voxconv's order; see the module doc)."""
-    perm, identity = _me_to_voxconv_perm(_triple(kernel_size, "kernel_size"))
-    return kernel if identity else kernel.index_select(0, perm.to(kernel.device))
+    perm = _perm_on(_triple(kernel_size, "kernel_size"), kernel.device)
+    return kernel if perm is None else kernel.index_select(0, perm)
 
 
 def from_voxconv_kernel(weight, kernel_size):
     """The inverse of :func:`to_voxconv_kernel`."""
-    perm, identity = _me_to_voxconv_perm(_triple(kernel_size, "kernel_size"))
-    if identity:
+    perm = _perm_on(_triple(kernel_size, "kernel_size"), weight.device)
+    if perm is None:
         return weight
     out = torch.empty_like(weight)
-    out[perm.to(weight.device)] = weight
+    out[perm] = weight
     return out
 
 
@@ -148,6 +169,24 @@ def _me_padding(ks, dl, group):
 
 def _native_padding(ks, dl):
     return tuple(((k - 1) // 2) * d for k, d in zip(ks, dl))
+
+
+_padding_cache = {}
+
+
+def _layer_padding(ks, dl, group):
+    """(P, default): ME's per-axis padding (``_me_padding``) and whether it
+    is voxconv's default (then the map is asked for without ``padding=``,
+    so its cache key is the native layers'). Computed once per geometry."""
+    key = (ks, dl, group)
+    try:
+        return _padding_cache[key]
+    except (KeyError, TypeError):  # TypeError: lists in a hand-edited KernelGenerator
+        P = _me_padding(ks, dl, group)
+        r = (P, P == _native_padding(ks, dl))
+        if type(ks) is tuple and type(dl) is tuple:
+            _padding_cache[key] = r
+        return r
 
 
 # ---- coordinate manager and keys -------------------------------------------------
@@ -231,9 +270,16 @@ def _scaled_coords(key):
     if c is None:
         s = key._set
         c = s.coords.clone()
-        ts = torch.tensor(s.tensor_stride, dtype=torch.int32, device=c.device)
-        if s.tensor_stride != (1, 1, 1):
-            c[:, 1:] *= ts
+        ts = s.tensor_stride
+        # multiplied by Python ints: a stride tensor made on the device per
+        # key was a host-to-device copy (a wait for the GPU's queue)
+        if ts[0] == ts[1] == ts[2]:
+            if ts[0] != 1:
+                c[:, 1:] *= ts[0]
+        else:
+            for a in range(3):
+                if ts[a] != 1:
+                    c[:, 1 + a] *= ts[a]
         key._scaled = c
     return c
 
@@ -246,14 +292,42 @@ def _scatter_reduce(dst, index, src, reduce, include_self):
         return dst.scatter_reduce(0, index, src, reduce=reduce, include_self=include_self)
 
 
+def _merge_level(level):
+    """voxconv_merge_duplicates of int32 [N, 4] contiguous coordinates:
+    (a [N, 4] buffer whose first n_unique rows are the unique rows sorted
+    by (b, x, y, z), n_unique, row_map int64 [N]). voxconv.merge_duplicates
+    without its copy of the unique rows (unused when there are no
+    duplicates) and its range check in Python before the call (the library
+    checks the same ranges): that check runs only when the library refuses
+    the coordinates, so that the error reads as merge_duplicates's does."""
+    n = level.shape[0]
+    dev = level.device
+    out = torch.empty((n, 4), dtype=torch.int32, device=dev)
+    row_map = torch.empty(n, dtype=torch.int64, device=dev)
+    if n == 0:
+        return out, 0, row_map
+    n_unique = ctypes.c_int64(0)
+    c = _runtime.coords_struct(level, (1, 1, 1))
+    try:
+        _runtime.handle_for(dev).call(
+            "voxconv_merge_duplicates", ctypes.byref(c), _runtime.ptr(out),
+            ctypes.byref(n_unique), _runtime.ptr(row_map))
+    except errors.OutOfRangeError:
+        _validate.coords(level, "merge_duplicates")  # raises where it checks on the host
+        raise
+    return out, n_unique.value, row_map
+
+
 def _first_occurrence_unique(level_coords):
     """(unique int32 [U, 4] in order of first occurrence, unique_index int64
     [U] (the first row of each), inverse_mapping int64 [N]); None for the
-    last two when the rows are already unique (input order kept)."""
-    uniq, row_map = _merge_duplicates(level_coords)
-    n, u = level_coords.shape[0], uniq.shape[0]
+    last two when the rows are already unique (input order kept).
+    ``level_coords``: int32 [N, 4], contiguous."""
+    out, u, row_map = _merge_level(level_coords)
+    n = level_coords.shape[0]
     if u == n:
         return level_coords, None, None
+    uniq = out[:u]
     rows = torch.arange(n, device=row_map.device)
     first = torch.full((u,), n, dtype=torch.long, device=row_map.device)
     first = _scatter_reduce(first, row_map, rows, "amin", True)
@@ -286,6 +360,10 @@ def _to_level(coords, ts, where):
     if coords.dim() != 2 or coords.shape[1] != 4:
         raise errors.ShapeMismatchError(
             f"{where}: coordinates must be [N, 4] (batch, x, y, z), got {tuple(coords.shape)}")
+    if ts == (1, 1, 1) and not coords.is_floating_point():
+        # integers at stride 1 need only the int32 conversion (the same
+        # values as through int64; no copy when they are int32 already)
+        return coords.to(torch.int32).contiguous()
     if coords.is_floating_point():
         coords = torch.floor(coords)
     coords = coords.long()
@@ -355,7 +433,7 @@ class SparseTensor:
             if coordinate_manager is None:
                 coordinate_manager = CoordinateManager(device=features.device)
             self._manager = coordinate_manager
-            native = _NativeSparseTensor(features, level, ts, manager=coordinate_manager.native)
+            native = _native_on_checked(features, level, ts, coordinate_manager.native)
         if requires_grad is not None:
             native.feats.requires_grad_(requires_grad)
         self.native = native
@@ -574,6 +652,19 @@ class SparseTensor:
         return self
 
 
+def _native_on_checked(features, level, ts, mgr):
+    """``voxconv.SparseTensor(features, level, ts, manager=mgr)`` for
+    coordinates that _merge_level has range-checked: the constructor's
+    checks, in its order and with its messages, less its second pass over
+    the coordinates (on the CPU two reductions and a host read)."""
+    _runtime.dtype_code(features.dtype, "feats")
+    ts = _validate.int_triple(ts, "tensor_stride")
+    if mgr.device != features.device:
+        raise errors.InvalidArgumentError(
+            f"manager is for {mgr.device} but features are on {features.device}")
+    return _NativeSparseTensor(features, None, _coord_set=mgr.add(level, ts, _checked=True))
+
+
 def _check_same(a, b, what):
     from ..tensor import _check_same_coordinates
     _check_same_coordinates(a.native, b.native, what)
@@ -715,7 +806,6 @@ class TensorField:
         c = c.long()
         t = torch.tensor(ts, dtype=torch.long, device=c.device)
         level = torch.cat([c[:, :1], torch.div(c[:, 1:], t, rounding_mode="floor")], 1)
-        from .. import _validate
         level = _validate.coords(level, "TensorField.sparse", device=self._F.device)
         level, uidx, inv = _first_occurrence_unique(level)
         feats = self._F
@@ -799,11 +889,10 @@ def _check_dimension(dimension):
 def _conv_map(x, kg, transposed, generative, expand, out_target, group=False):
     """(kmap, out coordinate set) of an ME layer on x (compat SparseTensor)."""
     native = x.native
-    mgr = native.manager
-    in_set = native.coordinate_set
+    in_set = native._set
+    mgr = in_set.manager
     ks, st, dl = kg.kernel_size, kg.kernel_stride, kg.kernel_dilation
-    P = _me_padding(ks, dl, group)
-    default = P == _native_padding(ks, dl)
+    P, default = _layer_padding(ks, dl, group)
     if transposed:
         if generative or expand:
             mode, out_set = _lib.KMAP_GENERATIVE, None
@@ -877,7 +966,41 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
                  (kernel_generator.kernel_volume, self.in_channels, self.out_channels))
         self.kernel = nn.Parameter(torch.empty(shape))
         self.bias = nn.Parameter(torch.empty(1, self.out_channels)) if bias else None
+        self._kcache = None  # see _library_kernel
         self.reset_parameters(self.is_transpose)
+
+    def _library_kernel(self, ks):
+        """The kernel in voxconv's offset order, ``[K, Cin, Cout]`` (see the
+        module doc). While autograd records: one index_select per call
+        (gradients reach ``kernel`` in ME's order). Otherwise (eval,
+        no_grad, a frozen kernel) the reordered copy is kept in
+        ``_kcache`` (dropped by the next recording call), keyed by the
+        kernel's storage, version counter, dtype and device: an in-place
+        update, ``kernel.data = t`` and ``.to()`` all make a new one. The
+        entry holds an alias of the storage it was made from, so that no
+        other tensor can reappear at that address with an equal version."""
+        param = kernel = self.kernel
+        if type(ks) is not tuple:  # a KernelGenerator changed by hand
+            ks = _triple(ks, "kernel_size")
+        if self.use_mm:
+            kernel = kernel.unsqueeze(0)
+        perm = _perm_on(ks, kernel.device)
+        if perm is None:
+            return kernel
+        d = self.__dict__
+        if torch.is_grad_enabled() and kernel.requires_grad:
+            if d.get("_kcache") is not None:
+                d["_kcache"] = None
+            return kernel.index_select(0, perm)
+        key = (kernel.data_ptr(), kernel._version, kernel.dtype, kernel.get_device(), ks,
+               _inference_mode())
+        c = d.get("_kcache")
+        if c is not None and c[0] is param and c[1] == key:
+            return c[2]
+        with torch.no_grad():
+            w = kernel.index_select(0, perm)
+        d["_kcache"] = (param, key, w, kernel.detach())
+        return w
 
     def reset_parameters(self, is_transpose=False):
         n = ((self.out_channels if is_transpose else self.in_channels)
@@ -896,15 +1019,11 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
         x = input.native
         if self.use_mm and coordinates is None and not self.generative:
             feats, w, _ = _F._autocast(x.feats, self.kernel, None)
-            out = _NativeSparseTensor._wrap(feats.mm(w), x.coordinate_set)
+            out = _NativeSparseTensor._wrap(feats.mm(w), x._set)
         else:
             km, out_set = _conv_map(input, kg, self.is_transpose, self.generative,
                                     kg.expand_coordinates, _target_set(input, coordinates))
-            kernel = self.kernel
-            if self.use_mm:
-                kernel = kernel.unsqueeze(0)
-            w = to_voxconv_kernel(kernel, kg.kernel_size)
-            feats, w, _ = _F._autocast(x.feats, w, None)
+            feats, w, _ = _F._autocast(x.feats, self._library_kernel(kg.kernel_size), None)
             if w.dtype != feats.dtype:
                 raise errors.DtypeMismatchError(
                     f"kernel has dtype {w.dtype} but the features have {feats.dtype}")
@@ -1096,6 +1215,8 @@ class MinkowskiNonlinearityBase(MinkowskiModuleBase):
         self.module = self.MODULE(*args, **kwargs)
 
     def forward(self, input):
+        if type(input) is SparseTensor:  # the common case first
+            return input._like(self.module(input.native.feats))
         out = self.module(_feats_of(input))
         if isinstance(input, TensorField):
             return TensorField(out, coordinate_field_map_key=input.coordinate_field_map_key,

@@ -69,6 +69,9 @@ __all__ = [
 ]
 
 _UNIT = (1, 1, 1)
+# A tensor made under inference_mode cannot be saved for backward: the
+# caches of library weights are kept apart for the two modes.
+_inference_mode = getattr(torch, "is_inference_mode_enabled", lambda: False)
 _CFG = (None, None, None, _lib.UNSET, _lib.UNSET)  # library defaults
 
 
@@ -296,8 +299,11 @@ class SparseIdentity(nn.Identity):
         return super().forward(input)
 
 
+_SPCONV_MODULES = (SparseModule, SparseBatchNorm, SparseReLU)
+
+
 def is_spconv_module(module):
-    return isinstance(module, (SparseModule, SparseBatchNorm, SparseReLU))
+    return isinstance(module, _SPCONV_MODULES)
 
 
 def is_sparse_conv(module):
@@ -349,7 +355,7 @@ class SparseSequential(SparseModule):
 
     def forward(self, input):
         for module in self._modules.values():
-            if is_spconv_module(module):
+            if isinstance(module, _SPCONV_MODULES):  # is_spconv_module, inline
                 input = module(input)
             elif isinstance(input, SparseConvTensor):
                 if input.indices.shape[0] != 0:
@@ -497,20 +503,32 @@ class SparseConvolution(SparseModule):
         """[K, in, out] for the library: a view of the parameter while it
         keeps the layout it was made with (see __init__). A weight that was
         replaced by a contiguous tensor (``m.weight.data = t``) is converted:
-        an autograd op (a permuted copy) per call in training, cached per
-        weight version without autograd."""
+        an autograd op (a permuted copy) per call in training.
+
+        Without autograd (eval, no_grad, a frozen weight) the view, or the
+        converted copy, is kept in ``_wcache`` (two view ops less per call;
+        dropped by the next call that records autograd), keyed by the
+        parameter object, its storage, strides, version counter, dtype and
+        device: an in-place update, ``weight.data = t`` and ``.to()`` all
+        make a new one. The entry holds an alias of the storage it was made
+        from, so that no other tensor can reappear at that address."""
         w = self.weight
-        v = w.permute(1, 2, 3, 4, 0).reshape(self._K, self.in_channels, self.out_channels)
-        if v.is_contiguous() or (torch.is_grad_enabled() and w.requires_grad):
-            return v
-        key = (w._version, w.data_ptr(), w.dtype, w.device)
-        c = self._wcache
-        if c is None or c[0] != key:
-            with torch.no_grad():
-                cw = w.permute(1, 2, 3, 4, 0).reshape(
-                    self._K, self.in_channels, self.out_channels).contiguous()
-            c = self._wcache = (key, cw)
-        return c[1]
+        d = self.__dict__
+        if torch.is_grad_enabled() and w.requires_grad:
+            if d.get("_wcache") is not None:
+                d["_wcache"] = None
+            return w.permute(1, 2, 3, 4, 0).reshape(self._K, self.in_channels,
+                                                    self.out_channels)
+        key = (w.data_ptr(), w._version, w.stride(), w.dtype, w.get_device(),
+               _inference_mode())
+        c = d.get("_wcache")
+        if c is not None and c[0] is w and c[1] == key:
+            return c[2]
+        with torch.no_grad():
+            v = w.permute(1, 2, 3, 4, 0).reshape(self._K, self.in_channels, self.out_channels)
+            v = v if v.is_contiguous() else v.contiguous()
+        d["_wcache"] = (w, key, v, w.detach())
+        return v
 
     def _map(self, input):
         """(kmap, out_set, out_spatial_shape, indice_dict) as spconv resolves
@@ -525,7 +543,7 @@ class SparseConvolution(SparseModule):
                 f"SparseInverseConv3d: indice_key {key!r} not found in the input's indice_dict"
             assert datas.is_subm is False, \
                 "inverse conv can only be used with standard conv and pool ops."
-            if list(self._ks) != list(datas.ksize):
+            if self._ks != datas.ksize and list(self._ks) != list(datas.ksize):
                 raise ValueError(f"Inverse with same indice_key must have same kernel size, "
                                  f"expect {list(datas.ksize)}, this layer {self.kernel_size}")
             if spatial_shape != datas.out_spatial_shape:
@@ -547,10 +565,12 @@ class SparseConvolution(SparseModule):
         if datas is not None:
             assert self.subm, "only support reuse subm indices"
             assert datas.is_subm, "only support reuse subm indices"
-            if list(self._ks) != list(datas.ksize):
+            # (tuples when a layer of this module registered the key: the
+            # list conversions only for a hand-made IndiceData)
+            if self._ks != datas.ksize and list(self._ks) != list(datas.ksize):
                 raise ValueError(f"subm with same indice_key must have same kernel size, "
                                  f"expect {list(datas.ksize)}, this layer {self.kernel_size}")
-            if list(self._dl) != list(datas.dilation):
+            if self._dl != datas.dilation and list(self._dl) != list(datas.dilation):
                 raise ValueError(f"subm with same indice_key must have same dilation, "
                                  f"expect {list(datas.dilation)}, this layer {self.dilation}")
             if spatial_shape != datas.spatial_shape:
