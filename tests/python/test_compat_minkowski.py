@@ -517,10 +517,17 @@ def test_sparse_tensor_checks_coordinates_once():
     """ME.SparseTensor range-checks its coordinates once (in the duplicate
     search) and words a failure as before; duplicates are still merged."""
     with pytest.raises(vc_errors.OutOfRangeError,
-                       match=r"merge_duplicates: coords row 1: x=200000 outside"):
+                       match=r"SparseTensor: coords row 1: x=200000 outside"):
         ME.SparseTensor(torch.ones(2, 1), torch.tensor([[0, 1, 0, 0], [0, 200000, 0, 0]]))
     with pytest.raises(vc_errors.OutOfRangeError, match=r"merge_duplicates: coords row 0: batch"):
         ME.SparseTensor(torch.ones(1, 1), torch.tensor([[-1, 1, 0, 0]], dtype=torch.int32))
+    # int64 values int32 cannot hold are refused, not wrapped (2**32 + 5 -> 5);
+    # at a tensor stride the message names the level coordinate (-2**32 / 2)
+    with pytest.raises(vc_errors.OutOfRangeError, match=r"row 1: x=4294967301 outside"):
+        ME.SparseTensor(torch.ones(2, 1), torch.tensor([[0, 1, 0, 0], [0, 2**32 + 5, 0, 0]]))
+    with pytest.raises(vc_errors.OutOfRangeError, match=r"row 0: y=-2147483648 outside"):
+        ME.SparseTensor(torch.ones(1, 1), torch.tensor([[0, 2, -2**32, 0]]),
+                        tensor_stride=2)
     with pytest.raises(vc_errors.InvalidArgumentError, match="manager is for meta"):
         ME.SparseTensor(torch.ones(1, 1), torch.tensor([[0, 1, 0, 0]]),
                         coordinate_manager=ME.CoordinateManager(device="meta"))

@@ -363,7 +363,7 @@ def _to_level(coords, ts, where):
     if ts == (1, 1, 1) and not coords.is_floating_point():
         # integers at stride 1 need only the int32 conversion (the same
         # values as through int64; no copy when they are int32 already)
-        return coords.to(torch.int32).contiguous()
+        return _narrow(coords, where)
     if coords.is_floating_point():
         coords = torch.floor(coords)
     coords = coords.long()
@@ -374,6 +374,17 @@ def _to_level(coords, ts, where):
                 f"{where}: coordinates at tensor_stride {list(ts)} must be multiples of it")
         coords = torch.cat([coords[:, :1], torch.div(coords[:, 1:], t, rounding_mode="floor")],
                            1)
+    return _narrow(coords, where)
+
+
+def _narrow(coords, where):
+    """int32 contiguous level coordinates. Wider integers are range-checked
+    first, as voxconv.SparseTensor does: a value int32 cannot hold (2**32 +
+    5) would otherwise wrap into a valid one (5) silently. int32 rows are
+    checked by the library (merge_duplicates, map builds)."""
+    if coords.dtype not in (torch.int32, torch.int16, torch.int8, torch.uint8) \
+            and coords.numel():
+        _validate.check_coord_rows(coords, where)
     return coords.to(torch.int32).contiguous()
 
 
