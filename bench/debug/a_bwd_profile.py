@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_bench as tb  # noqa: E402
-from a_profile import load_a_network, names  # noqa: E402
+from a_profile import busy_and_gaps as _busy_and_gaps, load_a_network, names  # noqa: E402
 
 
 def host_per_module(net, coords, feats, dy, repeat):
@@ -70,20 +70,8 @@ def phases(net, coords, feats, dy):
 
 
 def busy_and_gaps(kernels, a, b):
-    ks = sorted(k for k in kernels if a <= k[0] < b)
-    if not ks:
-        return 0.0, []
-    busy, gaps = 0.0, []
-    cur_a, cur_b = ks[0][0], ks[0][1]
-    for s, e, _ in ks[1:]:
-        if s > cur_b:
-            busy += cur_b - cur_a
-            gaps.append((cur_b, s))
-            cur_a, cur_b = s, e
-        else:
-            cur_b = max(cur_b, e)
-    busy += cur_b - cur_a
-    return busy, gaps
+    """a_profile.busy_and_gaps over the spans starting in [a, b)."""
+    return _busy_and_gaps([k for k in kernels if a <= k[0] < b])
 
 
 def profile_once(net, coords, feats, dy, trace):

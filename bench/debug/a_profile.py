@@ -72,6 +72,23 @@ def gpu_alone(net, labels, feats, coords, repeat):
     return {n: statistics.median(v) for n, v in per.items()}
 
 
+def busy_and_gaps(kernels):
+    """(busy us, [(gap start, gap end)]) of (start, end, name) GPU spans."""
+    ks = sorted(kernels)
+    if not ks:
+        return 0.0, []
+    busy, gaps = 0.0, []
+    cur_a, cur_b = ks[0][0], ks[0][1]
+    for a, b, _ in ks[1:]:
+        if a > cur_b:
+            busy += cur_b - cur_a
+            gaps.append((cur_b, a))
+            cur_a, cur_b = a, b
+        else:
+            cur_b = max(cur_b, b)
+    return busy + cur_b - cur_a, gaps
+
+
 def profile_once(net, labels, feats, coords, trace):
     from torch.profiler import profile, ProfilerActivity, record_function
     torch.cuda.synchronize()
@@ -115,16 +132,8 @@ def profile_once(net, labels, feats, coords, trace):
     if not kernels:
         print("  no GPU activity recorded")
         return
-    busy, cur_a, cur_b = 0.0, kernels[0][0], kernels[0][1]
-    gaps = []
-    for a, b, _ in kernels[1:]:
-        if a > cur_b:
-            busy += cur_b - cur_a
-            gaps.append((cur_b, a))
-            cur_a, cur_b = a, b
-        else:
-            cur_b = max(cur_b, b)
-    busy += cur_b - cur_a
+    busy, gaps = busy_and_gaps(kernels)
+    cur_b = max(k[1] for k in kernels)
     t0 = spans[0][0] if spans else kernels[0][0]
     print(f"  GPU: first kernel +{(kernels[0][0] - t0) / 1e3:.3f} ms, last end "
           f"+{(cur_b - t0) / 1e3:.3f} ms, busy {busy / 1e3:.3f} ms, "
