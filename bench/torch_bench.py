@@ -251,17 +251,26 @@ class Timer:
             torch.cuda.synchronize(self.device)
 
     def run(self, fn):
+        """(ms of fn, host ms of dropping what fn returned). The result --
+        the network's output, which holds its coordinate sets and maps --
+        is dropped after the clock stops, as the tool releases its maps
+        after its timed runs (tools/bench.c release_maps); its teardown is
+        timed on its own."""
         self.sync()
         if self.cuda:
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-            fn()
+            out = fn()
             e.record()
             e.synchronize()
-            return s.elapsed_time(e)
+            ms = s.elapsed_time(e)
+        else:
+            t = time.perf_counter()
+            out = fn()
+            ms = 1e3 * (time.perf_counter() - t)
         t = time.perf_counter()
-        fn()
-        return 1e3 * (time.perf_counter() - t)
+        del out
+        return ms, 1e3 * (time.perf_counter() - t)
 
 
 def measure(timer, fn, args, what, before=None):
@@ -281,14 +290,19 @@ def measure(timer, fn, args, what, before=None):
     timer.sync()
     if args.settle_ms and timer.cuda:
         time.sleep(args.settle_ms / 1e3)
-    runs = []
+    runs, teardown = [], []
     for _ in range(args.repeat):
         if before:
             before()
-        runs.append(timer.run(fn))
+        ms, td = timer.run(fn)
+        runs.append(ms)
+        teardown.append(td)
     med = statistics.median(runs)
-    progress(f"PyTorch {what}: median {med:.3f} ms (first call {first_ms:.1f} ms)")
-    return {"first_call_ms": first_ms, "ms": med, "ms_min": min(runs), "runs_ms": runs}
+    td = statistics.median(teardown)
+    progress(f"PyTorch {what}: median {med:.3f} ms (first call {first_ms:.1f} ms; "
+             f"dropping the result afterwards {td:.3f} ms of host time)")
+    return {"first_call_ms": first_ms, "ms": med, "ms_min": min(runs), "runs_ms": runs,
+            "teardown_host_ms": td}
 
 
 def torch_network(args, timer, coords, feats):
@@ -309,6 +323,7 @@ def torch_network(args, timer, coords, feats):
     def forward_backward():
         y = net(voxconv.SparseTensor(leaf, coords))
         y.feats.backward(dy)
+        return y
 
     def clear_grads():  # outside the timed region: no accumulation into old grads
         leaf.grad = None
@@ -339,7 +354,9 @@ def torch_layer(args, timer, coords, channels):
             return conv(x)
 
     def forward_backward():
-        conv(x).feats.backward(dy)
+        y = conv(x)
+        y.feats.backward(dy)
+        return y
 
     def clear_grads():
         feats.grad = None
@@ -525,7 +542,11 @@ def main(argv=None):
                         "forward": "torch.no_grad(), fresh SparseTensor per call (A, B); "
                                    "SparseTensor reused (C)",
                         "forward_backward": "forward with autograd + backward of a random "
-                                            "output gradient (input and weight gradients)"},
+                                            "output gradient (input and weight gradients)",
+                        "teardown": "the output (with its coordinate sets and kernel maps) "
+                                    "is dropped after the end event, as the tool releases "
+                                    "its maps after its timed runs; its host time is "
+                                    "teardown_host_ms"},
            "workloads": {}, "rows": []}
     progress(f"device {rec['device_name']}; torch {torch.__version__}; voxconv "
              f"{rec['voxconv']} ({voxconv.library_path}); tool {args.tool}; dtype {args.dtype}")
