@@ -52,9 +52,13 @@ static inline size_t vc_kmap_status_bytes(int K) {
 struct VcKmapPriv {
   int hash_retries;
   VcKmapStatus *d_status; /* device, the map's lifetime */
-  /* Asynchronous builds only: the pinned copy of d_status (NULL once
-   * read), the event recorded after the copy (NULL when the build was
-   * captured into a CUDA graph: then only the graph's replays run it). */
+  /* Asynchronous (submanifold) builds: the pinned copy of d_status (NULL
+   * once read), the event recorded after the copy (NULL when the build was
+   * captured into a CUDA graph: then only the graph's replays run it).
+   * EXPANDING builds: the same pair carries the output fingerprint, which
+   * is known only after the post-sync sort; the slot is held until the
+   * first voxconv_kmap_inverse reads it, or the map is destroyed
+   * (vc_defer_out_fingerprint in cuda_kmap.cu). */
   VcKmapStatus *h_status;
   cudaEvent_t ready;
   int captured;
