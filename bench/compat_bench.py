@@ -56,11 +56,9 @@ target is host <= 1.05 in forward and fwd+bwd of every port.
 """
 
 import argparse
-import datetime
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -72,7 +70,7 @@ import torch.nn as nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-from bench_common import commit_id  # noqa: E402  (bench/ is the script folder)
+from bench_common import resolve_device, run_header  # noqa: E402  (bench/ is the script folder)
 try:
     import voxconv
 except ImportError:  # run from a source tree without installing
@@ -819,17 +817,8 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     dev = args.device or ("cuda" if torch.cuda.is_available() and voxconv.has_cuda()
                           else "cpu")
-    args.device = torch.device(dev)
+    args.device = resolve_device(ap, dev)
     cuda = args.device.type == "cuda"
-    if cuda:
-        if not torch.cuda.is_available():
-            ap.error("--device cuda: torch sees no GPU")
-        if not voxconv.has_cuda():
-            ap.error(f"--device cuda: {voxconv.library_path} has no CUDA backend")
-        args.device = torch.device("cuda", args.device.index or 0)
-        torch.cuda.set_device(args.device)
-    elif args.device.type != "cpu":
-        ap.error(f"--device {dev}: want cuda, cuda:N or cpu")
     args.dtype = DTYPES[args.dtype]
     args.ports = [p.strip() for p in args.ports.split(",") if p.strip()]
     if not args.ports or any(p not in PORTS for p in args.ports):
@@ -850,14 +839,8 @@ def main(argv=None):
     args = parse_args(argv)
     cuda = args.device.type == "cuda"
     clock = Clock(args.device)
-    rec = {"script": "bench/compat_bench.py",
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "commit": commit_id(REPO), "device": str(args.device),
-           "device_name": torch.cuda.get_device_name(args.device) if cuda else
-           f"CPU ({os.cpu_count()} cores online)",
-           "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-           "python": platform.python_version(), "voxconv": voxconv.library_version(),
-           "library_path": voxconv.library_path, "dtype": str(args.dtype).split(".")[-1],
+    rec = {**run_header("bench/compat_bench.py", args.device, REPO),
+           "dtype": str(args.dtype).split(".")[-1],
            "crop_m": args.crop or None,
            "protocol": {"repeat": args.repeat, "warmup": args.warmup,
                         "settle_ms": args.settle_ms,

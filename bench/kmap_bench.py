@@ -51,11 +51,9 @@ is reported on both.
 """
 
 import argparse
-import datetime
 import gc
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -64,7 +62,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-from bench_common import commit_id  # noqa: E402  (bench/ is the script folder)
+from bench_common import resolve_device, run_header  # noqa: E402  (bench/ is the script folder)
 try:
     import voxconv
 except ImportError:  # run from a source tree without installing
@@ -220,17 +218,8 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     dev = args.device or ("cuda" if torch.cuda.is_available() and voxconv.has_cuda()
                           else "cpu")
-    args.device = torch.device(dev)
+    args.device = resolve_device(ap, dev)
     cuda = args.device.type == "cuda"
-    if cuda:
-        if not torch.cuda.is_available():
-            ap.error("--device cuda: torch sees no GPU")
-        if not voxconv.has_cuda():
-            ap.error(f"--device cuda: {voxconv.library_path} has no CUDA backend")
-        args.device = torch.device("cuda", args.device.index or 0)
-        torch.cuda.set_device(args.device)
-    elif args.device.type != "cpu":
-        ap.error(f"--device {dev}: want cuda, cuda:N or cpu")
     args.repeat = args.repeat if args.repeat is not None else (20 if cuda else 5)
     args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
     if args.repeat < 1 or args.warmup < 1 or args.subsample < 1:
@@ -268,14 +257,7 @@ def main(argv=None):
     n = coords.shape[0]
     if args.subsample == 1 and n != tb.A_VOXELS:
         fail(f"workload A level 0 has {n} voxels, BENCHMARKS.md says {tb.A_VOXELS}")
-    rec = {"script": "bench/kmap_bench.py",
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "commit": commit_id(REPO), "device": str(args.device),
-           "device_name": torch.cuda.get_device_name(args.device) if cuda else
-           f"CPU ({os.cpu_count()} cores online)",
-           "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-           "python": platform.python_version(), "voxconv": voxconv.library_version(),
-           "library_path": voxconv.library_path,
+    rec = {**run_header("bench/kmap_bench.py", args.device, REPO),
            "input": {"workload": "A level 0", "voxels": n, "subsample": args.subsample},
            "protocol": {"repeat": args.repeat, "warmup": args.warmup, "clock": clock.name,
                         "order": "round-robin over the variants within each round",

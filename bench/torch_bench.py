@@ -43,10 +43,8 @@ different inputs (the JSON says same_input: false).
 """
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -60,7 +58,7 @@ from torch import nn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-from bench_common import commit_id  # noqa: E402  (bench/ is the script folder)
+from bench_common import resolve_device, run_header  # noqa: E402  (bench/ is the script folder)
 try:
     import voxconv
 except ImportError:  # run from a source tree without installing
@@ -464,20 +462,8 @@ def parse_args(argv=None):
     ap.add_argument("--json", default=None, help="write everything here")
     args = ap.parse_args(argv)
     dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        args.device = torch.device(dev)
-    except RuntimeError as e:
-        ap.error(f"--device {dev}: {e}")
+    args.device = resolve_device(ap, dev)
     cuda = args.device.type == "cuda"
-    if cuda:
-        if not torch.cuda.is_available():
-            ap.error("--device cuda: torch sees no GPU")
-        if not voxconv.has_cuda():
-            ap.error(f"--device cuda: {voxconv.library_path} has no CUDA backend")
-        args.device = torch.device("cuda", args.device.index or 0)
-        torch.cuda.set_device(args.device)
-    elif args.device.type != "cpu":
-        ap.error(f"--device {dev}: want cuda, cuda:N or cpu")
     args.workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
     if not args.workloads or any(w not in ("A", "B", "C") for w in args.workloads):
         ap.error("--workloads: want a subset of A,B,C")
@@ -527,14 +513,7 @@ def main(argv=None):
     args = parse_args(argv)
     cuda = args.device.type == "cuda"
     timer = Timer(args.device)
-    rec = {"script": "bench/torch_bench.py",
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "commit": commit_id(REPO), "device": str(args.device),
-           "device_name": torch.cuda.get_device_name(args.device) if cuda else
-           f"CPU ({os.cpu_count()} cores online)",
-           "torch": torch.__version__, "torch_cuda": torch.version.cuda,
-           "python": platform.python_version(), "voxconv": voxconv.library_version(),
-           "library_path": voxconv.library_path,
+    rec = {**run_header("bench/torch_bench.py", args.device, REPO),
            "custom_ops": voxconv.custom_ops_enabled(),
            "tool": {"path": args.tool}, "dtype": args.dtype, "small": args.small,
            "protocol": {"repeat": args.repeat, "warmup": args.warmup,
