@@ -138,7 +138,8 @@ def sparse_shape(grid_size):
 
 
 class NativeSparseBasicBlock(nn.Module):
-    """OpenPCDet's SparseBasicBlock (spconv_backbone.py), bias per its rule."""
+    """OpenPCDet's SparseBasicBlock: spconv_backbone.py's (bias per its rule:
+    True when a norm follows) and spconv_unet.py's (bias=False)."""
 
     def __init__(self, inplanes, planes, bias=None):
         super().__init__()
@@ -198,24 +199,6 @@ class NativeVoxelBackBone8x(nn.Module):
         return batch_dict
 
 
-class NativeSparseBasicBlockUNet(nn.Module):
-    """spconv_unet.py's SparseBasicBlock (no bias, no downsample)."""
-
-    def __init__(self, inplanes, planes):
-        super().__init__()
-        self.conv1 = subm(inplanes, planes)
-        self.bn1 = pcdet_bn(planes)
-        self.relu = nn.ReLU()
-        self.conv2 = subm(planes, planes)
-        self.bn2 = pcdet_bn(planes)
-
-    def forward(self, x):
-        out = self.conv1(x)
-        out = out.replace_feature(self.relu(self.bn1(out.feats)))
-        out = self.conv2(out)
-        return out.replace_feature(self.relu(self.bn2(out.feats) + x.feats))
-
-
 class NativeUNetV2(nn.Module):
     def __init__(self, input_channels, grid_size, voxel_size, point_cloud_range, last_pad=0):
         super().__init__()
@@ -238,16 +221,16 @@ class NativeUNetV2(nn.Module):
         self.conv4 = vnn.Sequential(cbr(down(64, 64, 3, 2, (0, 1, 1), ss3), 64),
                                     subm_block(64, 64), subm_block(64, 64))
         self.conv_out = cbr(down(64, 128, (3, 1, 1), (2, 1, 1), last_pad, ss4), 128)
-        self.conv_up_t4 = NativeSparseBasicBlockUNet(64, 64)
+        self.conv_up_t4 = NativeSparseBasicBlock(64, 64, bias=False)
         self.conv_up_m4 = subm_block(128, 64)
         self.inv_conv4 = cbr(inverse(64, 64, 3, 2, (0, 1, 1), ss3), 64)
-        self.conv_up_t3 = NativeSparseBasicBlockUNet(64, 64)
+        self.conv_up_t3 = NativeSparseBasicBlock(64, 64, bias=False)
         self.conv_up_m3 = subm_block(128, 64)
         self.inv_conv3 = cbr(inverse(64, 32, 3, 2, 1, ss2), 32)
-        self.conv_up_t2 = NativeSparseBasicBlockUNet(32, 32)
+        self.conv_up_t2 = NativeSparseBasicBlock(32, 32, bias=False)
         self.conv_up_m2 = subm_block(64, 32)
         self.inv_conv2 = cbr(inverse(32, 16, 3, 2, 1, ss1), 16)
-        self.conv_up_t1 = NativeSparseBasicBlockUNet(16, 16)
+        self.conv_up_t1 = NativeSparseBasicBlock(16, 16, bias=False)
         self.conv_up_m1 = subm_block(32, 16)
         self.conv5 = vnn.Sequential(subm_block(16, 16))
 
