@@ -144,8 +144,40 @@ def profile_once(net, labels, feats, coords, trace):
             print(f"    +{(a - t0) / 1e3:7.3f} ms  {(b - a):7.1f} us  {module_at(a)}")
     print("  host span of each module (us):")
     print("    " + ", ".join(f"{n} {(b - a):.0f}" for a, b, n in spans))
-    # GPU time per module by kernel launch attribution is not available
-    # without correlation ids; the gpu_alone table gives it instead.
+    attribute_kernels(ev, module_at, t0)
+
+
+def attribute_kernels(ev, module_at, t0):
+    """Each kernel/copy/memset to the module that launched it (the runtime
+    call with the same correlation id), per stream: count, GPU time, and
+    the wait between launch and start (long waits: queued behind other
+    work or an event; short: the GPU was waiting for this launch)."""
+    launch = {}
+    for e in ev:
+        if e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            c = e.get("args", {}).get("correlation")
+            if c is not None:
+                launch[c] = e["ts"]
+    rows = {}
+    for e in ev:
+        if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset"):
+            continue
+        args = e.get("args", {})
+        ts_launch = launch.get(args.get("correlation"))
+        mod = module_at(ts_launch) if ts_launch is not None else "?"
+        key = (mod, args.get("stream", "?"))
+        r = rows.setdefault(key, [0, 0.0, 0.0, float("inf"), 0.0])
+        r[0] += 1
+        r[1] += e["dur"]
+        if ts_launch is not None:
+            r[2] += e["ts"] - ts_launch
+        r[3] = min(r[3], e["ts"])
+        r[4] = max(r[4], e["ts"] + e["dur"])
+    print("  kernels by launching module and stream: count, GPU us, mean launch->start us,"
+          " first start / last end (ms after t0):")
+    for (mod, stream), (n, gpu, wait, a, b) in sorted(rows.items(), key=lambda kv: kv[1][3]):
+        print(f"    {mod:10s} stream {stream!s:>4}  {n:4d}  {gpu:8.1f}  {wait / n:8.1f}"
+              f"  +{(a - t0) / 1e3:.3f} / +{(b - t0) / 1e3:.3f}")
 
 
 def load_a_network(data_dir, dtype, dev):

@@ -11,9 +11,13 @@ Layer 2: autograd. Eager calls use ``torch.autograd.Function``s over layer
 1b (a Function.apply costs a few microseconds; a torch custom op about
 thirty). With torch >= 2.4 (``torch.library.custom_op`` and
 ``register_autograd``) every op is also registered as
-``torch.ops.voxconv.*`` with a fake (meta) implementation, and that path is
-taken while ``torch.compile`` traces, so compiled graphs hold the ops.
-``VOXCONV_TORCH_CUSTOM_OPS=0`` skips the registration. Convolutions are
+``torch.ops.voxconv.*`` with a fake (meta) implementation, for callers that
+want torch's op machinery (opcheck, their own traced code). voxconv's own
+entry points never route through them: they name kernel maps by id, and a
+compiled graph that held such a call outlived the map it named (maps go
+with their last tensor); instead every entry point and module forward runs
+outside torch.compile (``outside_compile``), so compiled graphs hold no
+voxconv op at all. ``VOXCONV_TORCH_CUSTOM_OPS=0`` skips the registration. Convolutions are
 differentiable to any order on both paths (their backward passes are
 convolutions); pooling to first order (a second derivative raises).
 
@@ -605,7 +609,6 @@ def _inference():
 
 
 _compiler = getattr(torch, "compiler", None)
-_compiling = getattr(_compiler, "is_compiling", None) or (lambda: False)
 
 
 def outside_compile(fn):
@@ -635,10 +638,6 @@ def outside_compile(fn):
 def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det):
     x, w = x.contiguous(), w.contiguous()
     inf = _inference()
-    if _custom and _compiling():
-        op = (torch.ops.voxconv.conv_forward if kind == "conv"
-              else torch.ops.voxconv.depthwise_forward)
-        return op(x, w, km.id, km.n_out, fwd, dgrad, wgrad, fp16, det, inf)
     cfg = (fwd, dgrad, wgrad, fp16, det)
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
         return _PassFn.apply(x, w, km, kind, cfg, 0, inf)
@@ -646,9 +645,9 @@ def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det):
 
 
 def conv(x, w, km, fwd, dgrad, wgrad, fp16, det):
-    """y = conv(x, w) through kernel map km (a KernelMap). Eager calls take
-    the fast path (autograd.Function, scratch structs); while torch.compile
-    traces, the torch.ops.voxconv custom ops."""
+    """y = conv(x, w) through kernel map km (a KernelMap): the fast path
+    (autograd.Function, scratch structs). Callers run outside torch.compile
+    (outside_compile), so this is never traced."""
     return _weighted("conv", x, w, km, fwd, dgrad, wgrad, fp16, det)
 
 
@@ -658,13 +657,9 @@ def depthwise(x, w, km, fwd, dgrad, wgrad, fp16, det):
 
 def pool(x, km, mode):
     x = x.contiguous()
-    if _custom and _compiling():
-        return torch.ops.voxconv.pool_forward(x, km.id, km.n_out, mode)
     return _PoolFn.apply(x, km, mode)
 
 
 def unpool(x, km):
     x = x.contiguous()
-    if _custom and _compiling():
-        return torch.ops.voxconv.unpool_forward(x, km.id, km.n_in)
     return _UnpoolFn.apply(x, km)

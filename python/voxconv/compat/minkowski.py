@@ -1022,6 +1022,7 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
             if self.bias is not None:
                 self.bias.uniform_(-stdv, stdv)
 
+    @_ops.outside_compile
     def forward(self, input, coordinates=None):
         if not isinstance(input, SparseTensor):
             raise TypeError(f"{type(self).__name__}: expected a "
@@ -1098,6 +1099,7 @@ class _MinkowskiPooling(MinkowskiModuleBase):
         self.kernel_generator = kernel_generator
         self.dimension = 3
 
+    @_ops.outside_compile
     def forward(self, input, coordinates=None):
         if coordinates is not None:
             raise NotImplementedError("pooling onto given coordinates")
@@ -1142,6 +1144,7 @@ class MinkowskiGlobalPooling(MinkowskiModuleBase):
         super().__init__()
         self.pooling_mode = mode
 
+    @_ops.outside_compile
     def forward(self, input, coordinates=None):
         x = input.native
         fn = {"mean": _F.global_avg_pool, "max": _F.global_max_pool,
@@ -1276,6 +1279,7 @@ class MinkowskiPruning(MinkowskiModuleBase):
     """``prune(x, keep)``: the rows where the bool mask ``keep`` is True, on
     a new coordinate set of the same manager and tensor stride."""
 
+    @_ops.outside_compile
     def forward(self, input, mask):
         if mask.dtype != torch.bool or mask.shape != (len(input),):
             raise errors.ShapeMismatchError(f"keep mask: expected bool [{len(input)}]")

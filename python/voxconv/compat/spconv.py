@@ -612,6 +612,7 @@ class SparseConvolution(SparseModule):
                                              mode, out_shape))
         return km, out_set, out_ss, d
 
+    @_ops.outside_compile
     def forward(self, input, add_input=None):
         assert input.features.shape[1] == self.in_channels, "channel size mismatch"
         if self.conv1x1:
@@ -706,6 +707,7 @@ class _SparsePool(SparseModule):
             s += f", dilation={self.dilation}"
         return s
 
+    @_ops.outside_compile
     def forward(self, input):
         assert isinstance(input, SparseConvTensor)
         in_set = input._coordinate_set()
@@ -754,6 +756,7 @@ class SparseAvgPool3d(_SparsePool):
 class _GlobalPool(SparseModule):
     _fn = None
 
+    @_ops.outside_compile
     def forward(self, input):
         t = SparseTensor._wrap(input.features, input._coordinate_set())
         out = type(self)._fn(t)

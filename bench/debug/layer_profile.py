@@ -1,0 +1,95 @@
+"""Where one cached-map conv call from PyTorch spends its time (issue 20:
+the C = 64 layer measured 1.12-1.22x the tool forward with only ~24 us of
+host time per call). For workload C's layer (bench/torch_bench.py's
+torch_layer), prints:
+  1. CUDA-event time of a single call after a sync (what torch_bench
+     times) and of 20 calls queued back to back, per call (GPU-bound);
+  2. from torch.profiler, for one single call: every CUDA runtime call
+     (host us) and every kernel/copy/memset (GPU us, launch->start us), so
+     the GPU time between the start and end events can be split into
+     kernels and idle.
+A diagnostic; the numbers to quote come from bench/torch_bench.py.
+
+    python3 bench/debug/layer_profile.py [--data-dir D] [--channels 64]
+"""
+import argparse, json, os, statistics, sys
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import torch_bench as tb  # noqa: E402
+import voxconv  # noqa: E402
+
+
+def timed(fn, n_calls, repeat=10):
+    out = []
+    for _ in range(repeat):
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(n_calls):
+            y = fn()
+        e.record()
+        e.synchronize()
+        out.append(s.elapsed_time(e) / n_calls)
+        del y
+    return statistics.median(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
+    ap.add_argument("--channels", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--trace", default="layer_trace.json")
+    args = ap.parse_args()
+    targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2", "--settle-ms", "0"])
+    targs.device = torch.device("cuda")
+    pts = tb.workload_a_points(args.data_dir)
+    coords, _, _ = voxconv.voxelize(
+        torch.from_numpy(pts).cuda(), 0.1, origin=(-80.0, -80.0, -2.0),
+        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
+    for c in args.channels:
+        conv, x, _, _ = tb.torch_layer(targs, tb.Timer(torch.device("cuda")), coords, c)
+
+        def fwd():
+            with torch.no_grad():
+                return conv(x)
+        for _ in range(20):
+            fwd()
+        one, many = timed(fwd, 1), timed(fwd, 20)
+        print(f"\nC = {c}: single call {one:.4f} ms, 20 queued {many:.4f} ms per call "
+              f"(difference {1e3 * (one - many):.1f} us)")
+        from torch.profiler import profile, ProfilerActivity
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(3):
+                torch.cuda.synchronize()
+                y = fwd()
+                torch.cuda.synchronize()
+                del y
+        path = args.trace.replace(".json", f"_c{c}.json")
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        ev.sort(key=lambda e: e["ts"])
+        syncs = [e for e in ev if e.get("cat") == "cuda_runtime"
+                 and "Synchronize" in e["name"]]
+        # the last call: between the last two device syncs
+        a, b = syncs[-2]["ts"] + syncs[-2]["dur"], syncs[-1]["ts"]
+        t0 = a
+        launch = {}
+        print("  host (CUDA runtime calls of the last call, us from its start):")
+        for e in ev:
+            if a <= e["ts"] <= b and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+                launch[e.get("args", {}).get("correlation")] = e["ts"]
+                print(f"    +{e['ts'] - t0:7.1f}  {e['dur']:6.1f}  {e['name']}")
+        print("  GPU (kernels, copies, memsets of that call):")
+        for e in ev:
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+                c_id = e.get("args", {}).get("correlation")
+                if c_id in launch:
+                    print(f"    +{e['ts'] - t0:7.1f}  {e['dur']:7.1f}  launch->start "
+                          f"{e['ts'] - launch[c_id]:6.1f}  {e['name'][:90]}")
+
+
+if __name__ == "__main__":
+    main()
