@@ -470,7 +470,8 @@ typedef struct voxconv_kmap voxconv_kmap_t;
 typedef struct voxconv_kmap_info {
   voxconv_kmap_desc_t desc; /* with 0s replaced by 1s */
   int32_t kernel_volume;
-  int64_t n_in, n_out;
+  int64_t n_in, n_out; /* n_out -1: a deferred STRIDED map not yet complete
+                          (voxconv_kmap_build_async) */
   int64_t n_pairs; /* -1 while the map is pending (see below) */
   int32_t in_tensor_stride[3], out_tensor_stride[3];
 } voxconv_kmap_info_t;
@@ -503,7 +504,11 @@ typedef struct voxconv_kmap_info {
  *    handle's stream. Build them on a second stream (voxconv_stream_create,
  *    one handle per stream) that the convolutions' stream waits on
  *    (voxconv_stream_wait), so that this wait does not drain the queue of
- *    convolutions: `voxconv bench --maps overlap` does so.
+ *    convolutions: `voxconv bench --maps overlap` does so. A STRIDED map
+ *    can also be built without any wait (voxconv_kmap_build_async below):
+ *    its count is then read when it is first needed, by which time the GPU
+ *    has usually delivered it. None of these builds can be captured into a
+ *    CUDA graph (UNSUPPORTED while the stream is being captured).
  *  - Ops (conv, depthwise, pooling, unpooling) never wait for the GPU,
  *    except while the autotuner benchmarks a new configuration (see
  *    Autotuning) and in the algorithms that need a map's pair counts on the
@@ -520,6 +525,39 @@ VOXCONV_API voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
                                                 const voxconv_coords_t *in,
                                                 const voxconv_coords_t *out,
                                                 voxconv_kmap_t **kmap);
+/* The same map as voxconv_kmap_build, built without waiting for the GPU
+ * where the output count is the only reason to wait: on CUDA a STRIDED
+ * build only queues its work (like a SUBMANIFOLD one) and returns a
+ * pending map whose output count is not known on the host yet:
+ *  - voxconv_kmap_get_info reports n_out = -1 (and n_pairs = -1) until the
+ *    map completes; it never waits;
+ *  - voxconv_kmap_wait completes it (waits for the build only, not for
+ *    later work on the stream) and returns the build's status; n_out,
+ *    n_pairs and the pairs are known afterwards;
+ *  - an op on the map (conv, depthwise, pooling) needs the count to check
+ *    its tensors' rows, so the first op on a map that has not completed
+ *    waits for the build, once; later ops do not;
+ *  - voxconv_kmap_out_coords gives the output coordinates at once: the
+ *    buffer has room for n_in rows, of which the first n_out are valid
+ *    once the GPU has finished the build (order the reading stream after
+ *    it, as for an op);
+ *  - bad input coordinates are reported by voxconv_kmap_wait or by the
+ *    first op, as for a SUBMANIFOLD build.
+ * Meant for building a network's next strided map early, on a map stream,
+ * while the host goes on issuing the current level's convolutions: by the
+ * time the count is needed the GPU has usually delivered it, and no host
+ * wait remains. A deferred map's arrays are sized for n_in outputs (16 +
+ * 4 * kernel_volume bytes a row more than a synchronous build's for the
+ * outputs that do not exist, and pair lists of n_in * S entries, S the
+ * taps per input that can reach the output lattice, e.g. 1 for k = s), and
+ * its sizes that choose a summation order (the weight gradient's splits)
+ * use those bounds, so results on it may differ in rounding from results
+ * on a synchronously built map (each is deterministic). Other modes, and
+ * every mode on the CPU, behave exactly as voxconv_kmap_build. */
+VOXCONV_API voxconv_status_t voxconv_kmap_build_async(
+    voxconv_handle_t *h, const voxconv_kmap_desc_t *desc,
+    const voxconv_coords_t *in, const voxconv_coords_t *out,
+    voxconv_kmap_t **kmap);
 VOXCONV_API voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
                                                   voxconv_kmap_t *kmap);
 /* Waits until the map's build has finished on the GPU (only the build: work

@@ -10,7 +10,13 @@
  *  4. bad coordinates in an asynchronous build: the build succeeds, its
  *     verdict comes from voxconv_kmap_wait and from every op after it, with
  *     the CPU builder's words; with VOXCONV_KMAP_SYNC=1 the build call
- *     itself fails.
+ *     itself fails;
+ *  5. deferred STRIDED builds (voxconv_kmap_build_async): the build
+ *     returns at once behind a held stream with n_out = -1; once complete
+ *     the map equals the synchronous build's (count, output coordinates,
+ *     pairs) and so do pooling and conv forward / dgrad on it, bit for bit;
+ *     an op on a map not yet complete waits for it; its inverse works; bad
+ *     coordinates come back from the wait; a capture refuses the build.
  * Needs a GPU (exit 77 = skipped without one). */
 #include "gpu_test_util.h"
 
@@ -351,6 +357,217 @@ static void test_bad_coords(void) {
   unsetenv("VOXCONV_KMAP_SYNC");
 }
 
+/* Pool (max) forward and conv forward + dgrad on map m (outputs n_out
+ * rows) into freshly poisoned host copies: y_pool, y_conv, dx. */
+typedef struct strided_out {
+  uint16_t *pool, *conv, *dx;
+} strided_out_t;
+
+static voxconv_status_t strided_ops(problem_t *P, const voxconv_kmap_t *m,
+                                    int64_t n_out, int kvol, void *w,
+                                    strided_out_t *o) {
+  const size_t out_bytes = (size_t)n_out * C * 2, in_bytes = (size_t)P->n * C * 2;
+  void *yp = dev_alloc(out_bytes ? out_bytes : 2),
+       *yc = dev_alloc(out_bytes ? out_bytes : 2), *dx = dev_alloc(in_bytes);
+  cudaMemsetAsync(yp, 0xFF, out_bytes, P->stream);
+  cudaMemsetAsync(yc, 0xFF, out_bytes, P->stream);
+  cudaMemsetAsync(dx, 0xFF, in_bytes, P->stream);
+  const voxconv_feats_t x = {P->x, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_feats_t fp = {yp, n_out, C, VOXCONV_DTYPE_F16};
+  const voxconv_feats_t fc = {yc, n_out, C, VOXCONV_DTYPE_F16};
+  const voxconv_feats_t gx = {dx, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_weights_t fw = {w, kvol, C, C, VOXCONV_DTYPE_F16};
+  voxconv_status_t st = voxconv_pool_forward(P->h, m, VOXCONV_POOL_MAX, &x, &fp);
+  if (st == VOXCONV_STATUS_SUCCESS)
+    st = voxconv_conv_forward(P->h, m, &x, &fw, &fc, &P->opt);
+  if (st == VOXCONV_STATUS_SUCCESS) /* the pooled output as the gradient */
+    st = voxconv_conv_dgrad(P->h, m, &fp, &fw, &gx, &P->opt);
+  cudaStreamSynchronize(P->stream);
+  o->pool = (uint16_t *)malloc(out_bytes + 2);
+  o->conv = (uint16_t *)malloc(out_bytes + 2);
+  o->dx = (uint16_t *)malloc(in_bytes);
+  cudaMemcpy(o->pool, yp, out_bytes, cudaMemcpyDeviceToHost);
+  cudaMemcpy(o->conv, yc, out_bytes, cudaMemcpyDeviceToHost);
+  cudaMemcpy(o->dx, dx, in_bytes, cudaMemcpyDeviceToHost);
+  cudaFree(yp), cudaFree(yc), cudaFree(dx);
+  return st;
+}
+
+static void expect_same_u16(const char *what, const uint16_t *a,
+                            const uint16_t *b, int64_t n) {
+  int64_t bad = 0, first = -1;
+  for (int64_t e = 0; e < n; e++)
+    if (a[e] != b[e] && bad++ == 0)
+      first = e;
+  VC_EXPECT(bad == 0, "%s: %lld of %lld elements differ (first %lld: %04x vs "
+            "%04x)", what, (long long)bad, (long long)n, (long long)first,
+            first >= 0 ? a[first] : 0, first >= 0 ? b[first] : 0);
+}
+
+static void free_strided(strided_out_t *o) {
+  free(o->pool), free(o->conv), free(o->dx);
+}
+
+/* 5 for one geometry (k, s per axis). */
+static void test_deferred_strided_geom(problem_t *P, int k, int s) {
+  const voxconv_kmap_desc_t d = {VOXCONV_KMAP_STRIDED, {k, k, k}, {s, s, s},
+                                 {1, 1, 1}};
+  const voxconv_coords_t in = {P->coords, P->n, {1, 1, 1}};
+  char what[96];
+  voxconv_kmap_t *ms = NULL, *md = NULL, *md2 = NULL, *inv = NULL;
+  VC_REQUIRE_VOID(voxconv_kmap_build(P->h, &d, &in, NULL, &ms) ==
+                      VOXCONV_STATUS_SUCCESS,
+                  "k%d s%d: synchronous build: %s", k, s,
+                  voxconv_get_last_error(P->h));
+  voxconv_kmap_info_t is, id;
+  voxconv_kmap_get_info(ms, &is);
+
+  /* Behind a 300 ms hold: the deferred build must not wait. */
+  CUDA_OK_VOID(cudaLaunchHostFunc(P->stream, hold_stream, NULL));
+  const double t0 = now_ms();
+  const voxconv_status_t sb = voxconv_kmap_build_async(P->h, &d, &in, NULL, &md);
+  const double t1 = now_ms();
+  VC_REQUIRE_VOID(sb == VOXCONV_STATUS_SUCCESS, "k%d s%d: deferred build: %s",
+                  k, s, voxconv_get_last_error(P->h));
+  VC_EXPECT(t1 - t0 < 150.0,
+            "k%d s%d: the deferred build took %.1f ms of host time behind a "
+            "300 ms hold: it waited for the GPU", k, s, t1 - t0);
+  voxconv_kmap_get_info(md, &id);
+  VC_EXPECT(id.n_out == -1 && id.n_pairs == -1 && id.n_in == P->n,
+            "k%d s%d: deferred map before completion: n_out %lld n_pairs %lld "
+            "n_in %lld, want -1 -1 %lld", k, s, (long long)id.n_out,
+            (long long)id.n_pairs, (long long)id.n_in, (long long)P->n);
+  VC_EXPECT(voxconv_kmap_wait(P->h, md) == VOXCONV_STATUS_SUCCESS,
+            "k%d s%d: wait: %s", k, s, voxconv_get_last_error(P->h));
+  voxconv_kmap_get_info(md, &id);
+  VC_EXPECT(id.n_out == is.n_out && id.n_pairs == is.n_pairs,
+            "k%d s%d: deferred map n_out %lld pairs %lld, synchronous %lld %lld",
+            k, s, (long long)id.n_out, (long long)id.n_pairs,
+            (long long)is.n_out, (long long)is.n_pairs);
+  VC_REQUIRE_VOID(id.n_out == is.n_out && id.n_pairs == is.n_pairs, "sizes");
+
+  /* Output coordinates and pairs, element for element. */
+  const int64_t no = is.n_out, np = is.n_pairs, K = is.kernel_volume;
+  const int32_t *cs = NULL, *cd = NULL;
+  voxconv_kmap_out_coords(ms, &cs);
+  voxconv_kmap_out_coords(md, &cd);
+  int32_t *hcs = (int32_t *)malloc((size_t)no * 16 + 16),
+          *hcd = (int32_t *)malloc((size_t)no * 16 + 16);
+  cudaMemcpy(hcs, cs, (size_t)no * 16, cudaMemcpyDeviceToHost);
+  cudaMemcpy(hcd, cd, (size_t)no * 16, cudaMemcpyDeviceToHost);
+  VC_EXPECT(memcmp(hcs, hcd, (size_t)no * 16) == 0,
+            "k%d s%d: output coordinates differ", k, s);
+  int64_t *os = (int64_t *)malloc((size_t)(K + 1) * 8),
+          *od = (int64_t *)malloc((size_t)(K + 1) * 8);
+  int32_t *dis = (int32_t *)dev_alloc((size_t)np * 4 + 4),
+          *dos = (int32_t *)dev_alloc((size_t)np * 4 + 4),
+          *did = (int32_t *)dev_alloc((size_t)np * 4 + 4),
+          *dod = (int32_t *)dev_alloc((size_t)np * 4 + 4);
+  voxconv_kmap_get_pairs(P->h, ms, os, dis, dos);
+  voxconv_kmap_get_pairs(P->h, md, od, did, dod);
+  cudaStreamSynchronize(P->stream);
+  int32_t *h1 = (int32_t *)malloc((size_t)np * 8 + 8),
+          *h2 = (int32_t *)malloc((size_t)np * 8 + 8);
+  cudaMemcpy(h1, dis, (size_t)np * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(h1 + np, dos, (size_t)np * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(h2, did, (size_t)np * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(h2 + np, dod, (size_t)np * 4, cudaMemcpyDeviceToHost);
+  VC_EXPECT(memcmp(os, od, (size_t)(K + 1) * 8) == 0 &&
+                memcmp(h1, h2, (size_t)np * 8) == 0,
+            "k%d s%d: pair offsets or pair lists differ", k, s);
+  free(hcs), free(hcd), free(os), free(od), free(h1), free(h2);
+  cudaFree(dis), cudaFree(dos), cudaFree(did), cudaFree(dod);
+
+  /* Ops on both maps, and on a deferred map not yet complete (the op
+   * waits for it). */
+  strided_out_t a, b, c;
+  void *w = dev_random_f16(K * C * C);
+  const voxconv_status_t s1 = strided_ops(P, ms, no, (int)K, w, &a);
+  const voxconv_status_t s2 = strided_ops(P, md, no, (int)K, w, &b);
+  VC_EXPECT(voxconv_kmap_build_async(P->h, &d, &in, NULL, &md2) ==
+                VOXCONV_STATUS_SUCCESS, "second deferred build: %s",
+            voxconv_get_last_error(P->h));
+  const voxconv_status_t s3 = strided_ops(P, md2, no, (int)K, w, &c);
+  cudaFree(w);
+  VC_EXPECT(s1 == VOXCONV_STATUS_SUCCESS && s2 == VOXCONV_STATUS_SUCCESS &&
+                s3 == VOXCONV_STATUS_SUCCESS,
+            "k%d s%d: ops: synchronous %s, deferred %s, not yet complete %s "
+            "(%s)", k, s, voxconv_status_string(s1), voxconv_status_string(s2),
+            voxconv_status_string(s3), voxconv_get_last_error(P->h));
+  const strided_out_t *cmp[2] = {&b, &c};
+  const char *names[2] = {"deferred", "deferred, op before completion"};
+  for (int i = 0; i < 2; i++) {
+    snprintf(what, sizeof what, "k%d s%d %s: pool", k, s, names[i]);
+    expect_same_u16(what, a.pool, cmp[i]->pool, no * C);
+    snprintf(what, sizeof what, "k%d s%d %s: conv forward", k, s, names[i]);
+    expect_same_u16(what, a.conv, cmp[i]->conv, no * C);
+    snprintf(what, sizeof what, "k%d s%d %s: conv dgrad", k, s, names[i]);
+    expect_same_u16(what, a.dx, cmp[i]->dx, P->n * C);
+  }
+  free_strided(&a), free_strided(&b), free_strided(&c);
+
+  /* The inverse of a deferred map: outputs are its inputs. */
+  voxconv_kmap_t *md3 = NULL;
+  voxconv_kmap_build_async(P->h, &d, &in, NULL, &md3);
+  VC_EXPECT(md3 && voxconv_kmap_inverse(P->h, md3, &inv) == VOXCONV_STATUS_SUCCESS,
+            "k%d s%d: inverse of a deferred map: %s", k, s,
+            voxconv_get_last_error(P->h));
+  if (inv) {
+    voxconv_kmap_info_t ii;
+    voxconv_kmap_get_info(inv, &ii);
+    VC_EXPECT(ii.n_in == no && ii.n_out == P->n && ii.n_pairs == np,
+              "k%d s%d: inverse n_in %lld n_out %lld pairs %lld", k, s,
+              (long long)ii.n_in, (long long)ii.n_out, (long long)ii.n_pairs);
+  }
+  voxconv_kmap_destroy(P->h, inv);
+  voxconv_kmap_destroy(P->h, md3);
+  voxconv_kmap_destroy(P->h, md2);
+  voxconv_kmap_destroy(P->h, md);
+  voxconv_kmap_destroy(P->h, ms);
+}
+
+static void test_deferred_strided(problem_t *P) {
+  test_deferred_strided_geom(P, 2, 2); /* the pooling map: one tap per input */
+  test_deferred_strided_geom(P, 3, 2); /* up to 8 taps per input */
+
+  /* Duplicate coordinates: the build succeeds, the wait names them. */
+  int32_t c[6][4];
+  for (int i = 0; i < 6; i++)
+    c[i][0] = 0, c[i][1] = 3 * i, c[i][2] = i, c[i][3] = 7;
+  memcpy(c[4], c[1], 16);
+  int32_t *dc = (int32_t *)dev_upload(c, sizeof c);
+  const voxconv_kmap_desc_t d = {VOXCONV_KMAP_STRIDED, {2, 2, 2}, {2, 2, 2},
+                                 {1, 1, 1}};
+  const voxconv_coords_t in = {dc, 6, {1, 1, 1}};
+  voxconv_kmap_t *m = NULL;
+  VC_EXPECT(voxconv_kmap_build_async(P->h, &d, &in, NULL, &m) ==
+                VOXCONV_STATUS_SUCCESS,
+            "deferred build of duplicates: %s", voxconv_get_last_error(P->h));
+  const voxconv_status_t sw = m ? voxconv_kmap_wait(P->h, m) : VOXCONV_STATUS_SUCCESS;
+  VC_EXPECT(sw == VOXCONV_STATUS_DUPLICATE_COORDS &&
+                strstr(voxconv_get_last_error(P->h), "rows 1 and 4 are both"),
+            "deferred duplicates: wait gave %s (%s)", voxconv_status_string(sw),
+            voxconv_get_last_error(P->h));
+  voxconv_kmap_destroy(P->h, m);
+
+  /* A strided build cannot be captured, deferred or not. */
+  m = NULL;
+  CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+  CUDA_OK_VOID(cudaStreamBeginCapture(P->stream, cudaStreamCaptureModeGlobal));
+  const voxconv_status_t sc = voxconv_kmap_build_async(P->h, &d, &in, NULL, &m);
+  cudaGraph_t graph = NULL;
+  cudaStreamEndCapture(P->stream, &graph);
+  if (graph)
+    cudaGraphDestroy(graph);
+  VC_EXPECT(sc == VOXCONV_STATUS_UNSUPPORTED &&
+                strstr(voxconv_get_last_error(P->h), "cannot be captured"),
+            "deferred strided build while capturing: %s (%s), want "
+            "UNSUPPORTED", voxconv_status_string(sc),
+            voxconv_get_last_error(P->h));
+  voxconv_kmap_destroy(P->h, m);
+  cudaFree(dc);
+}
+
 int main(void) {
   vc_test_init("test_async");
   if (gpu_test_no_device("test_async"))
@@ -402,6 +619,7 @@ int main(void) {
   if (!no_graph || strcmp(no_graph, "1") != 0)
     test_graph(&P, &eager);
   test_bad_coords();
+  test_deferred_strided(&P);
   free_outputs(&eager);
   voxconv_destroy(P.h);
   cudaStreamDestroy(P.stream);

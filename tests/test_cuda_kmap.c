@@ -285,6 +285,22 @@ static voxconv_kmap_t *run_case(const char *label,
   }
   if (sc == VOXCONV_STATUS_SUCCESS && sg == VOXCONV_STATUS_SUCCESS) {
     compare_maps(label, mc, mg);
+    if (desc->mode == VOXCONV_KMAP_STRIDED) {
+      /* The deferred build (voxconv_kmap_build_async), once complete, is
+       * the same map. */
+      voxconv_kmap_t *md = NULL;
+      voxconv_status_t sd = voxconv_kmap_build_async(gpu, desc, &gi, NULL, &md);
+      if (sd == VOXCONV_STATUS_SUCCESS)
+        sd = voxconv_kmap_wait(gpu, md);
+      VC_EXPECT(sd == VOXCONV_STATUS_SUCCESS, "%s: deferred build: %s (%s)",
+                label, voxconv_status_string(sd), voxconv_get_last_error(gpu));
+      if (sd == VOXCONV_STATUS_SUCCESS) {
+        char dl[300];
+        snprintf(dl, sizeof dl, "%s (deferred)", label);
+        compare_maps(dl, mc, md);
+      }
+      voxconv_kmap_destroy(gpu, md);
+    }
     const int retries =
         vc_cuda_kmap_hash_retries ? vc_cuda_kmap_hash_retries(mg) : -1;
     if (expect_retry)

@@ -169,6 +169,7 @@ _SIGNATURES = {
     "voxconv_cuda_archs": (ctypes.c_char_p, []),
     # kernel maps
     "voxconv_kmap_build": (_st, [_p, _P(KmapDesc), _P(Coords), _P(Coords), _P(_p)]),
+    "voxconv_kmap_build_async": (_st, [_p, _P(KmapDesc), _P(Coords), _P(Coords), _P(_p)]),
     "voxconv_kmap_destroy": (_st, [_p, _p]),
     "voxconv_kmap_wait": (_st, [_p, _p]),
     "voxconv_kmap_get_info": (_st, [_p, _P(KmapInfo)]),

@@ -119,7 +119,7 @@ class KernelMap:
 
     def __init__(self, handle, mode, kernel_size, stride, dilation,
                  in_coords, in_tensor_stride, out_coords=None, out_tensor_stride=None,
-                 padding=None, out_shape=None, inverse_of=None):
+                 padding=None, out_shape=None, inverse_of=None, defer=False):
         ptr = ctypes.c_void_p()
         if inverse_of is not None:
             # voxconv_kmap_inverse: built from the forward map's tables
@@ -138,7 +138,10 @@ class KernelMap:
             cin = _runtime.coords_struct(in_coords, in_tensor_stride)
             cout = (_runtime.coords_struct(out_coords, out_tensor_stride)
                     if out_coords is not None else None)
-            handle.call("voxconv_kmap_build", ctypes.byref(desc), ctypes.byref(cin),
+            # defer: voxconv_kmap_build_async (a CUDA STRIDED build does
+            # not wait for its output count; n_out waits when first read)
+            handle.call("voxconv_kmap_build_async" if defer else "voxconv_kmap_build",
+                        ctypes.byref(desc), ctypes.byref(cin),
                         ctypes.byref(cout) if cout is not None else None,
                         ctypes.byref(ptr))
         self.ptr = ptr.value
@@ -163,7 +166,7 @@ class KernelMap:
                           else None)
         self.inverse = inverse_of is not None
         self.kernel_volume = info.kernel_volume
-        self.n_in, self.n_out, self._n_pairs = info.n_in, info.n_out, info.n_pairs
+        self.n_in, self._n_out, self._n_pairs = info.n_in, info.n_out, info.n_pairs
         self.in_tensor_stride = tuple(info.in_tensor_stride)
         self.out_tensor_stride = tuple(info.out_tensor_stride)
         self.id = next(_ids)
@@ -175,11 +178,26 @@ class KernelMap:
         being built on the GPU this waits for the build (and raises its
         error if the coordinates were bad)."""
         if self._n_pairs < 0:
-            self.handle.call("voxconv_kmap_wait", ctypes.c_void_p(self.ptr))
-            info = _lib.KmapInfo()
-            _lib.call("voxconv_kmap_get_info", self.ptr, ctypes.byref(info))
-            self._n_pairs = info.n_pairs
+            self.wait()
         return self._n_pairs
+
+    @property
+    def n_out(self):
+        """The number of output rows. A deferred strided map (built with
+        ``defer=True``, voxconv_kmap_build_async) learns it from the GPU:
+        the first read waits for the build, if the GPU has not finished it."""
+        if self._n_out < 0:
+            self.wait()
+        return self._n_out
+
+    def wait(self):
+        """Waits for the map's build on the GPU (not for later work) and
+        completes it: n_out and n_pairs are known afterwards. Raises the
+        build's error if its coordinates were bad."""
+        self.handle.call("voxconv_kmap_wait", ctypes.c_void_p(self.ptr))
+        info = _lib.KmapInfo()
+        _lib.call("voxconv_kmap_get_info", self.ptr, ctypes.byref(info))
+        self._n_out, self._n_pairs = info.n_out, info.n_pairs
 
     def use_on(self, handle):
         """Orders `handle`'s stream after the map's build (once per stream);
@@ -233,12 +251,13 @@ class KernelMap:
 
     def __repr__(self):
         pairs = self._n_pairs if self._n_pairs >= 0 else "pending"
+        n_out = self._n_out if self._n_out >= 0 else "pending"
         extra = "".join((f", padding={self.padding}" if self.padding is not None else "",
                          f", out_shape={self.out_shape}" if self.out_shape is not None else "",
                          ", inverse" if self.inverse else ""))
         return (f"KernelMap({MODE_NAMES.get(self.mode, self.mode)}, kernel={self.kernel_size}, "
                 f"stride={self.stride}, dilation={self.dilation}{extra}, n_in={self.n_in}, "
-                f"n_out={self.n_out}, pairs={pairs}, device={self.device})")
+                f"n_out={n_out}, pairs={pairs}, device={self.device})")
 
 
 def kmap_by_id(kmap_id):
@@ -254,7 +273,8 @@ class CoordinateSet:
     ``stream``: the raw CUDA stream the coordinates were made on, when it
     is the map stream (None: the caller's; see the module doc)."""
 
-    def __init__(self, manager, coords, tensor_stride, stream=None, parent=None):
+    def __init__(self, manager, coords, tensor_stride, stream=None, parent=None,
+                 path=None):
         self.manager = manager
         self.coords = coords
         self.tensor_stride = tuple(tensor_stride)
@@ -270,9 +290,83 @@ class CoordinateSet:
         self.children = weakref.WeakValueDictionary()
         self.stream = stream
         self.ready = None  # event after which the coordinates are valid
+        # How the set was made (its map-plan key, see _MapPlan), and the
+        # maps built for it ahead of their first request (key -> KernelMap)
+        self.path = path
+        self.prefetched = {}
 
     def __len__(self):
         return self.coords.shape[0]
+
+    def __del__(self):
+        # Maps prefetched for this set and never asked for: drop them from
+        # the plan, so that later sets made the same way do not build them.
+        if getattr(self, "prefetched", None):
+            try:
+                _plan.forget(self.path, list(self.prefetched))
+            except Exception:  # noqa: BLE001 - at interpreter shutdown
+                pass
+
+
+class _MapPlan:
+    """Which kernel maps the sets made a given way were asked for, so that
+    the next such set gets them built before they are asked for (map
+    prefetch; CUDA with the map stream only).
+
+    A set's path says how it was made: a registered input set by its
+    tensor stride, a derived set by its parent's path plus the map key
+    that made it. A network asks the same questions every forward (level
+    0's submanifold map, its pooling map, level 1's ...), so when a new
+    forward's set with a known path appears, the maps asked of the last
+    such set are queued on the map stream at once -- submanifold maps as
+    usual, strided ones deferred (voxconv_kmap_build_async: no host wait).
+    The strided map's output count then reaches the host while the host
+    issues that level's convolutions, and the pooling layer finds the map
+    built: the host never waits for the chain of map builds, which is what
+    bounded a PyTorch forward (docs/perf-notes.md item 67). A map
+    prefetched and never asked for is forgotten when its set goes, so a
+    plan follows the network. VOXCONV_MAP_PREFETCH=0 turns it off."""
+
+    PATHS_MAX = 512   # distinct set paths remembered (then it starts over)
+    KEYS_MAX = 16     # maps remembered per path
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.plans = {}  # path -> {key: kernel_map arguments}, in request order
+
+    def learn(self, path, key, args):
+        plan = self.plans.get(path)
+        if plan is not None and key in plan:
+            return
+        with self.lock:
+            if len(self.plans) >= self.PATHS_MAX:
+                self.plans.clear()
+            plan = self.plans.setdefault(path, {})
+            if len(plan) < self.KEYS_MAX:
+                plan[key] = args
+
+    def forget(self, path, keys):
+        with self.lock:
+            plan = self.plans.get(path)
+            if plan is not None:
+                for k in keys:
+                    plan.pop(k, None)
+
+    def get(self, path):
+        plan = self.plans.get(path)
+        return list(plan.items()) if plan else ()
+
+
+_plan = _MapPlan()
+
+# The map modes a plan prefetches: those whose build needs no host wait
+# (SUBMANIFOLD) or can leave its count on the GPU (STRIDED, deferred).
+_PREFETCH_MODES = (_lib.KMAP_SUBMANIFOLD, _lib.KMAP_STRIDED)
+
+
+def _prefetch_enabled():
+    return os.environ.get("VOXCONV_MAP_PREFETCH", "1").lower() not in ("0", "false", "off",
+                                                                        "no")
 
 
 class _MapStream:
@@ -340,7 +434,7 @@ class CoordinateManager:
             return live
 
     def add(self, coords, tensor_stride, register=True, stream=None, *, _checked=False,
-            _parent=None):
+            _parent=None, _path=None):
         """Registers a coordinate set and returns it. ``coords``: an integer
         [N, 4] tensor on this manager's device. The library reads packed
         rows of 4 int32, so anything else (a column slice such as
@@ -356,13 +450,18 @@ class CoordinateManager:
                 and coords.dim() == 2 and coords.shape[1] == 4
                 and coords.is_contiguous() and coords.device == self.device):
             coords = _validate.coords(coords, "CoordinateManager.add", device=self.device)
-        s = CoordinateSet(self, coords, tensor_stride, stream, _parent)
+        # An input set's plan path (_MapPlan); a derived set's comes from
+        # the map that made it (_derive), which also prefetches for it.
+        path = ("input", tuple(tensor_stride), bool(register)) if _parent is None else _path
+        s = CoordinateSet(self, coords, tensor_stride, stream, _parent, path)
         with self.lock:
             if len(self._sets) > 64:
                 self._sets = [r for r in self._sets if r() is not None]
             self._sets.append(weakref.ref(s))
             if register and self.by_stride.get(s.tensor_stride) is None:
                 self.by_stride[s.tensor_stride] = s
+        if _parent is None:
+            self._prefetch(s)
         return s
 
     def at_stride(self, tensor_stride):
@@ -391,14 +490,24 @@ class CoordinateManager:
             if hit is not None:
                 return hit
             ms = map_stream(self.device)
+            pre = in_set.prefetched.pop(key, None)
             if ms is None:
                 hit = self._build(_runtime.handle_for(self.device), None, in_set, mode,
-                                  kernel_size, stride, dilation, out_set, padding, out_shape)
+                                  kernel_size, stride, dilation, out_set, padding, out_shape,
+                                  key=key)
+            elif pre is not None:
+                hit = self._adopt(ms, pre, in_set, mode, stride, key)
             else:
                 hit = self._build_on_map_stream(ms, in_set, mode, kernel_size, stride,
-                                                dilation, out_set, padding, out_shape)
+                                                dilation, out_set, padding, out_shape,
+                                                key=key)
             in_set.kmaps[key] = (hit[0], weakref.ref(hit[1]))
-            return hit
+            if ms is not None and mode in _PREFETCH_MODES and out_set is None:
+                _plan.learn(in_set.path, key, (mode, tuple(kernel_size), tuple(stride),
+                                               tuple(dilation), padding, out_shape))
+        if hit[1] is not in_set and hit[1].path is not None and hit[1].path[-1] is key:
+            self._prefetch(hit[1])  # a set this call made: its maps, early
+        return hit
 
     def inverse_kernel_map(self, in_set, mode, kernel_size, stride, dilation,
                            padding=None, out_shape=None):
@@ -434,8 +543,9 @@ class CoordinateManager:
             in_set.kmaps[key] = (km, weakref.ref(in_set))
             return km, in_set
 
-    def _build_on_map_stream(self, ms, in_set, mode, kernel_size, stride, dilation,
-                             out_set, padding=None, out_shape=None):
+    def _map_stream_waits(self, ms, in_set, out_set=None):
+        """Orders the map stream after the making of the sets a build reads;
+        returns the caller's (consumer) stream."""
         consumer = _handle_stream(_runtime.handle_for(self.device))
         for s in (in_set, out_set):
             if s is not None and s.stream != ms.handle.stream:
@@ -443,6 +553,11 @@ class CoordinateManager:
                     s.ready = torch.cuda.Event()
                     s.ready.record(consumer)
                 ms.stream.wait_event(s.ready)
+        return consumer
+
+    def _build_on_map_stream(self, ms, in_set, mode, kernel_size, stride, dilation,
+                             out_set, padding=None, out_shape=None, key=None):
+        consumer = self._map_stream_waits(ms, in_set, out_set)
         if mode in _DERIVING_MODES:
             # Under the map stream: derived coordinates are allocated there,
             # so the map stream may write them at once (torch hands a block
@@ -450,49 +565,98 @@ class CoordinateManager:
             # last use). Other modes allocate no tensor: no stream switch.
             with torch.cuda.stream(ms.stream):
                 km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size,
-                                       stride, dilation, out_set, padding, out_shape)
+                                       stride, dilation, out_set, padding, out_shape, key)
         else:
             km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size, stride,
-                                   dilation, out_set, padding, out_shape)
+                                   dilation, out_set, padding, out_shape, key)
         km.ready = torch.cuda.Event()
         km.ready.record(ms.stream)
         return km, made
 
+    def _prefetch(self, s):
+        """Queues on the map stream the maps the plan says a set made like
+        `s` will be asked for (see _MapPlan); no host wait."""
+        plan = _plan.get(s.path) if s.path is not None else ()
+        if not plan or not _prefetch_enabled():
+            return
+        ms = map_stream(self.device)
+        if ms is None:
+            return
+        with self.lock:
+            ordered = False
+            for key, (mode, kernel_size, stride, dilation, padding, out_shape) in plan:
+                if key in s.prefetched or _live(s.kmaps.get(key)) is not None:
+                    continue
+                if not ordered:
+                    self._map_stream_waits(ms, s)
+                    ordered = True
+                try:
+                    km = KernelMap(ms.handle, mode, kernel_size, stride, dilation, s.coords,
+                                   s.tensor_stride, padding=padding, out_shape=out_shape,
+                                   defer=mode == _lib.KMAP_STRIDED)
+                except errors.VoxconvError:
+                    # Only an optimisation: the request builds the map
+                    # again and raises there, where the caller expects it.
+                    return
+                km.ready = torch.cuda.Event()
+                km.ready.record(ms.stream)
+                s.prefetched[key] = km
+
+    def _adopt(self, ms, km, in_set, mode, stride, key):
+        """A prefetched map at its first request: (km, output set). A strided
+        map's output set is made now (its count, read here, has usually
+        arrived while the host issued this level's work), on the map
+        stream, and km.ready moves after it (no op has used km yet)."""
+        if mode == _lib.KMAP_SUBMANIFOLD:
+            return km, in_set
+        consumer = _handle_stream(_runtime.handle_for(self.device))
+        with torch.cuda.stream(ms.stream):
+            out_set = self._derive(km, consumer, in_set, mode, stride, ms.handle.stream, key)
+        km.ready = torch.cuda.Event()
+        km.ready.record(ms.stream)
+        return km, out_set
+
     def _build(self, handle, consumer, in_set, mode, kernel_size, stride, dilation,
-               out_set, padding=None, out_shape=None):
+               out_set, padding=None, out_shape=None, key=None):
         """Builds on `handle` (the map stream's when `consumer`, the stream
         the caller runs its ops on, is given)."""
         if mode == _lib.KMAP_TRANSPOSED:
             km = KernelMap(handle, mode, kernel_size, stride, dilation,
                            in_set.coords, in_set.tensor_stride,
                            out_set.coords, out_set.tensor_stride, padding=padding)
-        else:
-            km = KernelMap(handle, mode, kernel_size, stride, dilation,
-                           in_set.coords, in_set.tensor_stride, padding=padding,
-                           out_shape=out_shape)
+            return km, out_set
+        km = KernelMap(handle, mode, kernel_size, stride, dilation,
+                       in_set.coords, in_set.tensor_stride, padding=padding,
+                       out_shape=out_shape)
         made_on = handle.stream if consumer is not None else None
+        return km, self._derive(km, consumer, in_set, mode, stride, made_on, key)
+
+    def _derive(self, km, consumer, in_set, mode, stride, made_on, key):
+        """The output set of a new map (made from its output coordinates);
+        its path extends in_set's by the map's key."""
         if mode == _lib.KMAP_SUBMANIFOLD:
-            out_set = in_set
-        elif mode == _lib.KMAP_STRIDED:
+            return in_set
+        path = None if in_set.path is None or key is None else in_set.path + (key,)
+        if mode == _lib.KMAP_STRIDED:
             # Outputs are unique floor(c / s): they depend on the stride
             # only, so every strided map of a set shares one output set.
             ckey = ("strided", tuple(stride))
             out_set = in_set.children.get(ckey)
             if out_set is None:
                 out_set = self.add(self._derived_coords(km, consumer),
-                                   km.out_tensor_stride, stream=made_on, _parent=in_set)
+                                   km.out_tensor_stride, stream=made_on, _parent=in_set,
+                                   _path=path)
                 in_set.children[ckey] = out_set
-        elif mode == _lib.KMAP_GENERATIVE:
-            out_set = self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
-                               register=False, stream=made_on, _parent=in_set)
-        elif mode == KMAP_EXPANDING:
-            # Outputs depend on kernel, padding and out_shape too: one set
-            # per map (the map cache key). Registered at its stride when it
-            # is the first there, as the encoder level a transposed
-            # convolution finds (a strided level is registered the same way).
-            out_set = self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
-                               stream=made_on, _parent=in_set)
-        return km, out_set
+            return out_set
+        if mode == _lib.KMAP_GENERATIVE:
+            return self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
+                            register=False, stream=made_on, _parent=in_set, _path=path)
+        # EXPANDING: outputs depend on kernel, padding and out_shape too: one
+        # set per map (the map cache key). Registered at its stride when it
+        # is the first there, as the encoder level a transposed convolution
+        # finds (a strided level is registered the same way).
+        return self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
+                        stream=made_on, _parent=in_set, _path=path)
 
     @staticmethod
     def _derived_coords(km, consumer):

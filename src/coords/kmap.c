@@ -12,7 +12,7 @@
 
 static const char axis_names[3] = {'x', 'y', 'z'};
 
-static const char *mode_name(voxconv_kmap_mode_t mode) {
+const char *vc_kmap_mode_name(voxconv_kmap_mode_t mode) {
   switch (mode) {
   case VOXCONV_KMAP_SUBMANIFOLD:
     return "SUBMANIFOLD";
@@ -132,11 +132,11 @@ static voxconv_status_t discard_failed(voxconv_handle_t *h, voxconv_kmap_t *m,
   return st;
 }
 
-voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
-                                    const voxconv_kmap_desc_t *desc,
-                                    const voxconv_coords_t *in,
-                                    const voxconv_coords_t *out,
-                                    voxconv_kmap_t **kmap) {
+static voxconv_status_t kmap_build(voxconv_handle_t *h,
+                                   const voxconv_kmap_desc_t *desc,
+                                   const voxconv_coords_t *in,
+                                   const voxconv_coords_t *out,
+                                   voxconv_kmap_t **kmap, int defer) {
   static const char *const func = "voxconv_kmap_build";
   VC_CHECK_NULL(NULL, h, "handle");
   vc_clear_error(h);
@@ -200,7 +200,7 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
                      "%s: out_shape[%d] (%c) = %d, but only EXPANDING and "
                      "GENERATIVE maps take out_shape (%s needs 0)",
                      func, a, axis_names[a], (int)d.out_shape[a],
-                     mode_name(d.mode));
+                     vc_kmap_mode_name(d.mode));
   }
   if (d.mode == VOXCONV_KMAP_SUBMANIFOLD)
     for (int a = 0; a < 3; a++)
@@ -218,7 +218,7 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                    "%s: out must be NULL for %s (the map computes its "
                    "outputs; only TRANSPOSED takes them)",
-                   func, mode_name(d.mode));
+                   func, vc_kmap_mode_name(d.mode));
   VC_CHECK(check_coords_arg(h, func, "in", in));
   if (out)
     VC_CHECK(check_coords_arg(h, func, "out", out));
@@ -280,15 +280,34 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
   voxconv_status_t st;
 #ifdef VOXCONV_HAVE_CUDA
   if (h->backend == VOXCONV_BACKEND_CUDA)
-    st = vc_cuda_kmap_build(h, m, in, out);
+    st = vc_cuda_kmap_build(h, m, in, out, defer);
   else
 #endif
+  {
+    (void)defer; /* CPU builds are synchronous */
     st = vc_cpu_kmap_build(h, m, in, out);
+  }
   if (st != VOXCONV_STATUS_SUCCESS)
     return discard_failed(h, m, st);
   m->pairs_bound = m->n_pairs;
   *kmap = m;
   return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
+                                    const voxconv_kmap_desc_t *desc,
+                                    const voxconv_coords_t *in,
+                                    const voxconv_coords_t *out,
+                                    voxconv_kmap_t **kmap) {
+  return kmap_build(h, desc, in, out, kmap, 0);
+}
+
+voxconv_status_t voxconv_kmap_build_async(voxconv_handle_t *h,
+                                          const voxconv_kmap_desc_t *desc,
+                                          const voxconv_coords_t *in,
+                                          const voxconv_coords_t *out,
+                                          voxconv_kmap_t **kmap) {
+  return kmap_build(h, desc, in, out, kmap, 1);
 }
 
 voxconv_status_t voxconv_kmap_inverse(voxconv_handle_t *h,
@@ -307,14 +326,14 @@ voxconv_status_t voxconv_kmap_inverse(voxconv_handle_t *h,
                    "%s: fwd is a %s map; only STRIDED and EXPANDING maps have "
                    "an inverse (spconv's SparseInverseConv3d inverts a "
                    "SparseConv3d)",
-                   func, mode_name(fwd->desc.mode));
+                   func, vc_kmap_mode_name(fwd->desc.mode));
   /* Both modes build synchronously; a no-op kept for any future
    * asynchronous build of them. */
   VC_CHECK(vc_kmap_wait(h, fwd, func));
   if (fwd->n_in > 0 && fwd->in_coords == NULL)
     return vc_fail(h, VOXCONV_STATUS_INTERNAL,
                    "%s: the %s map kept no input coordinates", func,
-                   mode_name(fwd->desc.mode));
+                   vc_kmap_mode_name(fwd->desc.mode));
   voxconv_kmap_t *m = (voxconv_kmap_t *)calloc(1, sizeof *m);
   if (!m)
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
@@ -413,9 +432,10 @@ voxconv_status_t voxconv_kmap_get_info(const voxconv_kmap_t *kmap,
   info->desc = kmap->desc;
   info->kernel_volume = kmap->kvol;
   info->n_in = kmap->n_in;
-  info->n_out = kmap->n_out;
-  /* Read once: a completion on another thread may end `pending` now. */
+  /* Read once: a completion on another thread may end `pending` now (and
+   * set a deferred map's n_out before it does). */
   const int pending = __atomic_load_n(&kmap->pending, __ATOMIC_ACQUIRE);
+  info->n_out = pending && kmap->n_out < 0 ? -1 : kmap->n_out;
   info->n_pairs = pending ? -1 : kmap->n_pairs;
   memcpy(info->in_tensor_stride, kmap->in_ts, sizeof kmap->in_ts);
   memcpy(info->out_tensor_stride, kmap->out_ts, sizeof kmap->out_ts);

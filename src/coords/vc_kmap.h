@@ -90,8 +90,10 @@ struct voxconv_kmap {
   /* CUDA maps: the same [kvol+1] offsets in device memory (owned by the
    * CUDA extras), for kernels that must not depend on host counts. */
   const int64_t *pair_offsets_dev;
-  /* 1 while an asynchronous build (CUDA SUBMANIFOLD, voxconv.h) is not yet
-   * complete on the host: n_out is known, but n_pairs holds the capacity
+  /* 1 while an asynchronous build (CUDA SUBMANIFOLD, or STRIDED through
+   * voxconv_kmap_build_async; voxconv.h) is not yet complete on the host:
+   * n_out is known (a deferred STRIDED map: -1, its arrays sized for n_in
+   * outputs), but n_pairs holds the capacity
    * of in_rows / out_rows (n_in * kvol, an upper bound), pair_offsets is
    * NULL, in_fingerprint is unset and whether the coordinates were valid
    * is not yet known. Only vc_kmap_poll / vc_kmap_wait end it. */
@@ -112,6 +114,9 @@ struct voxconv_kmap {
  *                 before reading pair_offsets, n_pairs or in_fingerprint.
  *                 UNSUPPORTED while h's stream is being captured, or for a
  *                 map built during a capture. */
+/* "SUBMANIFOLD", "STRIDED", ... for messages. */
+const char *vc_kmap_mode_name(voxconv_kmap_mode_t mode);
+
 voxconv_status_t vc_kmap_poll(voxconv_handle_t *h, const voxconv_kmap_t *m,
                               const char *func);
 voxconv_status_t vc_kmap_wait(voxconv_handle_t *h, const voxconv_kmap_t *m,

@@ -825,7 +825,10 @@ __global__ void __launch_bounds__(VC_Q_WARPS_MAX * 32)
 }
 
 __global__ void vc_unpack_keys_kernel(const unsigned long long *__restrict__ keys,
-                                      int64_t n, int32_t *__restrict__ coords) {
+                                      int64_t n, const long long *n_dev,
+                                      int32_t *__restrict__ coords) {
+  if (n_dev && *n_dev < n) /* a deferred build: only the rows that exist */
+    n = *n_dev;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const VcCoord c = vc_dev_unpack(keys[i]);
@@ -874,7 +877,7 @@ struct VcBuild {
   uint64_t cap_keys;        /* EXPANDING: the output-key set's capacity */
   int overflowed;           /* set after the sync */
   int keys_overflowed;      /* ... by the output-key set (EXPANDING) */
-  int async;                /* SUBMANIFOLD without the host wait */
+  int async;                /* SUBMANIFOLD, deferred STRIDED: no host wait */
 };
 
 static voxconv_status_t vc_make_hash(VcWorkspace &ws, voxconv_handle_t *h,
@@ -1038,11 +1041,12 @@ static voxconv_status_t vc_write_pairs(voxconv_handle_t *h, const int32_t *nbr,
 
 static voxconv_status_t vc_unpack_keys(voxconv_handle_t *h,
                                        const unsigned long long *keys, int64_t n,
-                                       int32_t *coords) {
+                                       int32_t *coords,
+                                       const long long *n_dev = NULL) {
   if (n == 0)
     return VOXCONV_STATUS_SUCCESS;
   vc_unpack_keys_kernel<<<vc_grid_rows(h, n), kBlock, 0, vc_cuda_stream(h)>>>(
-      keys, n, coords);
+      keys, n, n_dev, coords);
   VC_CUDA_LAUNCH_CHECK(h, "vc_unpack_keys_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -1246,16 +1250,24 @@ static voxconv_status_t vc_check_status(VcBuild &b, const VcKmapStatus *st,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-/* The end of an asynchronous SUBMANIFOLD build: everything the sync would
- * have waited for stays on the device. Outputs are the inputs (n_out
- * known); the pair lists get room for every possible pair (n_in * K, as
- * spconv's indice pairs do), since their exact length is only known on the
- * device; the verdict (checks, counts, fingerprint) is copied into a
- * pinned slot behind an event for vc_cuda_kmap_poll. Nothing here waits. */
+/* The end of an asynchronous build (SUBMANIFOLD, or STRIDED through
+ * voxconv_kmap_build_async): everything the sync would have waited for
+ * stays on the device. SUBMANIFOLD outputs are the inputs (n_out known);
+ * a deferred STRIDED map's n_out stays -1 until the verdict arrives, and
+ * its output arrays (coordinates, nbr_out, row masks: the map's own, not
+ * copies) have room for n_in outputs, the most unique floor(c / s) can
+ * give. The pair lists get room for every possible pair (n_in * K for
+ * SUBMANIFOLD, as spconv's indice pairs do; n_in * S for STRIDED, S the
+ * taps per input that can hit the output lattice), since their exact
+ * length is only known on the device; the verdict (checks, counts, n_out,
+ * fingerprints) is copied into a pinned slot behind an event for
+ * vc_cuda_kmap_poll. Nothing here waits. */
 static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
                                         const unsigned long long *in_keys,
                                         const VcGpuHash &in_hash,
-                                        const long long *counts, int64_t nb) {
+                                        const long long *counts, int64_t nb,
+                                        const int32_t *nbr_out,
+                                        const unsigned long long *out_keys) {
   voxconv_handle_t *h = b.h;
   voxconv_kmap_t *m = b.m;
   VcKmapPriv *priv = (VcKmapPriv *)m->backend_priv;
@@ -1265,17 +1277,31 @@ static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
   vc_status_detail_kernel<<<1, 32, 0, stream>>>(d_st, b.in->data, in_keys,
                                                 in_hash);
   VC_CUDA_LAUNCH_CHECK(h, "vc_status_detail_kernel");
-  m->n_out = n;
-  m->n_pairs = n * K;
   m->pending = 1;
   VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n * 4, &m->out_coords,
                                     "kernel-map output coords"));
-  if (n > 0)
-    VC_CUDA_TRY(h, cudaMemcpyAsync(m->out_coords, b.in->data,
-                                   (size_t)n * 4 * sizeof(int32_t),
-                                   cudaMemcpyDeviceToDevice, stream));
+  if (m->desc.mode == VOXCONV_KMAP_STRIDED) {
+    const int3 sl = vc_expand_slots(b.g);
+    const int64_t taps = (int64_t)sl.x * sl.y * sl.z;
+    m->n_out = -1;
+    m->n_pairs = n * (taps < K ? taps : K);
+    VC_CHECK(vc_unpack_keys(h, out_keys, n, m->out_coords, &d_st->n_out));
+    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n * 4, &m->in_coords,
+                                      "kernel-map input coords"));
+    if (n > 0)
+      VC_CUDA_TRY(h, cudaMemcpyAsync(m->in_coords, b.in->data,
+                                     (size_t)n * 4 * sizeof(int32_t),
+                                     cudaMemcpyDeviceToDevice, stream));
+  } else {
+    m->n_out = n;
+    m->n_pairs = n * K;
+    if (n > 0)
+      VC_CUDA_TRY(h, cudaMemcpyAsync(m->out_coords, b.in->data,
+                                     (size_t)n * 4 * sizeof(int32_t),
+                                     cudaMemcpyDeviceToDevice, stream));
+  }
   VC_CHECK(vc_alloc_pair_lists(h, m));
-  VC_CHECK(vc_write_pairs(h, m->nbr_out, n, K, counts, nb, m->in_rows,
+  VC_CHECK(vc_write_pairs(h, nbr_out, n, K, counts, nb, m->in_rows,
                           m->out_rows));
   priv->h_status = vc_pinned_status_get(h);
   if (!priv->h_status)
@@ -1554,10 +1580,21 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
           strided_uniq, n_in, n_out_dev, out_hash, &d_st->overflow_out);
       VC_CUDA_LAUNCH_CHECK(h, "vc_insert_rows_kernel");
     }
-    VC_CHECK(ws.get<int32_t>(n_in * K, &nbr_out, "upper-bound nbr_out"));
-    if (K <= 32)
-      VC_CHECK(ws.get<uint32_t>(n_in > 0 ? n_in : 1, &mask_out,
-                                "upper-bound row_mask_out"));
+    if (b.async) {
+      /* Deferred: the map keeps the upper-bound arrays (no copy to the
+       * exact size, which would need n_out on the host). */
+      VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_out,
+                                        "kernel-map nbr_out"));
+      nbr_out = m->nbr_out;
+      VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_out,
+                                 "kernel-map row_mask_out"));
+      mask_out = m->row_mask_out;
+    } else {
+      VC_CHECK(ws.get<int32_t>(n_in * K, &nbr_out, "upper-bound nbr_out"));
+      if (K <= 32)
+        VC_CHECK(ws.get<uint32_t>(n_in > 0 ? n_in : 1, &mask_out,
+                                  "upper-bound row_mask_out"));
+    }
   }
 
   /* 4: neighbour tables and counts. */
@@ -1619,7 +1656,8 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   /* 5: positions. */
   VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
   if (b.async)
-    return vc_finish_async(b, d_st, in_keys, in_hash, counts, nb);
+    return vc_finish_async(b, d_st, in_keys, in_hash, counts, nb, nbr_out,
+                           strided_uniq);
 
   /* The one sync. */
   VC_CHECK(vc_read_status(h, d_st, K, &hs));
@@ -1677,7 +1715,8 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
 extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
                                                voxconv_kmap_t *m,
                                                const voxconv_coords_t *in,
-                                               const voxconv_coords_t *out) {
+                                               const voxconv_coords_t *out,
+                                               int defer) {
   VC_CUDA_DEVICE_GUARD(h);
   /* int4 row loads need 16-byte rows at a 16-byte aligned base (every CUDA
    * allocation is; an offset view into one may not be). */
@@ -1747,6 +1786,16 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
       vc_pow2_at_least(VC_HASH_SLOTS_PER_KEY * est_keys + 2);
   b.cap_keys = tiny ? VC_HASH_TINY_SLOTS : full_keys;
 
+  /* Their output count sizes the map's arrays: the synchronous build
+   * waits for it (not allowed while capturing) and a deferred one could
+   * never deliver it (a captured build's results exist only in replays). */
+  if (m->desc.mode != VOXCONV_KMAP_SUBMANIFOLD && vc_stream_capturing(h))
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "voxconv_kmap_build: a %s map's output count sizes its "
+                   "arrays, so its build cannot be captured into a CUDA "
+                   "graph; build it before the capture (SUBMANIFOLD builds "
+                   "can be captured)",
+                   vc_kmap_mode_name(m->desc.mode));
   VcKmapPriv *priv = (VcKmapPriv *)calloc(1, sizeof *priv);
   if (!priv)
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
@@ -1760,9 +1809,12 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
   /* SUBMANIFOLD outputs are the inputs, so nothing the host must size
    * depends on the GPU's results: no wait (unless asked to check at once,
    * or under the tiny-table test knob, whose overflow needs the retry that
-   * only a synchronous build can make). */
-  b.async = m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && !tiny &&
-            !vc_cuda_state(h)->kmap_sync;
+   * only a synchronous build can make). A deferred STRIDED build
+   * (voxconv_kmap_build_async) leaves its output count on the device too:
+   * every table is sized for every key, so it cannot overflow either. */
+  b.async = (m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD ||
+             (defer && m->desc.mode == VOXCONV_KMAP_STRIDED)) &&
+            !tiny && !vc_cuda_state(h)->kmap_sync;
   for (int attempt = 0;; attempt++) {
     VC_CHECK(vc_build_attempt(b));
     if (!b.overflowed)

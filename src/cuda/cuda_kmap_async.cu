@@ -180,6 +180,10 @@ static voxconv_status_t vc_complete_locked(voxconv_kmap_t *m, VcKmapPriv *p) {
   m->pair_offsets = po;
   m->n_pairs = po[K];
   m->in_fingerprint = st->fingerprint;
+  if (m->n_out < 0) { /* a deferred STRIDED build: its count arrives now */
+    m->n_out = st->n_out;
+    m->out_fingerprint = st->out_fingerprint;
+  }
   p->verdict = vc_kmap_status_message(m, st, msg, sizeof msg);
   if (p->verdict != VOXCONV_STATUS_SUCCESS) {
     p->verdict_msg = (char *)malloc(strlen(msg) + 1);

@@ -40,9 +40,11 @@ size_t vc_cuda_device_memory(const voxconv_handle_t *h);
 size_t vc_smem_limit_from_env(const char *text, size_t device);
 
 /* coordinates (cuda_kmap.cu, cuda_voxelize.cu) */
+/* defer: voxconv_kmap_build_async (a STRIDED build leaves n_out on the
+ * device until the map completes). */
 voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
                                     const voxconv_coords_t *in,
-                                    const voxconv_coords_t *out);
+                                    const voxconv_coords_t *out, int defer);
 void vc_cuda_kmap_free_priv(voxconv_handle_t *h, voxconv_kmap_t *kmap);
 /* Completes an asynchronous build when it has finished (wait = 0: never
  * blocks; 1: waits for the build's event) and returns its verdict

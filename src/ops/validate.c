@@ -128,8 +128,13 @@ static voxconv_status_t check_dtypes_backend(voxconv_handle_t *h,
                    "%s: kmap lives on CUDA device %d but the handle uses "
                    "device %d",
                    fn, kmap->device, h->device);
-  /* An asynchronous build's verdict, if the GPU has delivered it: a map
-   * whose coordinates were bad fails every op from then on (never waits). */
+  /* A deferred STRIDED map (voxconv_kmap_build_async) whose output count
+   * has not reached the host yet: the row checks and the launch need it,
+   * so wait for the build (once per map; voxconv.h). Otherwise an
+   * asynchronous build's verdict, if the GPU has delivered it: a map whose
+   * coordinates were bad fails every op from then on (never waits). */
+  if (kmap->n_out < 0)
+    return vc_kmap_wait(h, kmap, fn);
   return vc_kmap_poll(h, kmap, fn);
 }
 

@@ -3,7 +3,8 @@ a fresh SparseTensor, its submanifold map, a conv forward and backward only
 queue work (the host returns while the GPU is still held by a long kernel);
 the same captured with torch.cuda.graph replays the eager results bit for
 bit; maps built on the side stream give the same bits as maps built in line
-(VOXCONV_MAP_STREAM=0)."""
+(VOXCONV_MAP_STREAM=0); a forward's maps are prefetched for the next one
+(kmap._MapPlan) and give the same bits as maps built on request."""
 
 import gc
 import time
@@ -129,6 +130,103 @@ def test_side_stream_maps_match_inline_maps(cuda, monkeypatch):
     assert torch.equal(a[2], b[2])
     for ga, gb in zip(a[3], b[3]):
         assert torch.equal(ga, gb)
+
+
+def _forward_backward(net, coords, feats):
+    x = feats.clone().requires_grad_()
+    net.zero_grad()
+    t = voxconv.SparseTensor(x, coords)
+    pre = dict(t.coordinate_set.prefetched)  # what was queued at creation
+    y = net(t)
+    y.feats.float().square().sum().backward()
+    torch.cuda.synchronize()
+    return pre, t, (y.coords.clone(), y.feats.clone(), x.grad.clone(),
+                    [p.grad.clone() for p in net.parameters()])
+
+
+def test_prefetched_maps_match_maps_built_on_request(cuda, monkeypatch):
+    """From the second forward on, a new input's submanifold and pooling
+    maps are queued when the tensor is made (the pooling map deferred: no
+    host wait), each level's when the level before it is pooled; every one
+    is used, and results are those of maps built on request, bit for bit."""
+    coords = ref.rand_coords(30000, 64, 2).to(cuda)
+    feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
+    results = []
+    for prefetch in ("1", "0"):
+        monkeypatch.setenv("VOXCONV_MAP_PREFETCH", prefetch)
+        voxconv.kmap._plan.plans.clear()
+        net = _pool_net(cuda)
+        for i in range(3):
+            pre, t, res = _forward_backward(net, coords, feats)
+            modes = sorted(km.mode for km in pre.values())
+            if prefetch == "1" and i > 0:
+                assert modes == [voxconv._lib.KMAP_SUBMANIFOLD, voxconv._lib.KMAP_STRIDED]
+                strided = [km for km in pre.values() if km.mode == voxconv._lib.KMAP_STRIDED]
+                assert strided[0]._n_out >= 0  # the pooling layer completed it
+                # every prefetched map was asked for: none left over
+                assert not t.coordinate_set.prefetched
+            else:
+                assert modes == []
+        results.append(res)
+    a, b = results
+    assert torch.equal(a[0], b[0])
+    assert torch.equal(a[1], b[1])
+    assert torch.equal(a[2], b[2])
+    for ga, gb in zip(a[3], b[3]):
+        assert torch.equal(ga, gb)
+
+
+def test_deferred_strided_map_reads_its_count_when_asked(cuda):
+    coords = ref.rand_coords(5000, 32, 2).to(cuda)
+    h = voxconv.kmap.map_stream(torch.device(cuda)).handle
+    args = (voxconv._lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2), (1, 1, 1), coords, (1, 1, 1))
+    sync = voxconv.kmap.KernelMap(h, *args)
+    deferred = voxconv.kmap.KernelMap(h, *args, defer=True)
+    assert deferred._n_out == -1 and "pending" in repr(deferred)
+    assert deferred.n_out == sync.n_out  # waits for the build
+    assert deferred.n_pairs == sync.n_pairs
+    assert torch.equal(deferred.out_coords(), sync.out_coords())
+
+
+def test_map_plan_learns_and_forgets():
+    """The plan (pure Python): keys in request order, no duplicates, a cap
+    per path and on the number of paths, forgotten keys gone."""
+    plan = voxconv.kmap._MapPlan()
+    plan.learn(("p",), "a", 1)
+    plan.learn(("p",), "b", 2)
+    plan.learn(("p",), "a", 3)  # known: kept as first learned
+    assert plan.get(("p",)) == [("a", 1), ("b", 2)]
+    plan.forget(("p",), ["a"])
+    assert plan.get(("p",)) == [("b", 2)]
+    for i in range(plan.KEYS_MAX + 5):
+        plan.learn(("q",), i, i)
+    assert len(plan.get(("q",))) == plan.KEYS_MAX
+    for i in range(plan.PATHS_MAX + 1):
+        plan.learn(("r", i), 0, 0)
+    assert len(plan.plans) <= plan.PATHS_MAX
+    assert plan.get(("never",)) == ()
+
+
+def test_unused_prefetched_maps_are_forgotten(cuda):
+    """A network whose input is later used differently: the maps prefetched
+    for the second use and never asked for leave the plan when the tensor
+    goes, so a third input is not given them."""
+    voxconv.kmap._plan.plans.clear()
+    coords = ref.rand_coords(3000, 24, 1).to(cuda)
+    feats = torch.randn(len(coords), 8, device=cuda)
+    k3 = vnn.SparseConv3d(8, 8, 3).to(cuda)
+    k5 = vnn.SparseConv3d(8, 8, 5).to(cuda)
+    k3(voxconv.SparseTensor(feats, coords))  # learns the k3 map
+    t = voxconv.SparseTensor(feats, coords)
+    assert len(t.coordinate_set.prefetched) == 1  # k3, queued
+    k5(t)  # asks for k5 only
+    path = t.coordinate_set.path
+    del t
+    gc.collect()
+    keys = [k for k, _ in voxconv.kmap._plan.get(path)]
+    assert [k[1] for k in keys] == [(5, 5, 5)]
+    t = voxconv.SparseTensor(feats, coords)
+    assert [k[1] for k in t.coordinate_set.prefetched] == [(5, 5, 5)]
 
 
 def test_bad_coordinates_reported_by_a_later_op(cuda):
