@@ -58,12 +58,13 @@ def main():
         one, many = timed(fwd, 1), timed(fwd, 20)
         print(f"\nC = {c}: single call {one:.4f} ms, 20 queued {many:.4f} ms per call "
               f"(difference {1e3 * (one - many):.1f} us)")
-        from torch.profiler import profile, ProfilerActivity
+        from torch.profiler import profile, ProfilerActivity, record_function
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
                 torch.cuda.synchronize()
-                y = fwd()
+                with record_function("one_call"):
+                    y = fwd()
                 torch.cuda.synchronize()
                 del y
         path = args.trace.replace(".json", f"_c{c}.json")
@@ -71,23 +72,22 @@ def main():
         with open(path) as f:
             ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
         ev.sort(key=lambda e: e["ts"])
-        syncs = [e for e in ev if e.get("cat") == "cuda_runtime"
-                 and "Synchronize" in e["name"]]
-        # the last call: between the last two device syncs
-        a, b = syncs[-2]["ts"] + syncs[-2]["dur"], syncs[-1]["ts"]
-        t0 = a
+        calls = [e for e in ev if e.get("name") == "one_call"]
+        a = calls[-1]["ts"]
+        b = a + calls[-1]["dur"]
+        print(f"  last call: {b - a:.1f} us of host time")
         launch = {}
         print("  host (CUDA runtime calls of the last call, us from its start):")
         for e in ev:
             if a <= e["ts"] <= b and e.get("cat") in ("cuda_runtime", "cuda_driver"):
                 launch[e.get("args", {}).get("correlation")] = e["ts"]
-                print(f"    +{e['ts'] - t0:7.1f}  {e['dur']:6.1f}  {e['name']}")
+                print(f"    +{e['ts'] - a:7.1f}  {e['dur']:6.1f}  {e['name']}")
         print("  GPU (kernels, copies, memsets of that call):")
         for e in ev:
             if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
                 c_id = e.get("args", {}).get("correlation")
                 if c_id in launch:
-                    print(f"    +{e['ts'] - t0:7.1f}  {e['dur']:7.1f}  launch->start "
+                    print(f"    +{e['ts'] - a:7.1f}  {e['dur']:7.1f}  launch->start "
                           f"{e['ts'] - launch[c_id]:6.1f}  {e['name'][:90]}")
 
 

@@ -783,11 +783,16 @@ __global__ void vc_pair_offsets_kernel(const long long *__restrict__ scanned,
  * tile's start for that offset; lane j pre-loads the start of offset
  * k0 + j so those loads overlap. */
 __global__ void __launch_bounds__(VC_Q_WARPS_MAX * 32)
-    vc_write_pairs_kernel(const int32_t *__restrict__ nbr, int64_t n, int K,
+    vc_write_pairs_kernel(const int32_t *__restrict__ nbr, int64_t n,
+                          const long long *n_dev, int K,
                           const long long *__restrict__ scanned,
                           int64_t n_blocks, int32_t *__restrict__ in_rows,
                           int32_t *__restrict__ out_rows) {
   extern __shared__ int32_t smem[];
+  /* A deferred STRIDED build: rows past the device count were never
+   * written by the neighbour query (their table entries are garbage). */
+  if (n_dev && *n_dev < n)
+    n = *n_dev;
   const int pitch = K | 1;
   const int lane = threadIdx.x & 31;
   const int warps = blockDim.x >> 5;
@@ -1024,7 +1029,8 @@ static voxconv_status_t vc_sort_keys(VcWorkspace &ws, voxconv_handle_t *h,
 static voxconv_status_t vc_write_pairs(voxconv_handle_t *h, const int32_t *nbr,
                                        int64_t n, int K, const long long *scanned,
                                        int64_t n_blocks, int32_t *in_rows,
-                                       int32_t *out_rows) {
+                                       int32_t *out_rows,
+                                       const long long *n_dev = NULL) {
   const int64_t tiles = vc_ceil_div<int64_t>(n, 32);
   if (tiles == 0)
     return VOXCONV_STATUS_SUCCESS;
@@ -1034,7 +1040,7 @@ static voxconv_status_t vc_write_pairs(voxconv_handle_t *h, const int32_t *nbr,
       blocks64 > (int64_t)INT32_MAX ? (unsigned)INT32_MAX : (unsigned)blocks64;
   const size_t smem = (size_t)warps * 32 * (K | 1) * sizeof(int32_t);
   vc_write_pairs_kernel<<<blocks, warps * 32, smem, vc_cuda_stream(h)>>>(
-      nbr, n, K, scanned, n_blocks, in_rows, out_rows);
+      nbr, n, n_dev, K, scanned, n_blocks, in_rows, out_rows);
   VC_CUDA_LAUNCH_CHECK(h, "vc_write_pairs_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -1302,7 +1308,8 @@ static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
   }
   VC_CHECK(vc_alloc_pair_lists(h, m));
   VC_CHECK(vc_write_pairs(h, nbr_out, n, K, counts, nb, m->in_rows,
-                          m->out_rows));
+                          m->out_rows,
+                          m->n_out < 0 ? &d_st->n_out : NULL));
   priv->h_status = vc_pinned_status_get(h);
   if (!priv->h_status)
     return VOXCONV_STATUS_ALLOC_FAILED; /* message set by the pool */
