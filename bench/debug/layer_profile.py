@@ -12,7 +12,7 @@ A diagnostic; the numbers to quote come from bench/torch_bench.py.
 
     python3 bench/debug/layer_profile.py [--data-dir D] [--channels 64]
 """
-import argparse, json, os, statistics, sys
+import argparse, json, os, statistics, sys, time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -58,6 +58,43 @@ def main():
         one, many = timed(fwd, 1), timed(fwd, 20)
         print(f"\nC = {c}: single call {one:.4f} ms, 20 queued {many:.4f} ms per call "
               f"(difference {1e3 * (one - many):.1f} us)")
+        # The same call with less Python around it: the eager op layer
+        # (allocation + C call) and the C call alone (output preallocated).
+        from voxconv import _ops, nn as vnn
+        from voxconv._lib import lib
+        km, _ = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
+                                     (3, 3, 3), (1, 1, 1), (1, 1, 1))
+        cfg = vnn._cfg(conv)
+        feats, w = x.feats.detach(), conv.weight.detach()
+        y_pre = _ops._conv_fwd(feats, w, km, cfg, False)
+        opt = _ops._opt_ref(cfg, False)
+
+        def op_layer():
+            return _ops._conv_fwd(feats, w, km, cfg, False)
+
+        def c_only():
+            _ops._launch(lib.voxconv_conv_forward, "voxconv_conv_forward", km, feats, w,
+                         y_pre, True, False, opt)
+            return y_pre
+        for name, fn in (("module", fwd), ("op layer", op_layer), ("C call", c_only)):
+            for _ in range(5):
+                fn()
+            hosts, gpus = [], []
+            for _ in range(20):
+                torch.cuda.synchronize()
+                s_ev = torch.cuda.Event(enable_timing=True)
+                e_ev = torch.cuda.Event(enable_timing=True)
+                s_ev.record()
+                t0 = time.perf_counter()
+                y = fn()
+                t1 = time.perf_counter()
+                e_ev.record()
+                e_ev.synchronize()
+                hosts.append(1e6 * (t1 - t0))
+                gpus.append(s_ev.elapsed_time(e_ev))
+                del y
+            print(f"  {name:8s}: single call {statistics.median(gpus):.4f} ms (events), "
+                  f"host {statistics.median(hosts):.1f} us")
         from torch.profiler import profile, ProfilerActivity, record_function
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
