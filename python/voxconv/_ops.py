@@ -339,28 +339,92 @@ def _pass(kind, which, a, b, km, cfg, graph):
     return fn(a, b, km, cfg, False) if which == 0 else fn(a, b, km, cfg)
 
 
+class WeightLayout:
+    """How a module stores a convolution weight that the library reads as
+    ``[K, Cin, Cout]`` (the compat layers: spconv's ``[Cout, k0, k1, k2,
+    Cin]`` view, ME's offset order). ``to_lib(w)`` gives the library's
+    tensor, ``grad_to_stored(g)`` a library-layout gradient in the stored
+    layout. Passed to :func:`conv`, the conversion happens inside the
+    convolution's autograd node instead of as autograd ops of its own (two
+    view nodes per spconv layer, an index_select node per ME layer, each
+    paid again in backward)."""
+
+    __slots__ = ()
+
+    def to_lib(self, w):
+        raise NotImplementedError
+
+    def grad_to_stored(self, g):
+        raise NotImplementedError
+
+
+class PermutedLayout(WeightLayout):
+    """``to_lib(w) = w.permute(*perm).reshape(lib_shape)`` (a view for a
+    weight stored that way, e.g. spconv's)."""
+
+    __slots__ = ("perm", "inv", "lib_shape", "permuted_shape")
+
+    def __init__(self, perm, stored_shape, lib_shape):
+        self.perm = tuple(perm)
+        self.inv = tuple(sorted(range(len(perm)), key=lambda i: perm[i]))
+        self.permuted_shape = tuple(stored_shape[i] for i in perm)
+        self.lib_shape = tuple(lib_shape)
+
+    def to_lib(self, w):
+        return w.permute(*self.perm).reshape(self.lib_shape)
+
+    def grad_to_stored(self, g):
+        return g.reshape(self.permuted_shape).permute(*self.inv)
+
+
+class ReorderedLayout(WeightLayout):
+    """``to_lib(w) = w.index_select(0, order)`` (ME's kernel offsets);
+    ``inverse`` is the inverse permutation (both long tensors on the
+    weight's device)."""
+
+    __slots__ = ("order", "inverse")
+
+    def __init__(self, order, inverse):
+        self.order, self.inverse = order, inverse
+
+    def to_lib(self, w):
+        return w.index_select(0, self.order)
+
+    def grad_to_stored(self, g):
+        return g.index_select(0, self.inverse)
+
+
 class _PassFn(torch.autograd.Function):
     """Pass `which` (0 forward, 1 dgrad, 2 wgrad) of a regular or depthwise
-    convolution, differentiable in both inputs by the other passes."""
+    convolution, differentiable in both inputs by the other passes. With a
+    WeightLayout (forward only), b is the weight as its module stores it."""
 
     @staticmethod
-    def forward(ctx, a, b, km, kind, cfg, which, inference):
+    def forward(ctx, a, b, km, kind, cfg, which, inference, layout=None):
         ctx.save_for_backward(a, b)
-        ctx.km, ctx.kind, ctx.cfg, ctx.which = km, kind, cfg, which
+        ctx.km, ctx.kind, ctx.cfg, ctx.which, ctx.layout = km, kind, cfg, which, layout
+        if layout is not None:
+            b = layout.to_lib(b).contiguous()
         fn = _PASSES[kind][which]
         return fn(a, b, km, cfg, inference) if which == 0 else fn(a, b, km, cfg)
 
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        args = {"a": a, "b": b, "g": g.contiguous()}
         graph = torch.is_grad_enabled()
+        if ctx.layout is not None:
+            # From the stored weight, under grad mode when a graph is being
+            # built: second derivatives reach the stored parameter.
+            b = ctx.layout.to_lib(b).contiguous()
+        args = {"a": a, "b": b, "g": g.contiguous()}
         grads = [None, None]
         for i, (name, first, second) in enumerate(_GRADS[ctx.which]):
             if ctx.needs_input_grad[i]:
                 grads[i] = _pass(ctx.kind, _WHICH[name], args[first], args[second], ctx.km,
                                  ctx.cfg, graph)
-        return grads[0], grads[1], None, None, None, None, None
+        if ctx.layout is not None and grads[1] is not None:
+            grads[1] = ctx.layout.grad_to_stored(grads[1])
+        return grads[0], grads[1], None, None, None, None, None, None
 
 
 # Pooling and unpooling: first derivatives only. Building a graph through
@@ -635,20 +699,25 @@ def outside_compile(fn):
     return disable(fn)
 
 
-def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det):
-    x, w = x.contiguous(), w.contiguous()
+def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det, layout=None):
+    x = x.contiguous()
     inf = _inference()
     cfg = (fwd, dgrad, wgrad, fp16, det)
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
-        return _PassFn.apply(x, w, km, kind, cfg, 0, inf)
-    return _PASSES[kind][0](x, w, km, cfg, inf)
+        if layout is None:
+            w = w.contiguous()
+        return _PassFn.apply(x, w, km, kind, cfg, 0, inf, layout)
+    if layout is not None:
+        w = layout.to_lib(w)
+    return _PASSES[kind][0](x, w.contiguous(), km, cfg, inf)
 
 
-def conv(x, w, km, fwd, dgrad, wgrad, fp16, det):
+def conv(x, w, km, fwd, dgrad, wgrad, fp16, det, layout=None):
     """y = conv(x, w) through kernel map km (a KernelMap): the fast path
     (autograd.Function, scratch structs). Callers run outside torch.compile
-    (outside_compile), so this is never traced."""
-    return _weighted("conv", x, w, km, fwd, dgrad, wgrad, fp16, det)
+    (outside_compile), so this is never traced. ``layout``: None (w is
+    ``[K, Cin, Cout]``) or a WeightLayout saying how w is stored."""
+    return _weighted("conv", x, w, km, fwd, dgrad, wgrad, fp16, det, layout)
 
 
 def depthwise(x, w, km, fwd, dgrad, wgrad, fp16, det):

@@ -582,6 +582,9 @@ class CoordinateManager:
         ms = map_stream(self.device)
         if ms is None:
             return
+        # Strided maps first: the host waits for their counts (at the
+        # pooling layer), the submanifold maps only order the GPU.
+        plan = sorted(plan, key=lambda kv: kv[1][0] != _lib.KMAP_STRIDED)
         with self.lock:
             ordered = False
             for key, (mode, kernel_size, stride, dilation, padding, out_shape) in plan:

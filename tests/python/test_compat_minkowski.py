@@ -558,3 +558,40 @@ def test_expand_coordinates_odd():
     assert set(map(tuple, y2.C.tolist())) == exp
     with pytest.raises(NotImplementedError):
         ME.MinkowskiConvolution(1, 1, kernel_size=2, expand_coordinates=True, dimension=3)(x)
+
+
+def test_training_kernel_layout_matches_explicit_reorder(device):
+    """In training the layer hands the library its kernel in ME's offset
+    order with a ReorderedLayout (the reorder inside the convolution's
+    autograd node). First and second derivatives equal those through an
+    explicit index_select autograd op on the same map, bit for bit."""
+    from voxconv import _ops
+    from voxconv.compat import minkowski as mink
+    dtype = torch.float64 if device.type == "cpu" else torch.float32
+    conv = ME.MinkowskiConvolution(4, 6, kernel_size=3, dimension=3).to(device, dtype)
+    c = torch.unique(torch.cat([torch.randint(0, 2, (300, 1)),
+                                torch.randint(0, 10, (300, 3))], 1), dim=0).int()
+    x = ME.SparseTensor(torch.randn(len(c), 4, dtype=dtype), c, device=str(device))
+    kg = conv.kernel_generator
+    km, _ = mink._conv_map(x, kg, False, False, False, None)
+    lay = conv._layout(kg.kernel_size)
+    assert lay is not None  # ME's order differs from voxconv's for k = 3
+    cfg = (None, None, None, 0, 1)
+    g = torch.randn(km.n_out, 6, dtype=dtype, device=device)
+
+    def grads(w_of, layout):
+        f = x.F.detach().clone().requires_grad_()
+        y = _ops.conv(f, w_of(), km, *cfg, layout=layout)
+        (gx,) = torch.autograd.grad(y, f, g, create_graph=True)
+        gw1 = torch.autograd.grad(y, conv.kernel, g, retain_graph=True)[0]
+        gw2 = torch.autograd.grad(gx.square().sum(), conv.kernel)[0]
+        return y.detach(), gx.detach(), gw1, gw2
+
+    got = grads(lambda: conv.kernel, lay)
+    want = grads(lambda: conv.kernel.index_select(0, lay.order), None)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and torch.equal(a, b)
+    assert got[3].abs().sum() > 0
+    y = conv(ME.SparseTensor(x.F.detach().clone().requires_grad_(), c,
+                             device=str(device))).F
+    torch.testing.assert_close(y.detach(), got[0])

@@ -17,6 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as tF
 
 import voxconv.compat.spconv as compat_spconv
+from voxconv import _ops as voxconv_ops
 
 import ref
 
@@ -646,3 +647,41 @@ def test_zz_report(capsys):
     with capsys.disabled():
         for k, v in RESULTS.items():
             print(f"\n[compat.spconv] {k}: {v}")
+
+
+@pytest.mark.parametrize("cls,kw", [(compat_spconv.SubMConv3d, {}),
+                                    (compat_spconv.SparseConv3d, {"stride": 2, "padding": 1})])
+def test_training_weight_layout_matches_explicit_views(device, cls, kw):
+    """In training the layer hands the library its parameter as stored
+    (spconv's [out, k0, k1, k2, in]) with the layout, converted inside the
+    convolution's autograd node (_ops.PermutedLayout). First and second
+    derivatives equal those through explicit permute/reshape autograd ops
+    on the same map, bit for bit (the same library calls on the same
+    values)."""
+    dtype = torch.float64 if device.type == "cpu" else torch.float32
+    conv = cls(4, 6, 3, bias=False, **kw).to(device, dtype)
+    x = _rand_input(dtype=dtype, device=device)
+    km = conv._map(x)[0]
+    cfg = (None, None, None, 0, 1)  # deterministic: reductions in a fixed order
+
+    g = torch.randn(km.n_out, 6, dtype=dtype, device=device)
+
+    def grads(y_of):
+        f = x.features.detach().clone().requires_grad_()
+        y = y_of(f)
+        (gx,) = torch.autograd.grad(y, f, g, create_graph=True)
+        gw1 = torch.autograd.grad(y, conv.weight, g, retain_graph=True)[0]
+        gw2 = torch.autograd.grad(gx.square().sum(), conv.weight)[0]
+        return y.detach(), gx.detach(), gw1, gw2
+
+    lay = conv._layout()
+    got = grads(lambda f: voxconv_ops.conv(f, conv.weight, km, *cfg, layout=lay))
+    want = grads(lambda f: voxconv_ops.conv(
+        f, conv.weight.permute(1, 2, 3, 4, 0).reshape(27, 4, 6), km, *cfg))
+    for a, b in zip(got, want):
+        assert a.shape == b.shape and torch.equal(a, b)
+    assert got[3].abs().sum() > 0  # the second derivative reached the parameter
+    # and the module's training forward takes that path
+    f = x.features.detach().clone().requires_grad_()
+    y = conv(x.replace_feature(f)).features
+    torch.testing.assert_close(y.detach(), got[0])

@@ -143,6 +143,9 @@ def _perm_on(ks, device):
         return p
 
 
+_layout_on_device = {}  # (kernel size, device) -> _ops.ReorderedLayout
+
+
 def to_voxconv_kernel(kernel, kernel_size):
     """An ME kernel ``[K, Cin, Cout]`` (ME offset order) as voxconv's weight
     (same shape, voxconv's order; see the module doc)."""
@@ -980,6 +983,29 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
         self._kcache = None  # see _library_kernel
         self.reset_parameters(self.is_transpose)
 
+    def _layout(self, ks):
+        """While autograd records, the kernel's reordering as a WeightLayout
+        (applied inside the convolution's autograd node: no index_select
+        node of its own); None otherwise (then _library_kernel's cache) and
+        when ME's order is voxconv's."""
+        kernel = self.kernel
+        if self.use_mm or not (torch.is_grad_enabled() and kernel.requires_grad):
+            return None
+        if type(ks) is not tuple:
+            ks = _triple(ks, "kernel_size")
+        perm = _perm_on(ks, kernel.device)
+        if perm is None:
+            return None
+        if self.__dict__.get("_kcache") is not None:
+            self._kcache = None
+        key = (ks, kernel.device)
+        lay = _layout_on_device.get(key)
+        if lay is None:
+            inv = torch.empty_like(perm)
+            inv[perm] = torch.arange(len(perm), device=perm.device, dtype=perm.dtype)
+            lay = _layout_on_device[key] = _ops.ReorderedLayout(perm, inv)
+        return lay
+
     def _library_kernel(self, ks):
         """The kernel in voxconv's offset order, ``[K, Cin, Cout]`` (see the
         module doc). While autograd records: one index_select per call
@@ -1035,11 +1061,14 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
         else:
             km, out_set = _conv_map(input, kg, self.is_transpose, self.generative,
                                     kg.expand_coordinates, _target_set(input, coordinates))
-            feats, w, _ = _F._autocast(x.feats, self._library_kernel(kg.kernel_size), None)
+            layout = self._layout(kg.kernel_size)
+            w = self.kernel if layout is not None else self._library_kernel(kg.kernel_size)
+            feats, w, _ = _F._autocast(x.feats, w, None)
             if w.dtype != feats.dtype:
                 raise errors.DtypeMismatchError(
                     f"kernel has dtype {w.dtype} but the features have {feats.dtype}")
-            out = _NativeSparseTensor._wrap(_ops.conv(feats, w, km, *_CFG), out_set)
+            out = _NativeSparseTensor._wrap(_ops.conv(feats, w, km, *_CFG, layout=layout),
+                                            out_set)
         if self.bias is not None:
             out.feats = out.feats + self.bias
         return SparseTensor._wrap(out, input._manager)

@@ -499,6 +499,15 @@ class SparseConvolution(SparseModule):
             s += f", indice_key={self.indice_key!r}"
         return s
 
+    def _layout(self):
+        """spconv's [out, k0, k1, k2, in] -> the library's [K, in, out]."""
+        lay = self.__dict__.get("_lay")
+        if lay is None:
+            lay = self._lay = _ops.PermutedLayout(
+                (1, 2, 3, 4, 0), (self.out_channels, *self._ks, self.in_channels),
+                (self._K, self.in_channels, self.out_channels))
+        return lay
+
     def _library_weight(self):
         """[K, in, out] for the library: a view of the parameter while it
         keeps the layout it was made with (see __init__). A weight that was
@@ -630,8 +639,17 @@ class SparseConvolution(SparseModule):
                                                    self._pd, self._dl)
             return out
         km, out_set, out_ss, d = self._map(input)
-        feats, w, b = _autocast(input.features, self._library_weight(), self.bias)
-        y = _ops.conv(feats, w, km, *_CFG)
+        w = self.weight
+        if torch.is_grad_enabled() and w.requires_grad:
+            # Training: the parameter as stored, converted inside the
+            # convolution's autograd node (no view nodes of its own).
+            if self.__dict__.get("_wcache") is not None:
+                self._wcache = None
+            feats, w, b = _autocast(input.features, w, self.bias)
+            y = _ops.conv(feats, w, km, *_CFG, layout=self._layout())
+        else:
+            feats, w, b = _autocast(input.features, self._library_weight(), self.bias)
+            y = _ops.conv(feats, w, km, *_CFG)
         if b is not None:
             y = y + b
         if add_input is not None:
