@@ -221,10 +221,12 @@ def test_unused_prefetched_maps_are_forgotten(cuda):
     assert len(t.coordinate_set.prefetched) == 1  # k3, queued
     k5(t)  # asks for k5 only
     path = t.coordinate_set.path
+    before = [k[1] for k, _ in voxconv.kmap._plan.get(path)]
+    assert before == [(3, 3, 3), (5, 5, 5)], (path, before)
     del t
     gc.collect()
     keys = [k for k, _ in voxconv.kmap._plan.get(path)]
-    assert [k[1] for k in keys] == [(5, 5, 5)]
+    assert [k[1] for k in keys] == [(5, 5, 5)], (path, before, keys)
     t = voxconv.SparseTensor(feats, coords)
     assert [k[1] for k in t.coordinate_set.prefetched] == [(5, 5, 5)]
 
