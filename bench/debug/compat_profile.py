@@ -43,6 +43,8 @@ def main():
             print(f"\n== {name} {v}: {st.total_tt / calls * 1e3:.2f} ms per step "
                   f"(profiled), top own time:")
             st.sort_stats("tottime").print_stats(14)
+            if v == "compat":
+                st.print_callers("reshape|permute|raw_alloc|index_select")
         only = {}
         for v, o in (("compat", "native"), ("native", "compat")):
             a, b = stats[v].stats, stats[o].stats

@@ -291,7 +291,8 @@ class CoordinateSet:
         self.stream = stream
         self.ready = None  # event after which the coordinates are valid
         # How the set was made (its map-plan key, see _MapPlan), and the
-        # maps built for it ahead of their first request (key -> KernelMap)
+        # maps built for it ahead of their first request (key -> (KernelMap,
+        # the plan entry's stamp then))
         self.path = path
         self.prefetched = {}
 
@@ -303,7 +304,7 @@ class CoordinateSet:
         # the plan, so that later sets made the same way do not build them.
         if getattr(self, "prefetched", None):
             try:
-                _plan.forget(self.path, list(self.prefetched))
+                _plan.forget(self.path, [(k, v[1]) for k, v in self.prefetched.items()])
             except Exception:  # noqa: BLE001 - at interpreter shutdown
                 pass
 
@@ -324,37 +325,50 @@ class _MapPlan:
     issues that level's convolutions, and the pooling layer finds the map
     built: the host never waits for the chain of map builds, which is what
     bounded a PyTorch forward (docs/perf-notes.md item 67). A map
-    prefetched and never asked for is forgotten when its set goes, so a
-    plan follows the network. VOXCONV_MAP_PREFETCH=0 turns it off."""
+    prefetched and never asked for is forgotten when its set goes, unless a
+    set made the same way asked for it since (entries carry a stamp of
+    their last use: two networks fed alike do not erase each other's), so a
+    plan follows the networks. VOXCONV_MAP_PREFETCH=0 turns it off."""
 
     PATHS_MAX = 512   # distinct set paths remembered (then it starts over)
     KEYS_MAX = 16     # maps remembered per path
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.plans = {}  # path -> {key: kernel_map arguments}, in request order
+        # path -> {key: [kernel_map arguments, stamp of the last use]}, in
+        # first-request order
+        self.plans = {}
+        self._clock = itertools.count(1)
 
     def learn(self, path, key, args):
+        """A set made by `path` asked for `key` (built now or prefetched)."""
         plan = self.plans.get(path)
-        if plan is not None and key in plan:
+        entry = plan.get(key) if plan is not None else None
+        if entry is not None:
+            entry[1] = next(self._clock)
             return
         with self.lock:
             if len(self.plans) >= self.PATHS_MAX:
                 self.plans.clear()
             plan = self.plans.setdefault(path, {})
             if len(plan) < self.KEYS_MAX:
-                plan[key] = args
+                plan[key] = [args, next(self._clock)]
 
-    def forget(self, path, keys):
+    def forget(self, path, items):
+        """(key, stamp when prefetched) pairs a set never asked for: dropped
+        unless used since."""
         with self.lock:
             plan = self.plans.get(path)
             if plan is not None:
-                for k in keys:
-                    plan.pop(k, None)
+                for k, stamp in items:
+                    entry = plan.get(k)
+                    if entry is not None and entry[1] <= stamp:
+                        del plan[k]
 
     def get(self, path):
+        """[(key, arguments, stamp)] of a path, in first-request order."""
         plan = self.plans.get(path)
-        return list(plan.items()) if plan else ()
+        return [(k, e[0], e[1]) for k, e in list(plan.items())] if plan else ()
 
 
 _plan = _MapPlan()
@@ -496,13 +510,14 @@ class CoordinateManager:
                                   kernel_size, stride, dilation, out_set, padding, out_shape,
                                   key=key)
             elif pre is not None:
-                hit = self._adopt(ms, pre, in_set, mode, stride, key)
+                hit = self._adopt(ms, pre[0], in_set, mode, stride, key)
             else:
                 hit = self._build_on_map_stream(ms, in_set, mode, kernel_size, stride,
                                                 dilation, out_set, padding, out_shape,
                                                 key=key)
             in_set.kmaps[key] = (hit[0], weakref.ref(hit[1]))
             if ms is not None and mode in _PREFETCH_MODES and out_set is None:
+                # (a prefetched map's entry is stamped as used again)
                 _plan.learn(in_set.path, key, (mode, tuple(kernel_size), tuple(stride),
                                                tuple(dilation), padding, out_shape))
         if hit[1] is not in_set and hit[1].path is not None and hit[1].path[-1] is key:
@@ -587,7 +602,7 @@ class CoordinateManager:
         plan = sorted(plan, key=lambda kv: kv[1][0] != _lib.KMAP_STRIDED)
         with self.lock:
             ordered = False
-            for key, (mode, kernel_size, stride, dilation, padding, out_shape) in plan:
+            for key, (mode, kernel_size, stride, dilation, padding, out_shape), stamp in plan:
                 if key in s.prefetched or _live(s.kmaps.get(key)) is not None:
                     continue
                 if not ordered:
@@ -603,7 +618,7 @@ class CoordinateManager:
                     return
                 km.ready = torch.cuda.Event()
                 km.ready.record(ms.stream)
-                s.prefetched[key] = km
+                s.prefetched[key] = (km, stamp)
 
     def _adopt(self, ms, km, in_set, mode, stride, key):
         """A prefetched map at its first request: (km, output set). A strided

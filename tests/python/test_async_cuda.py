@@ -136,7 +136,7 @@ def _forward_backward(net, coords, feats):
     x = feats.clone().requires_grad_()
     net.zero_grad()
     t = voxconv.SparseTensor(x, coords)
-    pre = dict(t.coordinate_set.prefetched)  # what was queued at creation
+    pre = {k: v[0] for k, v in t.coordinate_set.prefetched.items()}  # queued at creation
     y = net(t)
     y.feats.float().square().sum().backward()
     torch.cuda.synchronize()
@@ -194,10 +194,12 @@ def test_map_plan_learns_and_forgets():
     plan = voxconv.kmap._MapPlan()
     plan.learn(("p",), "a", 1)
     plan.learn(("p",), "b", 2)
-    plan.learn(("p",), "a", 3)  # known: kept as first learned
-    assert plan.get(("p",)) == [("a", 1), ("b", 2)]
-    plan.forget(("p",), ["a"])
-    assert plan.get(("p",)) == [("b", 2)]
+    (_, _, sa), (_, _, sb) = plan.get(("p",))
+    plan.learn(("p",), "a", 3)  # known: arguments kept, stamp renewed
+    assert [(k, a) for k, a, _ in plan.get(("p",))] == [("a", 1), ("b", 2)]
+    plan.forget(("p",), [("a", sa)])  # used again since that prefetch: kept
+    plan.forget(("p",), [("b", sb)])  # not used since: dropped
+    assert [(k, a) for k, a, _ in plan.get(("p",))] == [("a", 1)]
     for i in range(plan.KEYS_MAX + 5):
         plan.learn(("q",), i, i)
     assert len(plan.get(("q",))) == plan.KEYS_MAX
@@ -221,11 +223,11 @@ def test_unused_prefetched_maps_are_forgotten(cuda):
     assert len(t.coordinate_set.prefetched) == 1  # k3, queued
     k5(t)  # asks for k5 only
     path = t.coordinate_set.path
-    before = [k[1] for k, _ in voxconv.kmap._plan.get(path)]
+    before = [k[1] for k, _, _ in voxconv.kmap._plan.get(path)]
     assert before == [(3, 3, 3), (5, 5, 5)], (path, before)
     del t
     gc.collect()
-    keys = [k for k, _ in voxconv.kmap._plan.get(path)]
+    keys = [k for k, _, _ in voxconv.kmap._plan.get(path)]
     assert [k[1] for k in keys] == [(5, 5, 5)], (path, before, keys)
     t = voxconv.SparseTensor(feats, coords)
     assert [k[1] for k in t.coordinate_set.prefetched] == [(5, 5, 5)]
