@@ -58,6 +58,7 @@ def main():
         if r >= 3:
             rows.append((s.elapsed_time(e), 1e3 * (t1 - t0), [1e3 * p for p in per],
                          list(seen), gc_count))
+    in_order = list(rows)
     rows.sort(key=lambda t: t[0])
     print(f"{len(rows)} runs: GPU ms min {rows[0][0]:.3f} median "
           f"{statistics.median(r[0] for r in rows):.3f} max {rows[-1][0]:.3f}")
@@ -67,8 +68,8 @@ def main():
         print("  host ms: " + ", ".join(f"{n} {v:.3f}" for n, v in
                                         zip(["tensor"] + labels, r[2])))
         print("  count waits (us): " + ", ".join(f"{w:.0f}" for w in r[3]))
-    print("\nall runs (events ms, host ms):")
-    print("  " + ", ".join(f"{r[0]:.2f}/{r[1]:.2f}" for r in rows))
+    print("\nall runs in order (events ms / host ms):")
+    print("  " + ", ".join(f"{r[0]:.2f}/{r[1]:.2f}" for r in in_order))
 
 
 if __name__ == "__main__":
