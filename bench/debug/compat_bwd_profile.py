@@ -10,19 +10,15 @@ whose totals differ most between the two. A diagnostic.
 import os, sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
 import compat_bench as cb  # noqa: E402
+import compat_profile  # noqa: E402
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 
 def main():
-    argv = sys.argv[1:]
-    calls = 5
-    if "--calls" in argv:
-        i = argv.index("--calls")
-        calls = int(argv[i + 1])
-        del argv[i:i + 2]
-    args = cb.parse_args(argv)
+    args, calls = compat_profile.parse(sys.argv[1:])
     for name in args.ports:
         port = cb.make_port(name, args)
         feats = port.info["feats"]

@@ -13,14 +13,19 @@ import compat_bench as cb  # noqa: E402
 import torch  # noqa: E402
 
 
-def main():
-    argv = sys.argv[1:]
+def parse(argv):
+    """compat_bench's arguments plus --calls N (profiled steps, default 5)."""
+    argv = list(argv)
     calls = 5
     if "--calls" in argv:
         i = argv.index("--calls")
         calls = int(argv[i + 1])
         del argv[i:i + 2]
-    args = cb.parse_args(argv)
+    return cb.parse_args(argv), calls
+
+
+def main():
+    args, calls = parse(sys.argv[1:])
     for name in args.ports:
         port = cb.make_port(name, args)
         feats = port.info["feats"]

@@ -1256,6 +1256,20 @@ static voxconv_status_t vc_check_status(VcBuild &b, const VcKmapStatus *st,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* STRIDED and EXPANDING maps keep a copy of their input coordinates: the
+ * outputs of their inverse (voxconv_kmap_inverse). */
+static voxconv_status_t vc_keep_in_coords(voxconv_handle_t *h,
+                                          voxconv_kmap_t *m,
+                                          const voxconv_coords_t *in) {
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, in->n * 4, &m->in_coords,
+                                    "kernel-map input coords"));
+  if (in->n > 0)
+    VC_CUDA_TRY(h, cudaMemcpyAsync(m->in_coords, in->data,
+                                   (size_t)in->n * 4 * sizeof(int32_t),
+                                   cudaMemcpyDeviceToDevice, vc_cuda_stream(h)));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 /* The end of an asynchronous build (SUBMANIFOLD, or STRIDED through
  * voxconv_kmap_build_async): everything the sync would have waited for
  * stays on the device. SUBMANIFOLD outputs are the inputs (n_out known);
@@ -1292,12 +1306,7 @@ static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
     m->n_out = -1;
     m->n_pairs = n * (taps < K ? taps : K);
     VC_CHECK(vc_unpack_keys(h, out_keys, n, m->out_coords, &d_st->n_out));
-    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n * 4, &m->in_coords,
-                                      "kernel-map input coords"));
-    if (n > 0)
-      VC_CUDA_TRY(h, cudaMemcpyAsync(m->in_coords, b.in->data,
-                                     (size_t)n * 4 * sizeof(int32_t),
-                                     cudaMemcpyDeviceToDevice, stream));
+    VC_CHECK(vc_keep_in_coords(h, m, b.in));
   } else {
     m->n_out = n;
     m->n_pairs = n * K;
@@ -1484,14 +1493,8 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
     VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * 4, &m->out_coords,
                                       "kernel-map output coords"));
     VC_CHECK(vc_unpack_keys(h, uniq, n_out, m->out_coords));
-    if (expanding) {
-      VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * 4, &m->in_coords,
-                                        "kernel-map input coords"));
-      if (n_in > 0)
-        VC_CUDA_TRY(h, cudaMemcpyAsync(m->in_coords, b.in->data,
-                                       (size_t)n_in * 4 * sizeof(int32_t),
-                                       cudaMemcpyDeviceToDevice, stream));
-    }
+    if (expanding)
+      VC_CHECK(vc_keep_in_coords(h, m, b.in));
     VC_CHECK(vc_make_hash(ws, h,
                           vc_pow2_at_least(VC_HASH_SLOTS_PER_KEY *
                                                (uint64_t)n_out + 2),
@@ -1687,12 +1690,7 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
                                     "kernel-map output coords"));
   if (mode == VOXCONV_KMAP_STRIDED) {
     VC_CHECK(vc_unpack_keys(h, strided_uniq, n_out, m->out_coords));
-    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * 4, &m->in_coords,
-                                      "kernel-map input coords"));
-    if (n_in > 0)
-      VC_CUDA_TRY(h, cudaMemcpyAsync(m->in_coords, b.in->data,
-                                     (size_t)n_in * 4 * sizeof(int32_t),
-                                     cudaMemcpyDeviceToDevice, stream));
+    VC_CHECK(vc_keep_in_coords(h, m, b.in));
     VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * K, &m->nbr_out,
                                       "kernel-map nbr_out"));
     if (n_out > 0)
