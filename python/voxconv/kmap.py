@@ -34,6 +34,12 @@ convolutions run. Submanifold builds never wait at all. Ordering:
 ``VOXCONV_MAP_STREAM=0`` builds maps on the current stream instead, and so
 does a build while the current stream is being captured into a CUDA graph
 (capture follows the capturing stream).
+
+Prefetch (map stream only; ``VOXCONV_MAP_PREFETCH=0`` turns it off): a new
+set's maps are queued as soon as the set exists, from what sets made the
+same way were asked for before (:class:`_MapPlan`); strided maps deferred
+(``voxconv_kmap_build_async``), so the pooling layer that asks for one
+finds its output count already on the host as a rule.
 """
 
 import ctypes
