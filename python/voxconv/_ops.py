@@ -343,8 +343,8 @@ class WeightLayout:
     """How a module stores a convolution weight that the library reads as
     ``[K, Cin, Cout]`` (the compat layers: spconv's ``[Cout, k0, k1, k2,
     Cin]`` view, ME's offset order). ``to_lib(w)`` gives the library's
-    tensor, ``grad_to_stored(g)`` a library-layout gradient in the stored
-    layout. Passed to :func:`conv`, the conversion happens inside the
+    tensor, ``to_stored(t)`` a library-layout tensor (the weight's
+    gradient) in the stored layout. Passed to :func:`conv`, the conversion happens inside the
     convolution's autograd node instead of as autograd ops of its own (two
     view nodes per spconv layer, an index_select node per ME layer, each
     paid again in backward)."""
@@ -354,7 +354,7 @@ class WeightLayout:
     def to_lib(self, w):
         raise NotImplementedError
 
-    def grad_to_stored(self, g):
+    def to_stored(self, g):
         raise NotImplementedError
 
 
@@ -373,7 +373,7 @@ class PermutedLayout(WeightLayout):
     def to_lib(self, w):
         return w.permute(*self.perm).reshape(self.lib_shape)
 
-    def grad_to_stored(self, g):
+    def to_stored(self, g):
         return g.reshape(self.permuted_shape).permute(*self.inv)
 
 
@@ -390,7 +390,7 @@ class ReorderedLayout(WeightLayout):
     def to_lib(self, w):
         return w.index_select(0, self.order)
 
-    def grad_to_stored(self, g):
+    def to_stored(self, g):
         return g.index_select(0, self.inverse)
 
 
@@ -423,7 +423,7 @@ class _PassFn(torch.autograd.Function):
                 grads[i] = _pass(ctx.kind, _WHICH[name], args[first], args[second], ctx.km,
                                  ctx.cfg, graph)
         if ctx.layout is not None and grads[1] is not None:
-            grads[1] = ctx.layout.grad_to_stored(grads[1])
+            grads[1] = ctx.layout.to_stored(grads[1])
         return grads[0], grads[1], None, None, None, None, None, None
 
 

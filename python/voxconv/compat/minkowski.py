@@ -143,7 +143,25 @@ def _perm_on(ks, device):
         return p
 
 
-_layout_on_device = {}  # (kernel size, device) -> _ops.ReorderedLayout
+_reorder_on_device = {}  # (kernel_size, device) -> _ops.ReorderedLayout, None
+
+
+def _reorder_on(ks, device):
+    """ME's offset order against voxconv's for kernel size ``ks`` as a
+    ``_ops.ReorderedLayout`` on ``device`` (the permutation and its
+    inverse), made once; None when the orders agree."""
+    key = (ks, device)
+    try:
+        return _reorder_on_device[key]
+    except KeyError:
+        perm = _perm_on(ks, device)
+        lay = None
+        if perm is not None:
+            inv = torch.empty_like(perm)
+            inv[perm] = torch.arange(len(perm), device=perm.device, dtype=perm.dtype)
+            lay = _ops.ReorderedLayout(perm, inv)
+        _reorder_on_device[key] = lay
+        return lay
 
 
 def to_voxconv_kernel(kernel, kernel_size):
@@ -155,12 +173,8 @@ def to_voxconv_kernel(kernel, kernel_size):
 
 def from_voxconv_kernel(weight, kernel_size):
     """The inverse of :func:`to_voxconv_kernel`."""
-    perm = _perm_on(_triple(kernel_size, "kernel_size"), weight.device)
-    if perm is None:
-        return weight
-    out = torch.empty_like(weight)
-    out[perm] = weight
-    return out
+    lay = _reorder_on(_triple(kernel_size, "kernel_size"), weight.device)
+    return weight if lay is None else lay.to_stored(weight)
 
 
 def _me_padding(ks, dl, group):
@@ -993,17 +1007,9 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
             return None
         if type(ks) is not tuple:
             ks = _triple(ks, "kernel_size")
-        perm = _perm_on(ks, kernel.device)
-        if perm is None:
-            return None
-        if self.__dict__.get("_kcache") is not None:
+        lay = _reorder_on(ks, kernel.device)
+        if lay is not None and self.__dict__.get("_kcache") is not None:
             self._kcache = None
-        key = (ks, kernel.device)
-        lay = _layout_on_device.get(key)
-        if lay is None:
-            inv = torch.empty_like(perm)
-            inv[perm] = torch.arange(len(perm), device=perm.device, dtype=perm.dtype)
-            lay = _layout_on_device[key] = _ops.ReorderedLayout(perm, inv)
         return lay
 
     def _library_kernel(self, ks):
