@@ -1,0 +1,149 @@
+"""Where the host time of one cached-map conv call from PyTorch goes, piece
+by piece (issue 20: <= 20 us per call, and the C = 64 single call within
+1.05x of the tool).
+
+For workload C's C = 64 layer, each of these is timed alone, as host time
+(perf_counter) both hot (the GPU held busy by a sleep kernel, calls back to
+back: the steady state torch_bench's host-time row measures) and cold (a
+synchronisation before each call: what torch_bench's single-call layer
+rows pay), median of N:
+  ctypes   a trivial C call (voxconv_version_number): the ctypes floor
+  empty    x.new_empty of the output: torch's allocator
+  handle   _runtime.handle_for_tensor: the stream and handle lookup
+  C call   _ops._launch of voxconv_conv_forward on a preallocated output
+  op       _ops._conv_fwd (allocation + C call)
+  module   SparseConv3d under no_grad
+  autograd SparseConv3d with its parameters requiring grad
+Then, from torch.profiler, the CUDA runtime calls of one cold C call and
+one cold module call with their offsets, so the gaps (host code between
+them) can be placed. A diagnostic; the numbers to quote come from
+bench/torch_bench.py.
+
+    python3 bench/debug/call_latency.py [--data-dir D] [--calls 200]
+"""
+import argparse, json, os, statistics, sys, time
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import torch_bench as tb  # noqa: E402
+import voxconv  # noqa: E402
+from voxconv import _ops, _runtime, nn as vnn  # noqa: E402
+from voxconv._lib import lib  # noqa: E402
+
+
+def hot(fn, calls):
+    torch.cuda.synchronize()
+    tb.gpu_sleep(max(200.0, 0.2 * calls), torch.device("cuda"))
+    busy = torch.cuda.Event()
+    busy.record()
+    ts = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        y = fn()
+        ts.append(1e6 * (time.perf_counter() - t))
+        del y
+    drained = busy.query()
+    torch.cuda.synchronize()
+    return statistics.median(ts), drained
+
+
+def cold(fn, calls):
+    ts, gpu = [], []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        t = time.perf_counter()
+        y = fn()
+        ts.append(1e6 * (time.perf_counter() - t))
+        e.record()
+        e.synchronize()
+        gpu.append(s.elapsed_time(e))
+        del y
+    return statistics.median(ts), statistics.median(gpu)
+
+
+def runtime_calls(fn, label):
+    from torch.profiler import profile, ProfilerActivity, record_function
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(4):
+            torch.cuda.synchronize()
+            with record_function("one_call"):
+                y = fn()
+            torch.cuda.synchronize()
+            del y
+    path = f"/tmp/call_latency_{label}.json"
+    prof.export_chrome_trace(path)
+    with open(path) as f:
+        ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    ev.sort(key=lambda e: e["ts"])
+    calls = [e for e in ev if e.get("name") == "one_call"]
+    a, b = calls[-1]["ts"], calls[-1]["ts"] + calls[-1]["dur"]
+    print(f"\n{label}: one cold call under the profiler, {b - a:.1f} us; CUDA runtime calls "
+          f"(offset us, duration us):")
+    for e in ev:
+        if a <= e["ts"] <= b and e.get("cat") in ("cuda_runtime", "cuda_driver", "cpu_op"):
+            print(f"    +{e['ts'] - a:7.1f}  {e['dur']:6.1f}  {e.get('cat')[:8]:8s} {e['name'][:70]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
+    ap.add_argument("--channels", type=int, default=64)
+    ap.add_argument("--calls", type=int, default=200)
+    args = ap.parse_args()
+    targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2",
+                           "--settle-ms", "0"])
+    targs.device = torch.device("cuda")
+    pts = tb.workload_a_points(args.data_dir)
+    coords, _, _ = voxconv.voxelize(
+        torch.from_numpy(pts).cuda(), 0.1, origin=(-80.0, -80.0, -2.0),
+        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
+    conv, x, _, _ = tb.torch_layer(targs, tb.Timer(targs.device), coords, args.channels)
+    km, _ = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
+                                 (3, 3, 3), (1, 1, 1), (1, 1, 1))
+    cfg = vnn._cfg(conv)
+    feats, w = x.feats.detach(), conv.weight.detach()
+    y_pre = _ops._conv_fwd(feats, w, km, cfg, False)
+    opt = _ops._opt_ref(cfg, False)
+    n_out, cout = km.n_out, w.shape[2]
+
+    def c_call():
+        _ops._launch(lib.voxconv_conv_forward, "voxconv_conv_forward", km, feats, w, y_pre,
+                     True, False, opt)
+
+    def module_no_grad():
+        with torch.no_grad():
+            return conv(x)
+
+    pieces = [
+        ("ctypes", lambda: lib.voxconv_version_number()),
+        ("empty", lambda: feats.new_empty((n_out, cout))),
+        ("handle", lambda: _runtime.handle_for_tensor(feats)),
+        ("C call", c_call),
+        ("op", lambda: _ops._conv_fwd(feats, w, km, cfg, False)),
+        ("module", module_no_grad),
+        ("autograd", lambda: conv(x)),
+    ]
+    for _, fn in pieces:
+        for _ in range(10):
+            fn()
+    torch.cuda.synchronize()
+    print(f"C = {args.channels}, {x.feats.shape[0]} voxels; host us per piece, median of "
+          f"{args.calls} (hot) / 30 (cold):")
+    print(f"  {'piece':9s} {'hot':>8s} {'cold':>8s} {'cold events ms':>15s}")
+    res = {}
+    for name, fn in pieces:
+        h, drained = hot(fn, args.calls)
+        c, g = cold(fn, 30)
+        res[name] = {"hot_us": h, "cold_us": c, "cold_event_ms": g, "drained": drained}
+        print(f"  {name:9s} {h:8.2f} {c:8.2f} {g:15.4f}" + ("  (GPU drained!)" if drained else ""))
+    runtime_calls(c_call, "C_call")
+    runtime_calls(module_no_grad, "module")
+    with open("call_latency.json", "w") as f:
+        json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
