@@ -10,10 +10,16 @@ rows pay), median of N:
   ctypes   a trivial C call (voxconv_version_number): the ctypes floor
   empty    x.new_empty of the output: torch's allocator
   handle   _runtime.handle_for_tensor: the stream and handle lookup
+  no_grad  entering and leaving torch.no_grad()
+  autocast? functional._autocast when autocast is off
+  geometry functional._geometry: the cached kernel-map lookup
   C call   _ops._launch of voxconv_conv_forward on a preallocated output
   op       _ops._conv_fwd (allocation + C call)
-  module   SparseConv3d under no_grad
-  autograd SparseConv3d with its parameters requiring grad
+  _ops.conv, conv_geom, fwd raw (the module forward without its
+           torch.compiler.disable wrapper), forward, module: each layer
+           above the last, under no_grad
+  op grad, geom grad, autograd: _ops.conv, conv_geometry and the module
+           with the parameters requiring grad
 Then, from torch.profiler, the CUDA runtime calls of one cold C call and
 one cold module call with their offsets, so the gaps (host code between
 them) can be placed. A diagnostic; the numbers to quote come from
@@ -27,7 +33,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch_bench as tb  # noqa: E402
 import voxconv  # noqa: E402
-from voxconv import _ops, _runtime, nn as vnn  # noqa: E402
+from voxconv import _ops, _runtime, functional as F, nn as vnn  # noqa: E402
 from voxconv._lib import lib  # noqa: E402
 
 
@@ -117,15 +123,36 @@ def main():
         with torch.no_grad():
             return conv(x)
 
+    ks, st, dl = conv.kernel_size, conv.stride, conv.dilation
+    raw_forward = getattr(type(conv).forward, "__wrapped__", None)
+
+    def no_grad(fn):
+        def run():
+            with torch.no_grad():
+                return fn()
+        return run
+
     pieces = [
         ("ctypes", lambda: lib.voxconv_version_number()),
         ("empty", lambda: feats.new_empty((n_out, cout))),
         ("handle", lambda: _runtime.handle_for_tensor(feats)),
+        ("no_grad", no_grad(lambda: None)),
+        ("autocast?", lambda: F._autocast(feats, w, None)),
+        ("geometry", lambda: F._geometry(x, ks, st, dl, False, False, None)),
         ("C call", c_call),
         ("op", lambda: _ops._conv_fwd(feats, w, km, cfg, False)),
+        ("_ops.conv", no_grad(lambda: _ops.conv(feats, conv.weight, km, *cfg))),
+        ("conv_geom", no_grad(lambda: F.conv_geometry(x, conv.weight, None, ks, st, dl, False,
+                                                      False, None, cfg, False))),
+        ("fwd raw", no_grad(lambda: raw_forward(conv, x)) if raw_forward else None),
+        ("forward", no_grad(lambda: conv.forward(x))),
         ("module", module_no_grad),
+        ("op grad", lambda: _ops.conv(x.feats, conv.weight, km, *cfg)),
+        ("geom grad", lambda: F.conv_geometry(x, conv.weight, None, ks, st, dl, False, False,
+                                              None, cfg, False)),
         ("autograd", lambda: conv(x)),
     ]
+    pieces = [p for p in pieces if p[1] is not None]
     for _, fn in pieces:
         for _ in range(10):
             fn()

@@ -120,14 +120,13 @@ typedef WgGradWsTile<256, 3, true> W3;
 #define VC_MG_WG_WGRAD_TILES 4
 
 /* Launches a forward/dgrad kernel (either family) over the output tiles.
- * Raising the dynamic shared-memory limit is per function and cheap; doing
- * it on every launch avoids racy "done once" flags. */
+ * The dynamic shared-memory limit is raised through vc_cuda_smem_optin,
+ * which remembers what it set. */
 template <typename TL, typename Kernel>
 voxconv_status_t launch_tiles(voxconv_handle_t *h, Kernel kern, int smem,
                               const FwdArgs &a) {
   if (smem > 48 * 1024)
-    VC_CUDA_TRY(h, cudaFuncSetAttribute(
-                       kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    VC_CUDA_TRY(h, vc_cuda_smem_optin(h, (const void *)kern, smem));
   dim3 grid((unsigned)vc_ceil_div(a.nb, TL::BN),
             (unsigned)vc_ceil_div(a.n_dst, TL::BM));
   if (grid.y == 0)
@@ -238,8 +237,7 @@ template <typename TL, typename Kernel>
 voxconv_status_t launch_wgrad_grid(voxconv_handle_t *h, Kernel kern, int smem,
                                    const WgradArgs &a) {
   if (smem > 48 * 1024)
-    VC_CUDA_TRY(h, cudaFuncSetAttribute(
-                       kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    VC_CUDA_TRY(h, vc_cuda_smem_optin(h, (const void *)kern, smem));
   dim3 grid((unsigned)vc_ceil_div(a.cout, TL::BN),
             (unsigned)vc_ceil_div(a.cin, TL::BM),
             (unsigned)(a.kvol * a.splits));
@@ -719,9 +717,7 @@ voxconv_status_t launch_im2col(voxconv_handle_t *h, const FwdArgs &a) {
                    "kvol <= %d, got %d and %d",
                    TL::CP, TL::MAX_KVOL, a.ka, a.kvol);
   auto kern = im2col_fwd_kernel<T>;
-  VC_CUDA_TRY(h, cudaFuncSetAttribute(
-                     kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                     TL::SMEM));
+  VC_CUDA_TRY(h, vc_cuda_smem_optin(h, (const void *)kern, TL::SMEM));
   const int64_t tiles = vc_ceil_div<int64_t>(a.n_dst, TL::BM);
   if (tiles == 0)
     return VOXCONV_STATUS_SUCCESS;
@@ -1415,9 +1411,7 @@ extern "C" voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h,
   info->smem_limit = vc_cuda_state(h)->smem_optin;
   info->eligible = row_fits(h, index, NULL);
   if (info->eligible && r.dyn_smem > 48 * 1024)
-    VC_CUDA_TRY(h, cudaFuncSetAttribute(
-                       r.fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                       r.dyn_smem));
+    VC_CUDA_TRY(h, vc_cuda_smem_optin(h, r.fn, r.dyn_smem));
   cudaFuncAttributes fa;
   VC_CUDA_TRY(h, cudaFuncGetAttributes(&fa, r.fn));
   info->registers = fa.numRegs;

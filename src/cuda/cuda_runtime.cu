@@ -8,6 +8,7 @@
 #include "vc_cuda_util.cuh"
 
 #include <errno.h>
+#include <mutex>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +64,49 @@ extern "C" voxconv_status_t vc_cublas_fail(const voxconv_handle_t *h,
 }
 
 /* ---- devices ------------------------------------------------------------ */
+/* vc_cuda_smem_optin's record: open addressing on (function, device), one
+ * lock (taken once per launch that needs more than 48 KB; uncontended it
+ * costs tens of nanoseconds). Full, it still sets the attribute, only
+ * without remembering it. */
+#define VC_SMEM_SLOTS 1024
+struct vc_smem_slot {
+  const void *fn;
+  int device;
+  int smem;
+};
+static vc_smem_slot vc_smem_slots[VC_SMEM_SLOTS];
+static std::mutex vc_smem_lock;
+
+extern "C" cudaError_t vc_cuda_smem_optin(const voxconv_handle_t *h,
+                                          const void *fn, int smem) {
+  const int device = vc_cuda_state(h)->device;
+  std::lock_guard<std::mutex> guard(vc_smem_lock);
+  uintptr_t k = (uintptr_t)fn ^ ((uintptr_t)device * 0x9E3779B97F4A7C15ull);
+  k ^= k >> 17;
+  vc_smem_slot *slot = NULL;
+  for (unsigned i = 0; i < VC_SMEM_SLOTS; ++i) {
+    vc_smem_slot *s = &vc_smem_slots[(k + i) % VC_SMEM_SLOTS];
+    if (s->fn == fn && s->device == device) {
+      if (s->smem >= smem)
+        return cudaSuccess;
+      slot = s;
+      break;
+    }
+    if (s->fn == NULL) {
+      slot = s;
+      break;
+    }
+  }
+  const cudaError_t e = cudaFuncSetAttribute(
+      fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess && slot != NULL) {
+    slot->fn = fn;
+    slot->device = device;
+    slot->smem = smem;
+  }
+  return e;
+}
+
 extern "C" voxconv_status_t vc_cuda_device_count(int *count) {
   *count = 0;
   int n = 0;

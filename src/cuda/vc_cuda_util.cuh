@@ -84,6 +84,18 @@ static inline cublasHandle_t vc_cuda_cublas(const voxconv_handle_t *h) {
   return s->cublas;
 }
 
+/* ---- dynamic shared memory above 48 KB --------------------------------- */
+/* Lets fn take at least `smem` bytes of dynamic shared memory on the current
+ * device (the caller's VcDeviceGuard has made it h's). The limits set are
+ * remembered per (function, device) for the process and only ever raised,
+ * so no handle lowers a limit another one launches under; a known limit
+ * costs a table lookup instead of a cudaFuncSetAttribute, which took 2.7 us
+ * of host time per launch on a lent H100 host (docs/perf-notes.md item 69).
+ * Returns cudaFuncSetAttribute's error, if it was called and failed.
+ * Defined in cuda_runtime.cu. */
+extern "C" cudaError_t vc_cuda_smem_optin(const voxconv_handle_t *h,
+                                          const void *fn, int smem);
+
 /* ---- error conversion -------------------------------------------------- */
 /* Records `err` (from `call` in `func`) on h and returns the matching status.
  * Clears the last-error slot so a non-sticky error does not resurface in a

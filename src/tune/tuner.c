@@ -1242,17 +1242,24 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
 }
 
 /* ---- dispatch ---------------------------------------------------------- */
+/* snprintf(dst, cap, "%s", src) without the format machinery: record_call
+ * runs on every dispatch, and its three snprintf calls were the largest
+ * host cost of a cached call outside the work itself (callgrind, CPU). */
+static void copy_text(char *dst, size_t cap, const char *src) {
+  size_t n = src ? strnlen(src, cap - 1) : 0;
+  memcpy(dst, src ? src : "", n);
+  dst[n] = '\0';
+}
+
 static void record_call(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         const char *algo, const char *params,
                         const char *reason, double time_ms, int from_cache) {
   voxconv_call_info_t *info = &h->last_call;
-  memset(info, 0, sizeof *info);
   info->pass = p->pass;
-  snprintf(info->algo, sizeof info->algo, "%s", algo);
-  snprintf(info->params, sizeof info->params, "%s", params);
+  copy_text(info->algo, sizeof info->algo, algo);
+  copy_text(info->params, sizeof info->params, params);
   info->fp16_accum = p->fp16_accum;
-  snprintf(info->fp16_accum_reason, sizeof info->fp16_accum_reason, "%s",
-           reason);
+  copy_text(info->fp16_accum_reason, sizeof info->fp16_accum_reason, reason);
   info->deterministic = p->deterministic;
   info->time_ms = time_ms;
   info->from_cache = from_cache;
