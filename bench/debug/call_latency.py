@@ -25,9 +25,9 @@ one cold module call with their offsets, so the gaps (host code between
 them) can be placed. A diagnostic; the numbers to quote come from
 bench/torch_bench.py.
 
-    python3 bench/debug/call_latency.py [--data-dir D] [--calls 200]
+    python3 bench/debug/call_latency.py [--data-dir D] [--calls 1000]
 """
-import argparse, json, os, statistics, sys, time
+import argparse, gc, json, os, statistics, sys, time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -97,7 +97,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--channels", type=int, default=64)
-    ap.add_argument("--calls", type=int, default=200)
+    ap.add_argument("--calls", type=int, default=1000)
     args = ap.parse_args()
     targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2",
                            "--settle-ms", "0"])
@@ -161,11 +161,13 @@ def main():
           f"{args.calls} (hot) / 30 (cold):")
     print(f"  {'piece':9s} {'hot':>8s} {'cold':>8s} {'cold events ms':>15s}")
     res = {}
+    gc.disable()  # a collection inside one timed call is noise here
     for name, fn in pieces:
         h, drained = hot(fn, args.calls)
         c, g = cold(fn, 30)
         res[name] = {"hot_us": h, "cold_us": c, "cold_event_ms": g, "drained": drained}
         print(f"  {name:9s} {h:8.2f} {c:8.2f} {g:15.4f}" + ("  (GPU drained!)" if drained else ""))
+    gc.enable()
     runtime_calls(c_call, "C_call")
     runtime_calls(module_no_grad, "module")
     with open("call_latency.json", "w") as f:
