@@ -271,6 +271,22 @@ class Timer:
         return ms, 1e3 * (time.perf_counter() - t)
 
 
+def settle(args):
+    """--settle-ms of GPU idle. --settle-host spin (default) keeps this
+    thread running meanwhile: after a sleeping settle the first Python-issued
+    runs came back slow and took ~10 runs to recover (H100, eighteenth
+    session: C = 64 forward runs 2.40, 1.01, 0.90 ... 0.75 ms against
+    0.52 ms queued; A forward 9.1 falling to 6.0 ms), the host thread's
+    warm-up, not the GPU's. A training loop never idles its host that way.
+    --settle-host sleep is the old behaviour."""
+    if args.settle_host == "sleep":
+        time.sleep(args.settle_ms / 1e3)
+        return
+    end = time.perf_counter() + args.settle_ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
 def measure(timer, fn, args, what, before=None):
     """first call (wall, to completion: tuning included when the cache is
     cold), further warm-ups, settle, then --repeat timed runs."""
@@ -287,7 +303,7 @@ def measure(timer, fn, args, what, before=None):
         fn()
     timer.sync()
     if args.settle_ms and timer.cuda:
-        time.sleep(args.settle_ms / 1e3)
+        settle(args)
     runs, teardown = [], []
     for _ in range(args.repeat):
         if before:
@@ -449,6 +465,9 @@ def parse_args(argv=None):
                     help="timed runs, median reported (default 10 CUDA, 3 CPU)")
     ap.add_argument("--warmup", type=int, default=None,
                     help="untimed runs first, >= 1 (default 3 CUDA, 1 CPU)")
+    ap.add_argument("--settle-host", choices=("spin", "sleep"), default="spin",
+                    help="what this (host) thread does during --settle-ms: spin (default) "
+                         "or sleep (see settle())")
     ap.add_argument("--settle-ms", type=int, default=None,
                     help="idle after the warm-ups (default 2000 on CUDA, 0 on the CPU)")
     ap.add_argument("--host-calls", type=int, default=200,
@@ -517,7 +536,8 @@ def main(argv=None):
            "custom_ops": voxconv.custom_ops_enabled(),
            "tool": {"path": args.tool}, "dtype": args.dtype, "small": args.small,
            "protocol": {"repeat": args.repeat, "warmup": args.warmup,
-                        "settle_ms": args.settle_ms, "clock": timer.clock,
+                        "settle_ms": args.settle_ms, "settle_host": args.settle_host,
+                     "clock": timer.clock,
                         "forward": "torch.no_grad(), fresh SparseTensor per call (A, B); "
                                    "SparseTensor reused (C)",
                         "forward_backward": "forward with autograd + backward of a random "
