@@ -334,7 +334,7 @@ def _pass(kind, which, a, b, km, cfg, graph):
     """One pass: through _PassFn when a second-order graph is being built
     (backward with create_graph=True), else the plain call."""
     if graph:
-        return _PassFn.apply(a, b, km, kind, cfg, which, False)
+        return _pass_apply(a, b, (km, kind, cfg, which, False, None))
     fn = _PASSES[kind][which]
     return fn(a, b, km, cfg, False) if which == 0 else fn(a, b, km, cfg)
 
@@ -394,15 +394,40 @@ class ReorderedLayout(WeightLayout):
         return g.index_select(0, self.inverse)
 
 
+def _fast_apply(fn_cls):
+    """fn_cls.apply without the Python layer torch 2.x puts around the C
+    implementation (setup_context binding and functorch checks: about 1-2 us
+    of host time a call on a lent H100 host) while no functorch transform
+    (vmap, grad, ...) is active, which is when that layer only forwards the
+    call; under a transform it is used as is. Tensors escaped from a
+    finished transform are unwrapped, as that layer does."""
+    base = super(torch.autograd.Function, fn_cls).apply
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    unwrap = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
+    if active is None or unwrap is None or base == fn_cls.apply:
+        return fn_cls.apply
+
+    def apply(*args):
+        if active():
+            return fn_cls.apply(*args)
+        return base(*[unwrap(a) if isinstance(a, torch.Tensor) else a for a in args])
+    return apply
+
+
 class _PassFn(torch.autograd.Function):
     """Pass `which` (0 forward, 1 dgrad, 2 wgrad) of a regular or depthwise
     convolution, differentiable in both inputs by the other passes. With a
-    WeightLayout (forward only), b is the weight as its module stores it."""
+    WeightLayout (forward only), b is the weight as its module stores it.
+    The non-tensor arguments travel as one tuple, meta = (km, kind, cfg,
+    which, inference, layout): apply and the node handle three arguments
+    instead of eight (host time per autograd call, docs/perf-notes.md
+    item 70)."""
 
     @staticmethod
-    def forward(ctx, a, b, km, kind, cfg, which, inference, layout=None):
+    def forward(ctx, a, b, meta):
         ctx.save_for_backward(a, b)
-        ctx.km, ctx.kind, ctx.cfg, ctx.which, ctx.layout = km, kind, cfg, which, layout
+        ctx.meta = meta
+        km, kind, cfg, which, inference, layout = meta
         if layout is not None:
             b = layout.to_lib(b).contiguous()
         fn = _PASSES[kind][which]
@@ -411,20 +436,20 @@ class _PassFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
+        km, kind, cfg, which, _, layout = ctx.meta
         graph = torch.is_grad_enabled()
-        if ctx.layout is not None:
+        if layout is not None:
             # From the stored weight, under grad mode when a graph is being
             # built: second derivatives reach the stored parameter.
-            b = ctx.layout.to_lib(b).contiguous()
+            b = layout.to_lib(b).contiguous()
         args = {"a": a, "b": b, "g": g.contiguous()}
         grads = [None, None]
-        for i, (name, first, second) in enumerate(_GRADS[ctx.which]):
+        for i, (name, first, second) in enumerate(_GRADS[which]):
             if ctx.needs_input_grad[i]:
-                grads[i] = _pass(ctx.kind, _WHICH[name], args[first], args[second], ctx.km,
-                                 ctx.cfg, graph)
-        if ctx.layout is not None and grads[1] is not None:
-            grads[1] = ctx.layout.to_stored(grads[1])
-        return grads[0], grads[1], None, None, None, None, None, None
+                grads[i] = _pass(kind, _WHICH[name], args[first], args[second], km, cfg, graph)
+        if layout is not None and grads[1] is not None:
+            grads[1] = layout.to_stored(grads[1])
+        return grads[0], grads[1], None
 
 
 # Pooling and unpooling: first derivatives only. Building a graph through
@@ -467,6 +492,11 @@ class _UnpoolFn(torch.autograd.Function):
     def backward(ctx, dy):
         _first_order_only(dy)
         return _unpool_bwd(dy.contiguous(), ctx.km, ctx.n_coarse), None
+
+
+_pass_apply = _fast_apply(_PassFn)
+_pool_apply = _fast_apply(_PoolFn)
+_unpool_apply = _fast_apply(_UnpoolFn)
 
 
 # ---- layer 2b: torch.library custom ops (torch >= 2.4) ------------------------
@@ -667,9 +697,13 @@ if (os.environ.get("VOXCONV_TORCH_CUSTOM_OPS", "1") not in ("0", "false", "off")
 # ---- public entry points -------------------------------------------------------
 
 
+_is_inference = getattr(torch, "is_inference_mode_enabled", None)
+
+
 def _inference():
-    f = getattr(torch, "is_inference_mode_enabled", None)
-    return bool(f()) if f is not None else False
+    return bool(_is_inference()) if _is_inference is not None else False
+
+
 
 
 _compiler = getattr(torch, "compiler", None)
@@ -706,7 +740,7 @@ def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det, layout=None):
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
         if layout is None:
             w = w.contiguous()
-        return _PassFn.apply(x, w, km, kind, cfg, 0, inf, layout)
+        return _pass_apply(x, w, (km, kind, cfg, 0, inf, layout))
     if layout is not None:
         w = layout.to_lib(w)
     return _PASSES[kind][0](x, w.contiguous(), km, cfg, inf)
@@ -726,9 +760,9 @@ def depthwise(x, w, km, fwd, dgrad, wgrad, fp16, det):
 
 def pool(x, km, mode):
     x = x.contiguous()
-    return _PoolFn.apply(x, km, mode)
+    return _pool_apply(x, km, mode)
 
 
 def unpool(x, km):
     x = x.contiguous()
-    return _UnpoolFn.apply(x, km)
+    return _unpool_apply(x, km)

@@ -96,3 +96,39 @@ def test_pooling_refuses_second_derivative(device, pool):
     # first derivatives are unaffected
     gx, = torch.autograd.grad((y.feats ** 2).sum(), x)
     assert gx.shape == x.shape and not gx.requires_grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fast_apply_equals_function_apply(device):
+    """The ops reach their autograd Functions through _ops._fast_apply,
+    which skips torch 2.x's Python layer around Function.apply when no
+    functorch transform is active. Outputs and first and second
+    derivatives must be those of the ordinary apply, bit for bit (the
+    same passes run), for convolution, pooling and unpooling."""
+    from voxconv import _ops
+    if _ops._pass_apply == _ops._PassFn.apply:
+        pytest.skip(f"torch {torch.__version__}: Function.apply has no Python layer to skip")
+    coords = ref.rand_coords(120, 6).to(device)
+    x0 = torch.randn(len(coords), 3, dtype=torch.float64, device=device)
+    w0 = torch.randn(27, 3, 4, dtype=torch.float64, device=device)
+    inp = voxconv.SparseTensor(x0, coords)
+    km, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
+                                   (3, 3, 3), (1, 1, 1), (1, 1, 1))
+    pm, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_STRIDED,
+                                   (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    cfg = (None, None, None, 0, 0)
+    results = []
+    for conv_apply, pool_apply, unpool_apply in (
+            (_ops._pass_apply, _ops._pool_apply, _ops._unpool_apply),
+            (_ops._PassFn.apply, _ops._PoolFn.apply, _ops._UnpoolFn.apply)):
+        x = x0.clone().requires_grad_()
+        w = w0.clone().requires_grad_()
+        y = conv_apply(x, w, (km, "conv", cfg, 0, False, None))
+        gx, gw = torch.autograd.grad((y ** 2).sum(), (x, w), create_graph=True)
+        hx, hw = torch.autograd.grad((gx ** 3).sum() + (gw ** 2).sum(), (x, w))
+        p = pool_apply(y, pm, voxconv._lib.POOL_MAX)
+        u = unpool_apply(p, pm)
+        gp = torch.autograd.grad((u * u.detach()).sum(), x)[0]
+        results.append([t.detach() for t in (y, gx, gw, hx, hw, p, u, gp)])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
