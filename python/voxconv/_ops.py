@@ -425,23 +425,32 @@ class _PassFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, meta):
-        ctx.save_for_backward(a, b)
         ctx.meta = meta
         km, kind, cfg, which, inference, layout = meta
-        if layout is not None:
-            b = layout.to_lib(b).contiguous()
+        if layout is None:
+            ctx.save_for_backward(a, b)
+        else:
+            # the library-layout copy is kept for a first-order backward,
+            # which then converts nothing again
+            lib_b = layout.to_lib(b).contiguous()
+            ctx.save_for_backward(a, b, lib_b)
+            b = lib_b
         fn = _PASSES[kind][which]
         return fn(a, b, km, cfg, inference) if which == 0 else fn(a, b, km, cfg)
 
     @staticmethod
     def backward(ctx, g):
-        a, b = ctx.saved_tensors
         km, kind, cfg, which, _, layout = ctx.meta
         graph = torch.is_grad_enabled()
-        if layout is not None:
-            # From the stored weight, under grad mode when a graph is being
+        if layout is None:
+            a, b = ctx.saved_tensors
+        elif graph:
+            # From the stored weight, under grad mode, when a graph is being
             # built: second derivatives reach the stored parameter.
+            a, b, _ = ctx.saved_tensors
             b = layout.to_lib(b).contiguous()
+        else:
+            a, _, b = ctx.saved_tensors
         args = {"a": a, "b": b, "g": g.contiguous()}
         grads = [None, None]
         for i, (name, first, second) in enumerate(_GRADS[which]):

@@ -125,7 +125,8 @@ def test_fast_apply_equals_function_apply(device):
         w = w0.clone().requires_grad_()
         y = conv_apply(x, w, (km, "conv", cfg, 0, False, None))
         gx, gw = torch.autograd.grad((y ** 2).sum(), (x, w), create_graph=True)
-        hx, hw = torch.autograd.grad((gx ** 3).sum() + (gw ** 2).sum(), (x, w))
+        hx, hw = torch.autograd.grad((gx ** 3).sum() + (gw ** 2).sum(), (x, w),
+                                     retain_graph=True)  # y's graph again below
         p = pool_apply(y, pm, voxconv._lib.POOL_MAX)
         u = unpool_apply(p, pm)
         gp = torch.autograd.grad((u * u.detach()).sum(), x)[0]
