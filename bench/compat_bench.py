@@ -688,6 +688,11 @@ def check_equal(port, tol):
     gerr = max_rel(grads["native"], grads["compat"])
     for m in (port.compat, port.native):
         m.zero_grad(set_to_none=True)
+    if gerr > tol:
+        d = (grads["native"] - grads["compat"]).abs().amax(1)
+        bad = (d > tol * grads["compat"].abs().max()).nonzero().flatten()
+        progress(f"{port.name}: input gradient rows over tolerance: {len(bad)} of {len(d)} "
+                 f"(first {bad[:8].tolist()})")
     if worst > tol or gerr > tol:
         fail(f"{port.name}: compat and native differ: outputs max rel {worst:.3g}, input "
              f"gradient max rel {gerr:.3g} (tolerance {tol:g})")
