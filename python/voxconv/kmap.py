@@ -27,7 +27,8 @@ convolutions run. Submanifold builds never wait at all. Ordering:
 * an op waits for the map's ``ready`` event the first time it uses the
   map on a stream (``KernelMap.use_on``);
 * coordinates made on the map stream are marked as used by the consumer
-  stream (``record_stream``), and a map is destroyed only after the map
+  stream (``record_stream``), coordinates the map stream reads as used by
+  the map stream, and a map is destroyed only after the map
   stream has waited for every stream that used it, so the caching
   allocator never hands their memory out early.
 
@@ -573,6 +574,14 @@ class CoordinateManager:
                 if s.ready is None:  # made on the caller's stream, before now
                     s.ready = torch.cuda.Event()
                     s.ready.record(consumer)
+                    # The map stream reads these coordinates: their block
+                    # must not return to the caller's stream's pool before
+                    # the map stream's queued builds have read them (a set
+                    # can go while its maps are still queued there, e.g. a
+                    # prefetched map nobody asks for). Once per set: the
+                    # allocator orders the free after everything the map
+                    # stream queued until then.
+                    s.coords.record_stream(ms.stream)
                 ms.stream.wait_event(s.ready)
         return consumer
 

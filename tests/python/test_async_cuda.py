@@ -296,3 +296,34 @@ def test_block_cache_reuses_and_empties(cuda, monkeypatch, torch_allocator_calls
         assert torch.cuda.memory_allocated(cuda) < held
         assert torch.equal(_step(layer, coords, feats, gout), first)
         torch.cuda.current_stream().synchronize()
+
+
+def test_coordinates_outlive_queued_map_builds(cuda, monkeypatch):
+    """A set can go while a map of it is still queued on the map stream: its
+    coordinates' memory must not be handed out again (and overwritten)
+    before the map stream has read them. The map stream is held by a long
+    kernel, the map is requested (queued behind it), every reference to
+    the set is dropped, and a tensor of the same size is made on the
+    caller's stream and filled at once (the caching allocator gives it the
+    coordinates' block when nothing stops it). The map must still be the
+    map of the original coordinates, pair for pair."""
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
+    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "0")
+    coords = ref.rand_coords(20000, 40, 2).to(cuda)
+    geo = (voxconv._lib.KMAP_SUBMANIFOLD, (3, 3, 3), (1, 1, 1), (1, 1, 1))
+    ref_t = voxconv.SparseTensor(torch.zeros(len(coords), 1, device=cuda), coords.clone())
+    want = ref_t.manager.kernel_map(ref_t.coordinate_set, *geo)[0].pairs()
+    torch.cuda.synchronize()
+    ms = voxconv.kmap.map_stream(torch.device(cuda))
+    assert ms is not None
+    with torch.cuda.stream(ms.stream):
+        torch.cuda._sleep(int(1e9))  # holds the map stream for ~0.5 s
+    x = voxconv.SparseTensor(torch.zeros(len(coords), 1, device=cuda), coords.clone())
+    km = x.manager.kernel_map(x.coordinate_set, *geo)[0]
+    del x
+    gc.collect()
+    junk = torch.empty(coords.shape, dtype=torch.int32, device=cuda)
+    junk.fill_(7)  # runs now: the caller's stream is idle
+    got = km.pairs()
+    assert torch.equal(got[0], want[0])
+    assert torch.equal(got[1].cpu(), want[1].cpu()) and torch.equal(got[2].cpu(), want[2].cpu())
