@@ -320,10 +320,19 @@ def test_coordinates_outlive_queued_map_builds(cuda, monkeypatch):
         torch.cuda._sleep(int(1e9))  # holds the map stream for ~0.5 s
     x = voxconv.SparseTensor(torch.zeros(len(coords), 1, device=cuda), coords.clone())
     km = x.manager.kernel_map(x.coordinate_set, *geo)[0]
+    block = x.coordinate_set.coords.data_ptr()
     del x
     gc.collect()
-    junk = torch.empty(coords.shape, dtype=torch.int32, device=cuda)
-    junk.fill_(7)  # runs now: the caller's stream is idle
+    # Tensors of the coordinates' size until the allocator hands out their
+    # block (it must not while the map stream still holds it), each filled
+    # at once: the caller's stream is idle.
+    junk = []
+    for _ in range(64):
+        junk.append(torch.empty(coords.shape, dtype=torch.int32, device=cuda).fill_(7))
+        if junk[-1].data_ptr() == block:
+            break
+    reused = junk[-1].data_ptr() == block
     got = km.pairs()
+    print(f"coordinates' block handed out during the build: {reused}")
     assert torch.equal(got[0], want[0])
     assert torch.equal(got[1].cpu(), want[1].cpu()) and torch.equal(got[2].cpu(), want[2].cpu())
