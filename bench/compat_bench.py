@@ -88,6 +88,17 @@ import ports_spconv as ps  # noqa: E402
 PORTS = ["VoxelBackBone8x", "VoxelResBackBone8x", "UNetV2", "SpUNet", "MinkUNet"]
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "f64": torch.float64}
 TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 2e-2}
+# Input gradients (largest difference over the largest element): looser.
+# MinkUNet14's f32 input gradient on the CPU differs from its f64 result by
+# 6.6e-3 (6.9e-4 in norm; 754 of 50,518 rows over 1e-4; eighteenth
+# session): a backward of 14 levels sums 27 x C terms per element per
+# level, and rows where those terms cancel keep their rounding. Two f32
+# evaluations that sum in different orders (the CUDA autotuner picks per
+# call) differ within about twice that, and did: 1.1e-4 and 2.3e-3 against
+# the old bound of 1e-4, on rows that cancel. A wiring mistake (a weight or
+# a map that differs) is off by O(1), which these bounds still catch; f16
+# gradients are checked only that coarsely.
+GRAD_TOL = {torch.float64: 1e-9, torch.float32: 2e-2, torch.float16: 0.5}
 HOST_TARGET = 1.05
 
 
@@ -661,9 +672,10 @@ def run(port, variant, feats):
     return model_of(port, variant)(port.make_inputs(variant, feats))
 
 
-def check_equal(port, tol):
+def check_equal(port, tol, grad_tol):
     """Outputs (coordinates and features) and input-feature gradients of the
-    two variants, eval mode. Returns the largest relative difference."""
+    two variants, eval mode (tolerances: TOL, GRAD_TOL). Returns the
+    largest relative differences."""
     feats0 = port.info["feats"]
     worst = 0.0
     res, grads = {}, {}
@@ -688,14 +700,15 @@ def check_equal(port, tol):
     gerr = max_rel(grads["native"], grads["compat"])
     for m in (port.compat, port.native):
         m.zero_grad(set_to_none=True)
-    if gerr > tol:
+    if gerr > grad_tol:
         d = (grads["native"] - grads["compat"]).abs().amax(1)
-        bad = (d > tol * grads["compat"].abs().max()).nonzero().flatten()
+        bad = (d > grad_tol * grads["compat"].abs().max()).nonzero().flatten()
         progress(f"{port.name}: input gradient rows over tolerance: {len(bad)} of {len(d)} "
                  f"(first {bad[:8].tolist()})")
-    if worst > tol or gerr > tol:
-        fail(f"{port.name}: compat and native differ: outputs max rel {worst:.3g}, input "
-             f"gradient max rel {gerr:.3g} (tolerance {tol:g})")
+    if worst > tol or gerr > grad_tol:
+        fail(f"{port.name}: compat and native differ: outputs max rel {worst:.3g} "
+             f"(tolerance {tol:g}), input gradient max rel {gerr:.3g} (tolerance "
+             f"{grad_tol:g})")
     return worst, gerr
 
 
@@ -845,10 +858,10 @@ def main(argv=None):
     progress(f"device {rec['device_name']}; torch {torch.__version__}; dtype "
              f"{rec['dtype']}; {args.repeat} timed rounds after {args.warmup} warm-up"
              + (f"; crop {args.crop:g} m" if args.crop else ""))
-    tol = TOL[args.dtype]
+    tol, grad_tol = TOL[args.dtype], GRAD_TOL[args.dtype]
     for name in args.ports:
         port = make_port(name, args)
-        err, gerr = check_equal(port, tol)
+        err, gerr = check_equal(port, tol, grad_tol)
         progress(f"{name}: {port.n_voxels:,} input voxels; native == compat (outputs max rel "
                  f"{err:.2e}, input gradient {gerr:.2e}); timing")
         res = bench_port(port, args, clock)
