@@ -122,6 +122,21 @@ voxconv_status_t vc_parallel_for(const voxconv_handle_t *h, int64_t n,
                                  int64_t grain, vc_task_fn fn, void *ctx);
 int vc_cpu_count(void);
 
+/* ---- text ------------------------------------------------------------- */
+/* snprintf(dst, cap, "%s", src) without the format machinery (cap > 0; a
+ * NULL src gives ""): the dispatch of every op copies a few names, and
+ * snprintf was the largest host cost of a cached call outside the work
+ * (callgrind, docs/perf-notes.md item 69). */
+static inline void vc_copy_text(char *dst, size_t cap, const char *src) {
+  size_t n = 0;
+  if (src)
+    while (n + 1 < cap && src[n])
+      n++;
+  for (size_t i = 0; i < n; i++)
+    dst[i] = src[i];
+  dst[n] = '\0';
+}
+
 /* ---- environment ------------------------------------------------------ */
 /* Returns the variable or NULL when unset or empty. */
 const char *vc_getenv(const char *name);

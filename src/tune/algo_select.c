@@ -237,7 +237,7 @@ voxconv_status_t vc_parse_algo_mode(const voxconv_handle_t *h, const char *text,
                                     voxconv_pass_t pass, const char *source,
                                     vc_algo_selection_t *sel) {
   memset(sel, 0, sizeof *sel);
-  snprintf(sel->source, sizeof sel->source, "%s", source ? source : "?");
+  vc_copy_text(sel->source, sizeof sel->source, source ? source : "?");
   sel->mode = VC_SEL_AUTO;
   if (blank(text))
     return VOXCONV_STATUS_SUCCESS;

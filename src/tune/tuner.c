@@ -360,8 +360,8 @@ static int32_t ceil_log2(int64_t v) {
 void vc_tune_make_key(voxconv_handle_t *h, const vc_conv_problem_t *p,
                       vc_cache_key_t *k) {
   memset(k, 0, sizeof *k);
-  snprintf(k->device, sizeof k->device, "%s", device_key(h));
-  snprintf(k->lib, sizeof k->lib, "%s", VOXCONV_VERSION_STRING);
+  vc_copy_text(k->device, sizeof k->device, device_key(h));
+  vc_copy_text(k->lib, sizeof k->lib, VOXCONV_VERSION_STRING);
   k->nin = ceil_log2(p->kmap->n_in);
   k->nout = ceil_log2(p->kmap->n_out);
   k->cin = p->cin;
@@ -1242,24 +1242,15 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
 }
 
 /* ---- dispatch ---------------------------------------------------------- */
-/* snprintf(dst, cap, "%s", src) without the format machinery: record_call
- * runs on every dispatch, and its three snprintf calls were the largest
- * host cost of a cached call outside the work itself (callgrind, CPU). */
-static void copy_text(char *dst, size_t cap, const char *src) {
-  size_t n = src ? strnlen(src, cap - 1) : 0;
-  memcpy(dst, src ? src : "", n);
-  dst[n] = '\0';
-}
-
 static void record_call(voxconv_handle_t *h, const vc_conv_problem_t *p,
                         const char *algo, const char *params,
                         const char *reason, double time_ms, int from_cache) {
   voxconv_call_info_t *info = &h->last_call;
   info->pass = p->pass;
-  copy_text(info->algo, sizeof info->algo, algo);
-  copy_text(info->params, sizeof info->params, params);
+  vc_copy_text(info->algo, sizeof info->algo, algo);
+  vc_copy_text(info->params, sizeof info->params, params);
   info->fp16_accum = p->fp16_accum;
-  copy_text(info->fp16_accum_reason, sizeof info->fp16_accum_reason, reason);
+  vc_copy_text(info->fp16_accum_reason, sizeof info->fp16_accum_reason, reason);
   info->deterministic = p->deterministic;
   info->time_ms = time_ms;
   info->from_cache = from_cache;
