@@ -71,23 +71,48 @@ def cold(fn, calls):
     return statistics.median(ts), statistics.median(gpu)
 
 
-def runtime_calls(fn, label):
+def layer_pieces(conv, x):
+    """For layer `conv` (a submanifold 3^3 SparseConv3d) on `x`: its cached
+    map, options, detached features and weight, and a function that issues
+    the C call alone on a preallocated output (returned). Also used by
+    layer_profile.py."""
+    km, _ = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
+                                 (3, 3, 3), (1, 1, 1), (1, 1, 1))
+    cfg = vnn._cfg(conv)
+    feats, w = x.feats.detach(), conv.weight.detach()
+    y_pre = _ops._conv_fwd(feats, w, km, cfg, False)
+    opt = _ops._opt_ref(cfg, False)
+
+    def c_call():
+        _ops._launch(lib.voxconv_conv_forward, "voxconv_conv_forward", km, feats, w, y_pre,
+                     True, False, opt)
+        return y_pre
+    return km, cfg, feats, w, c_call
+
+
+def profiled_call(fn, trace_path, repeat=4):
+    """fn run `repeat` times under torch.profiler, a synchronisation around
+    each: (the trace's complete events sorted by start, start and end of
+    the last run's "one_call" range). Also used by layer_profile.py."""
     from torch.profiler import profile, ProfilerActivity, record_function
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(4):
+        for _ in range(repeat):
             torch.cuda.synchronize()
             with record_function("one_call"):
                 y = fn()
             torch.cuda.synchronize()
             del y
-    path = f"/tmp/call_latency_{label}.json"
-    prof.export_chrome_trace(path)
-    with open(path) as f:
+    prof.export_chrome_trace(trace_path)
+    with open(trace_path) as f:
         ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
     ev.sort(key=lambda e: e["ts"])
-    calls = [e for e in ev if e.get("name") == "one_call"]
-    a, b = calls[-1]["ts"], calls[-1]["ts"] + calls[-1]["dur"]
+    last = [e for e in ev if e.get("name") == "one_call"][-1]
+    return ev, last["ts"], last["ts"] + last["dur"]
+
+
+def runtime_calls(fn, label):
+    ev, a, b = profiled_call(fn, f"/tmp/call_latency_{label}.json")
     print(f"\n{label}: one cold call under the profiler, {b - a:.1f} us; CUDA runtime calls "
           f"(offset us, duration us):")
     for e in ev:
@@ -109,17 +134,8 @@ def main():
         torch.from_numpy(pts).cuda(), 0.1, origin=(-80.0, -80.0, -2.0),
         grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
     conv, x, _, _ = tb.torch_layer(targs, tb.Timer(targs.device), coords, args.channels)
-    km, _ = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
-                                 (3, 3, 3), (1, 1, 1), (1, 1, 1))
-    cfg = vnn._cfg(conv)
-    feats, w = x.feats.detach(), conv.weight.detach()
-    y_pre = _ops._conv_fwd(feats, w, km, cfg, False)
-    opt = _ops._opt_ref(cfg, False)
+    km, cfg, feats, w, c_call = layer_pieces(conv, x)
     n_out, cout = km.n_out, w.shape[2]
-
-    def c_call():
-        _ops._launch(lib.voxconv_conv_forward, "voxconv_conv_forward", km, feats, w, y_pre,
-                     True, False, opt)
 
     def module_no_grad():
         with torch.no_grad():

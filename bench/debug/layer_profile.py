@@ -12,12 +12,13 @@ A diagnostic; the numbers to quote come from bench/torch_bench.py.
 
     python3 bench/debug/layer_profile.py [--data-dir D] [--channels 64]
 """
-import argparse, json, os, statistics, sys, time
+import argparse, os, statistics, sys, time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch_bench as tb  # noqa: E402
 import voxconv  # noqa: E402
+from call_latency import layer_pieces, profiled_call  # noqa: E402
 
 
 def timed(fn, n_calls, repeat=10):
@@ -60,22 +61,12 @@ def main():
               f"(difference {1e3 * (one - many):.1f} us)")
         # The same call with less Python around it: the eager op layer
         # (allocation + C call) and the C call alone (output preallocated).
-        from voxconv import _ops, nn as vnn
-        from voxconv._lib import lib
-        km, _ = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
-                                     (3, 3, 3), (1, 1, 1), (1, 1, 1))
-        cfg = vnn._cfg(conv)
-        feats, w = x.feats.detach(), conv.weight.detach()
-        y_pre = _ops._conv_fwd(feats, w, km, cfg, False)
-        opt = _ops._opt_ref(cfg, False)
+        from voxconv import _ops
+        km, cfg, feats, w, c_only = layer_pieces(conv, x)
 
         def op_layer():
             return _ops._conv_fwd(feats, w, km, cfg, False)
 
-        def c_only():
-            _ops._launch(lib.voxconv_conv_forward, "voxconv_conv_forward", km, feats, w,
-                         y_pre, True, False, opt)
-            return y_pre
         for name, fn in (("module", fwd), ("op layer", op_layer), ("C call", c_only)):
             for _ in range(5):
                 fn()
@@ -95,23 +86,7 @@ def main():
                 del y
             print(f"  {name:8s}: single call {statistics.median(gpus):.4f} ms (events), "
                   f"host {statistics.median(hosts):.1f} us")
-        from torch.profiler import profile, ProfilerActivity, record_function
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(3):
-                torch.cuda.synchronize()
-                with record_function("one_call"):
-                    y = fwd()
-                torch.cuda.synchronize()
-                del y
-        path = args.trace.replace(".json", f"_c{c}.json")
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-        ev.sort(key=lambda e: e["ts"])
-        calls = [e for e in ev if e.get("name") == "one_call"]
-        a = calls[-1]["ts"]
-        b = a + calls[-1]["dur"]
+        ev, a, b = profiled_call(fwd, args.trace.replace(".json", f"_c{c}.json"), repeat=3)
         print(f"  last call: {b - a:.1f} us of host time")
         launch = {}
         print("  host (CUDA runtime calls of the last call, us from its start):")
