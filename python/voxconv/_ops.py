@@ -713,8 +713,6 @@ def _inference():
     return bool(_is_inference()) if _is_inference is not None else False
 
 
-
-
 _compiler = getattr(torch, "compiler", None)
 
 
