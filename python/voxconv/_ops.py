@@ -400,7 +400,10 @@ def _fast_apply(fn_cls):
     of host time a call on a lent H100 host) while no functorch transform
     (vmap, grad, ...) is active, which is when that layer only forwards the
     call; under a transform it is used as is. Tensors escaped from a
-    finished transform are unwrapped, as that layer does."""
+    finished transform are unwrapped, as that layer does. Mirrors that
+    layer as torch 2.11 has it (read in its source); a later torch that
+    adds work there needs this looked at again (test_higher_order's
+    fast-apply test compares the two bit for bit)."""
     base = super(torch.autograd.Function, fn_cls).apply
     active = getattr(torch._C, "_are_functorch_transforms_active", None)
     unwrap = getattr(getattr(torch._C, "_functorch", None), "unwrap_if_dead", None)
