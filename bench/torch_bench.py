@@ -26,9 +26,11 @@ same device, in one run, for workloads A, B and C.
 
 Protocol (BENCHMARKS.md): CUDA events around the Python calls with one
 synchronisation after each run (as the tool's end-to-end runs), --warmup
-runs first (the autotuner runs there), then --settle-ms idle (the H200's
-power cap lowers the clock for about a second after a tuning burst), then
-the median of --repeat runs. On the CPU the host clock. Voxel counts of the
+runs first (the autotuner runs there), then --settle-ms idle when the
+autotuner ran in them, as the tool does (the H200's power cap lowers the
+clock for about a second after a tuning burst; torch_bench tells by the
+tuning cache file changing, see measure()), then the median of --repeat
+runs. On the CPU the host clock. Voxel counts of the
 two paths are compared (per level for A and B) and a difference is fatal.
 
     # GPU: everything, ~2-4 minutes on an H100/H200 with an empty tuning cache
@@ -43,6 +45,7 @@ different inputs (the JSON says same_input: false).
 """
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -287,9 +290,32 @@ def settle(args):
         pass
 
 
+def tuning_cache_stamp():
+    """(mtime_ns, size) of the tuning cache file once this process's
+    unsaved results are written (voxconv_cache_flush), None when it cannot
+    be told. A stamp that changes across a warm-up means the autotuner ran
+    in it."""
+    cdll = voxconv._lib.lib.cdll
+    buf = ctypes.create_string_buffer(4096)
+    if (cdll.voxconv_cache_flush() != 0
+            or cdll.voxconv_cache_path(buf, ctypes.c_size_t(len(buf))) != 0):
+        return None
+    try:
+        st = os.stat(buf.value.decode())
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
 def measure(timer, fn, args, what, before=None):
     """first call (wall, to completion: tuning included when the cache is
-    cold), further warm-ups, settle, then --repeat timed runs."""
+    cold), further warm-ups, settle, then --repeat timed runs. The settle
+    only follows a warm-up in which the autotuner ran (the tuning cache
+    changed, or it cannot be told), as the tool's settle does: an idle
+    before the timed runs costs them a ramp-up of their own (C = 64
+    forward+backward runs 4.71, 2.66, 1.94, then 1.79-1.91 ms after the
+    settle, eighteenth session)."""
+    stamp = tuning_cache_stamp() if args.settle_ms and timer.cuda else None
     if before:
         before()
     timer.sync()
@@ -302,8 +328,10 @@ def measure(timer, fn, args, what, before=None):
             before()
         fn()
     timer.sync()
-    if args.settle_ms and timer.cuda:
+    settled = False
+    if args.settle_ms and timer.cuda and (stamp is None or tuning_cache_stamp() != stamp):
         settle(args)
+        settled = True
     runs, teardown = [], []
     for _ in range(args.repeat):
         if before:
@@ -316,7 +344,7 @@ def measure(timer, fn, args, what, before=None):
     progress(f"PyTorch {what}: median {med:.3f} ms (first call {first_ms:.1f} ms; "
              f"dropping the result afterwards {td:.3f} ms of host time)")
     return {"first_call_ms": first_ms, "ms": med, "ms_min": min(runs), "runs_ms": runs,
-            "teardown_host_ms": td}
+            "teardown_host_ms": td, "settled": settled}
 
 
 def torch_network(args, timer, coords, feats):

@@ -76,6 +76,39 @@ def test_torch_bench_rejects_bad_arguments():
     assert p.returncode == 2 and "--workloads: want a subset of A,B,C" in p.stderr, p.stderr
 
 
+def test_torch_bench_settles_only_after_tuning(tmp_path):
+    """torch_bench settles only when its warm-up tuned, which it tells by
+    the tuning cache file's stamp: new results change it, a call answered
+    from the cache does not (a fresh cache folder, a convolution tuned over
+    every CPU algorithm, then the same call again)."""
+    script = (
+        "import sys, torch\n"
+        f"sys.path.insert(0, {os.path.join(REPO, 'bench')!r})\n"
+        "import torch_bench as tb, voxconv\n"
+        "torch.manual_seed(0)\n"
+        "c = torch.unique(torch.randint(0, 12, (400, 4), dtype=torch.int32), dim=0)\n"
+        "c[:, 0] = 0\n"
+        "c = torch.unique(c, dim=0)\n"
+        "x = voxconv.SparseTensor(torch.randn(len(c), 8), c)\n"
+        "conv = voxconv.nn.SparseConv3d(8, 8, 3, fwd_algo='all')\n"
+        "s0 = tb.tuning_cache_stamp()\n"
+        "with torch.no_grad():\n"
+        "    conv(x)\n"
+        "s1 = tb.tuning_cache_stamp()\n"
+        "with torch.no_grad():\n"
+        "    conv(x)\n"
+        "s2 = tb.tuning_cache_stamp()\n"
+        "print('STAMPS', s0 is None, s1 is not None and s1 != s0, s2 == s1)\n")
+    env = dict(os.environ, VOXCONV_LIBRARY=voxconv.library_path,
+               VOXCONV_BENCHMARK_CACHE_DIR=str(tmp_path),
+               PYTHONPATH=os.path.join(REPO, "python") + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "STAMPS True True True" in p.stdout, p.stdout + p.stderr[-2000:]
+
+
 @pytest.mark.skipif(not os.path.exists(SCAN), reason=f"{SCAN} not found")
 def test_train_step_bench_small_cpu(tmp_path):
     out = tmp_path / "g.json"
