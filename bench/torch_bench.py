@@ -565,7 +565,7 @@ def main(argv=None):
            "tool": {"path": args.tool}, "dtype": args.dtype, "small": args.small,
            "protocol": {"repeat": args.repeat, "warmup": args.warmup,
                         "settle_ms": args.settle_ms, "settle_host": args.settle_host,
-                     "clock": timer.clock,
+                        "clock": timer.clock,
                         "forward": "torch.no_grad(), fresh SparseTensor per call (A, B); "
                                    "SparseTensor reused (C)",
                         "forward_backward": "forward with autograd + backward of a random "

@@ -125,8 +125,8 @@ int vc_cpu_count(void);
 /* ---- text ------------------------------------------------------------- */
 /* snprintf(dst, cap, "%s", src) without the format machinery (cap > 0; a
  * NULL src gives ""): the dispatch of every op copies a few names, and
- * snprintf was the largest host cost of a cached call outside the work
- * (callgrind, docs/perf-notes.md item 69). */
+ * those snprintf calls were the largest item in a cached call's instruction
+ * count outside the work (callgrind, docs/perf-notes.md item 69). */
 static inline void vc_copy_text(char *dst, size_t cap, const char *src) {
   size_t n = 0;
   if (src)

@@ -63,7 +63,7 @@ extern "C" voxconv_status_t vc_cublas_fail(const voxconv_handle_t *h,
                  vc_cublas_status_name(bs));
 }
 
-/* ---- devices ------------------------------------------------------------ */
+/* ---- dynamic shared memory above 48 KB ---------------------------------- */
 /* vc_cuda_smem_optin's record: open addressing on (function, device), one
  * lock (taken once per launch that needs more than 48 KB; uncontended it
  * costs tens of nanoseconds). Full, it still sets the attribute, only
@@ -107,6 +107,7 @@ extern "C" cudaError_t vc_cuda_smem_optin(const voxconv_handle_t *h,
   return e;
 }
 
+/* ---- devices ------------------------------------------------------------ */
 extern "C" voxconv_status_t vc_cuda_device_count(int *count) {
   *count = 0;
   int n = 0;
