@@ -8,6 +8,10 @@ torch_layer), prints:
      (host us) and every kernel/copy/memset (GPU us, launch->start us), so
      the GPU time between the start and end events can be split into
      kernels and idle.
+With --backward, the same for torch_bench's forward+backward (the forward
+with autograd, then backward from a given gradient: the backward's
+launches come from torch's autograd thread), with the GPU idle between
+consecutive kernels summed.
 A diagnostic; the numbers to quote come from bench/torch_bench.py.
 
     python3 bench/debug/layer_profile.py [--data-dir D] [--channels 64]
@@ -41,6 +45,8 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--channels", type=int, nargs="+", default=[64, 256])
     ap.add_argument("--trace", default="layer_trace.json")
+    ap.add_argument("--backward", action="store_true",
+                    help="profile forward+backward instead of the forward")
     args = ap.parse_args()
     targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2", "--settle-ms", "0"])
     targs.device = torch.device("cuda")
@@ -51,14 +57,16 @@ def main():
     for c in args.channels:
         conv, x, _, _ = tb.torch_layer(targs, tb.Timer(torch.device("cuda")), coords, c)
 
-        def fwd():
+        def no_grad_fwd():
             with torch.no_grad():
                 return conv(x)
+        fwd = fwd_bwd(conv, x) if args.backward else no_grad_fwd
         for _ in range(20):
             fwd()
         one, many = timed(fwd, 1), timed(fwd, 20)
-        print(f"\nC = {c}: single call {one:.4f} ms, 20 queued {many:.4f} ms per call "
-              f"(difference {1e3 * (one - many):.1f} us)")
+        what = "forward+backward" if args.backward else "forward"
+        print(f"\nC = {c} {what}: single call {one:.4f} ms, 20 queued {many:.4f} ms per "
+              f"call (difference {1e3 * (one - many):.1f} us)")
         # The same call with less Python around it: the eager op layer
         # (allocation + C call) and the C call alone (output preallocated).
         from voxconv import _ops
@@ -67,7 +75,9 @@ def main():
         def op_layer():
             return _ops._conv_fwd(feats, w, km, cfg, False)
 
-        for name, fn in (("module", fwd), ("op layer", op_layer), ("C call", c_only)):
+        pieces = ((("module", fwd),) if args.backward else
+                  (("module", fwd), ("op layer", op_layer), ("C call", c_only)))
+        for name, fn in pieces:
             for _ in range(5):
                 fn()
             hosts, gpus = [], []
@@ -95,12 +105,34 @@ def main():
                 launch[e.get("args", {}).get("correlation")] = e["ts"]
                 print(f"    +{e['ts'] - a:7.1f}  {e['dur']:6.1f}  {e['name']}")
         print("  GPU (kernels, copies, memsets of that call):")
+        end, idle = None, 0.0
         for e in ev:
             if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
                 c_id = e.get("args", {}).get("correlation")
                 if c_id in launch:
+                    gap = 0.0 if end is None else max(0.0, e["ts"] - end)
+                    idle += gap
+                    end = max(end or 0.0, e["ts"] + e["dur"])
                     print(f"    +{e['ts'] - a:7.1f}  {e['dur']:7.1f}  launch->start "
-                          f"{e['ts'] - launch[c_id]:6.1f}  {e['name'][:90]}")
+                          f"{e['ts'] - launch[c_id]:6.1f}  idle before {gap:6.1f}  "
+                          f"{e['name'][:80]}")
+        print(f"  GPU idle between that call's kernels: {idle:.1f} us")
+
+
+def fwd_bwd(conv, x):
+    """torch_bench's forward+backward of one layer (gradients cleared
+    before each call, as its `before` hook does, untimed there too)."""
+    g = torch.Generator(device="cuda").manual_seed(7)
+    dy = (torch.rand(x.feats.shape[0], conv.out_channels, device="cuda", generator=g)
+          * 2 - 1).to(x.feats.dtype)
+
+    def run():
+        x.feats.grad = None
+        conv.weight.grad = None
+        y = conv(x)
+        y.feats.backward(dy)
+        return y
+    return run
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ context holds the map object, not just its id).
 """
 
 import ctypes
+import functools
 import os
 
 import torch
@@ -719,6 +720,22 @@ def _inference():
 _compiler = getattr(torch, "compiler", None)
 
 
+def _dynamo_hooks():
+    """(set_eval_frame, skip_code, is_exporting) of torch's dynamo, or None
+    when this torch lacks any of them (then outside_compile falls back to
+    torch.compiler.disable alone)."""
+    try:
+        from torch._C._dynamo.eval_frame import set_eval_frame
+        from torch._dynamo.eval_frame import skip_code
+        is_exporting = getattr(_compiler, "is_exporting", None) or (lambda: False)
+        return set_eval_frame, skip_code, is_exporting
+    except Exception:  # noqa: BLE001 (any torch without these: the plain route)
+        return None
+
+
+_hooks = None  # _dynamo_hooks(), looked up by the first outside_compile
+
+
 def outside_compile(fn):
     """`fn` under torch.compiler.disable: dynamo never traces into it (a
     call from a compiled frame is a graph break, and `fn` with everything
@@ -735,12 +752,44 @@ def outside_compile(fn):
     module forwards dynamo compiled after each break are shared by every
     instance, so it recompiled them past its limit. With the module
     forwards disabled too, MiniMinkUNet's compiled train step ran at 1.01x
-    eager (h100_2026-11-26_s16.md). Dense code between voxconv modules
-    (the head, the loss, user code) is still compiled."""
+    eager (h100_2026-11-26_s16.md).
+
+    Why not torch's wrapper alone: it swaps dynamo's frame callback out and
+    back on every call, through several Python calls, also in plain eager
+    code where no callback is set (1-4 us a module call on the lent hosts,
+    disable_cost.py). The entry returned here asks the frame callback
+    once (a C call): none set, and not exporting, means no compile is
+    running on this thread, and `fn` is called directly; otherwise the
+    call goes through torch's disabled wrapper, exactly as before. Dynamo
+    sees the entry as torch.compiler.disable'd (the attributes torch's own
+    wrappers carry: a graph break, never inlined), and its code object is
+    marked skipped, as torch marks its non-recursive disable wrapper's, so
+    that when a compiled frame calls it at run time dynamo does not try to
+    compile the entry itself."""
+    global _hooks
     disable = getattr(_compiler, "disable", None)
     if disable is None:  # torch < 2.1: nothing compiles
         return fn
-    return disable(fn)
+    disabled = disable(fn)
+    if _hooks is None:
+        _hooks = _dynamo_hooks() or False
+    if not _hooks:
+        return disabled
+    set_eval_frame, skip_code, is_exporting = _hooks
+
+    def entry(*args, **kwargs):
+        prior = set_eval_frame(None)
+        if prior is None and not is_exporting():
+            return fn(*args, **kwargs)
+        set_eval_frame(prior)
+        return disabled(*args, **kwargs)
+
+    skip_code(entry.__code__)  # one code object for every entry: idempotent
+    functools.update_wrapper(entry, fn)
+    entry._torchdynamo_disable = True
+    entry._torchdynamo_disable_msg = None
+    entry._torchdynamo_disable_recursive = True
+    return entry
 
 
 def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det, layout=None):

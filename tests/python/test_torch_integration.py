@@ -113,3 +113,44 @@ def test_torch_compile_default_mode_fresh_inputs_do_not_recompile():
     # the first calls compile (and may mark a shape dynamic once); later
     # fresh inputs must reuse what was compiled
     assert frames[3] == frames[2], f"compiled frames per call: {frames}"
+
+
+def test_outside_compile_runs_eagerly_inside_compiled_code():
+    """_ops.outside_compile's entry (eager: a direct call; compiled: torch's
+    disabled route): a compiled caller graph-breaks at it, the wrapped
+    function runs once per call, and neither it nor what it calls ends up
+    in a compiled graph (a helper it calls would be compiled on its own if
+    dynamo's frame callback stayed set there). Plain eager calls give the
+    same result."""
+    from voxconv import _ops
+
+    def inner(t):  # dynamo would compile this frame if the callback stayed set
+        return t.sin() * 3
+
+    seen = []
+
+    @_ops.outside_compile
+    def outside(t):
+        seen.append(1)
+        return inner(t)
+
+    assert getattr(outside, "_torchdynamo_disable", False)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: outside(t * 2) + 1, backend=backend)
+    x = torch.randn(5)
+    want = (x * 2).sin() * 3 + 1
+    for _ in range(3):
+        torch.testing.assert_close(compiled(x), want)
+    assert len(seen) == 3
+    targets = [str(n.target) for gm in graphs for n in gm.graph.nodes
+               if n.op in ("call_function", "call_method")]
+    assert graphs and any("mul" in t for t in targets), targets
+    assert not any("sin" in t for t in targets), f"traced into the disabled call: {targets}"
+    torch.testing.assert_close(outside(x), x.sin() * 3)
+    assert len(seen) == 4
