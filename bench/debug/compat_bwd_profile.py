@@ -32,7 +32,11 @@ def main():
                 gout = torch.randn_like(port.outputs(v, y)[0][1])
                 port.outputs(v, y)[0][1].backward(gout)
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
+            # CUDA activity too: the runtime calls (a cudaStreamSynchronize or
+            # a device-to-host copy in one variant's step is a host wait)
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA]
+                                             if torch.cuda.is_available() else [])
+            with profile(activities=acts) as prof:
                 for _ in range(calls):
                     m.zero_grad(set_to_none=True)
                     y = cb.run(port, v, feats)

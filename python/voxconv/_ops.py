@@ -361,20 +361,56 @@ class WeightLayout:
 
 class PermutedLayout(WeightLayout):
     """``to_lib(w) = w.permute(*perm).reshape(lib_shape)`` (a view for a
-    weight stored that way, e.g. spconv's)."""
+    weight stored that way, e.g. spconv's).
 
-    __slots__ = ("perm", "inv", "lib_shape", "permuted_shape")
+    Per training step each layer converts twice (its weight forward, its
+    weight's gradient backward), so both are kept to one cheap call: the
+    library view of the parameter is kept while the parameter keeps its
+    storage and strides (the view follows in-place updates: it aliases the
+    parameter; made and used only while autograd records nothing),
+    and a contiguous gradient becomes the stored layout in one as_strided
+    (the strides a reshape + permute would give). Measured: item 72 of
+    docs/perf-notes.md."""
+
+    __slots__ = ("perm", "inv", "lib_shape", "permuted_shape", "stored_shape",
+                 "stored_strides", "_view")
 
     def __init__(self, perm, stored_shape, lib_shape):
         self.perm = tuple(perm)
         self.inv = tuple(sorted(range(len(perm)), key=lambda i: perm[i]))
+        self.stored_shape = tuple(stored_shape)
         self.permuted_shape = tuple(stored_shape[i] for i in perm)
         self.lib_shape = tuple(lib_shape)
+        # strides of a contiguous [*permuted_shape] tensor, permuted by inv
+        st, acc = [0] * len(perm), 1
+        for i in range(len(perm) - 1, -1, -1):
+            st[i] = acc
+            acc *= self.permuted_shape[i]
+        self.stored_strides = tuple(st[i] for i in self.inv)
+        self._view = None  # (parameter, data_ptr, strides, library view, inference)
 
     def to_lib(self, w):
-        return w.permute(*self.perm).reshape(self.lib_shape)
+        if torch.is_grad_enabled():  # a graph is being built (double backward): record it
+            return w.permute(*self.perm).reshape(self.lib_shape)
+        c = self._view
+        inf = _inference()  # views made under inference_mode stay there
+        if (c is not None and c[0] is w and c[1] == w.data_ptr() and c[2] == w.stride()
+                and c[4] == inf):
+            return c[3]
+        # Of a detached alias: autograd keeps no view record for it, so it
+        # can be saved for backward after in-place updates of w (a view of
+        # w itself made without grad could not be); the version counter is
+        # still w's, so an update between forward and backward is caught.
+        v = w.detach().permute(*self.perm).reshape(self.lib_shape)
+        if v.is_contiguous() and v.data_ptr() == w.data_ptr():  # a view: keep it
+            self._view = (w, w.data_ptr(), w.stride(), v, inf)
+        else:  # a copy (w not stored over the library layout): fresh each call
+            self._view = None
+        return v
 
     def to_stored(self, g):
+        if g.is_contiguous():
+            return g.as_strided(self.stored_shape, self.stored_strides)
         return g.reshape(self.permuted_shape).permute(*self.inv)
 
 

@@ -298,15 +298,30 @@ def test_block_cache_reuses_and_empties(cuda, monkeypatch, torch_allocator_calls
         torch.cuda.current_stream().synchronize()
 
 
+def _block_state(ptr):
+    """The caching allocator's state of the block starting at `ptr`
+    ("active_allocated", "active_pending_free", "inactive"), or None."""
+    for seg in torch.cuda.memory_snapshot():
+        addr = seg["address"]
+        for b in seg["blocks"]:
+            if addr == ptr:
+                return b["state"]
+            addr += b["size"]
+    return None
+
+
 def test_coordinates_outlive_queued_map_builds(cuda, monkeypatch):
     """A set can go while a map of it is still queued on the map stream: its
     coordinates' memory must not be handed out again (and overwritten)
     before the map stream has read them. The map stream is held by a long
-    kernel, the map is requested (queued behind it), every reference to
-    the set is dropped, and a tensor of the same size is made on the
-    caller's stream and filled at once (the caching allocator gives it the
-    coordinates' block when nothing stops it). The map must still be the
-    map of the original coordinates, pair for pair."""
+    kernel, the map is requested (queued behind it) and every reference to
+    the set is dropped. Then the allocator must hold the coordinates' block
+    back ("active_pending_free": it waits for the map stream) rather than
+    list it free for the caller's stream. Tensors of the same size are then
+    made and filled until the block comes back or 64 were made, and the map
+    must still be the map of the original coordinates, pair for pair. (The
+    state is the reliable check: whether a later allocation picks that
+    block depends on the pool.)"""
     monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
     monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "0")
     coords = ref.rand_coords(20000, 40, 2).to(cuda)
@@ -321,11 +336,11 @@ def test_coordinates_outlive_queued_map_builds(cuda, monkeypatch):
     x = voxconv.SparseTensor(torch.zeros(len(coords), 1, device=cuda), coords.clone())
     km = x.manager.kernel_map(x.coordinate_set, *geo)[0]
     block = x.coordinate_set.coords.data_ptr()
+    assert _block_state(block) == "active_allocated"
     del x
     gc.collect()
-    # Tensors of the coordinates' size until the allocator hands out their
-    # block (it must not while the map stream still holds it), each filled
-    # at once: the caller's stream is idle.
+    state = _block_state(block)
+    busy = not ms.stream.query()
     junk = []
     for _ in range(64):
         junk.append(torch.empty(coords.shape, dtype=torch.int32, device=cuda).fill_(7))
@@ -333,6 +348,9 @@ def test_coordinates_outlive_queued_map_builds(cuda, monkeypatch):
             break
     reused = junk[-1].data_ptr() == block
     got = km.pairs()
-    print(f"coordinates' block handed out during the build: {reused}")
+    print(f"the coordinates' block after the set went: {state} (map stream still busy: "
+          f"{busy}); handed out again during the build: {reused}")
+    assert busy, "the map stream finished before the check: the test proves nothing"
+    assert state == "active_pending_free", state
     assert torch.equal(got[0], want[0])
     assert torch.equal(got[1].cpu(), want[1].cpu()) and torch.equal(got[2].cpu(), want[2].cpu())

@@ -700,6 +700,59 @@ def test_training_weight_layout_matches_explicit_views(device, cls, kw):
     torch.testing.assert_close(y.detach(), got[0])
 
 
+def test_training_weight_view_follows_the_parameter():
+    """PermutedLayout keeps the library view of a layer's weight between
+    training steps (docs/perf-notes.md item 72): it must follow in-place
+    updates of the parameter (it aliases it) and be remade when the
+    parameter's storage is replaced (``weight.data = t`` with a contiguous
+    spconv-shaped tensor: a permuted copy then). Each training forward is
+    compared bit for bit with the library call on an explicitly converted
+    weight (float64, CPU: the same library call on the same values), and
+    each weight gradient with the explicit conversion's; the gradient of a
+    weight stored over the library's layout keeps the parameter's strides
+    (AccumulateGrad keeps the layer's tensor instead of copying it). An
+    in-place update between a forward and its backward still raises."""
+    torch.manual_seed(0)
+    conv = compat_spconv.SubMConv3d(4, 6, 3, bias=False).double()
+    x = _rand_input()
+    km = conv._map(x)[0]
+    g = torch.randn(km.n_out, 6, dtype=torch.float64)
+
+    def step():
+        conv.weight.grad = None
+        y = conv(x.replace_feature(x.features.detach().clone())).features
+        y.backward(g)
+        return y.detach(), conv.weight.grad
+
+    def explicit():
+        w = conv.weight.detach().clone().requires_grad_()
+        y = voxconv_ops.conv(x.features, w.permute(1, 2, 3, 4, 0).reshape(27, 4, 6), km,
+                             *compat_spconv._CFG)
+        y.backward(g)
+        return y.detach(), w.grad
+
+    stored_over_lib = conv.weight.stride()
+    for change in ("none", "in place", "replaced", "in place again"):
+        with torch.no_grad():
+            if change.startswith("in place"):
+                conv.weight.mul_(-2.0)
+            elif change == "replaced":
+                conv.weight.data = conv.weight.detach().contiguous() * 0.5
+        y, gw = step()
+        y_want, gw_want = explicit()
+        assert torch.equal(y, y_want), change
+        assert torch.equal(gw, gw_want), change
+        assert gw.stride() == conv.weight.stride(), change
+        if change == "none":
+            assert gw.stride() == stored_over_lib
+    # an update between a forward and its backward is still caught
+    y = conv(x.replace_feature(x.features.detach().clone())).features
+    with torch.no_grad():
+        conv.weight.add_(1.0)
+    with pytest.raises(RuntimeError, match="inplace"):
+        y.backward(g)
+
+
 def _same_sums_on_cuda(got, want, to_lib, f, g, w_stored, lay, km, cfg):
     """got / want = (y, dx, dW, d/dW |dx|^2) of two runs: each within the
     float32 bound of the other, S from the same passes on absolute values
