@@ -27,7 +27,10 @@
  * the caller's padding[] (spconv's and PyTorch's `padding`). The flat
  * offset index is kidx = (jx*ky + jy)*kz + jz (x slowest), so weights are
  * [K][Cin][Cout] with K = kx*ky*kz in that order; off_k is the vector
- * (off(jx), off(jy), off(jz)).
+ * (off(jx), off(jy), off(jz)). A map built with desc offset_order =
+ * VOXCONV_OFFSET_ORDER_X_FASTEST numbers its offsets kidx = (jz*ky + jy)*kx
+ * + jx instead (MinkowskiEngine's order), with the same pairs under the
+ * other index, so weights stored in that order need no reordering.
  *
  * Modes (o = output voxel, i = input voxel, same batch, s = stride; every
  * relation holds per axis):
@@ -409,8 +412,9 @@ typedef enum voxconv_kmap_mode {
 } voxconv_kmap_mode_t;
 
 /* Geometry of a map. Zero-initialise ({0} or memset) and set what you need:
- * the fields added after dilation (padded, padding, out_shape) keep their
- * old meaning at 0, so older callers build the same maps.
+ * the fields added after dilation (padded, padding, out_shape,
+ * offset_order) keep their old meaning at 0, so older callers build the
+ * same maps.
  *
  * Per axis a, with k = kernel_size[a], d = dilation[a], s = stride[a]:
  *   P = padded ? padding[a] : floor((k-1)/2) * d   (the effective padding)
@@ -442,6 +446,9 @@ typedef enum voxconv_kmap_mode {
  * [Cin][Cout]) at every output of the map; the dense result is 0 elsewhere.
  *
  * Limits (INVALID_ARGUMENT naming the field otherwise):
+ *   offset_order VOXCONV_OFFSET_ORDER_X_SLOWEST or _X_FASTEST; every mode.
+ *                The order changes only which index k a pair carries (and
+ *                so which W[k] it meets), never the pairs or outputs.
  *   padded       0 or 1. With 0, padding[] must be all 0.
  *   padding[a]   0 .. d*(k-1) (any P beyond it pairs an output with cells
  *                wholly before it; shift the coordinates instead). With
@@ -454,6 +461,13 @@ typedef enum voxconv_kmap_mode {
  *                wrapped or dropped): with s = 1 an EXPANDING output is
  *                i + P - j*d, so inputs within P of +VOXCONV_COORD_MAX (or
  *                d*(k-1) - P of VOXCONV_COORD_MIN) need out_shape. */
+/* How a map numbers its kernel offsets (desc offset_order; see "Kernel
+ * offsets" at the top of this header). */
+typedef enum voxconv_offset_order {
+  VOXCONV_OFFSET_ORDER_X_SLOWEST = 0, /* kidx = (jx*ky + jy)*kz + jz */
+  VOXCONV_OFFSET_ORDER_X_FASTEST = 1  /* kidx = (jz*ky + jy)*kx + jx (ME) */
+} voxconv_offset_order_t;
+
 typedef struct voxconv_kmap_desc {
   voxconv_kmap_mode_t mode;
   int32_t kernel_size[3]; /* 1..7 per axis */
@@ -463,6 +477,7 @@ typedef struct voxconv_kmap_desc {
   int32_t padding[3];     /* with padded = 1: P per axis, 0 .. d*(k-1) */
   int32_t out_shape[3];   /* EXPANDING, GENERATIVE: output bound per axis,
                              outputs in 0..out_shape-1; 0 = unbounded */
+  int32_t offset_order;   /* voxconv_offset_order_t; 0: x slowest */
 } voxconv_kmap_desc_t;
 
 typedef struct voxconv_kmap voxconv_kmap_t;

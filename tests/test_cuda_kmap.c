@@ -3,7 +3,8 @@
  * and recorded scans, unsorted inputs; spconv's sets: EXPANDING, explicit
  * padding, out_shape, and voxconv_kmap_inverse against the CPU's inverse and
  * the TRANSPOSED build), error statuses and messages for bad
- * coordinates, the GPU hash overflow-and-retry path, voxelize, merge of
+ * coordinates, the GPU hash overflow-and-retry path, both offset orders
+ * (x slowest and MinkowskiEngine's x fastest), voxelize, merge of
  * duplicates, and pooling / unpooling (GPU == CPU bit for bit in the same
  * dtype, and within tolerance of the CPU's fp64 path). Every GPU output is
  * poisoned before the call and checked to be fully written.
@@ -33,6 +34,10 @@
 
 static voxconv_handle_t *g_cpu, *g_gpu;
 static int g_quick;
+/* offset_order of every desc make_desc returns: one pass of all_modes runs
+ * with MinkowskiEngine's order (x fastest), GPU against CPU as always;
+ * test_kmap_order checks the CPU's order against the default one. */
+static int32_t g_order = VOXCONV_OFFSET_ORDER_X_SLOWEST;
 
 #define POISON_I32 0x7EADBEEF
 #define VC_HASH_TINY_SLOTS_TEST 16 /* cuda_kmap.cu VC_HASH_TINY_SLOTS */
@@ -141,6 +146,7 @@ static voxconv_kmap_desc_t make_desc(voxconv_kmap_mode_t mode, int kx, int ky,
   voxconv_kmap_desc_t desc;
   memset(&desc, 0, sizeof desc);
   desc.mode = mode;
+  desc.offset_order = g_order;
   desc.kernel_size[0] = kx;
   desc.kernel_size[1] = ky;
   desc.kernel_size[2] = kz;
@@ -1230,6 +1236,18 @@ int main(int argc, char **argv) {
     int32_t *c = vc_random_coords(g_quick ? 300 : 3000, 8, &n);
     shuffle_rows(c, n);
     all_modes("tiny-hash", c, n, g_tiny, n > VC_HASH_TINY_SLOTS_TEST, 0);
+    free(c);
+  }
+  {
+    /* Every mode again in MinkowskiEngine's offset order (x fastest): the
+     * anisotropic kernels and the direct strided tables are where an order
+     * mix-up shows. */
+    int64_t n = 0;
+    int32_t *c = vc_random_coords(g_quick ? 700 : 5000, 12, &n);
+    shuffle_rows(c, n);
+    g_order = VOXCONV_OFFSET_ORDER_X_FASTEST;
+    all_modes("x-fastest", c, n, g_gpu, 0, 0);
+    g_order = VOXCONV_OFFSET_ORDER_X_SLOWEST;
     free(c);
   }
   error_cases();

@@ -27,6 +27,7 @@ DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F64 = 0, 1, 2, 3
 DTYPE_I8, DTYPE_I32 = 4, 5  # int8 ops only (voxconv_conv_forward_int8, ...)
 MEMCPY_HOST_TO_BACKEND, MEMCPY_BACKEND_TO_HOST, MEMCPY_BACKEND_TO_BACKEND = 0, 1, 2
 KMAP_SUBMANIFOLD, KMAP_STRIDED, KMAP_TRANSPOSED, KMAP_GENERATIVE = 0, 1, 2, 3
+OFFSET_ORDER_X_SLOWEST, OFFSET_ORDER_X_FASTEST = 0, 1  # desc offset_order
 UNSET, FALSE, TRUE = 0, 1, 2
 POOL_MAX, POOL_AVG, POOL_SUM = 0, 1, 2
 REDUCE_FIRST, REDUCE_MEAN = 0, 1
@@ -85,11 +86,12 @@ class Weights(ctypes.Structure):
 class KmapDesc(ctypes.Structure):
     # voxconv_kmap_desc_t; fields after dilation are 0 unless set: padded
     # (0 centred offsets, 1 padding[]), padding, out_shape (EXPANDING and
-    # GENERATIVE output bounds, 0 = unbounded).
+    # GENERATIVE output bounds, 0 = unbounded), offset_order (0 x slowest,
+    # 1 x fastest: MinkowskiEngine's numbering).
     _fields_ = [("mode", ctypes.c_int), ("kernel_size", c_int32_3),
                 ("stride", c_int32_3), ("dilation", c_int32_3),
                 ("padded", ctypes.c_int32), ("padding", c_int32_3),
-                ("out_shape", c_int32_3)]
+                ("out_shape", c_int32_3), ("offset_order", ctypes.c_int32)]
 
 
 class KmapInfo(ctypes.Structure):

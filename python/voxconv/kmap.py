@@ -126,7 +126,7 @@ class KernelMap:
 
     def __init__(self, handle, mode, kernel_size, stride, dilation,
                  in_coords, in_tensor_stride, out_coords=None, out_tensor_stride=None,
-                 padding=None, out_shape=None, inverse_of=None, defer=False):
+                 padding=None, out_shape=None, inverse_of=None, defer=False, order=0):
         ptr = ctypes.c_void_p()
         if inverse_of is not None:
             # voxconv_kmap_inverse: built from the forward map's tables
@@ -142,6 +142,7 @@ class KernelMap:
                 desc.padding = _lib.c_int32_3(*padding)
             if out_shape is not None:
                 desc.out_shape = _lib.c_int32_3(*out_shape)
+            desc.offset_order = order  # 0 x slowest, 1 x fastest (ME)
             cin = _runtime.coords_struct(in_coords, in_tensor_stride)
             cout = (_runtime.coords_struct(out_coords, out_tensor_stride)
                     if out_coords is not None else None)
@@ -171,6 +172,7 @@ class KernelMap:
         self.padding = tuple(info.desc.padding) if info.desc.padded else None
         self.out_shape = (tuple(info.desc.out_shape) if any(info.desc.out_shape)
                           else None)
+        self.offset_order = info.desc.offset_order
         self.inverse = inverse_of is not None
         self.kernel_volume = info.kernel_volume
         self.n_in, self._n_out, self._n_pairs = info.n_in, info.n_out, info.n_pairs
@@ -435,6 +437,20 @@ def _live(entry):
     return None if out is None else (entry[0], out)
 
 
+def _map_key(mode, kernel_size, stride, dilation, out_id, padding, out_shape, order):
+    """A coordinate set's cache key of the map with this geometry. Padding,
+    out_shape and a non-default offset order extend the key only when
+    given, so the keys of maps without them stay what they were (the map
+    plan learns keys)."""
+    key = (mode, tuple(kernel_size), tuple(stride), tuple(dilation), out_id)
+    if padding is not None or out_shape is not None:
+        key += (None if padding is None else tuple(padding),
+                None if out_shape is None else tuple(out_shape))
+    if order:
+        key += (("order", order),)
+    return key
+
+
 class CoordinateManager:
     """Shared by all sparse tensors derived from one input (see module doc)."""
 
@@ -489,7 +505,7 @@ class CoordinateManager:
         return self.by_stride.get(tuple(tensor_stride))
 
     def kernel_map(self, in_set, mode, kernel_size, stride, dilation, out_set=None,
-                   padding=None, out_shape=None):
+                   padding=None, out_shape=None, order=0):
         """The cached (or newly built) map from in_set with this geometry.
         Returns (kmap, out_set); for strided, expanding and generative maps
         the output set is derived (and cached) from the map's output
@@ -497,12 +513,11 @@ class CoordinateManager:
         0) or a 3-tuple (padded = 1); ``out_shape``: None (unbounded) or a
         3-tuple (0 = unbounded axis), EXPANDING and GENERATIVE only. Both
         are part of the cache key (only when given, so the keys of maps
-        without them are unchanged)."""
-        key = (mode, tuple(kernel_size), tuple(stride), tuple(dilation),
-               id(out_set) if out_set is not None else None)
-        if padding is not None or out_shape is not None:
-            key += (None if padding is None else tuple(padding),
-                    None if out_shape is None else tuple(out_shape))
+        without them are unchanged). ``order``: the desc's offset_order (0
+        voxconv's, 1 MinkowskiEngine's x-fastest numbering of the same
+        pairs), in the key when not 0."""
+        key = _map_key(mode, kernel_size, stride, dilation,
+                       id(out_set) if out_set is not None else None, padding, out_shape, order)
         hit = _live(in_set.kmaps.get(key))  # dict reads are atomic: no lock on a hit
         if hit is not None:
             return hit
@@ -515,40 +530,37 @@ class CoordinateManager:
             if ms is None:
                 hit = self._build(_runtime.handle_for(self.device), None, in_set, mode,
                                   kernel_size, stride, dilation, out_set, padding, out_shape,
-                                  key=key)
+                                  key=key, order=order)
             elif pre is not None:
                 hit = self._adopt(ms, pre[0], in_set, mode, stride, key)
             else:
                 hit = self._build_on_map_stream(ms, in_set, mode, kernel_size, stride,
                                                 dilation, out_set, padding, out_shape,
-                                                key=key)
+                                                key=key, order=order)
             in_set.kmaps[key] = (hit[0], weakref.ref(hit[1]))
             if ms is not None and mode in _PREFETCH_MODES and out_set is None:
                 # (a prefetched map's entry is stamped as used again)
                 _plan.learn(in_set.path, key, (mode, tuple(kernel_size), tuple(stride),
-                                               tuple(dilation), padding, out_shape))
+                                               tuple(dilation), padding, out_shape, order))
         if hit[1] is not in_set and hit[1].path is not None and hit[1].path[-1] is key:
             self._prefetch(hit[1])  # a set this call made: its maps, early
         return hit
 
     def inverse_kernel_map(self, in_set, mode, kernel_size, stride, dilation,
-                           padding=None, out_shape=None):
+                           padding=None, out_shape=None, order=0):
         """The inverse (voxconv_kmap_inverse) of the STRIDED or EXPANDING map
         that ``kernel_map(in_set, mode, ...)`` returns: its inputs are that
         map's outputs and its outputs are ``in_set`` itself (spconv's
         SparseInverseConv3d). Returns (inverse kmap, in_set); cached in
         in_set next to the forward map. The forward map is the cached one
         (built now if the forward convolution has not run)."""
-        fkey = (mode, tuple(kernel_size), tuple(stride), tuple(dilation), None)
-        if padding is not None or out_shape is not None:
-            fkey += (None if padding is None else tuple(padding),
-                     None if out_shape is None else tuple(out_shape))
+        fkey = _map_key(mode, kernel_size, stride, dilation, None, padding, out_shape, order)
         key = ("inverse",) + fkey
         hit = _live(in_set.kmaps.get(key))
         if hit is not None:
             return hit
         fwd, _ = self.kernel_map(in_set, mode, kernel_size, stride, dilation, None,
-                                 padding, out_shape)
+                                 padding, out_shape, order)
         with self.lock:
             hit = _live(in_set.kmaps.get(key))
             if hit is not None:
@@ -586,7 +598,7 @@ class CoordinateManager:
         return consumer
 
     def _build_on_map_stream(self, ms, in_set, mode, kernel_size, stride, dilation,
-                             out_set, padding=None, out_shape=None, key=None):
+                             out_set, padding=None, out_shape=None, key=None, order=0):
         consumer = self._map_stream_waits(ms, in_set, out_set)
         if mode in _DERIVING_MODES:
             # Under the map stream: derived coordinates are allocated there,
@@ -595,10 +607,11 @@ class CoordinateManager:
             # last use). Other modes allocate no tensor: no stream switch.
             with torch.cuda.stream(ms.stream):
                 km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size,
-                                       stride, dilation, out_set, padding, out_shape, key)
+                                       stride, dilation, out_set, padding, out_shape, key,
+                                       order)
         else:
             km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size, stride,
-                                   dilation, out_set, padding, out_shape, key)
+                                   dilation, out_set, padding, out_shape, key, order)
         km.ready = torch.cuda.Event()
         km.ready.record(ms.stream)
         return km, made
@@ -617,7 +630,8 @@ class CoordinateManager:
         plan = sorted(plan, key=lambda kv: kv[1][0] != _lib.KMAP_STRIDED)
         with self.lock:
             ordered = False
-            for key, (mode, kernel_size, stride, dilation, padding, out_shape), stamp in plan:
+            for key, (mode, kernel_size, stride, dilation, padding, out_shape, order), stamp \
+                    in plan:
                 if key in s.prefetched or _live(s.kmaps.get(key)) is not None:
                     continue
                 if not ordered:
@@ -626,7 +640,7 @@ class CoordinateManager:
                 try:
                     km = KernelMap(ms.handle, mode, kernel_size, stride, dilation, s.coords,
                                    s.tensor_stride, padding=padding, out_shape=out_shape,
-                                   defer=mode == _lib.KMAP_STRIDED)
+                                   defer=mode == _lib.KMAP_STRIDED, order=order)
                 except errors.VoxconvError:
                     # Only an optimisation: the request builds the map
                     # again and raises there, where the caller expects it.
@@ -650,17 +664,18 @@ class CoordinateManager:
         return km, out_set
 
     def _build(self, handle, consumer, in_set, mode, kernel_size, stride, dilation,
-               out_set, padding=None, out_shape=None, key=None):
+               out_set, padding=None, out_shape=None, key=None, order=0):
         """Builds on `handle` (the map stream's when `consumer`, the stream
         the caller runs its ops on, is given)."""
         if mode == _lib.KMAP_TRANSPOSED:
             km = KernelMap(handle, mode, kernel_size, stride, dilation,
                            in_set.coords, in_set.tensor_stride,
-                           out_set.coords, out_set.tensor_stride, padding=padding)
+                           out_set.coords, out_set.tensor_stride, padding=padding,
+                           order=order)
             return km, out_set
         km = KernelMap(handle, mode, kernel_size, stride, dilation,
                        in_set.coords, in_set.tensor_stride, padding=padding,
-                       out_shape=out_shape)
+                       out_shape=out_shape, order=order)
         made_on = handle.stream if consumer is not None else None
         return km, self._derive(km, consumer, in_set, mode, stride, made_on, key)
 

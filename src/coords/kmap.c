@@ -34,15 +34,14 @@ void vc_kmap_fill_offsets(voxconv_kmap_t *kmap) {
   const int32_t p[3] = {vc_kmap_pad(&kmap->desc, 0),
                         vc_kmap_pad(&kmap->desc, 1),
                         vc_kmap_pad(&kmap->desc, 2)};
-  int32_t k = 0;
-  for (int32_t jx = 0; jx < ks[0]; jx++)
-    for (int32_t jy = 0; jy < ks[1]; jy++)
-      for (int32_t jz = 0; jz < ks[2]; jz++, k++) {
-        kmap->offsets[k][0] = jx * d[0] - p[0];
-        kmap->offsets[k][1] = jy * d[1] - p[1];
-        kmap->offsets[k][2] = jz * d[2] - p[2];
-      }
-  kmap->kvol = k;
+  const int32_t K = ks[0] * ks[1] * ks[2];
+  for (int32_t k = 0; k < K; k++) {
+    int32_t j[3];
+    vc_kidx_taps(kmap->desc.offset_order, ks, k, j);
+    for (int a = 0; a < 3; a++)
+      kmap->offsets[k][a] = j[a] * d[a] - p[a];
+  }
+  kmap->kvol = K;
 }
 
 void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap) {
@@ -158,6 +157,12 @@ static voxconv_status_t kmap_build(voxconv_handle_t *h,
                    "%s: padded = %d is not 0 (centred offsets) or 1 "
                    "(padding[])",
                    func, (int)d.padded);
+  if (d.offset_order != VOXCONV_OFFSET_ORDER_X_SLOWEST &&
+      d.offset_order != VOXCONV_OFFSET_ORDER_X_FASTEST)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: offset_order = %d is not X_SLOWEST(0) or "
+                   "X_FASTEST(1)",
+                   func, (int)d.offset_order);
   for (int a = 0; a < 3; a++) {
     if (d.kernel_size[a] < 1 || d.kernel_size[a] > VOXCONV_KERNEL_SIZE_MAX)
       return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,

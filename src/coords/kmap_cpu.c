@@ -328,13 +328,17 @@ static inline void lookup_prepare(const voxconv_kmap_t *m, const vc_hash_t *t,
     }
   }
   const uint64_t batch = (uint64_t)(uint32_t)oc[0] << 54;
-  int32_t k = 0;
-  for (int32_t jx = 0; jx < ks[0]; jx++)
-    for (int32_t jy = 0; jy < ks[1]; jy++)
-      for (int32_t jz = 0; jz < ks[2]; jz++, k++) {
+  /* Nested in the map's offset order (vc_kidx_of), so k just counts up
+   * (no division per offset on this per-output path). */
+  const int x_fastest = m->desc.offset_order == VOXCONV_OFFSET_ORDER_X_FASTEST;
+  const int outer = x_fastest ? 2 : 0, inner = x_fastest ? 0 : 2;
+  int32_t j[3], k = 0;
+  for (j[outer] = 0; j[outer] < ks[outer]; j[outer]++)
+    for (j[1] = 0; j[1] < ks[1]; j[1]++)
+      for (j[inner] = 0; j[inner] < ks[inner]; j[inner]++, k++) {
         if (k >= k_end)
           return;
-        const uint64_t px = part[0][jx], py = part[1][jy], pz = part[2][jz];
+        const uint64_t px = part[0][j[0]], py = part[1][j[1]], pz = part[2][j[2]];
         if (px == VC_KEY_EMPTY || py == VC_KEY_EMPTY || pz == VC_KEY_EMPTY) {
           keys[k] = VC_KEY_EMPTY;
           continue;

@@ -129,6 +129,37 @@ static inline int32_t vc_kmap_pad(const voxconv_kmap_desc_t *d, int a) {
                    : (d->kernel_size[a] - 1) / 2 * d->dilation[a];
 }
 
+/* Kernel offset index k <-> taps j[3] (j[a] = 0..ks[a]-1) in a map's
+ * offset order (voxconv.h, "Kernel offsets"): x slowest, (jx*ky + jy)*kz +
+ * jz, or x fastest (MinkowskiEngine), (jz*ky + jy)*kx + jx. Every builder,
+ * CPU and CUDA, numbers offsets through these two, so the order is decided
+ * here alone. Host and device (the CUDA query kernels call them). */
+#ifdef __CUDACC__
+#define VC_KIDX_FN static inline __host__ __device__
+#else
+#define VC_KIDX_FN static inline
+#endif
+VC_KIDX_FN void vc_kidx_taps(int32_t order, const int32_t ks[3], int32_t k,
+                             int32_t j[3]) {
+  if (order == VOXCONV_OFFSET_ORDER_X_FASTEST) {
+    j[0] = k % ks[0];
+    j[1] = (k / ks[0]) % ks[1];
+    j[2] = k / (ks[0] * ks[1]);
+  } else {
+    j[2] = k % ks[2];
+    j[1] = (k / ks[2]) % ks[1];
+    j[0] = k / (ks[1] * ks[2]);
+  }
+}
+
+VC_KIDX_FN int32_t vc_kidx_of(int32_t order, const int32_t ks[3],
+                              const int32_t j[3]) {
+  return order == VOXCONV_OFFSET_ORDER_X_FASTEST
+             ? (j[2] * ks[1] + j[1]) * ks[0] + j[0]
+             : (j[0] * ks[1] + j[1]) * ks[2] + j[2];
+}
+#undef VC_KIDX_FN
+
 /* Odd kernel on every axis with centred offsets (off[K-1-k] = -off[k],
  * off[(K-1)/2] = 0): what the submanifold mirror shortcuts need. */
 static inline int vc_kmap_offsets_symmetric(const voxconv_kmap_desc_t *d) {

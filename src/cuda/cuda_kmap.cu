@@ -440,14 +440,17 @@ static int vc_strided_direct(const voxconv_kmap_t *m) {
   for (int a = 0; a < 3; a++)
     if (d.kernel_size[a] != d.stride[a] || d.dilation[a] != 1)
       return 0;
-  int k = 0;
-  for (int jx = 0; jx < d.kernel_size[0]; jx++)
-    for (int jy = 0; jy < d.kernel_size[1]; jy++)
-      for (int jz = 0; jz < d.kernel_size[2]; jz++, k++)
-        if (m->offsets[k][0] != jx || m->offsets[k][1] != jy ||
-            m->offsets[k][2] != jz)
-          return 0;
-  return k == m->kvol;
+  /* offsets j*1 - 0: the taps themselves, in the map's order (the kernel
+   * numbers them with vc_kidx_of) */
+  const int32_t K = d.kernel_size[0] * d.kernel_size[1] * d.kernel_size[2];
+  for (int32_t k = 0; k < K; k++) {
+    int32_t j[3];
+    vc_kidx_taps(d.offset_order, d.kernel_size, k, j);
+    if (m->offsets[k][0] != j[0] || m->offsets[k][1] != j[1] ||
+        m->offsets[k][2] != j[2])
+      return 0;
+  }
+  return K == m->kvol;
 }
 
 static voxconv_status_t vc_alloc_pair_lists(voxconv_handle_t *h,
@@ -895,7 +898,7 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
                                      stream));
       vc_strided_direct_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
           in_keys, n_in, out_hash, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]),
-          make_int3(b.g.ks[0], b.g.ks[1], b.g.ks[2]), K, m->nbr_in, nbr_out,
+          make_int3(b.g.ks[0], b.g.ks[1], b.g.ks[2]), K, b.g.order, m->nbr_in, nbr_out,
           m->row_mask_in);
       VC_CUDA_LAUNCH_CHECK(h, "vc_strided_direct_kernel");
       vc_nbr_counts_kernel<<<vc_grid_rows(h, nb * 32), kBlock, 0, stream>>>(
@@ -1012,6 +1015,7 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
     b.g.out_shape[a] = m->desc.out_shape[a];
   }
   b.g.K = m->kvol;
+  b.g.order = m->desc.offset_order;
   const int64_t n_out_keys =
       m->desc.mode == VOXCONV_KMAP_TRANSPOSED ? out->n : in->n;
   const uint64_t full_in =

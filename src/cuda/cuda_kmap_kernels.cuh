@@ -72,9 +72,10 @@ vc_dev_warp_add_u64(unsigned long long *dst, unsigned long long v) {
 }
 
 /* Kernel geometry shared by the query kernels. Offsets are recomputed on
- * the device from the same formula as vc_kmap_fill_offsets (kidx = (jx*ky
- * + jy)*kz + jz, off = j*d - pad, pad = vc_kmap_pad), which keeps the
- * launch parameters small; the tests compare every map against the CPU's. */
+ * the device from the same formula as vc_kmap_fill_offsets (kidx through
+ * vc_kidx_taps in the map's offset order, off = j*d - pad, pad =
+ * vc_kmap_pad), which keeps the launch parameters small; the tests compare
+ * every map against the CPU's. */
 struct VcGeom {
   int32_t ks[3];
   int32_t dil[3];
@@ -82,17 +83,16 @@ struct VcGeom {
   int32_t pad[3];
   int32_t out_shape[3]; /* EXPANDING / GENERATIVE bounds, 0 = none */
   int32_t K;
+  int32_t order; /* desc offset_order */
 };
 
 static __device__ __forceinline__ void vc_dev_load_offsets(const VcGeom &g,
                                                            int32_t *off3) {
   for (int k = threadIdx.x; k < g.K; k += blockDim.x) {
-    const int jz = k % g.ks[2];
-    const int jy = (k / g.ks[2]) % g.ks[1];
-    const int jx = k / (g.ks[1] * g.ks[2]);
-    off3[3 * k + 0] = jx * g.dil[0] - g.pad[0];
-    off3[3 * k + 1] = jy * g.dil[1] - g.pad[1];
-    off3[3 * k + 2] = jz * g.dil[2] - g.pad[2];
+    int32_t j[3];
+    vc_kidx_taps(g.order, g.ks, k, j);
+    for (int a = 0; a < 3; a++)
+      off3[3 * k + a] = j[a] * g.dil[a] - g.pad[a];
   }
 }
 
@@ -369,7 +369,7 @@ vc_expand_keys_kernel(const unsigned long long *__restrict__ in_keys,
           v[a] = w;
           jj[a] = j;
         }
-        const int k = (jj[0] * g.ks[1] + jj[1]) * g.ks[2] + jj[2];
+        const int k = vc_kidx_of(g.order, g.ks, jj);
         if (exists && bad)
           atomicMin(gen_bad, (unsigned long long)(i * g.K + k));
         else if (exists) {
@@ -623,7 +623,7 @@ __global__ void __launch_bounds__(VC_Q_WARPS_MAX * 32)
  * none. */
 __global__ void vc_strided_direct_kernel(const unsigned long long *__restrict__ in_keys,
                                          int64_t n_in, VcGpuHash out_hash,
-                                         int3 s, int3 ks, int K,
+                                         int3 s, int3 ks, int K, int order,
                                          int32_t *__restrict__ nbr_in,
                                          int32_t *__restrict__ nbr_out,
                                          uint32_t *__restrict__ mask_in) {
@@ -637,7 +637,9 @@ __global__ void vc_strided_direct_kernel(const unsigned long long *__restrict__ 
       const int32_t ox = vc_dev_floor_div(c.x, s.x),
                     oy = vc_dev_floor_div(c.y, s.y),
                     oz = vc_dev_floor_div(c.z, s.z);
-      k = ((c.x - ox * s.x) * ks.y + (c.y - oy * s.y)) * ks.z + (c.z - oz * s.z);
+      const int32_t j[3] = {c.x - ox * s.x, c.y - oy * s.y, c.z - oz * s.z};
+      const int32_t ka[3] = {ks.x, ks.y, ks.z};
+      k = vc_kidx_of(order, ka, j);
       o = vc_dev_hash_find(out_hash, vc_dev_pack_key(c.b, ox, oy, oz));
     }
     int32_t *row = nbr_in + i * K;

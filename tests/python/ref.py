@@ -141,12 +141,13 @@ def assert_at_fp_bound(got, want, abs_sum, n_terms, dtype):
     assert worst <= 0, f"error exceeds the {dtype} bound by {worst} (max err {err.max()})"
 
 
-def assert_same_sums(got, want, abs_sum, n_terms):
-    """Two float32 evaluations of the same sums whose algorithm and order
-    may differ (CUDA: the autotuner's choice): |got - want| <= 2
-    gamma_n(f32) S elementwise, S = sum |a||b| over each element's n terms
-    (computed by the caller with the same op on absolute values)."""
-    u = torch.finfo(torch.float32).eps / 2
+def assert_same_sums(got, want, abs_sum, n_terms, dtype=torch.float32):
+    """Two float32 (or ``dtype``) evaluations of the same sums whose
+    algorithm and order may differ (CUDA: the autotuner's choice): |got -
+    want| <= 2 gamma_n(dtype) S elementwise, S = sum |a||b| over each
+    element's n terms (computed by the caller with the same op on absolute
+    values)."""
+    u = torch.finfo(dtype).eps / 2
     gamma = n_terms * u / (1 - n_terms * u)
     assert got.shape == want.shape == abs_sum.shape
     assert torch.isfinite(got).all() and torch.isfinite(want).all()

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as TF
 
 import voxconv.compat.minkowski as ME
+from voxconv import _lib as vc_lib
 from voxconv import errors as vc_errors
 
 from conftest import DEVICES
@@ -476,41 +477,55 @@ def test_pooling_generative_pruning_global():
     assert torch.allclose(inorm.mean(0), torch.zeros(2, dtype=torch.float64), atol=1e-9)
 
 
-def test_library_kernel_cache_follows_the_kernel():
-    """Without autograd the kernel in voxconv's offset order is cached (no
-    reorder per call); in-place updates, a replaced kernel and a dtype
-    change make a new one, a recording call drops it, and one made under
-    inference_mode is not what a frozen layer saves for backward (issue 21:
-    compat per-call overhead)."""
+def test_conv_reads_the_kernel_as_stored():
+    """A convolution's map numbers its offsets as ME does (kmap desc
+    offset_order = X_FASTEST), so the library reads ``kernel`` as stored:
+    no reordered copy exists to go stale, in-place updates, a replaced
+    kernel and a dtype change take effect at once, and every output equals
+    the default-order map's with the kernel reordered (to_voxconv_kernel)
+    within the bound of two summation orders. Kernels whose two orders
+    coincide (two axes of size 1) keep the default order, shared with
+    native layers (issue 21: compat per-call overhead)."""
+    from voxconv import _ops
+    from voxconv.compat import minkowski as mink
+    import ref
     torch.manual_seed(5)
     c = torch.unique(torch.randint(0, 6, (60, 3)), dim=0)
     c = torch.cat([torch.zeros(len(c), 1, dtype=torch.long), c], 1)
     f = torch.randn(len(c), 2, dtype=torch.float64)
     x = ME.SparseTensor(f, c)
     conv = ME.MinkowskiConvolution(2, 3, kernel_size=3, dimension=3).double()
-    y_rec = conv(x).F.detach()
+    km, _ = mink._conv_map(x, conv.kernel_generator, False, False, False, None,
+                           order=mink._offset_order((3, 3, 3)))
+    assert km.offset_order == 1
+    native = x.native
+    km0, _ = native.manager.kernel_map(native.coordinate_set, vc_lib.KMAP_SUBMANIFOLD,
+                                       (3, 3, 3), (1, 1, 1), (1, 1, 1))
+    assert km0.offset_order == 0 and km0 is not km
+    cfg = (None, None, None, 0, 0)
+
+    def check(y, feats):
+        w = ME.to_voxconv_kernel(conv.kernel.detach(), 3)
+        want = _ops.conv(feats, w, km0, *cfg)
+        s = _ops.conv(feats.abs(), w.abs(), km0, *cfg)
+        ref.assert_same_sums(y, want, s, 27 * 2, dtype=feats.dtype)
+
     with torch.no_grad():
-        y0 = conv(x).F
-        w0 = conv._library_kernel((3, 3, 3))
-        assert conv._library_kernel((3, 3, 3)) is w0
-        torch.testing.assert_close(w0, ME.to_voxconv_kernel(conv.kernel, 3), rtol=0, atol=0)
-        torch.testing.assert_close(y0, y_rec, rtol=0, atol=0)
+        check(conv(x).F, f)
         conv.kernel.mul_(2)
-        torch.testing.assert_close(conv(x).F, 2 * y0, rtol=0, atol=0)
+        check(conv(x).F, f)
         conv.kernel.data = conv.kernel.data * 0.5
-        torch.testing.assert_close(conv(x).F, y0, rtol=0, atol=0)
-    conv(x)
-    assert conv._kcache is None
+        check(conv(x).F, f)
     conv.float()
     xf = ME.SparseTensor(f.float(), c)
-    with torch.inference_mode():  # the first reordered copy of the float kernel
-        conv(xf)
-    with torch.no_grad():
-        torch.testing.assert_close(conv(xf).F, y0.float(), rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        check(conv(xf).F, f.float())
     conv.kernel.requires_grad_(False)
     ff = f.float().requires_grad_(True)
     conv(ME.SparseTensor(ff, c)).F.sum().backward()
     assert ff.grad is not None and ff.grad.shape == ff.shape
+    assert mink._offset_order((3, 1, 1)) == 0 and mink._offset_order((1, 1, 1)) == 0
+    assert mink._offset_order((2, 2, 2)) == 1
 
 
 def test_sparse_tensor_checks_coordinates_once():
@@ -560,50 +575,54 @@ def test_expand_coordinates_odd():
         ME.MinkowskiConvolution(1, 1, kernel_size=2, expand_coordinates=True, dimension=3)(x)
 
 
-def test_training_kernel_layout_matches_explicit_reorder(device):
-    """In training the layer hands the library its kernel in ME's offset
-    order with a ReorderedLayout (the reorder inside the convolution's
-    autograd node). First and second derivatives equal those through an
-    explicit index_select autograd op on the same map, bit for bit."""
+def test_training_through_the_me_order_map_matches_explicit_reorder(device):
+    """In training the layer reads its kernel in ME's offset order through
+    an x-fastest map (no reorder inside or outside autograd). Outputs,
+    first and second derivatives (input and kernel) equal those of the
+    default-order map with the kernel reordered by an explicit index_select
+    autograd op, within the bound of two summation orders (the same
+    products; the library sums them per offset index, and the indices
+    differ)."""
     from voxconv import _ops
     from voxconv.compat import minkowski as mink
+    import ref
     dtype = torch.float64 if device.type == "cpu" else torch.float32
     conv = ME.MinkowskiConvolution(4, 6, kernel_size=3, dimension=3).to(device, dtype)
     c = torch.unique(torch.cat([torch.randint(0, 2, (300, 1)),
                                 torch.randint(0, 10, (300, 3))], 1), dim=0).int()
     x = ME.SparseTensor(torch.randn(len(c), 4, dtype=dtype), c, device=str(device))
     kg = conv.kernel_generator
-    km, _ = mink._conv_map(x, kg, False, False, False, None)
-    lay = conv._layout(kg.kernel_size)
-    assert lay is not None  # ME's order differs from voxconv's for k = 3
+    km, _ = mink._conv_map(x, kg, False, False, False, None, order=1)
+    km0, _ = mink._conv_map(x, kg, False, False, False, None)
+    perm = mink._perm_on((3, 3, 3), conv.kernel.device)
     cfg = (None, None, None, 0, 1)
     g = torch.randn(km.n_out, 6, dtype=dtype, device=device)
 
-    def grads(w_of, layout):
+    def grads(kmap, w_of):
         f = x.F.detach().clone().requires_grad_()
-        y = _ops.conv(f, w_of(), km, *cfg, layout=layout)
+        y = _ops.conv(f, w_of(), kmap, *cfg)
         (gx,) = torch.autograd.grad(y, f, g, create_graph=True)
         gw1 = torch.autograd.grad(y, conv.kernel, g, retain_graph=True)[0]
         gw2 = torch.autograd.grad(gx.square().sum(), conv.kernel)[0]
         return y.detach(), gx.detach(), gw1, gw2
 
-    km.wait()  # complete, then every pass tuned (see the spconv twin of this test)
-    grads(lambda: conv.kernel.index_select(0, lay.order), None)
-    grads(lambda: conv.kernel.index_select(0, lay.order), None)
-    got = grads(lambda: conv.kernel, lay)
-    want = grads(lambda: conv.kernel.index_select(0, lay.order), None)
-    if device.type == "cpu":
-        for a, b in zip(got, want):
-            assert a.shape == b.shape and torch.equal(a, b)
-    else:  # the same sums; the autotuner may order them differently per call
-        import ref
-        w = lay.to_lib(conv.kernel.detach()).abs()
-        fa, ga = x.F.detach().abs(), g.abs()
-        ref.assert_same_sums(got[0], want[0], _ops._conv_fwd(fa, w, km, cfg, False), 27 * 6)
-        ref.assert_same_sums(got[1], want[1], _ops._conv_dgrad(ga, w, km, cfg), 27 * 6)
-        for gw, gx in ((2, None), (3, got[1])):
-            s = _ops._conv_wgrad(fa if gx is None else (2 * gx).abs(), ga, km, cfg)
-            ref.assert_same_sums(lay.to_lib(got[gw]), lay.to_lib(want[gw]), s, km.n_out)
+    km.wait()
+    km0.wait()
+    for _ in range(2):  # every pass tuned first (see the spconv twin of this test)
+        grads(km, lambda: conv.kernel)
+        grads(km0, lambda: conv.kernel.index_select(0, perm))
+    got = grads(km, lambda: conv.kernel)
+    want = grads(km0, lambda: conv.kernel.index_select(0, perm))
+    w = conv.kernel.detach().index_select(0, perm).abs()
+    fa, ga = x.F.detach().abs(), g.abs()
+    ref.assert_same_sums(got[0], want[0], _ops._conv_fwd(fa, w, km0, cfg, False), 27 * 4,
+                         dtype=dtype)
+    ref.assert_same_sums(got[1], want[1], _ops._conv_dgrad(ga, w, km0, cfg), 27 * 6,
+                         dtype=dtype)
+    for gw, gx in ((2, None), (3, got[1])):
+        s = _ops._conv_wgrad(fa if gx is None else (2 * gx).abs(), ga, km0, cfg)
+        ref.assert_same_sums(got[gw].index_select(0, perm), want[gw].index_select(0, perm),
+                             s, km.n_out, dtype=dtype)
     assert got[3].abs().sum() > 0
     y = conv(ME.SparseTensor(x.F.detach().clone().requires_grad_(), c,
                              device=str(device))).F

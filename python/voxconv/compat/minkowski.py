@@ -16,10 +16,12 @@ MinkowskiEngine", has the table):
   (centred, as voxconv); even k: ``j*d`` for j = 0..k-1 (ME anchors even
   kernels at 0; voxconv centres k >= 4, so those run with the kmap desc's
   explicit padding P = 0). Flat index: the FIRST axis varies fastest
-  (``jx + kx*(jy + ky*jz)``), the reverse of voxconv's (x slowest). The
-  ``kernel`` parameter is stored in ME's order, ``[K, Cin, Cout]``, so ME
-  state_dicts load unchanged; the forward reorders it (one index_select
-  while autograd records; without it, once per kernel version, cached).
+  (``jx + kx*(jy + ky*jz)``), the reverse of voxconv's default (x
+  slowest). The ``kernel`` parameter is stored in ME's order, ``[K, Cin,
+  Cout]``, so ME state_dicts load unchanged, and the library reads it as
+  stored: a convolution's map is built with the kmap desc's offset_order
+  = X_FASTEST (the same pairs, numbered as ME numbers them), so no
+  reordered copy of the kernel or of its gradient is ever made.
   1x1 convolutions with stride 1 store ``[Cin, Cout]`` (ME's ``use_mm``)
   and bias is ``[1, Cout]``, default off.
 * Output sets. stride s > 1: ``unique(floor(c / s))`` (voxconv STRIDED),
@@ -37,10 +39,12 @@ MinkowskiEngine", has the table):
   caller-given output set in the downsampling direction.
 
 Maps. Every map comes from the input's voxconv coordinate manager
-(``CoordinateManager.kernel_map``), so compat and native layers on one
-input share maps. Where ME's offsets differ from voxconv's default (even
-k >= 4, pooling with odd kernel == stride) the map is asked for with
-``padding=`` (the kmap desc's padded = 1 and P per axis).
+(``CoordinateManager.kernel_map``), so compat layers on one input share
+maps (and share them with native layers where the offset orders
+coincide: pooling, and kernels with two axes of size 1). Where ME's
+offsets differ from voxconv's default (even k >= 4, pooling with odd
+kernel == stride) the map is asked for with ``padding=`` (the kmap desc's
+padded = 1 and P per axis).
 """
 
 import ctypes
@@ -143,27 +147,6 @@ def _perm_on(ks, device):
         return p
 
 
-_reorder_on_device = {}  # (kernel_size, device) -> _ops.ReorderedLayout, None
-
-
-def _reorder_on(ks, device):
-    """ME's offset order against voxconv's for kernel size ``ks`` as a
-    ``_ops.ReorderedLayout`` on ``device`` (the permutation and its
-    inverse), made once; None when the orders agree."""
-    key = (ks, device)
-    try:
-        return _reorder_on_device[key]
-    except KeyError:
-        perm = _perm_on(ks, device)
-        lay = None
-        if perm is not None:
-            inv = torch.empty_like(perm)
-            inv[perm] = torch.arange(len(perm), device=perm.device, dtype=perm.dtype)
-            lay = _ops.ReorderedLayout(perm, inv)
-        _reorder_on_device[key] = lay
-        return lay
-
-
 def to_voxconv_kernel(kernel, kernel_size):
     """An ME kernel ``[K, Cin, Cout]`` (ME offset order) as voxconv's weight
     (same shape, voxconv's order; see the module doc)."""
@@ -173,8 +156,20 @@ def to_voxconv_kernel(kernel, kernel_size):
 
 def from_voxconv_kernel(weight, kernel_size):
     """The inverse of :func:`to_voxconv_kernel`."""
-    lay = _reorder_on(_triple(kernel_size, "kernel_size"), weight.device)
-    return weight if lay is None else lay.to_stored(weight)
+    perm = _perm_on(_triple(kernel_size, "kernel_size"), weight.device)
+    if perm is None:
+        return weight
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(len(perm), device=perm.device, dtype=perm.dtype)
+    return weight.index_select(0, inv)
+
+
+def _offset_order(ks):
+    """The kmap desc offset_order whose numbering is ME's for kernel size
+    ``ks``: x fastest, or the default when the two orders coincide (two
+    axes of size 1), so that such maps stay shared with native layers."""
+    return _lib.OFFSET_ORDER_X_SLOWEST if _me_to_voxconv_perm(ks)[1] \
+        else _lib.OFFSET_ORDER_X_FASTEST
 
 
 def _me_padding(ks, dl, group):
@@ -914,8 +909,10 @@ def _check_dimension(dimension):
             f"voxconv is 3-D only: dimension={dimension} (ME's D argument must be 3)")
 
 
-def _conv_map(x, kg, transposed, generative, expand, out_target, group=False):
-    """(kmap, out coordinate set) of an ME layer on x (compat SparseTensor)."""
+def _conv_map(x, kg, transposed, generative, expand, out_target, group=False, order=0):
+    """(kmap, out coordinate set) of an ME layer on x (compat SparseTensor).
+    ``order``: the map's offset_order (convolutions ask for ME's, see
+    _offset_order; pooling has no weights and keeps the default)."""
     native = x.native
     in_set = native._set
     mgr = in_set.manager
@@ -954,8 +951,8 @@ def _conv_map(x, kg, transposed, generative, expand, out_target, group=False):
         else:
             mode = _lib.KMAP_SUBMANIFOLD if st == (1, 1, 1) else _lib.KMAP_STRIDED
     if default:
-        return mgr.kernel_map(in_set, mode, ks, st, dl, out_set)
-    return mgr.kernel_map(in_set, mode, ks, st, dl, out_set, padding=P)
+        return mgr.kernel_map(in_set, mode, ks, st, dl, out_set, order=order)
+    return mgr.kernel_map(in_set, mode, ks, st, dl, out_set, padding=P, order=order)
 
 
 def _target_set(x, coordinates):
@@ -994,56 +991,7 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
                  (kernel_generator.kernel_volume, self.in_channels, self.out_channels))
         self.kernel = nn.Parameter(torch.empty(shape))
         self.bias = nn.Parameter(torch.empty(1, self.out_channels)) if bias else None
-        self._kcache = None  # see _library_kernel
         self.reset_parameters(self.is_transpose)
-
-    def _layout(self, ks):
-        """While autograd records, the kernel's reordering as a WeightLayout
-        (applied inside the convolution's autograd node: no index_select
-        node of its own); None otherwise (then _library_kernel's cache) and
-        when ME's order is voxconv's."""
-        kernel = self.kernel
-        if self.use_mm or not (torch.is_grad_enabled() and kernel.requires_grad):
-            return None
-        if type(ks) is not tuple:
-            ks = _triple(ks, "kernel_size")
-        lay = _reorder_on(ks, kernel.device)
-        if lay is not None and self.__dict__.get("_kcache") is not None:
-            self._kcache = None
-        return lay
-
-    def _library_kernel(self, ks):
-        """The kernel in voxconv's offset order, ``[K, Cin, Cout]`` (see the
-        module doc). While autograd records: one index_select per call
-        (gradients reach ``kernel`` in ME's order). Otherwise (eval,
-        no_grad, a frozen kernel) the reordered copy is kept in
-        ``_kcache`` (dropped by the next recording call), keyed by the
-        kernel's storage, version counter, dtype and device: an in-place
-        update, ``kernel.data = t`` and ``.to()`` all make a new one. The
-        entry holds an alias of the storage it was made from, so that no
-        other tensor can reappear at that address with an equal version."""
-        param = kernel = self.kernel
-        if type(ks) is not tuple:  # a KernelGenerator changed by hand
-            ks = _triple(ks, "kernel_size")
-        if self.use_mm:
-            kernel = kernel.unsqueeze(0)
-        perm = _perm_on(ks, kernel.device)
-        if perm is None:
-            return kernel
-        d = self.__dict__
-        if torch.is_grad_enabled() and kernel.requires_grad:
-            if d.get("_kcache") is not None:
-                d["_kcache"] = None
-            return kernel.index_select(0, perm)
-        key = (kernel.data_ptr(), kernel._version, kernel.dtype, kernel.get_device(), ks,
-               _inference_mode())
-        c = d.get("_kcache")
-        if c is not None and c[0] is param and c[1] == key:
-            return c[2]
-        with torch.no_grad():
-            w = kernel.index_select(0, perm)
-        d["_kcache"] = (param, key, w, kernel.detach())
-        return w
 
     def reset_parameters(self, is_transpose=False):
         n = ((self.out_channels if is_transpose else self.in_channels)
@@ -1065,16 +1013,20 @@ class MinkowskiConvolutionBase(MinkowskiModuleBase):
             feats, w, _ = _F._autocast(x.feats, self.kernel, None)
             out = _NativeSparseTensor._wrap(feats.mm(w), x._set)
         else:
+            ks = kg.kernel_size
+            if type(ks) is not tuple:  # a KernelGenerator changed by hand
+                ks = _triple(ks, "kernel_size")
+            # The map numbers its offsets as ME does: the kernel is read as
+            # stored, no reordered copy (and no gradient reorder) ever.
             km, out_set = _conv_map(input, kg, self.is_transpose, self.generative,
-                                    kg.expand_coordinates, _target_set(input, coordinates))
-            layout = self._layout(kg.kernel_size)
-            w = self.kernel if layout is not None else self._library_kernel(kg.kernel_size)
+                                    kg.expand_coordinates, _target_set(input, coordinates),
+                                    order=_offset_order(ks))
+            w = self.kernel.unsqueeze(0) if self.use_mm else self.kernel
             feats, w, _ = _F._autocast(x.feats, w, None)
             if w.dtype != feats.dtype:
                 raise errors.DtypeMismatchError(
                     f"kernel has dtype {w.dtype} but the features have {feats.dtype}")
-            out = _NativeSparseTensor._wrap(_ops.conv(feats, w, km, *_CFG, layout=layout),
-                                            out_set)
+            out = _NativeSparseTensor._wrap(_ops.conv(feats, w, km, *_CFG), out_set)
         if self.bias is not None:
             out.feats = out.feats + self.bias
         return SparseTensor._wrap(out, input._manager)
