@@ -767,3 +767,13 @@ def _same_sums_on_cuda(got, want, to_lib, f, g, w_stored, lay, km, cfg):
     s2 = voxconv_ops._conv_wgrad((2 * got[1]).abs(), ga, km, cfg)
     ref.assert_same_sums(to_lib(got[3]), to_lib(want[3]), s2, km.n_out)
 
+
+
+@pytest.mark.parametrize("ks", [2, (3, 2, 3), (4, 4, 4)])
+def test_even_submanifold_kernel_is_refused_as_spconv_does(ks):
+    """spconv 2.x's submanifold index generation accepts odd kernels only
+    ("subm only support odd ksize"); the compat layer refuses the same
+    kernels at construction, naming the kernel and what to use instead."""
+    with pytest.raises(NotImplementedError, match=r"odd submanifold kernels only"):
+        compat_spconv.SubMConv3d(4, 4, ks)
+    compat_spconv.SubMConv3d(4, 4, (3, 1, 5))  # odd on every axis: fine

@@ -666,9 +666,13 @@ class SubMConv3d(SparseConvolution):
                          fp32_accum=fp32_accum, large_kernel_fast_algo=large_kernel_fast_algo,
                          name=name, **kwargs)
         if any(k % 2 == 0 for k in self.kernel_size):
+            # spconv 2.x's own index generation refuses it ("subm only
+            # support odd ksize", CPU and CUDA): nothing to be compatible with
             raise NotImplementedError(
-                "voxconv.compat.spconv: SubMConv3d with an even kernel size is not supported "
-                "(its offsets are not verified against spconv's)")
+                f"voxconv.compat.spconv: SubMConv3d with an even kernel size "
+                f"{list(self.kernel_size)}: spconv 2.x supports odd submanifold kernels only "
+                f"(its index generation raises 'subm only support odd ksize'); use "
+                f"SparseConv3d or an odd kernel")
 
 
 class SparseConv3d(SparseConvolution):
