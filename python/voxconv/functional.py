@@ -244,7 +244,15 @@ _autocast_state = (_autocast_state_new if _has_device_autocast_api()
 _CASTABLE = (torch.float32, torch.float16, torch.bfloat16)
 
 
+# torch >= 2: one C call that is False unless autocast is on for some
+# device, the common case, checked before the per-device state (a Python
+# call and a C call; this runs on every convolution)
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
+
+
 def _autocast(feats, weight, bias):
+    if _any_autocast is not None and not _any_autocast():
+        return feats, weight, bias
     on, dt = _autocast_state("cuda" if feats.is_cuda else "cpu")
     if not on:
         return feats, weight, bias
