@@ -31,9 +31,9 @@ themselves, ME.SparseTensor before the call, with its duplicate check), and
 so is the native side's voxconv.SparseTensor.
 
 Before timing, the outputs of the two are compared (eval mode, no_grad;
-coordinates equal, features to the dtype's tolerance) and so is the
-gradient of the input features for one output gradient; a mismatch is
-fatal.
+coordinates equal, features to 1e-9) and so is the gradient of the input
+features for one output gradient, in float64 on the CPU (the same weights,
+the scans cropped to CHECK_CROP_M; why f64: see TOL); a mismatch is fatal.
 
 Timed per port and variant, the two variants alternating in each round:
 * forward: eval mode, torch.no_grad();
@@ -87,18 +87,23 @@ import ports_spconv as ps  # noqa: E402
 
 PORTS = ["VoxelBackBone8x", "VoxelResBackBone8x", "UNetV2", "SpUNet", "MinkUNet"]
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "f64": torch.float64}
+# The equality check before timing (check_equal) runs in float64 on the
+# CPU, the library's reference path, whatever the timed device and dtype:
+# in f32 no bound follows from the format for a whole network's input
+# gradient. MinkUNet14's f32 input gradient differs from its f64 result by
+# 6.6e-3 (largest difference over largest element; 754 of 50,518 rows over
+# 1e-4; CPU, eighteenth session): rows whose 27 x C terms per level cancel
+# keep their rounding through 14 levels, an amplification of about 5.5e4
+# f32 ulps. Two f32 evaluations that sum in different orders differ by up
+# to twice that, and more once the compat layers' maps number offsets as
+# MinkowskiEngine does (a different summation order on every layer): 2.15e-2
+# on one row of 53,365 (H100, nineteenth session). In f64 the same
+# amplification gives about 5.5e4 x 2^-53 = 6e-12; the bounds below leave
+# 100x over that, and a wiring mistake (a weight or a map that differs) is
+# off by O(1).
 TOL = {torch.float64: 1e-9, torch.float32: 1e-4, torch.float16: 2e-2}
-# Input gradients (largest difference over the largest element): looser.
-# MinkUNet14's f32 input gradient on the CPU differs from its f64 result by
-# 6.6e-3 (6.9e-4 in norm; 754 of 50,518 rows over 1e-4; eighteenth
-# session): a backward of 14 levels sums 27 x C terms per element per
-# level, and rows where those terms cancel keep their rounding. Two f32
-# evaluations that sum in different orders (the CUDA autotuner picks per
-# call) differ within about twice that, and did: 1.1e-4 and 2.3e-3 against
-# the old bound of 1e-4, on rows that cancel. A wiring mistake (a weight or
-# a map that differs) is off by O(1), which these bounds still catch; f16
-# gradients are checked only that coarsely.
 GRAD_TOL = {torch.float64: 1e-9, torch.float32: 2e-2, torch.float16: 0.5}
+CHECK_CROP_M = 16.0  # the f64 CPU check's crop (a few thousand voxels: seconds)
 HOST_TARGET = 1.05
 
 
@@ -672,6 +677,18 @@ def run(port, variant, feats):
     return model_of(port, variant)(port.make_inputs(variant, feats))
 
 
+def check_equal_f64(name, args):
+    """check_equal on a float64 CPU copy of port `name` (the same weights:
+    the same seed; a CHECK_CROP_M crop of the same scans, or the timed
+    crop when that is smaller). Why f64 on the CPU: see TOL."""
+    a = argparse.Namespace(**vars(args))
+    a.device, a.dtype = torch.device("cpu"), torch.float64
+    a.crop = min(args.crop, CHECK_CROP_M) if args.crop else CHECK_CROP_M
+    port = make_port(name, a)
+    return check_equal(port, TOL[torch.float64], GRAD_TOL[torch.float64]) + (
+        port.n_voxels,)
+
+
 def check_equal(port, tol, grad_tol):
     """Outputs (coordinates and features) and input-feature gradients of the
     two variants, eval mode (tolerances: TOL, GRAD_TOL). Returns the
@@ -858,14 +875,15 @@ def main(argv=None):
     progress(f"device {rec['device_name']}; torch {torch.__version__}; dtype "
              f"{rec['dtype']}; {args.repeat} timed rounds after {args.warmup} warm-up"
              + (f"; crop {args.crop:g} m" if args.crop else ""))
-    tol, grad_tol = TOL[args.dtype], GRAD_TOL[args.dtype]
     for name in args.ports:
+        err, gerr, n_check = check_equal_f64(name, args)
         port = make_port(name, args)
-        err, gerr = check_equal(port, tol, grad_tol)
-        progress(f"{name}: {port.n_voxels:,} input voxels; native == compat (outputs max rel "
-                 f"{err:.2e}, input gradient {gerr:.2e}); timing")
+        progress(f"{name}: {port.n_voxels:,} input voxels; native == compat in f64 on the "
+                 f"CPU ({n_check:,} voxels: outputs max rel {err:.2e}, input gradient "
+                 f"{gerr:.2e}); timing")
         res = bench_port(port, args, clock)
         rec["ports"][name] = {"input": port.info["input"], "voxels": port.n_voxels,
+                              "check": f"float64 on the CPU, {n_check} voxels",
                               "max_rel_output": err, "max_rel_input_grad": gerr, **res}
         del port
         if cuda:
