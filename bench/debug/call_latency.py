@@ -71,6 +71,24 @@ def cold(fn, calls):
     return statistics.median(ts), statistics.median(gpu)
 
 
+def workload_c_layers(data_dir, channels):
+    """[(conv, x)] per channel count: workload C's layer on A's level 0 as
+    torch_bench's torch_layer makes it (CUDA, map cached after its short
+    warm-up). Shared by the debug scripts that study one layer."""
+    targs = tb.parse_args(["--data-dir", data_dir, "--repeat", "3", "--warmup", "2",
+                           "--settle-ms", "0"])
+    targs.device = torch.device("cuda")
+    pts = tb.workload_a_points(data_dir)
+    coords, _, _ = voxconv.voxelize(
+        torch.from_numpy(pts).cuda(), 0.1, origin=(-80.0, -80.0, -2.0),
+        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
+    out = []
+    for c in channels:
+        conv, x, _, _ = tb.torch_layer(targs, tb.Timer(targs.device), coords, c)
+        out.append((conv, x))
+    return out
+
+
 def layer_pieces(conv, x):
     """For layer `conv` (a submanifold 3^3 SparseConv3d) on `x`: its cached
     map, options, detached features and weight, and a function that issues
@@ -126,14 +144,7 @@ def main():
     ap.add_argument("--channels", type=int, default=64)
     ap.add_argument("--calls", type=int, default=200)
     args = ap.parse_args()
-    targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2",
-                           "--settle-ms", "0"])
-    targs.device = torch.device("cuda")
-    pts = tb.workload_a_points(args.data_dir)
-    coords, _, _ = voxconv.voxelize(
-        torch.from_numpy(pts).cuda(), 0.1, origin=(-80.0, -80.0, -2.0),
-        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
-    conv, x, _, _ = tb.torch_layer(targs, tb.Timer(targs.device), coords, args.channels)
+    conv, x = workload_c_layers(args.data_dir, [args.channels])[0]
     km, cfg, feats, w, c_call = layer_pieces(conv, x)
     n_out, cout = km.n_out, w.shape[2]
 

@@ -20,9 +20,7 @@ import argparse, os, statistics, sys, time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import torch_bench as tb  # noqa: E402
-import voxconv  # noqa: E402
-from call_latency import layer_pieces, profiled_call  # noqa: E402
+from call_latency import layer_pieces, profiled_call, workload_c_layers  # noqa: E402
 
 
 def timed(fn, n_calls, repeat=10):
@@ -48,14 +46,7 @@ def main():
     ap.add_argument("--backward", action="store_true",
                     help="profile forward+backward instead of the forward")
     args = ap.parse_args()
-    targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2", "--settle-ms", "0"])
-    targs.device = torch.device("cuda")
-    pts = tb.workload_a_points(args.data_dir)
-    coords, _, _ = voxconv.voxelize(
-        torch.from_numpy(pts).cuda(), 0.1, origin=(-80.0, -80.0, -2.0),
-        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
-    for c in args.channels:
-        conv, x, _, _ = tb.torch_layer(targs, tb.Timer(torch.device("cuda")), coords, c)
+    for c, (conv, x) in zip(args.channels, workload_c_layers(args.data_dir, args.channels)):
 
         def no_grad_fwd():
             with torch.no_grad():

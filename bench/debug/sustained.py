@@ -13,8 +13,9 @@ import argparse, os, statistics, subprocess, sys, time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-import torch_bench as tb  # noqa: E402
-import voxconv  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+from call_latency import workload_c_layers  # noqa: E402
+from layer_profile import fwd_bwd  # noqa: E402
 
 
 def smi():
@@ -50,22 +51,8 @@ def main():
     ap.add_argument("--gap-ms", type=float, default=200.0)
     ap.add_argument("--settle-ms", type=float, default=2000.0)
     args = ap.parse_args()
-    targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2",
-                           "--settle-ms", "0"])
-    targs.device = torch.device("cuda")
-    pts = tb.workload_a_points(args.data_dir)
-    coords, _, _ = voxconv.voxelize(
-        torch.from_numpy(pts).cuda(), 0.1, origin=(-80.0, -80.0, -2.0),
-        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
-    conv, x, _, _ = tb.torch_layer(targs, tb.Timer(targs.device), coords, args.channels)
-    g = torch.rand(x.feats.shape[0], args.channels, device="cuda", dtype=x.feats.dtype)
-
-    def fb():
-        x.feats.grad = None
-        conv.weight.grad = None
-        y = conv(x)
-        y.feats.backward(g)
-        return y
+    conv, x = workload_c_layers(args.data_dir, [args.channels])[0]
+    fb = fwd_bwd(conv, x)
 
     series(fb, 3, 0)
     for rnd in range(2):
