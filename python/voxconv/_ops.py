@@ -342,13 +342,13 @@ def _pass(kind, which, a, b, km, cfg, graph):
 
 class WeightLayout:
     """How a module stores a convolution weight that the library reads as
-    ``[K, Cin, Cout]`` (the compat layers: spconv's ``[Cout, k0, k1, k2,
-    Cin]`` view, ME's offset order). ``to_lib(w)`` gives the library's
-    tensor, ``to_stored(t)`` a library-layout tensor (the weight's
-    gradient) in the stored layout. Passed to :func:`conv`, the conversion happens inside the
-    convolution's autograd node instead of as autograd ops of its own (two
-    view nodes per spconv layer, an index_select node per ME layer, each
-    paid again in backward)."""
+    ``[K, Cin, Cout]`` (compat.spconv's ``[Cout, k0, k1, k2, Cin]`` view;
+    compat.minkowski needs none: its maps number offsets in ME's order).
+    ``to_lib(w)`` gives the library's tensor, ``to_stored(t)`` a
+    library-layout tensor (the weight's gradient) in the stored layout.
+    Passed to :func:`conv`, the conversion happens inside the convolution's
+    autograd node instead of as autograd ops of its own (two view nodes per
+    spconv layer, paid again in backward)."""
 
     __slots__ = ()
 
@@ -367,9 +367,10 @@ class PermutedLayout(WeightLayout):
     weight's gradient backward), so both are kept to one cheap call: the
     library view of the parameter is kept while the parameter keeps its
     storage and strides (the view follows in-place updates: it aliases the
-    parameter; made and used only while autograd records nothing),
+    parameter; made and used only while no graph through the parameter is
+    recorded; a converted copy is kept for one version of the parameter),
     and a contiguous gradient becomes the stored layout in one as_strided
-    (the strides a reshape + permute would give). Measured: item 72 of
+    (the strides a reshape + permute would give). Measured: item 73 of
     docs/perf-notes.md."""
 
     __slots__ = ("perm", "inv", "lib_shape", "permuted_shape", "stored_shape",
@@ -387,48 +388,36 @@ class PermutedLayout(WeightLayout):
             st[i] = acc
             acc *= self.permuted_shape[i]
         self.stored_strides = tuple(st[i] for i in self.inv)
-        self._view = None  # (parameter, data_ptr, strides, library view, inference)
+        # (parameter, data_ptr, strides, library tensor, inference mode,
+        #  parameter version for a copy / None for a view)
+        self._view = None
 
     def to_lib(self, w):
-        if torch.is_grad_enabled():  # a graph is being built (double backward): record it
+        if torch.is_grad_enabled() and w.requires_grad:
+            # a graph through w is being built (double backward): record it
             return w.permute(*self.perm).reshape(self.lib_shape)
         c = self._view
         inf = _inference()  # views made under inference_mode stay there
         if (c is not None and c[0] is w and c[1] == w.data_ptr() and c[2] == w.stride()
-                and c[4] == inf):
+                and c[4] == inf and (c[5] is None or c[5] == w._version)):
             return c[3]
         # Of a detached alias: autograd keeps no view record for it, so it
         # can be saved for backward after in-place updates of w (a view of
         # w itself made without grad could not be); the version counter is
         # still w's, so an update between forward and backward is caught.
         v = w.detach().permute(*self.perm).reshape(self.lib_shape)
-        if v.is_contiguous() and v.data_ptr() == w.data_ptr():  # a view: keep it
-            self._view = (w, w.data_ptr(), w.stride(), v, inf)
-        else:  # a copy (w not stored over the library layout): fresh each call
-            self._view = None
+        # A view follows w's in-place updates; a copy (w not stored over
+        # the library layout, e.g. replaced by a contiguous tensor) holds
+        # for w's current version only.
+        v = v if v.is_contiguous() else v.contiguous()
+        view = v.data_ptr() == w.data_ptr()
+        self._view = (w, w.data_ptr(), w.stride(), v, inf, None if view else w._version)
         return v
 
     def to_stored(self, g):
         if g.is_contiguous():
             return g.as_strided(self.stored_shape, self.stored_strides)
         return g.reshape(self.permuted_shape).permute(*self.inv)
-
-
-class ReorderedLayout(WeightLayout):
-    """``to_lib(w) = w.index_select(0, order)`` (ME's kernel offsets);
-    ``inverse`` is the inverse permutation (both long tensors on the
-    weight's device)."""
-
-    __slots__ = ("order", "inverse")
-
-    def __init__(self, order, inverse):
-        self.order, self.inverse = order, inverse
-
-    def to_lib(self, w):
-        return w.index_select(0, self.order)
-
-    def to_stored(self, g):
-        return g.index_select(0, self.inverse)
 
 
 def _fast_apply(fn_cls):

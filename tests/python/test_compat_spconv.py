@@ -569,12 +569,13 @@ def test_weight_layout_is_a_view_of_the_library_layout():
     spconv = compat_spconv
     m = spconv.SparseConv3d(4, 6, 3, 2, padding=1).double()
     assert tuple(m.weight.shape) == (6, 3, 3, 3, 4)
-    lw = m._library_weight()
+    with torch.no_grad():
+        lw = m._layout().to_lib(m.weight)
     assert lw.is_contiguous() and lw.data_ptr() == m.weight.data_ptr()
     x = _rand_input()
     y1 = m(x).features
     m.weight.data = m.weight.data.contiguous()
-    assert not m._library_weight().is_contiguous()  # converted per call from now on
+    assert not m._layout().to_lib(m.weight).is_contiguous()  # converted from now on
     torch.testing.assert_close(m(x).features, y1, rtol=0, atol=0)
     with torch.no_grad():
         torch.testing.assert_close(m(x).features, y1, rtol=0, atol=0)
@@ -585,11 +586,12 @@ def test_weight_layout_is_a_view_of_the_library_layout():
 
 
 def test_library_weight_cache_follows_the_weight():
-    """Without autograd the layer hands the library a cached [K, in, out]
-    view (no view ops per call); in-place updates, a replaced weight and a
-    dtype change are seen, a recording call drops the cache, and a weight
-    cached under inference_mode is not the one a frozen layer saves for
-    backward (issue 21: compat per-call overhead)."""
+    """Without autograd the layer hands the library a kept [K, in, out]
+    view (no view ops per call; _ops.PermutedLayout); in-place updates, a
+    replaced weight and a dtype change are seen, a recording call leaves
+    nothing stale behind, and a weight kept under inference_mode is not the
+    one a frozen layer saves for backward (issue 21: compat per-call
+    overhead)."""
     spconv = compat_spconv
     torch.manual_seed(3)
     m = spconv.SubMConv3d(4, 5, 3, bias=False, indice_key="k").double()
@@ -597,18 +599,19 @@ def test_library_weight_cache_follows_the_weight():
     y_rec = m(x).features.detach()
     with torch.no_grad():
         y0 = m(x).features
-        lw = m._library_weight()
-        assert m._library_weight() is lw and lw.data_ptr() == m.weight.data_ptr()
+        lw = m._layout().to_lib(m.weight)
+        assert m._layout().to_lib(m.weight) is lw and lw.data_ptr() == m.weight.data_ptr()
         torch.testing.assert_close(y0, y_rec, rtol=0, atol=0)
         m.weight.mul_(2)  # in place: the cached view sees it
         torch.testing.assert_close(m(x).features, 2 * y0, rtol=0, atol=0)
         m.weight.data = m.weight.data.contiguous() * 0.5  # new storage, spconv's layout
-        assert m._library_weight() is not lw
+        assert m._layout().to_lib(m.weight) is not lw
         torch.testing.assert_close(m(x).features, y0, rtol=0, atol=0)
         m.weight.mul_(4)  # in place on the converted weight: converted again
         torch.testing.assert_close(m(x).features, 4 * y0, rtol=0, atol=0)
     m(x)
-    assert m._wcache is None  # dropped by the recording call
+    with torch.no_grad():  # nothing stale after the recording call
+        torch.testing.assert_close(m(x).features, 4 * y0, rtol=0, atol=0)
     m.float()  # (the converted layout: a copy, made first under inference_mode)
     xf = spconv.SparseConvTensor(x.features.float(), x.indices, x.spatial_shape, x.batch_size)
     with torch.inference_mode():

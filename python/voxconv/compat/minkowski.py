@@ -78,9 +78,6 @@ __all__ = [
 ]
 
 _KMAP_EXPANDING = getattr(_lib, "KMAP_EXPANDING", 4)  # VOXCONV_KMAP_EXPANDING
-# A tensor made under inference_mode cannot be saved for backward: the
-# caches of library weights are kept apart for the two modes.
-_inference_mode = getattr(torch, "is_inference_mode_enabled", lambda: False)
 
 
 class SparseTensorQuantizationMode(enum.Enum):
@@ -157,11 +154,7 @@ def to_voxconv_kernel(kernel, kernel_size):
 def from_voxconv_kernel(weight, kernel_size):
     """The inverse of :func:`to_voxconv_kernel`."""
     perm = _perm_on(_triple(kernel_size, "kernel_size"), weight.device)
-    if perm is None:
-        return weight
-    inv = torch.empty_like(perm)
-    inv[perm] = torch.arange(len(perm), device=perm.device, dtype=perm.dtype)
-    return weight.index_select(0, inv)
+    return weight if perm is None else weight.index_select(0, torch.argsort(perm))
 
 
 def _offset_order(ks):

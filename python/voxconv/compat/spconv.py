@@ -69,9 +69,6 @@ __all__ = [
 ]
 
 _UNIT = (1, 1, 1)
-# A tensor made under inference_mode cannot be saved for backward: the
-# caches of library weights are kept apart for the two modes.
-_inference_mode = getattr(torch, "is_inference_mode_enabled", lambda: False)
 _CFG = (None, None, None, _lib.UNSET, _lib.UNSET)  # library defaults
 
 
@@ -470,7 +467,6 @@ class SparseConvolution(SparseModule):
             self.bias = nn.Parameter(torch.zeros(self.out_channels, **fk))
         else:
             self.register_parameter("bias", None)
-        self._wcache = None
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -507,37 +503,6 @@ class SparseConvolution(SparseModule):
                 (1, 2, 3, 4, 0), (self.out_channels, *self._ks, self.in_channels),
                 (self._K, self.in_channels, self.out_channels))
         return lay
-
-    def _library_weight(self):
-        """[K, in, out] for the library: a view of the parameter while it
-        keeps the layout it was made with (see __init__). A weight that was
-        replaced by a contiguous tensor (``m.weight.data = t``) is converted:
-        an autograd op (a permuted copy) per call in training.
-
-        Without autograd (eval, no_grad, a frozen weight) the view, or the
-        converted copy, is kept in ``_wcache`` (two view ops less per call;
-        dropped by the next call that records autograd), keyed by the
-        parameter object, its storage, strides, version counter, dtype and
-        device: an in-place update, ``weight.data = t`` and ``.to()`` all
-        make a new one. The entry holds an alias of the storage it was made
-        from, so that no other tensor can reappear at that address."""
-        w = self.weight
-        d = self.__dict__
-        if torch.is_grad_enabled() and w.requires_grad:
-            if d.get("_wcache") is not None:
-                d["_wcache"] = None
-            return w.permute(1, 2, 3, 4, 0).reshape(self._K, self.in_channels,
-                                                    self.out_channels)
-        key = (w.data_ptr(), w._version, w.stride(), w.dtype, w.get_device(),
-               _inference_mode())
-        c = d.get("_wcache")
-        if c is not None and c[0] is w and c[1] == key:
-            return c[2]
-        with torch.no_grad():
-            v = w.permute(1, 2, 3, 4, 0).reshape(self._K, self.in_channels, self.out_channels)
-            v = v if v.is_contiguous() else v.contiguous()
-        d["_wcache"] = (w, key, v, w.detach())
-        return v
 
     def _map(self, input):
         """(kmap, out_set, out_spatial_shape, indice_dict) as spconv resolves
@@ -639,17 +604,11 @@ class SparseConvolution(SparseModule):
                                                    self._pd, self._dl)
             return out
         km, out_set, out_ss, d = self._map(input)
-        w = self.weight
-        if torch.is_grad_enabled() and w.requires_grad:
-            # Training: the parameter as stored, converted inside the
-            # convolution's autograd node (no view nodes of its own).
-            if self.__dict__.get("_wcache") is not None:
-                self._wcache = None
-            feats, w, b = _autocast(input.features, w, self.bias)
-            y = _ops.conv(feats, w, km, *_CFG, layout=self._layout())
-        else:
-            feats, w, b = _autocast(input.features, self._library_weight(), self.bias)
-            y = _ops.conv(feats, w, km, *_CFG)
+        # The parameter as stored; its layout converts it (inside the
+        # convolution's autograd node in training, no view nodes of its
+        # own; a kept library view otherwise: _ops.PermutedLayout).
+        feats, w, b = _autocast(input.features, self.weight, self.bias)
+        y = _ops.conv(feats, w, km, *_CFG, layout=self._layout())
         if b is not None:
             y = y + b
         if add_input is not None:
