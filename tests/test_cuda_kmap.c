@@ -143,17 +143,8 @@ static int cmp_double(const void *a, const void *b) {
 
 static voxconv_kmap_desc_t make_desc(voxconv_kmap_mode_t mode, int kx, int ky,
                                      int kz, int s, int d) {
-  voxconv_kmap_desc_t desc;
-  memset(&desc, 0, sizeof desc);
-  desc.mode = mode;
+  voxconv_kmap_desc_t desc = vc_test_kmap_desc(mode, kx, ky, kz, s, d);
   desc.offset_order = g_order;
-  desc.kernel_size[0] = kx;
-  desc.kernel_size[1] = ky;
-  desc.kernel_size[2] = kz;
-  for (int a = 0; a < 3; a++) {
-    desc.stride[a] = s;
-    desc.dilation[a] = d;
-  }
   return desc;
 }
 

@@ -239,21 +239,6 @@ static voxconv_kmap_t *check_case(const char *tag, voxconv_kmap_desc_t d,
   return ms;
 }
 
-static voxconv_kmap_desc_t desc_of(voxconv_kmap_mode_t mode, int kx, int ky,
-                                   int kz, int s, int dil) {
-  voxconv_kmap_desc_t d;
-  memset(&d, 0, sizeof d);
-  d.mode = mode;
-  d.kernel_size[0] = kx;
-  d.kernel_size[1] = ky;
-  d.kernel_size[2] = kz;
-  for (int a = 0; a < 3; a++) {
-    d.stride[a] = s;
-    d.dilation[a] = dil;
-  }
-  return d;
-}
-
 int main(void) {
   vc_test_init("test_kmap_order");
   voxconv_handle_desc_t hd = {0};
@@ -269,14 +254,14 @@ int main(void) {
   for (int t = 0; t < 5; t++) {
     snprintf(tag, sizeof tag, "subm k%dx%dx%d d%d", subm[t][0], subm[t][1],
              subm[t][2], subm[t][3]);
-    check_case(tag, desc_of(VOXCONV_KMAP_SUBMANIFOLD, subm[t][0], subm[t][1],
+    check_case(tag, vc_test_kmap_desc(VOXCONV_KMAP_SUBMANIFOLD, subm[t][0], subm[t][1],
                             subm[t][2], 1, subm[t][3]),
                &in, NULL, 0);
   }
   static const int strided[][5] = {
       {2, 2, 2, 2, 1}, {3, 2, 1, 2, 1}, {3, 3, 3, 2, 1}, {2, 3, 4, 3, 1}};
   for (int t = 0; t < 4; t++) {
-    voxconv_kmap_desc_t d = desc_of(VOXCONV_KMAP_STRIDED, strided[t][0],
+    voxconv_kmap_desc_t d = vc_test_kmap_desc(VOXCONV_KMAP_STRIDED, strided[t][0],
                                     strided[t][1], strided[t][2],
                                     strided[t][3], strided[t][4]);
     snprintf(tag, sizeof tag, "strided k%dx%dx%d s%d", strided[t][0],
@@ -304,17 +289,17 @@ int main(void) {
   }
   /* spconv's regular convolution (EXPANDING) with padding, and a padded
    * submanifold map (ME's even kernels anchored at 0) */
-  voxconv_kmap_desc_t de = desc_of(VOXCONV_KMAP_EXPANDING, 3, 2, 3, 2, 1);
+  voxconv_kmap_desc_t de = vc_test_kmap_desc(VOXCONV_KMAP_EXPANDING, 3, 2, 3, 2, 1);
   de.padded = 1;
   de.padding[0] = 1;
   de.padding[2] = 2;
   check_case("expanding k3x2x3 s2 p1,0,2", de, &in, NULL, 0);
-  voxconv_kmap_desc_t dp = desc_of(VOXCONV_KMAP_SUBMANIFOLD, 4, 2, 3, 1, 1);
+  voxconv_kmap_desc_t dp = vc_test_kmap_desc(VOXCONV_KMAP_SUBMANIFOLD, 4, 2, 3, 1, 1);
   dp.padded = 1;
   check_case("subm k4x2x3 padded 0", dp, &in, NULL, 0);
 
   /* offset_order outside {0, 1}: a named status and the field's name */
-  voxconv_kmap_desc_t bad = desc_of(VOXCONV_KMAP_SUBMANIFOLD, 3, 3, 3, 1, 1);
+  voxconv_kmap_desc_t bad = vc_test_kmap_desc(VOXCONV_KMAP_SUBMANIFOLD, 3, 3, 3, 1, 1);
   bad.offset_order = 2;
   voxconv_kmap_t *m = NULL;
   VC_EXPECT_STATUS(g_h, voxconv_kmap_build(g_h, &bad, &in, NULL, &m),

@@ -287,3 +287,18 @@ voxconv_status_t vc_test_kmap_build(voxconv_handle_t *h,
     return st;
   return voxconv_kmap_wait(h, *kmap);
 }
+
+voxconv_kmap_desc_t vc_test_kmap_desc(voxconv_kmap_mode_t mode, int kx, int ky,
+                                      int kz, int s, int d) {
+  voxconv_kmap_desc_t desc;
+  memset(&desc, 0, sizeof desc);
+  desc.mode = mode;
+  desc.kernel_size[0] = kx;
+  desc.kernel_size[1] = ky;
+  desc.kernel_size[2] = kz;
+  for (int a = 0; a < 3; a++) {
+    desc.stride[a] = s;
+    desc.dilation[a] = d;
+  }
+  return desc;
+}

@@ -81,6 +81,11 @@ voxconv_status_t vc_test_kmap_build(voxconv_handle_t *h,
                                     const voxconv_coords_t *out,
                                     voxconv_kmap_t **kmap);
 
+/* A zeroed map description: mode, kernel kx*ky*kz, the same stride s and
+ * dilation d on every axis (the other fields at their defaults). */
+voxconv_kmap_desc_t vc_test_kmap_desc(voxconv_kmap_mode_t mode, int kx, int ky,
+                                      int kz, int s, int d);
+
 #define VC_EXPECT(cond, ...)                                                   \
   do {                                                                         \
     vc_test_checks++;                                                          \
