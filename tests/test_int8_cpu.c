@@ -14,8 +14,7 @@
  *      AVX-512 VNNI, auto) and 1 vs 2 threads give identical bits;
  *   6. bad input: each named status; float ops refuse I8.
  * Fresh random inputs per run (seed printed; VOXCONV_TEST_SEED replays). */
-#include "dense_ref.h"
-#include "vc_test.h"
+#include "int8_model.h"
 
 #include "cpu/vc_cpu.h" /* vc_cpu_int8_path: which path each name runs */
 
@@ -33,83 +32,6 @@ static void set_isa(const char *isa) {
     unsetenv("VOXCONV_CPU_ISA");
 }
 
-/* ---- independent model ------------------------------------------------- */
-/* int64 sums over the pairs: acc[o][c]. */
-static int64_t *naive_acc(voxconv_handle_t *h, const voxconv_kmap_t *km,
-                          const int8_t *x, const int8_t *w, int64_t cin,
-                          int64_t cout, int depthwise, int64_t *n_out) {
-  voxconv_kmap_info_t info;
-  voxconv_kmap_get_info(km, &info);
-  int64_t *off = (int64_t *)dr_xmalloc(sizeof(int64_t) *
-                                       (size_t)(info.kernel_volume + 1));
-  int32_t *ir = (int32_t *)dr_xmalloc(sizeof(int32_t) * (size_t)info.n_pairs);
-  int32_t *orow =
-      (int32_t *)dr_xmalloc(sizeof(int32_t) * (size_t)info.n_pairs);
-  voxconv_kmap_get_pairs(h, km, off, ir, orow);
-  int64_t *acc =
-      (int64_t *)dr_xcalloc((size_t)(info.n_out * cout), sizeof(int64_t));
-  for (int k = 0; k < info.kernel_volume; k++)
-    for (int64_t q = off[k]; q < off[k + 1]; q++) {
-      const int8_t *xr = x + (int64_t)ir[q] * cin;
-      int64_t *a = acc + (int64_t)orow[q] * cout;
-      if (depthwise) {
-        for (int64_t c = 0; c < cout; c++)
-          a[c] += (int64_t)xr[c] * w[k * cout + c];
-      } else {
-        for (int64_t ci = 0; ci < cin; ci++)
-          for (int64_t c = 0; c < cout; c++)
-            a[c] += (int64_t)xr[ci] * w[(k * cin + ci) * cout + c];
-      }
-    }
-  *n_out = info.n_out;
-  free(off);
-  free(ir);
-  free(orow);
-  return acc;
-}
-
-/* The epilogue as voxconv.h states it, fp32 with explicit calls. */
-static float model_v(int64_t acc, float xs, float ws, float b, int relu) {
-  const float m = xs * ws;
-  float v = fmaf((float)(int32_t)acc, m, b);
-  if (relu && v < 0.0f)
-    v = 0.0f;
-  return v;
-}
-static int8_t model_i8(float v, float ys) {
-  const float t = v / ys;
-  float r = nearbyintf(t);
-  if (r < -127.0f)
-    r = -127.0f;
-  if (r > 127.0f)
-    r = 127.0f;
-  return (int8_t)r;
-}
-
-/* Expected bits of element (o, c) into exp (y's dtype). */
-static void model_store(void *exp, voxconv_dtype_t dt, int64_t i, float v,
-                        float ys) {
-  if (dt == VOXCONV_DTYPE_I8)
-    ((int8_t *)exp)[i] = model_i8(v, ys);
-  else
-    dr_store(exp, dt, i, (double)v); /* RNE from the exact value */
-}
-
-static size_t esz(voxconv_dtype_t dt) {
-  return voxconv_dtype_size(dt);
-}
-
-/* ---- one problem -------------------------------------------------------- */
-typedef struct prob {
-  voxconv_handle_t *h;
-  const voxconv_kmap_t *km;
-  int depthwise;
-  int64_t n_in, n_out, kvol, cin, cout;
-  int8_t *x, *w;
-  float xs, ys, *ws, *bias;
-  int relu;
-} prob_t;
-
 static voxconv_status_t run_op(const prob_t *p, voxconv_dtype_t ydt,
                                void *y, int with_qp) {
   voxconv_feats_t x = {p->x, p->n_in, p->cin, VOXCONV_DTYPE_I8};
@@ -123,12 +45,6 @@ static voxconv_status_t run_op(const prob_t *p, voxconv_dtype_t ydt,
   }
   voxconv_weights_t w = {p->w, p->kvol, p->cin, p->cout, VOXCONV_DTYPE_I8};
   return voxconv_conv_forward_int8(p->h, p->km, &x, &w, q, &y_, NULL);
-}
-
-static void fill_i8(int8_t *d, int64_t n, int full_range) {
-  for (int64_t i = 0; i < n; i++)
-    d[i] = (int8_t)(full_range ? vc_rand_range(-128, 127)
-                               : vc_rand_range(-20, 20));
 }
 
 /* Runs p on every ISA and every output dtype; checks bits and bounds. */
@@ -146,18 +62,7 @@ static void check_problem(prob_t *p, const char *what) {
   for (int d = 0; d < 5; d++) {
     const voxconv_dtype_t dt = dts[d];
     const size_t bytes = (size_t)ne * esz(dt);
-    /* expected bits */
-    for (int64_t o = 0; o < p->n_out; o++)
-      for (int64_t c = 0; c < p->cout; c++) {
-        const int64_t i = o * p->cout + c;
-        if (dt == VOXCONV_DTYPE_I32) {
-          ((int32_t *)exp)[i] = (int32_t)ref[i];
-          continue;
-        }
-        const float b = p->bias ? p->bias[c] : 0.0f;
-        model_store(exp, dt, i, model_v(ref[i], p->xs, p->ws[c], b, p->relu),
-                    p->ys);
-      }
+    model_expected(p, ref, dt, exp);
     for (int s = 0; s < N_ISAS; s++) {
       set_isa(k_isas[s]);
       memset(y, 0x5A, bytes);
@@ -173,14 +78,8 @@ static void check_problem(prob_t *p, const char *what) {
         VC_EXPECT(memcmp(first, y, bytes) == 0,
                   "%s %s: isa=%s differs from portable", what,
                   voxconv_dtype_name(dt), k_isas[s]);
-      int64_t bad = -1, nbad = 0;
-      for (int64_t i = 0; i < ne; i++)
-        if (memcmp((char *)y + i * esz(dt), (char *)exp + i * esz(dt),
-                   esz(dt)) != 0) {
-          if (bad < 0)
-            bad = i;
-          nbad++;
-        }
+      int64_t bad;
+      const int64_t nbad = model_mismatches(y, exp, dt, ne, &bad);
       VC_EXPECT(nbad == 0,
                 "%s %s isa=%s: %lld elements differ from the model, first "
                 "%lld (acc %lld)",
@@ -188,27 +87,8 @@ static void check_problem(prob_t *p, const char *what) {
                 (long long)bad, bad >= 0 ? (long long)ref[bad] : 0LL);
     }
     set_isa(NULL);
-    /* F32 within the documented bound of the float64 value */
     if (dt == VOXCONV_DTYPE_F32) {
-      int64_t nb = 0;
-      for (int64_t i = 0; i < ne; i++) {
-        const int64_t c = i % p->cout;
-        const double a = (double)ref[i];
-        const double mexact = (double)p->xs * (double)p->ws[c];
-        double vs = a * mexact + (p->bias ? (double)p->bias[c] : 0.0);
-        const double v = ((float *)first)[i];
-        /* relu is 1-Lipschitz: the same bound holds after it (|v| before
-         * relu >= |v| after, so the bound uses the pre-relu magnitude) */
-        const double vpre = fabs(v) > fabs(vs) ? fabs(v) : fabs(vs) * 1.001;
-        if (p->relu && vs < 0)
-          vs = 0.0;
-        const double bound =
-            ldexp(2.0 * fabs(mexact * a) + vpre, -24) *
-                (1.0 + ldexp(1.0, -22)) +
-            ldexp(1.0, -149) * (1.0 + fabs(a)) + ldexp(fabs(vs), -50);
-        if (fabs(v - vs) > bound)
-          nb++;
-      }
+      const int64_t nb = model_f32_outside_bound(p, ref, (const float *)first);
       VC_EXPECT(nb == 0, "%s: %lld F32 outputs outside the float64 bound",
                 what, (long long)nb);
     }
@@ -217,17 +97,6 @@ static void check_problem(prob_t *p, const char *what) {
   free(first);
   free(exp);
   free(ref);
-}
-
-static void random_qparams(prob_t *p) {
-  p->xs = (float)(0.01 + 0.1 * vc_rand_uniform());
-  p->ys = (float)(0.5 + 20.0 * vc_rand_uniform());
-  p->ws = (float *)dr_xmalloc(sizeof(float) * (size_t)p->cout);
-  p->bias = (float *)dr_xmalloc(sizeof(float) * (size_t)p->cout);
-  for (int64_t c = 0; c < p->cout; c++) {
-    p->ws[c] = (float)(0.001 + 0.05 * vc_rand_uniform());
-    p->bias[c] = (float)(4.0 * vc_rand_normal());
-  }
 }
 
 static void run_case(voxconv_handle_t *h, const voxconv_kmap_t *km,

@@ -37,8 +37,12 @@ return it dequantised (``q * y_scale``, float32), so the rest of the network
 sees exactly what an int8 pipeline would carry. Coordinates and kernel maps
 are those the float layer would use (the same coordinate-manager cache).
 
-The C int8 ops run on the CPU only in this build: on a CUDA tensor the
-layer raises :class:`voxconv.UnsupportedError` with the library's message.
+The layers run where their buffers and input are: on the CPU (VNNI where
+the CPU has it) or on CUDA (tensor-core int8, src/cuda/cuda_int8.cu); both
+give the same bits for the same input. On CUDA the library cannot read the
+scales and bias without waiting for the GPU, so a layer checks them once
+with ``voxconv_quant_params_check`` when it first runs on a device (and
+again after a buffer is changed in place).
 """
 
 import copy
@@ -241,11 +245,29 @@ class _QuantizedConvBase(nn.Module):
                                           out_coords, self._geo)
         qx = quantize_tensor(feats, self.x_scale).contiguous()
         cout = self.weight.shape[-1]
+        if qx.is_cuda:
+            self._check_on_device(qx, cout)
         y = run_int8(km, qx, self.weight, self.weight_scale, self.bias, self.x_scale,
                      self.relu, self.y_scale, self._depthwise, cout)
         if y.dtype == torch.int8:
             y = y.float() * torch.tensor(self.y_scale, dtype=torch.float32)
         return SparseTensor._wrap(y, out_set)
+
+    def _check_on_device(self, qx, cout):
+        """The scales and bias checked once per device and buffer version
+        (a CUDA op reads them without checking them). Buffers created under
+        torch.inference_mode() have no version counter: an in-place change
+        of those is not noticed (replace the buffer instead)."""
+        def version(t):  # inference tensors keep no version counter
+            return None if t is None else (t.data_ptr(),
+                                           None if t.is_inference() else t._version)
+        b = self.bias
+        key = (qx.device, version(self.weight_scale), version(b), self.x_scale,
+               self.y_scale, self.relu)
+        if getattr(self, "_checked", None) != key:
+            check_params(qx, self.weight_scale, b, self.x_scale, self.relu, self.y_scale,
+                         cout)
+            self._checked = key
 
     def extra_repr(self):
         s = (f"kernel_size={self.kernel_size}, stride={self.stride}, x_scale={self.x_scale:.6g}"
@@ -281,16 +303,21 @@ def run_int8(km, qx, qw, w_scale, bias, x_scale, relu, y_scale, depthwise, cout)
                           y_scale if y_scale is not None else 0.0)
     h = _runtime.handle_for_tensor(qx)
     km.use_on(h)
-    try:
-        h.call(name, ctypes.c_void_p(km.ptr), ctypes.byref(fx), ctypes.byref(fw),
-               ctypes.byref(qp), ctypes.byref(fy), None)
-    except errors.UnsupportedError as e:
-        if qx.is_cuda:
-            raise errors.UnsupportedError(
-                f"int8 sparse convolution runs on the CPU only in this build (move the "
-                f"quantized model and its input to the CPU): {e}") from e
-        raise
+    h.call(name, ctypes.c_void_p(km.ptr), ctypes.byref(fx), ctypes.byref(fw),
+           ctypes.byref(qp), ctypes.byref(fy), None)
     return y
+
+
+def check_params(qx, w_scale, bias, x_scale, relu, y_scale, cout):
+    """voxconv_quant_params_check for parameters in device memory (it
+    copies them to the host, so it waits for the GPU): what the op itself
+    checks on the CPU only."""
+    qp = _lib.QuantParams(x_scale, w_scale.data_ptr(),
+                          bias.data_ptr() if bias is not None else None, int(bool(relu)),
+                          y_scale if y_scale is not None else 0.0)
+    h = _runtime.handle_for_tensor(qx)
+    h.call("voxconv_quant_params_check", ctypes.byref(qp), int(cout),
+           _lib.DTYPE_I8 if y_scale is not None else _lib.DTYPE_F32)
 
 
 class QuantizedSparseConv3d(_QuantizedConvBase):

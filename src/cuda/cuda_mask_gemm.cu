@@ -1076,6 +1076,18 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_im2col = {
     ic_run,
     ic_params_supported};
 
+voxconv_status_t vc_mask_gemm::sorted_rows(voxconv_handle_t *h,
+                                           const voxconv_kmap_t *m, bool dgrad,
+                                           const int32_t **order,
+                                           const unsigned **tile_mask) {
+  *tile_mask = NULL;
+  VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, order));
+  if (m->kvol <= 32)
+    VC_CHECK(ensure_tile_masks(h, (voxconv_kmap_t *)m, dgrad, *order,
+                               tile_mask));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 /* ---- kernel table for `voxconv info --kernels` -------------------------- */
 namespace {
 

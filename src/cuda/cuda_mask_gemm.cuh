@@ -27,6 +27,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "voxconv.h"
+
 namespace vc_mask_gemm {
 
 /* ---- PTX wrappers ------------------------------------------------------- */
@@ -860,6 +862,15 @@ __global__ void wgrad_reduce_kernel(const float *partial, T *dw, int64_t n,
     s += partial[(int64_t)j * n + i];
   dw[i] = (T)s;
 }
+
+/* The rows of m sorted by neighbour bitmask (cached on the map, as the
+ * f16 kernels' row_order 1 uses them) and, for kvol <= 32, the 128-row
+ * tile masks of that order (else NULL). For other kernel families over
+ * the same tables (the int8 forward, cuda_int8.cu); defined in
+ * cuda_mask_gemm.cu. */
+voxconv_status_t sorted_rows(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                             bool dgrad, const int32_t **order,
+                             const unsigned **tile_mask);
 
 } // namespace vc_mask_gemm
 

@@ -97,6 +97,17 @@ int vc_cuda_kernel_count(void);
 voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h, int index,
                                      voxconv_kernel_info_t *info);
 
+/* int8 convolution (cuda_int8.cu): the validated problem of
+ * voxconv_conv_forward_int8 / voxconv_depthwise_forward_int8 (vc_int8.h),
+ * and its tensor-core tiles for `voxconv info --kernels` (listed after
+ * the float kernels). */
+struct vc_int8_problem;
+voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
+                                   const struct vc_int8_problem *p);
+int vc_cuda_int8_tile_count(void);
+voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h, int tile,
+                                        voxconv_kernel_info_t *info);
+
 /* tuner support (cuda_tune.cu, owned by the tuner). A timer is a pair of
  * CUDA events on the handle's stream: start records the first, stop records
  * the second, waits for it and returns the elapsed milliseconds (and frees

@@ -69,7 +69,7 @@ voxconv_status_t voxconv_kernel_count(voxconv_handle_t *h, int *count) {
   *count = 0;
 #ifdef VOXCONV_HAVE_CUDA
   if (h->backend == VOXCONV_BACKEND_CUDA)
-    *count = vc_cuda_kernel_count();
+    *count = vc_cuda_kernel_count() + vc_cuda_int8_tile_count();
 #endif
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -86,7 +86,9 @@ voxconv_status_t voxconv_kernel_get_info(voxconv_handle_t *h, int index,
                    "voxconv_kernel_get_info: index %d outside 0..%d", index,
                    count - 1);
 #ifdef VOXCONV_HAVE_CUDA
-  return vc_cuda_kernel_info(h, index, info);
+  const int floats = vc_cuda_kernel_count();
+  return index < floats ? vc_cuda_kernel_info(h, index, info)
+                        : vc_cuda_int8_tile_info(h, index - floats, info);
 #else
   return VOXCONV_STATUS_INTERNAL;
 #endif

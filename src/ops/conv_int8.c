@@ -3,12 +3,14 @@
  * with the quantisation parameters, backend, sizes, rows against the map,
  * channels, the int32 overflow bound, the parameters' values, data and
  * overlap), then the backend. They do not go through the float registry or
- * the tuner (vc_int8.h says why); the CUDA backend refuses them until it
- * has int8 kernels. */
+ * the tuner (vc_int8.h says why); CUDA runs them in src/cuda/cuda_int8.cu. */
 #include "vc_int8.h"
 #include "vc_validate.h"
 
 #include "../cpu/vc_cpu.h"
+#ifdef VOXCONV_HAVE_CUDA
+#include "../cuda/vc_cuda.h"
+#endif
 
 #include <math.h>
 #include <stdint.h>
@@ -166,11 +168,14 @@ static voxconv_status_t check_backend(voxconv_handle_t *h, const char *fn,
                    "%s: kmap was built on another backend than the handle's "
                    "(build the map with a handle of the same backend)",
                    fn);
+#ifndef VOXCONV_HAVE_CUDA
   if (h->backend != VOXCONV_BACKEND_CPU)
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
-                   "%s: the CUDA backend has no int8 kernels yet (issue 23); "
-                   "run int8 on a CPU handle",
-                   fn);
+                   "%s: this library was built without CUDA", fn);
+#endif
+  /* A deferred strided map does not know its output count yet. */
+  if (kmap->n_out < 0)
+    return vc_kmap_wait(h, kmap, fn);
   return vc_kmap_poll(h, kmap, fn);
 }
 
@@ -297,7 +302,9 @@ static voxconv_status_t int8_op(voxconv_handle_t *h, const char *fn,
                    "accumulator could overflow (|qx|, |qw| <= 128)",
                    fn, (long long)kvol, (long long)cin,
                    (long long)(kvol * cin), VC_INT8_MAX_KVOL_CIN);
-  if (qp)
+  /* Device arrays cannot be read without waiting: on CUDA they are
+   * checked once by voxconv_quant_params_check (voxconv.h). */
+  if (qp && h->backend == VOXCONV_BACKEND_CPU)
     VC_CHECK(check_qp_arrays(h, fn, qp, qp->w_scale, qp->bias, cout));
   {
     const char *const names[3] = {"x", "w", "y"};
@@ -328,6 +335,10 @@ static voxconv_status_t int8_op(voxconv_handle_t *h, const char *fn,
     p.bias = qp->bias;
     p.relu = qp->relu;
   }
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    return vc_cuda_conv_int8(h, &p);
+#endif
   return vc_cpu_conv_int8(h, &p);
 }
 

@@ -1,0 +1,880 @@
+/* int8 sparse convolution on the GPU (voxconv.h, "int8 (quantized) sparse
+ * convolution"; issue 23): int8 features and weights, exact int32 sums on
+ * the tensor cores, and the epilogue voxconv.h specifies bit for bit.
+ *
+ * Regular conv (`mask_gemm_i8`): the f16 mask_gemm's forward scheme
+ * (cuda_mask_gemm.cuh: one block per BM output rows x BN output channels,
+ * only the kernel offsets some row of the tile needs, rows gathered through
+ * the neighbour table with 16-byte cp.async, STAGES chunks in flight, rows
+ * sorted by neighbour bitmask) with mma.sync.m16n8k32.s8 instead of
+ * m16n8k16.f16: a 16-byte vector now carries 16 channels and one MMA twice
+ * the reduction depth, for twice the f16 rate. The int32 sums are exact
+ * (voxconv.h bounds kvol * cin), so the order of the reduction does not
+ * matter and every tile gives the CPU reference's bits.
+ *
+ * Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32", .s8): lane =
+ * 4g + t; A regs {a0..a3} = rows {g, g+8, g, g+8} x bytes {4t.., 4t..,
+ * 16+4t.., 16+4t..} of a 16 x 32 row-major tile; B regs {b0, b1} = column g
+ * x k bytes {4t.., 16+4t..}; C = rows {g, g, g+8, g+8} x cols {2t, 2t+1}.
+ * ldmatrix (b16) moves 8 rows of 16 bytes per matrix, each lane getting the
+ * 4 bytes at (row lane/4, bytes 4(lane%4)..): exactly a0 for a row-major A
+ * tile and b0 for B stored [n][k] (k contiguous). So B must be K-major, and
+ * ldmatrix cannot transpose bytes: the weights [kvol][cin][cout] are copied
+ * once per call into [kvol][cout][ka] (ka = cin rounded up to 16, zero
+ * padded), a small kernel beside the main one (kvol * cout * ka bytes).
+ * Inputs whose channel count is not a multiple of 16 (or not 16-byte
+ * aligned) run on a zero-padded copy: zero channels add exact zeros.
+ *
+ * Depthwise (`depthwise_i8`): one thread per (output row, 4 channels),
+ * int32 sums over the row's neighbours, the same epilogue.
+ *
+ * The tile a call uses: VOXCONV_INT8_TILE (a test and benchmark knob: an ID
+ * of the table below) or else the table's choice by channel counts
+ * (pick_tile; measured in docs/perf-notes.md). */
+#include "cuda_mask_gemm_sm90.cuh"
+#include "vc_cuda.h"
+#include "vc_cuda_util.cuh"
+
+#include "../ops/vc_int8.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+using namespace vc_mask_gemm;
+
+namespace {
+
+__host__ __device__ bool aligned16(const void *p) {
+  return ((uintptr_t)p & 15u) == 0;
+}
+
+/* ---- the epilogue (voxconv.h, steps 2-5) -------------------------------- */
+struct I8Epilogue {
+  const float *w_scale; /* [cout], device */
+  const float *bias;    /* [cout] or NULL */
+  float x_scale, y_scale;
+  int relu;
+  int dtype; /* voxconv_dtype_t of y */
+};
+
+/* m and b of column c (step 2 and the bias): one fp32 product, rounded. */
+__device__ __forceinline__ void i8_column(const I8Epilogue &e, int c, float &m,
+                                          float &b) {
+  m = __fmul_rn(e.x_scale, __ldg(e.w_scale + c));
+  b = e.bias ? __ldg(e.bias + c) : 0.0f;
+}
+
+/* Steps 3-5 for one element, written to p in y's type. */
+__device__ __forceinline__ void i8_value_to(const I8Epilogue &e, void *p,
+                                            int32_t acc, float m, float b) {
+  if (e.dtype == VOXCONV_DTYPE_I32) {
+    *static_cast<int32_t *>(p) = acc;
+    return;
+  }
+  float v = __fmaf_rn(__int2float_rn(acc), m, b);
+  if (e.relu && v < 0.0f)
+    v = 0.0f;
+  switch (e.dtype) {
+  case VOXCONV_DTYPE_F32:
+    *static_cast<float *>(p) = v;
+    break;
+  case VOXCONV_DTYPE_F16:
+    *static_cast<__half *>(p) = __float2half_rn(v);
+    break;
+  case VOXCONV_DTYPE_BF16:
+    *static_cast<__nv_bfloat16 *>(p) = __float2bfloat16_rn(v);
+    break;
+  default: { /* I8: round half to even, clamp to [-127, 127] */
+    const int r = __float2int_rn(__fdiv_rn(v, e.y_scale)); /* cvt.rni */
+    *static_cast<int8_t *>(p) = (int8_t)max(-127, min(127, r));
+  }
+  }
+}
+
+__device__ __forceinline__ int i8_esz(int dtype) {
+  return dtype == VOXCONV_DTYPE_I8
+             ? 1
+             : (dtype == VOXCONV_DTYPE_F16 || dtype == VOXCONV_DTYPE_BF16 ? 2
+                                                                         : 4);
+}
+
+/* y[i] (element index) from its int32 sum. */
+__device__ __forceinline__ void i8_store(const I8Epilogue &e, void *y,
+                                         int64_t i, int32_t acc, float m,
+                                         float b) {
+  i8_value_to(e, static_cast<unsigned char *>(y) + i * i8_esz(e.dtype), acc,
+              m, b);
+}
+
+/* ---- the epilogue through shared memory -----------------------------------
+ * Stores straight from the MMA fragments put 8 rows' pieces of 2-8 bytes
+ * in every warp store; the f16 wgmma kernels measured such an epilogue at
+ * twice the cost of one staged through shared memory (docs/perf-notes.md
+ * items 45-46). Staged: every thread writes its fragment's values (the
+ * epilogue applied) into a [BM][BN] tile of y's type in the idle stage
+ * buffers (row pitch BN * esz + 16 bytes: the 8 rows of a fragment fall on
+ * different banks), then the block copies whole rows out with 16-byte
+ * stores, consecutive threads along a row. It needs the tile to fit the
+ * stage buffers and 16-byte-aligned output rows; else the direct stores. */
+struct I8Staging {
+  unsigned char *buf;
+  int esz, pitch;
+  bool on;
+  __device__ I8Staging(unsigned char *b, const FwdArgs &a, const I8Epilogue &e,
+                       int bm, int bn, int bytes)
+      : buf(b), esz(i8_esz(e.dtype)), pitch(bn * i8_esz(e.dtype) + 16),
+        on(bm * (bn * i8_esz(e.dtype) + 16) <= bytes &&
+           ((a.nb * i8_esz(e.dtype)) & 15) == 0 && aligned16(a.out)) {}
+  /* element (tile row r, tile column c, global column n0 + c) */
+  __device__ __forceinline__ void put(const I8Epilogue &e, const FwdArgs &a,
+                                      const int *rows, int n0, int r, int c,
+                                      int32_t acc, float m, float b) const {
+    if (on)
+      i8_value_to(e, buf + r * pitch + c * esz, acc, m, b);
+    else
+      i8_store(e, a.out, (int64_t)rows[r] * a.nb + n0 + c, acc, m, b);
+  }
+  /* after every put of the block and a barrier */
+  template <int THREADS>
+  __device__ __forceinline__ void copy_out(const FwdArgs &a, const int *rows,
+                                           int n0, int nrows) const {
+    const int cols = min(pitch - 16, (a.nb - n0) * esz); /* bytes */
+    const int cpr = cols >> 4;
+    unsigned char *out = static_cast<unsigned char *>(a.out);
+    for (int i = threadIdx.x; i < nrows * cpr; i += THREADS) {
+      const int r = i / cpr, c = i - r * cpr;
+      *reinterpret_cast<uint4 *>(out + ((int64_t)rows[r] * a.nb + n0) * esz +
+                                 c * 16) =
+          *reinterpret_cast<const uint4 *>(buf + r * pitch + c * 16);
+    }
+  }
+};
+
+/* ---- weights K-major, inputs padded -------------------------------------- */
+/* wt[k][n][c] = w[k][c][n] for c < cin, 0 for cin <= c < ka. One 32 x 32
+ * tile of (c, n) per block through shared memory, so that both the reads
+ * (along n) and the writes (along c) are contiguous. */
+__global__ void i8_weights_kmajor_kernel(const int8_t *__restrict__ w,
+                                         int8_t *__restrict__ wt, int cin,
+                                         int cout, int ka) {
+  __shared__ int8_t t[32][33];
+  const int k = blockIdx.z;
+  const int c0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
+  const int8_t *wk = w + (int64_t)k * cin * cout;
+  for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+    const int c = c0 + r, n = n0 + threadIdx.x;
+    t[r][threadIdx.x] = c < cin && n < cout ? wk[(int64_t)c * cout + n] : 0;
+  }
+  __syncthreads();
+  int8_t *wtk = wt + (int64_t)k * cout * ka;
+  for (int r = threadIdx.y; r < 32; r += blockDim.y) {
+    const int n = n0 + r, c = c0 + threadIdx.x;
+    if (n < cout && c < ka)
+      wtk[(int64_t)n * ka + c] = t[threadIdx.x][r];
+  }
+}
+
+/* xp[i][c] = x[i][c] for c < cin, 0 up to ka. */
+__global__ void i8_pad_rows_kernel(const int8_t *__restrict__ x,
+                                   int8_t *__restrict__ xp, int64_t n,
+                                   int cin, int ka) {
+  const int64_t total = n * ka;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = e / ka;
+    const int c = (int)(e - r * ka);
+    xp[e] = c < cin ? x[r * cin + c] : 0;
+  }
+}
+
+/* ---- the regular conv's tensor-core kernel ------------------------------- */
+/* BM x BN output tile, BK reduction bytes (channels) per stage, warp tile
+ * WM x WN: (WM / 16) * (WN / 8) * 4 int32 accumulators per thread. */
+template <int BM_, int BN_, int BK_, int WM_, int WN_, int STAGES_>
+struct I8Tile {
+  static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_,
+                       STAGES = STAGES_;
+  static constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
+  static constexpr int THREADS = WARPS_M * WARPS_N * 32;
+  static constexpr int MI = WM / 16, NI = WN / 8;
+  static constexpr int ACC = MI * NI * 4;
+  /* +16 bytes a row: the 8 rows one ldmatrix reads then fall on 8
+   * different 4-bank groups (pitches of 48 and 80 bytes both do) */
+  static constexpr int PITCH = BK + 16;
+  static constexpr int SMEM = STAGES * (BM + BN) * PITCH;
+  static constexpr bool WG = false;
+  static_assert(BK % 32 == 0 && WM % 16 == 0, "mma shape");
+  static_assert(NI % 2 == 0, "B fragments are loaded two n-tiles at a time");
+};
+
+__device__ __forceinline__ void mma_s8(int32_t (&c)[4], const uint32_t (&a)[4],
+                                       uint32_t b0, uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0),
+                 "r"(b1));
+}
+
+/* y[o][n] = epilogue(sum_k sum_c x[nbr[o][k]][c] * wt[k][n][c]).
+ * args: a = x [n_in][ka] (ka % 16 == 0, 16-byte aligned), w = wt
+ * [kvol][nb][ka], out = y [n_dst][nb] in ep.dtype. */
+template <typename TL>
+__global__ void __launch_bounds__(TL::THREADS)
+    i8_fwd_kernel(const FwdArgs args, const I8Epilogue ep) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ TileOffsets<TL::BM> tile;
+
+  int8_t *sA = reinterpret_cast<int8_t *>(smem_raw);
+  int8_t *sB = sA + TL::STAGES * TL::BM * TL::PITCH;
+  const int8_t *A = static_cast<const int8_t *>(args.a);
+  const int8_t *W = static_cast<const int8_t *>(args.w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp / TL::WARPS_N, wn = warp % TL::WARPS_N;
+  const int kvol = args.kvol, ka = args.ka, nb = args.nb;
+  const int64_t wsk = (int64_t)ka * nb;
+  const TileSpan span = begin_tile<TL>(args, tile);
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
+            iters = span.iters;
+
+  constexpr int AV = TL::BK / 16; /* 16-byte vectors per row and stage */
+  constexpr int AVPT = (TL::BM * AV + TL::THREADS - 1) / TL::THREADS;
+  RowGather<AVPT> gather;
+  gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
+  gather.fetch(args.nbr, tile, 0);
+
+  /* B: BN rows (output channels) of BK bytes; a thread's vectors sit at
+   * the same place of every stage. */
+  constexpr int B_VECS = TL::BN * AV;
+  constexpr int BVPT = (B_VECS + TL::THREADS - 1) / TL::THREADS;
+  int b_goff[BVPT], b_soff[BVPT], b_kidx[BVPT];
+  bool b_nok[BVPT];
+#pragma unroll
+  for (int j = 0; j < BVPT; j++) {
+    const int v = tid + j * TL::THREADS;
+    const int row = v / AV, vec = v % AV;
+    b_kidx[j] = vec * 16;
+    b_nok[j] = v < B_VECS && n0 + row < nb;
+    b_goff[j] = (n0 + row) * ka + vec * 16;
+    b_soff[j] = row * TL::PITCH + vec * 16;
+  }
+
+  int ld_ai = 0, ld_chunk = 0;
+  auto load_stage = [&](int stage, int) {
+    const int k = tile.act[ld_ai];
+    const int c0 = ld_chunk * TL::BK;
+    int8_t *a_dst = sA + stage * TL::BM * TL::PITCH;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++) {
+      const int v = tid + j * TL::THREADS;
+      if (TL::BM * AV % TL::THREADS != 0 && v >= TL::BM * AV)
+        break;
+      const int r = v / AV, cv = v % AV;
+      const int col = c0 + cv * 16;
+      const int src = gather.src[j];
+      const bool ok = src >= 0 && col < ka;
+      cp_async16(a_dst + r * TL::PITCH + cv * 16,
+                 ok ? A + (int64_t)src * ka + col : A, ok);
+    }
+    if (++ld_chunk == nchunk) {
+      ld_chunk = 0;
+      gather.fetch(args.nbr, tile, ++ld_ai);
+    }
+    int8_t *b_dst = sB + stage * TL::BN * TL::PITCH;
+    const int8_t *wc = W + (int64_t)k * wsk + c0;
+#pragma unroll
+    for (int j = 0; j < BVPT; j++) {
+      if (B_VECS % TL::THREADS != 0 && tid + j * TL::THREADS >= B_VECS)
+        break;
+      const bool ok = b_nok[j] && c0 + b_kidx[j] < ka;
+      cp_async16(b_dst + b_soff[j], ok ? wc + b_goff[j] : W, ok);
+    }
+  };
+
+  int32_t acc[TL::MI][TL::NI][4];
+#pragma unroll
+  for (int mi = 0; mi < TL::MI; mi++)
+#pragma unroll
+    for (int ni = 0; ni < TL::NI; ni++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        acc[mi][ni][e] = 0;
+
+  run_pipeline<TL::STAGES>(iters, load_stage, [&](int stage, int) {
+    const int8_t *a_s = sA + stage * TL::BM * TL::PITCH;
+    const int8_t *b_s = sB + stage * TL::BN * TL::PITCH;
+#pragma unroll
+    for (int kk = 0; kk < TL::BK; kk += 32) {
+      uint32_t af[TL::MI][4];
+#pragma unroll
+      for (int mi = 0; mi < TL::MI; mi++) {
+        const int r = wm * TL::WM + mi * 16 + (lane & 15);
+        ldsm_x4(af[mi], a_s + r * TL::PITCH + kk + (lane >> 4) * 16);
+      }
+      uint32_t bf[TL::NI][2];
+#pragma unroll
+      for (int nj = 0; nj < TL::NI; nj += 2) {
+        uint32_t r4[4];
+        const int nr = wn * TL::WN + nj * 8 + (lane & 7) + (lane >> 4) * 8;
+        ldsm_x4(r4, b_s + nr * TL::PITCH + kk + ((lane >> 3) & 1) * 16);
+        bf[nj][0] = r4[0];
+        bf[nj][1] = r4[1];
+        bf[nj + 1][0] = r4[2];
+        bf[nj + 1][1] = r4[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < TL::MI; mi++)
+#pragma unroll
+        for (int ni = 0; ni < TL::NI; ni++)
+          mma_s8(acc[mi][ni], af[mi], bf[ni][0], bf[ni][1]);
+    }
+  });
+
+  /* Every (row < n_dst, col < nb) of the tile is written once; rows
+   * without neighbours get the epilogue of a zero sum. */
+  const I8Staging stg(smem_raw, args, ep, TL::BM, TL::BN, TL::SMEM);
+  if (stg.on)
+    __syncthreads(); /* every warp is done reading the stages */
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int ni = 0; ni < TL::NI; ni++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int c = wn * TL::WN + ni * 8 + t4 * 2 + e;
+      if (n0 + c >= nb)
+        continue;
+      float m = 0.0f, b = 0.0f;
+      if (ep.dtype != VOXCONV_DTYPE_I32)
+        i8_column(ep, n0 + c, m, b);
+#pragma unroll
+      for (int mi = 0; mi < TL::MI; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int r = wm * TL::WM + mi * 16 + g + h * 8;
+          if (r < rows)
+            stg.put(ep, args, tile.rows, n0, r, c, acc[mi][ni][2 * h + e], m,
+                    b);
+        }
+    }
+  if (stg.on) {
+    __syncthreads();
+    stg.copy_out<TL::THREADS>(args, tile.rows, n0, rows);
+  }
+}
+
+/* ---- the same on Hopper warpgroup MMA (sm_90a) ---------------------------
+ * wgmma.mma_async.m64nNk32.s32.s8.s8 (integer wgmma has no transpose and no
+ * input scales: both operands K-major, which A's gathered rows and the
+ * K-major weight copy are). Two warpgroups of 64 rows, stage rows of BK
+ * bytes (channels) in the f16 kernels' swizzled layout: a 128-byte int8
+ * row is laid out as a 64-half row (128-byte swizzle), a 64-byte row as a
+ * 32-half one (64-byte swizzle), and one k-step (32 int8) spans the same
+ * 32 bytes as an f16 k-step (16 halves), so the f16 descriptors and
+ * swizzle helpers (cuda_mask_gemm_sm90.cuh) apply unchanged. Each stage
+ * carries twice the multiply-adds of an f16 stage of the same bytes. */
+template <int BN_, int STAGES_, int BK_, int MIN_BLOCKS_ = 1>
+struct I8WgTile {
+  static constexpr int BM = 128, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr int THREADS = 256, MIN_BLOCKS = MIN_BLOCKS_;
+  static constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;
+  /* + 1024: the stages start 1024-aligned (the swizzle reads address bits
+   * 4-9) */
+  static constexpr int SMEM = STAGES * (A_STAGE + B_STAGE) + 1024;
+  static constexpr int SWZ = BK / 2; /* the f16 helpers' row length */
+  static constexpr int ACC = BN / 2; /* int32 accumulators per thread */
+  static constexpr bool WG = true;
+  static_assert(BK == 64 || BK == 128, "64- or 128-byte swizzled rows");
+  static_assert(STAGES >= 3, "wg_pipeline keeps one wgmma group in flight");
+};
+
+#define VC_I8_WG_SPEC(N, NREG, IA, IB)                                         \
+  template <> struct WgmmaI8<N> {                                              \
+    static __device__ __forceinline__ void run(uint32_t (&d)[NREG],            \
+                                               uint64_t da, uint64_t db) {     \
+      asm volatile("wgmma.mma_async.sync.aligned.m64n" #N                      \
+                   "k32.s32.s8.s8 {" VC_WG_R##NREG "}, " IA ", " IB ", 1;\n"   \
+                   : VC_WG_OPS##NREG("+r", d)                                  \
+                   : "l"(da), "l"(db));                                        \
+    }                                                                          \
+  };
+template <int N> struct WgmmaI8;
+VC_I8_WG_SPEC(64, 32, "%32", "%33")
+VC_I8_WG_SPEC(128, 64, "%64", "%65")
+VC_I8_WG_SPEC(256, 128, "%128", "%129")
+#undef VC_I8_WG_SPEC
+
+template <typename TL>
+__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
+    i8_wg_fwd_kernel(const FwdArgs args, const I8Epilogue ep) {
+#ifdef VC_MG_SM90_BODY
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ TileOffsets<TL::BM> tile;
+  const unsigned raw = smem_addr(smem_raw);
+  const unsigned sa_base = (raw + 1023u) & ~1023u;
+  const unsigned sb_base = sa_base + TL::STAGES * TL::A_STAGE;
+
+  const int8_t *A = static_cast<const int8_t *>(args.a);
+  const int8_t *W = static_cast<const int8_t *>(args.w);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wg = warp >> 2, wq = warp & 3;
+  const int kvol = args.kvol, ka = args.ka, nb = args.nb;
+  const int64_t wsk = (int64_t)ka * nb;
+  const TileSpan span = begin_tile<TL>(args, tile);
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
+            iters = span.iters;
+
+  constexpr int AV = TL::BK / 16; /* 16-byte vectors per row */
+  constexpr int AVPT = TL::BM * AV / TL::THREADS;
+  constexpr int BVPT = TL::BN * AV / TL::THREADS;
+  static_assert(TL::BM * AV % TL::THREADS == 0 &&
+                    TL::BN * AV % TL::THREADS == 0,
+                "every thread copies whole vectors of each stage");
+  RowGather<AVPT> gather;
+  gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
+  gather.fetch(args.nbr, tile, 0);
+  /* vector v = tid + j * THREADS is chunk cv of row v / AV in every stage
+   * (the f16 wgmma kernel's layout): shared offsets computed once */
+  const int cv = tid % AV;
+  unsigned a_soff[AVPT], b_soff[BVPT];
+  const int8_t *b_src[BVPT];
+  bool b_ok[BVPT];
+#pragma unroll
+  for (int j = 0; j < AVPT; j++)
+    a_soff[j] = swz<TL::SWZ>((tid + j * TL::THREADS) / AV, cv);
+#pragma unroll
+  for (int j = 0; j < BVPT; j++) {
+    const int n = (tid + j * TL::THREADS) / AV;
+    b_soff[j] = swz<TL::SWZ>(n, cv);
+    b_ok[j] = n0 + n < nb;
+    b_src[j] = W + (b_ok[j] ? (n0 + n) * ka + cv * 16 : 0);
+  }
+  const int8_t *a_src[AVPT];
+  bool a_ok[AVPT];
+
+  int ld_ai = 0, ld_chunk = 0;
+  auto load_stage = [&](int stage, int) {
+    if (ld_chunk == 0) {
+#pragma unroll
+      for (int j = 0; j < AVPT; j++) {
+        const int src = gather.src[j];
+        a_ok[j] = src >= 0;
+        a_src[j] = A + (a_ok[j] ? (int64_t)src * ka + cv * 16 : 0);
+      }
+    }
+    const int c0 = ld_chunk * TL::BK;
+    const bool col_ok = c0 + cv * 16 < ka;
+    const int64_t b_off = (int64_t)tile.act[ld_ai] * wsk + c0;
+    const unsigned a_dst = sa_base + stage * TL::A_STAGE;
+#pragma unroll
+    for (int j = 0; j < AVPT; j++)
+      cp_async16_s(a_dst + a_soff[j], a_src[j] + c0, a_ok[j] && col_ok);
+    const unsigned b_dst = sb_base + stage * TL::B_STAGE;
+#pragma unroll
+    for (int j = 0; j < BVPT; j++)
+      cp_async16_s(b_dst + b_soff[j], b_src[j] + b_off, b_ok[j] && col_ok);
+    if (++ld_chunk == nchunk) {
+      ld_chunk = 0;
+      gather.fetch(args.nbr, tile, ++ld_ai);
+    }
+  };
+
+  uint32_t acc[TL::ACC];
+#pragma unroll
+  for (int i = 0; i < TL::ACC; i++)
+    acc[i] = 0u;
+  constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::SWZ>() << 32;
+  const unsigned da0 = wg_desc_lo(sa_base + wg * 64 * TL::BK);
+  const unsigned db0 = wg_desc_lo(sb_base);
+  wg_pipeline<TL::STAGES, 0>(
+      iters, load_stage,
+      [&](int stage) {
+        const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
+        const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < TL::BK / 32; ks++) /* 32 bytes a k-step */
+          WgmmaI8<TL::BN>::run(acc, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
+        wgmma_commit();
+      },
+      [] {});
+#pragma unroll
+  for (int i = 0; i < TL::ACC; i++)
+    pin(acc[i]);
+  cp_async_wait<0>();
+
+  /* D of m64nN: per 8 columns j, registers 4j + 2h + e hold row
+   * 16 wq + g + 8h, column 8j + 2t + e of the warpgroup's 64 rows */
+  const I8Staging stg(smem_raw + (sa_base - raw), args, ep, TL::BM, TL::BN,
+                      TL::STAGES * (TL::A_STAGE + TL::B_STAGE));
+  if (stg.on)
+    __syncthreads(); /* both warpgroups' wgmma are done with the stages */
+  const int g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+  for (int j = 0; j < TL::BN / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int c = j * 8 + t4 * 2 + e;
+      if (n0 + c >= nb)
+        continue;
+      float m = 0.0f, b = 0.0f;
+      if (ep.dtype != VOXCONV_DTYPE_I32)
+        i8_column(ep, n0 + c, m, b);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int r = wg * 64 + wq * 16 + g + h * 8;
+        if (r < rows)
+          stg.put(ep, args, tile.rows, n0, r, c,
+                  (int32_t)acc[4 * j + 2 * h + e], m, b);
+      }
+    }
+  if (stg.on) {
+    __syncthreads();
+    stg.copy_out<TL::THREADS>(args, tile.rows, n0, rows);
+  }
+#endif
+}
+
+/* ---- depthwise ------------------------------------------------------------ */
+/* y[o][c] = epilogue(sum_k x[nbr[o][k]][c] * w[k][c]); one thread per
+ * (row, group of VEC channels); VEC = 4 when C % 4 == 0 and the buffers
+ * are 4-byte aligned (char4 loads), else 1. */
+template <int VEC>
+__global__ void i8_dw_kernel(const int8_t *__restrict__ x,
+                             const int32_t *__restrict__ nbr,
+                             const int8_t *__restrict__ w, void *y,
+                             int64_t n_rows, int kvol, int C,
+                             const I8Epilogue ep) {
+  const int groups = C / VEC;
+  const int64_t total = n_rows * groups;
+  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+       e += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = e / groups;
+    const int c = (int)(e - r * groups) * VEC;
+    const int32_t *nr = nbr + r * kvol;
+    int32_t s[VEC];
+#pragma unroll
+    for (int v = 0; v < VEC; v++)
+      s[v] = 0;
+    for (int k = 0; k < kvol; k++) {
+      const int32_t src = __ldg(nr + k);
+      if (src < 0)
+        continue;
+      if constexpr (VEC == 4) {
+        const char4 a = *reinterpret_cast<const char4 *>(x + (int64_t)src * C + c);
+        const char4 b = __ldg(reinterpret_cast<const char4 *>(w + (int64_t)k * C + c));
+        s[0] += (int32_t)a.x * b.x;
+        s[1] += (int32_t)a.y * b.y;
+        s[2] += (int32_t)a.z * b.z;
+        s[3] += (int32_t)a.w * b.w;
+      } else {
+        s[0] += (int32_t)x[(int64_t)src * C + c] * (int32_t)w[(int64_t)k * C + c];
+      }
+    }
+#pragma unroll
+    for (int v = 0; v < VEC; v++) {
+      float m = 0.0f, b = 0.0f;
+      if (ep.dtype != VOXCONV_DTYPE_I32)
+        i8_column(ep, c + v, m, b);
+      i8_store(ep, y, r * C + c + v, s[v], m, b);
+    }
+  }
+}
+
+/* ---- tile table ------------------------------------------------------------
+ * Stable IDs (docs/tiles.md, "mask_gemm_i8"). Pairs of the same block shape
+ * with half the int32 accumulators per thread (twice the warps) let a
+ * problem trade registers for occupancy, as the f16 tiles do. */
+typedef I8Tile<128, 128, 64, 64, 32, 4> Q0; /* 8 warps, 64 acc/thread */
+typedef I8Tile<128, 128, 64, 32, 32, 4> Q1; /* 16 warps, 32 acc */
+typedef I8Tile<128, 64, 64, 32, 32, 4> Q2;  /* 8 warps, 32 acc */
+typedef I8Tile<128, 64, 64, 32, 16, 4> Q3;  /* 16 warps, 16 acc */
+typedef I8Tile<64, 64, 64, 32, 32, 4> Q4;   /* 4 warps, 32 acc */
+typedef I8Tile<64, 64, 64, 32, 16, 4> Q5;   /* 8 warps, 16 acc */
+typedef I8Tile<64, 32, 32, 32, 16, 4> Q6;   /* small channels: 4 warps, 16 */
+typedef I8Tile<128, 256, 64, 64, 32, 3> Q7; /* C > 128: 16 warps, 64 acc */
+/* wgmma (sm_90a): 2 warpgroups of 64 rows x BN; BK bytes a stage */
+typedef I8WgTile<128, 4, 128> Q8;     /* 64 acc, 129 KB: 1 block a SM */
+typedef I8WgTile<128, 3, 128, 2> Q9;  /* 64 acc, 97 KB: 2 blocks */
+typedef I8WgTile<256, 3, 128> Q10;    /* 128 acc: each row feeds 256 cols */
+typedef I8WgTile<64, 4, 64, 2> Q11;   /* C <= 64: 32 acc, 64-byte rows */
+typedef I8WgTile<128, 4, 64, 2> Q12;  /* 64 acc, 64-byte rows */
+typedef I8WgTile<64, 4, 128, 2> Q13;  /* 32 acc, 128-byte rows */
+/* Deeper pipelines. Tiles 8-13 keep 1-2 stages of gathers in flight per
+ * block, 64 KB or less per SM; the rows are random L2 / DRAM reads and a
+ * stage waits for its gather about once per iteration (int8 ran no faster
+ * than f16 with half the bytes), so these keep more bytes in flight. */
+typedef I8WgTile<128, 6, 128> Q14;    /* 4 stages in flight, 193 KB */
+typedef I8WgTile<64, 8, 64, 2> Q15;   /* C <= 64: 2 blocks x 6 in flight */
+typedef I8WgTile<128, 12, 64> Q16;    /* 10 in flight of 16 KB */
+typedef I8WgTile<256, 4, 128> Q17;    /* 2 in flight of 48 KB */
+#define VC_I8_TILES 18
+#define VC_I8_FIRST_WG 8
+
+template <typename TL> auto kernel_of() {
+  if constexpr (TL::WG)
+    return i8_wg_fwd_kernel<TL>;
+  else
+    return i8_fwd_kernel<TL>;
+}
+
+template <typename TL>
+voxconv_status_t launch_i8(voxconv_handle_t *h, const FwdArgs &a,
+                           const I8Epilogue &ep) {
+  auto kern = kernel_of<TL>();
+  if (TL::SMEM > 48 * 1024)
+    VC_CUDA_TRY(h, vc_cuda_smem_optin(h, (const void *)kern, TL::SMEM));
+  const dim3 grid((unsigned)vc_ceil_div(a.nb, TL::BN),
+                  (unsigned)vc_ceil_div(a.n_dst, TL::BM));
+  kern<<<grid, TL::THREADS, TL::SMEM, vc_cuda_stream(h)>>>(a, ep);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 forward kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+struct TileRow {
+  const void *fn;
+  int bm, bn, bk, stages, threads, acc, smem;
+  bool wg; /* wgmma: sm_90a only */
+};
+template <typename TL> TileRow tile_row() {
+  return {(const void *)kernel_of<TL>(), TL::BM, TL::BN, TL::BK, TL::STAGES,
+          TL::THREADS, TL::ACC, TL::SMEM, TL::WG};
+}
+const TileRow &tile_info(int t) {
+  static const TileRow rows[VC_I8_TILES] = {
+      tile_row<Q0>(), tile_row<Q1>(), tile_row<Q2>(), tile_row<Q3>(),
+      tile_row<Q4>(), tile_row<Q5>(), tile_row<Q6>(), tile_row<Q7>(),
+      tile_row<Q8>(), tile_row<Q9>(), tile_row<Q10>(), tile_row<Q11>(),
+      tile_row<Q12>(), tile_row<Q13>(), tile_row<Q14>(), tile_row<Q15>(),
+      tile_row<Q16>(), tile_row<Q17>()};
+  return rows[t];
+}
+
+voxconv_status_t launch_tile(voxconv_handle_t *h, int tile, const FwdArgs &a,
+                             const I8Epilogue &ep) {
+  switch (tile) {
+  case 0: return launch_i8<Q0>(h, a, ep);
+  case 1: return launch_i8<Q1>(h, a, ep);
+  case 2: return launch_i8<Q2>(h, a, ep);
+  case 3: return launch_i8<Q3>(h, a, ep);
+  case 4: return launch_i8<Q4>(h, a, ep);
+  case 5: return launch_i8<Q5>(h, a, ep);
+  case 6: return launch_i8<Q6>(h, a, ep);
+  case 7: return launch_i8<Q7>(h, a, ep);
+  case 8: return launch_i8<Q8>(h, a, ep);
+  case 9: return launch_i8<Q9>(h, a, ep);
+  case 10: return launch_i8<Q10>(h, a, ep);
+  case 11: return launch_i8<Q11>(h, a, ep);
+  case 12: return launch_i8<Q12>(h, a, ep);
+  case 13: return launch_i8<Q13>(h, a, ep);
+  case 14: return launch_i8<Q14>(h, a, ep);
+  case 15: return launch_i8<Q15>(h, a, ep);
+  case 16: return launch_i8<Q16>(h, a, ep);
+  case 17: return launch_i8<Q17>(h, a, ep);
+  }
+  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                 "mask_gemm_i8: tile %d outside 0..%d", tile, VC_I8_TILES - 1);
+}
+
+/* Whether h's device runs the wgmma tiles: an sm_90a image and a compute
+ * capability 9.0 device (wgmma is not on later architectures either). */
+bool has_wgmma(const voxconv_handle_t *h) {
+#ifdef VC_HAVE_SM90A
+  const vc_cuda_state_t *s = vc_cuda_state(h);
+  return s->cc_major == 9 && s->cc_minor == 0;
+#else
+  (void)h;
+  return false;
+#endif
+}
+
+/* 1 when tile t can run on h's device; else 0 and *why says what is
+ * missing (a static sentence). */
+int tile_usable(const voxconv_handle_t *h, int t, const char **why) {
+  const TileRow &r = tile_info(t);
+  if (r.wg && !has_wgmma(h)) {
+    *why = "a wgmma tile needs an sm_90a build and a compute capability 9.0 "
+           "GPU";
+    return 0;
+  }
+  if ((size_t)r.smem > vc_cuda_state(h)->smem_optin) {
+    *why = "the tile needs more shared memory a block than this GPU allows";
+    return 0;
+  }
+  return 1;
+}
+
+/* The tile for a problem without a VOXCONV_INT8_TILE: by output channels
+ * (wider tiles reuse each gathered row for more outputs; narrow problems
+ * need small tiles to fill the GPU) and reduction depth (64-byte stage
+ * rows for cin <= 64, so that a stage is not half zeros); measured in
+ * docs/perf-notes.md. */
+int pick_tile(const voxconv_handle_t *h, int64_t cin, int64_t cout) {
+  if (has_wgmma(h)) {
+    if (cout <= 64)
+      return 11;
+    return cin <= 64 ? 12 : 9;
+  }
+  if (cout <= 32)
+    return 2;
+  if (cout <= 64)
+    return 3;
+  return 0;
+}
+
+/* VOXCONV_INT8_TILE: -1 unset or "auto", else the ID; -2 not an ID. */
+int tile_from_env(void) {
+  const char *s = vc_getenv("VOXCONV_INT8_TILE");
+  if (!s || !*s || strcmp(s, "auto") == 0)
+    return -1;
+  char *end = NULL;
+  const long t = strtol(s, &end, 10);
+  if (*end || t < 0 || t >= VC_I8_TILES)
+    return -2;
+  return (int)t;
+}
+
+I8Epilogue epilogue_of(const vc_int8_problem_t *p) {
+  I8Epilogue ep;
+  ep.w_scale = p->w_scale;
+  ep.bias = p->bias;
+  ep.x_scale = p->x_scale;
+  ep.y_scale = p->y_scale;
+  ep.relu = p->relu;
+  ep.dtype = (int)p->y_dtype;
+  return ep;
+}
+
+voxconv_status_t run_depthwise(voxconv_handle_t *h, const vc_int8_problem_t *p,
+                               const I8Epilogue &ep) {
+  const voxconv_kmap_t *m = p->kmap;
+  const int C = (int)p->cout;
+  const bool vec = C % 4 == 0 && ((uintptr_t)p->x & 3u) == 0 &&
+                   ((uintptr_t)p->w & 3u) == 0;
+  const int64_t threads = m->n_out * (vec ? C / 4 : C);
+  const unsigned grid = vc_grid_1d(threads, 256);
+  if (vec)
+    i8_dw_kernel<4><<<grid, 256, 0, vc_cuda_stream(h)>>>(
+        p->x, m->nbr_out, p->w, p->y, m->n_out, m->kvol, C, ep);
+  else
+    i8_dw_kernel<1><<<grid, 256, 0, vc_cuda_stream(h)>>>(
+        p->x, m->nbr_out, p->w, p->y, m->n_out, m->kvol, C, ep);
+  VC_CUDA_LAUNCH_CHECK(h, "depthwise_i8 kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+} // namespace
+
+extern "C" int vc_cuda_int8_tile_count(void) { return VC_I8_TILES; }
+
+extern "C" voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h,
+                                                   int tile,
+                                                   voxconv_kernel_info_t *info) {
+  VC_CUDA_DEVICE_GUARD(h);
+  const TileRow &r = tile_info(tile);
+  memset(info, 0, sizeof *info);
+  snprintf(info->algo, sizeof info->algo, "mask_gemm_i8");
+  info->pass = VOXCONV_PASS_CONV_FWD;
+  info->tile_id = tile;
+  info->dtype = VOXCONV_DTYPE_I8;
+  info->tile_m = r.bm;
+  info->tile_n = r.bn;
+  info->tile_k = r.bk;
+  info->stages = r.stages;
+  info->threads = r.threads;
+  snprintf(info->constraints, sizeof info->constraints,
+           "%s%d int32 acc/thread; cin %% 16 != 0: padded copy",
+           r.wg ? "sm_90a; " : "", r.acc);
+  info->smem_limit = vc_cuda_state(h)->smem_optin;
+  const char *why = NULL;
+  info->eligible = tile_usable(h, tile, &why);
+  if (info->eligible && r.smem > 48 * 1024)
+    VC_CUDA_TRY(h, vc_cuda_smem_optin(h, r.fn, r.smem));
+  cudaFuncAttributes fa;
+  VC_CUDA_TRY(h, cudaFuncGetAttributes(&fa, r.fn));
+  info->registers = fa.numRegs;
+  info->smem_bytes = fa.sharedSizeBytes + (size_t)r.smem;
+  int blocks = 0;
+  if (info->eligible)
+    VC_CUDA_TRY(h, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                       &blocks, r.fn, r.threads, (size_t)r.smem));
+  info->blocks_per_sm = blocks;
+  int max_threads = 0;
+  VC_CUDA_TRY(h, cudaDeviceGetAttribute(
+                     &max_threads, cudaDevAttrMaxThreadsPerMultiProcessor,
+                     h->device));
+  info->occupancy =
+      max_threads ? (double)(blocks * r.threads) / (double)max_threads : 0.0;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
+                                              const vc_int8_problem_t *p) {
+  VC_CUDA_DEVICE_GUARD(h);
+  const voxconv_kmap_t *m = p->kmap;
+  const I8Epilogue ep = epilogue_of(p);
+  if (m->n_out == 0)
+    return VOXCONV_STATUS_SUCCESS;
+  if (m->n_in > INT32_MAX || m->n_out > INT32_MAX)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "int8 conv: %lld input / %lld output rows; the CUDA int8 "
+                   "kernels index rows with 32 bits",
+                   (long long)m->n_in, (long long)m->n_out);
+  if (p->depthwise)
+    return run_depthwise(h, p, ep);
+  if (m->kvol > VC_MG_MAX_KVOL)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "mask_gemm_i8: kernel volume %d above %d", (int)m->kvol,
+                   VC_MG_MAX_KVOL);
+  int tile = tile_from_env();
+  if (tile == -2)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "VOXCONV_INT8_TILE=\"%s\": not a tile ID (0..%d) or auto",
+                   vc_getenv("VOXCONV_INT8_TILE"), VC_I8_TILES - 1);
+  if (tile < 0)
+    tile = pick_tile(h, p->cin, p->cout);
+  const char *why = NULL;
+  if (!tile_usable(h, tile, &why))
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "mask_gemm_i8: tile %d (%d bytes of shared memory) cannot "
+                   "run here: %s",
+                   tile, tile_info(tile).smem, why);
+
+  const int cin = (int)p->cin, cout = (int)p->cout;
+  const int ka = (cin + 15) / 16 * 16;
+  VcWorkspace ws(h); /* stream-ordered frees at return */
+  const int8_t *x = p->x;
+  if (ka != cin || !aligned16(x)) {
+    int8_t *xp = NULL;
+    VC_CHECK(ws.get<int8_t>(m->n_in * ka, &xp, "int8 padded input"));
+    if (m->n_in > 0) {
+      i8_pad_rows_kernel<<<vc_grid_1d(m->n_in * ka, 256), 256, 0,
+                           vc_cuda_stream(h)>>>(x, xp, m->n_in, cin, ka);
+      VC_CUDA_LAUNCH_CHECK(h, "int8 i8_pad_rows_kernel");
+    }
+    x = xp;
+  }
+  int8_t *wt = NULL;
+  VC_CHECK(ws.get<int8_t>((int64_t)m->kvol * cout * ka, &wt,
+                          "int8 K-major weights"));
+  {
+    const dim3 grid((unsigned)vc_ceil_div(cout, 32),
+                    (unsigned)vc_ceil_div(ka, 32), (unsigned)m->kvol);
+    i8_weights_kmajor_kernel<<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
+        p->w, wt, cin, cout, ka);
+    VC_CUDA_LAUNCH_CHECK(h, "int8 i8_weights_kmajor_kernel");
+  }
+  FwdArgs a;
+  memset(&a, 0, sizeof a);
+  a.a = x;
+  a.w = wt;
+  a.nbr = m->nbr_out;
+  VC_CHECK(sorted_rows(h, m, false, &a.order, &a.tile_mask));
+  a.row_mask = m->kvol <= 32 ? m->row_mask_out : NULL;
+  a.out = p->y;
+  a.n_dst = (int)m->n_out;
+  a.kvol = m->kvol;
+  a.ka = ka;
+  a.nb = cout;
+  return launch_tile(h, tile, a, ep);
+}

@@ -1,0 +1,185 @@
+/* The int8 ops' independent model (voxconv.h, "int8 (quantized) sparse
+ * convolution"), shared by test_int8_cpu.c and test_cuda_int8.c: int64
+ * sums over a map's pairs (read back through the public API, so the same
+ * for a CPU and a CUDA map) and the epilogue written out with explicit
+ * float / fmaf calls. Nothing here calls the int8 ops. Header-only, as
+ * dense_ref.h, because every tests/test_*.c is its own executable. */
+#ifndef INT8_MODEL_H
+#define INT8_MODEL_H
+
+#include "dense_ref.h"
+#include "vc_test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- independent model ------------------------------------------------- */
+/* int64 sums over the pairs: acc[o][c]. */
+static inline int64_t *naive_acc(voxconv_handle_t *h, const voxconv_kmap_t *km,
+                                 const int8_t *x, const int8_t *w, int64_t cin,
+                                 int64_t cout, int depthwise, int64_t *n_out) {
+  voxconv_kmap_info_t info;
+  voxconv_kmap_get_info(km, &info);
+  int64_t *off = (int64_t *)dr_xmalloc(sizeof(int64_t) *
+                                       (size_t)(info.kernel_volume + 1));
+  /* the pair rows are copied into backend memory (device memory for a
+   * CUDA map), then to the host */
+  const size_t bytes = sizeof(int32_t) * (size_t)(info.n_pairs ? info.n_pairs : 1);
+  int32_t *ir = (int32_t *)dr_xmalloc(bytes), *orow = (int32_t *)dr_xmalloc(bytes);
+  void *bir = NULL, *borow = NULL;
+  if (voxconv_malloc(h, bytes, &bir) != VOXCONV_STATUS_SUCCESS ||
+      voxconv_malloc(h, bytes, &borow) != VOXCONV_STATUS_SUCCESS ||
+      voxconv_kmap_get_pairs(h, km, off, (int32_t *)bir, (int32_t *)borow) !=
+          VOXCONV_STATUS_SUCCESS ||
+      voxconv_memcpy(h, ir, bir, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST) !=
+          VOXCONV_STATUS_SUCCESS ||
+      voxconv_memcpy(h, orow, borow, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST) !=
+          VOXCONV_STATUS_SUCCESS) {
+    fprintf(stderr, "naive_acc: reading the map's pairs: %s\n",
+            voxconv_get_last_error(h));
+    exit(2);
+  }
+  voxconv_free(h, bir);
+  voxconv_free(h, borow);
+  int64_t *acc =
+      (int64_t *)dr_xcalloc((size_t)(info.n_out * cout), sizeof(int64_t));
+  for (int k = 0; k < info.kernel_volume; k++)
+    for (int64_t q = off[k]; q < off[k + 1]; q++) {
+      const int8_t *xr = x + (int64_t)ir[q] * cin;
+      int64_t *a = acc + (int64_t)orow[q] * cout;
+      if (depthwise) {
+        for (int64_t c = 0; c < cout; c++)
+          a[c] += (int64_t)xr[c] * w[k * cout + c];
+      } else {
+        for (int64_t ci = 0; ci < cin; ci++)
+          for (int64_t c = 0; c < cout; c++)
+            a[c] += (int64_t)xr[ci] * w[(k * cin + ci) * cout + c];
+      }
+    }
+  *n_out = info.n_out;
+  free(off);
+  free(ir);
+  free(orow);
+  return acc;
+}
+
+/* The epilogue as voxconv.h states it, fp32 with explicit calls. */
+static inline float model_v(int64_t acc, float xs, float ws, float b, int relu) {
+  const float m = xs * ws;
+  float v = fmaf((float)(int32_t)acc, m, b);
+  if (relu && v < 0.0f)
+    v = 0.0f;
+  return v;
+}
+static inline int8_t model_i8(float v, float ys) {
+  const float t = v / ys;
+  float r = nearbyintf(t);
+  if (r < -127.0f)
+    r = -127.0f;
+  if (r > 127.0f)
+    r = 127.0f;
+  return (int8_t)r;
+}
+
+/* Expected bits of element (o, c) into exp (y's dtype). */
+static inline void model_store(void *exp, voxconv_dtype_t dt, int64_t i, float v,
+                        float ys) {
+  if (dt == VOXCONV_DTYPE_I8)
+    ((int8_t *)exp)[i] = model_i8(v, ys);
+  else
+    dr_store(exp, dt, i, (double)v); /* RNE from the exact value */
+}
+
+static inline size_t esz(voxconv_dtype_t dt) {
+  return voxconv_dtype_size(dt);
+}
+
+/* ---- one problem -------------------------------------------------------- */
+typedef struct prob {
+  voxconv_handle_t *h;
+  const voxconv_kmap_t *km;
+  int depthwise;
+  int64_t n_in, n_out, kvol, cin, cout;
+  int8_t *x, *w;
+  float xs, ys, *ws, *bias;
+  int relu;
+} prob_t;
+
+static inline void fill_i8(int8_t *d, int64_t n, int full_range) {
+  for (int64_t i = 0; i < n; i++)
+    d[i] = (int8_t)(full_range ? vc_rand_range(-128, 127)
+                               : vc_rand_range(-20, 20));
+}
+
+static inline void random_qparams(prob_t *p) {
+  p->xs = (float)(0.01 + 0.1 * vc_rand_uniform());
+  p->ys = (float)(0.5 + 20.0 * vc_rand_uniform());
+  p->ws = (float *)dr_xmalloc(sizeof(float) * (size_t)p->cout);
+  p->bias = (float *)dr_xmalloc(sizeof(float) * (size_t)p->cout);
+  for (int64_t c = 0; c < p->cout; c++) {
+    p->ws[c] = (float)(0.001 + 0.05 * vc_rand_uniform());
+    p->bias[c] = (float)(4.0 * vc_rand_normal());
+  }
+}
+
+/* Expected bits of every output of p in dtype dt from the sums ref. */
+static inline void model_expected(const prob_t *p, const int64_t *ref,
+                                  voxconv_dtype_t dt, void *exp) {
+  for (int64_t o = 0; o < p->n_out; o++)
+    for (int64_t c = 0; c < p->cout; c++) {
+      const int64_t i = o * p->cout + c;
+      if (dt == VOXCONV_DTYPE_I32) {
+        ((int32_t *)exp)[i] = (int32_t)ref[i];
+        continue;
+      }
+      const float b = p->bias ? p->bias[c] : 0.0f;
+      model_store(exp, dt, i, model_v(ref[i], p->xs, p->ws[c], b, p->relu),
+                  p->ys);
+    }
+}
+
+/* Elements whose bits differ from exp (*first: the first, or -1). */
+static inline int64_t model_mismatches(const void *got, const void *exp,
+                                       voxconv_dtype_t dt, int64_t ne,
+                                       int64_t *first) {
+  int64_t nbad = 0;
+  *first = -1;
+  for (int64_t i = 0; i < ne; i++)
+    if (memcmp((const char *)got + i * esz(dt), (const char *)exp + i * esz(dt),
+               esz(dt)) != 0) {
+      if (*first < 0)
+        *first = i;
+      nbad++;
+    }
+  return nbad;
+}
+
+/* F32 outputs outside voxconv.h's bound around the float64 value. */
+static inline int64_t model_f32_outside_bound(const prob_t *p,
+                                              const int64_t *ref,
+                                              const float *y) {
+  int64_t nb = 0;
+  const int64_t ne = p->n_out * p->cout;
+  for (int64_t i = 0; i < ne; i++) {
+    const int64_t c = i % p->cout;
+    const double a = (double)ref[i];
+    const double mexact = (double)p->xs * (double)p->ws[c];
+    double vs = a * mexact + (p->bias ? (double)p->bias[c] : 0.0);
+    const double v = y[i];
+    /* relu is 1-Lipschitz: the same bound holds after it (|v| before
+     * relu >= |v| after, so the bound uses the pre-relu magnitude) */
+    const double vpre = fabs(v) > fabs(vs) ? fabs(v) : fabs(vs) * 1.001;
+    if (p->relu && vs < 0)
+      vs = 0.0;
+    const double bound = ldexp(2.0 * fabs(mexact * a) + vpre, -24) *
+                             (1.0 + ldexp(1.0, -22)) +
+                         ldexp(1.0, -149) * (1.0 + fabs(a)) +
+                         ldexp(fabs(vs), -50);
+    if (fabs(v - vs) > bound)
+      nb++;
+  }
+  return nb;
+}
+
+#endif

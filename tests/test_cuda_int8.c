@@ -1,0 +1,557 @@
+/* int8 sparse convolution on the GPU (voxconv_conv_forward_int8,
+ * voxconv_depthwise_forward_int8 on a CUDA handle; src/cuda/cuda_int8.cu):
+ *   1. every tensor-core tile (VOXCONV_INT8_TILE = 0..7) and the default
+ *      choice, every output dtype (I32 raw sums, F32, F16, BF16, I8), with
+ *      and without bias / ReLU: bitwise against the independent model of
+ *      tests/int8_model.h (int64 sums over the GPU map's own pairs, the
+ *      epilogue as voxconv.h writes it), every map mode, channel counts
+ *      that are not multiples of 16 or 32, random and real-scan coordinates;
+ *      outputs poisoned before each call and checked fully written;
+ *   2. the same problems on a CPU handle with a CPU map (submanifold: the
+ *      same row order): GPU == CPU bit for bit, the issue's "bitwise CPU-GPU
+ *      agreement";
+ *   3. exact ties (round half to even) and the symmetric clamp of the I8
+ *      output, hand-computed;
+ *   4. the extreme accumulator (all -128 at kvol * cin = 131071) exact;
+ *   5. a bad VOXCONV_INT8_TILE is INVALID_ARGUMENT; a CPU map on a CUDA
+ *      handle is refused.
+ * Needs a CUDA device: exits 77 (skipped) without one.
+ *   test_cuda_int8 --quick   fewer problems (compute-sanitizer memcheck)
+ *   test_cuda_int8 --race    the ties and one small problem of each op on
+ *                            every tile (compute-sanitizer racecheck, whose
+ *                            cost grows with every shared-memory access)
+ * Fresh random inputs per run (seed printed; VOXCONV_TEST_SEED replays). */
+#include "int8_model.h"
+
+#include <stdio.h>
+
+#define N_TILES 18 /* cuda_int8.cu VC_I8_TILES */
+
+static voxconv_handle_t *g_cpu, *g_gpu;
+static int g_quick, g_race;
+/* tiles this GPU runs (voxconv_kernel_get_info: the wgmma tiles need
+ * sm_90a); the others are checked to be refused by name */
+static int g_tile_ok[N_TILES];
+
+static const voxconv_dtype_t k_dts[5] = {VOXCONV_DTYPE_I32, VOXCONV_DTYPE_F32,
+                                         VOXCONV_DTYPE_F16, VOXCONV_DTYPE_BF16,
+                                         VOXCONV_DTYPE_I8};
+
+static void find_tiles(void) {
+  int n = 0, seen = 0;
+  voxconv_kernel_count(g_gpu, &n);
+  for (int i = 0; i < n; i++) {
+    voxconv_kernel_info_t ki;
+    if (voxconv_kernel_get_info(g_gpu, i, &ki) != VOXCONV_STATUS_SUCCESS ||
+        strcmp(ki.algo, "mask_gemm_i8") != 0)
+      continue;
+    VC_EXPECT(ki.tile_id == seen && ki.dtype == VOXCONV_DTYPE_I8,
+              "int8 tile %d listed as %d", seen, ki.tile_id);
+    if (ki.tile_id >= 0 && ki.tile_id < N_TILES)
+      g_tile_ok[ki.tile_id] = ki.eligible;
+    printf("mask_gemm_i8 tile %2d: %3dx%3dx%3d, %3d threads, %3d regs, %6zu "
+           "B smem, %d blocks/SM, eligible %d (%s)\n",
+           ki.tile_id, ki.tile_m, ki.tile_n, ki.tile_k, ki.threads,
+           ki.registers, ki.smem_bytes, ki.blocks_per_sm, ki.eligible,
+           ki.constraints);
+    seen++;
+  }
+  VC_EXPECT(seen == N_TILES, "%d int8 tiles listed, want %d", seen, N_TILES);
+}
+
+static void set_tile(int t) {
+  if (t < 0) {
+    unsetenv("VOXCONV_INT8_TILE");
+    return;
+  }
+  char buf[16];
+  snprintf(buf, sizeof buf, "%d", t);
+  setenv("VOXCONV_INT8_TILE", buf, 1);
+}
+
+/* ---- device copies --------------------------------------------------- */
+static void *to_dev(const void *src, size_t bytes) {
+  void *d = NULL;
+  if (voxconv_malloc(g_gpu, bytes ? bytes : 1, &d) != VOXCONV_STATUS_SUCCESS) {
+    fprintf(stderr, "voxconv_malloc(%zu): %s\n", bytes,
+            voxconv_get_last_error(g_gpu));
+    exit(2);
+  }
+  if (bytes && src)
+    voxconv_memcpy(g_gpu, d, src, bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+  return d;
+}
+
+/* p's operands in device memory (x, w, w_scale, bias). */
+typedef struct dev_prob {
+  int8_t *x, *w;
+  float *ws, *bias;
+} dev_prob_t;
+
+static dev_prob_t upload(const prob_t *p) {
+  dev_prob_t d;
+  const int64_t wn = p->depthwise ? p->kvol * p->cout
+                                  : p->kvol * p->cin * p->cout;
+  d.x = (int8_t *)to_dev(p->x, (size_t)(p->n_in * p->cin));
+  d.w = (int8_t *)to_dev(p->w, (size_t)wn);
+  d.ws = (float *)to_dev(p->ws, sizeof(float) * (size_t)p->cout);
+  d.bias = (float *)to_dev(p->bias, sizeof(float) * (size_t)p->cout);
+  return d;
+}
+
+static void release(dev_prob_t *d) {
+  voxconv_free(g_gpu, d->x);
+  voxconv_free(g_gpu, d->w);
+  voxconv_free(g_gpu, d->ws);
+  voxconv_free(g_gpu, d->bias);
+}
+
+/* Runs p on handle h with operands (x, w, ws, bias) in h's memory. */
+static voxconv_status_t run_op(voxconv_handle_t *h, const voxconv_kmap_t *km,
+                               const prob_t *p, const int8_t *x,
+                               const int8_t *w, const float *ws,
+                               const float *bias, voxconv_dtype_t ydt,
+                               void *y) {
+  voxconv_feats_t xf = {(void *)x, p->n_in, p->cin, VOXCONV_DTYPE_I8};
+  voxconv_feats_t yf = {y, p->n_out, p->cout, ydt};
+  voxconv_quant_params_t qp = {p->xs, ws, bias, p->relu,
+                               ydt == VOXCONV_DTYPE_I8 ? p->ys : 0.0f};
+  const voxconv_quant_params_t *q = ydt == VOXCONV_DTYPE_I32 ? NULL : &qp;
+  if (p->depthwise) {
+    voxconv_feats_t wf = {(void *)w, p->kvol, p->cout, VOXCONV_DTYPE_I8};
+    return voxconv_depthwise_forward_int8(h, km, &xf, &wf, q, &yf, NULL);
+  }
+  voxconv_weights_t wf = {(void *)w, p->kvol, p->cin, p->cout,
+                          VOXCONV_DTYPE_I8};
+  return voxconv_conv_forward_int8(h, km, &xf, &wf, q, &yf, NULL);
+}
+
+/* ---- one problem on every tile and dtype ------------------------------ */
+/* cpu_km: the same problem's CPU map with the same output rows, or NULL. */
+static void check_problem(prob_t *p, const voxconv_kmap_t *cpu_km,
+                          const char *what) {
+  int64_t n_out;
+  int64_t *ref = naive_acc(g_gpu, p->km, p->x, p->w, p->cin, p->cout,
+                           p->depthwise, &n_out);
+  const int64_t ne = p->n_out * p->cout;
+  void *y = dr_xmalloc((size_t)ne * 4 + 1);
+  void *exp = dr_xmalloc((size_t)ne * 4 + 1);
+  void *ycpu = dr_xmalloc((size_t)ne * 4 + 1);
+  void *yd = to_dev(NULL, (size_t)ne * 4 + 1);
+  dev_prob_t d = upload(p);
+  /* depthwise has one kernel; the regular conv every tile and the default */
+  const int t_last = p->depthwise ? -1 : N_TILES - 1;
+  for (int di = 0; di < 5; di++) {
+    const voxconv_dtype_t dt = k_dts[di];
+    const size_t bytes = (size_t)ne * esz(dt);
+    model_expected(p, ref, dt, exp);
+    if (cpu_km) {
+      memset(ycpu, 0x5A, bytes);
+      const voxconv_status_t st = run_op(g_cpu, cpu_km, p, p->x, p->w, p->ws,
+                                         p->bias, dt, ycpu);
+      VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s %s cpu: %s", what,
+                voxconv_dtype_name(dt), voxconv_get_last_error(g_cpu));
+    }
+    for (int t = -1; t <= t_last; t++) {
+      set_tile(t);
+      /* Poison, alternating 0x5A / 0xA5 from tile to tile: an element left
+       * unwritten keeps it and differs from the model, unless the model's
+       * value is that pattern, which it cannot be for both. */
+      memset(y, (t & 1) ? 0xA5 : 0x5A, bytes);
+      voxconv_memcpy(g_gpu, yd, y, bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+      const voxconv_status_t st =
+          run_op(g_gpu, p->km, p, d.x, d.w, d.ws, p->bias ? d.bias : NULL, dt,
+                 yd);
+      if (t >= 0 && !g_tile_ok[t]) {
+        VC_EXPECT(st == VOXCONV_STATUS_UNSUPPORTED,
+                  "%s tile %d (not eligible here): %s", what, t,
+                  voxconv_status_string(st));
+        continue;
+      }
+      VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s %s tile %d: %s: %s", what,
+                voxconv_dtype_name(dt), t, voxconv_status_string(st),
+                voxconv_get_last_error(g_gpu));
+      if (st != VOXCONV_STATUS_SUCCESS)
+        continue;
+      voxconv_memcpy(g_gpu, y, yd, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST);
+      int64_t bad;
+      const int64_t nbad = model_mismatches(y, exp, dt, ne, &bad);
+      VC_EXPECT(nbad == 0,
+                "%s %s tile %d: %lld of %lld elements differ from the model, "
+                "first %lld (row %lld col %lld, acc %lld)",
+                what, voxconv_dtype_name(dt), t, (long long)nbad,
+                (long long)ne, (long long)bad,
+                bad >= 0 ? (long long)(bad / p->cout) : -1LL,
+                bad >= 0 ? (long long)(bad % p->cout) : -1LL,
+                bad >= 0 ? (long long)ref[bad] : 0LL);
+      if (cpu_km)
+        VC_EXPECT(memcmp(y, ycpu, bytes) == 0, "%s %s tile %d: GPU != CPU",
+                  what, voxconv_dtype_name(dt), t);
+      if (dt == VOXCONV_DTYPE_F32) {
+        const int64_t nb = model_f32_outside_bound(p, ref, (const float *)y);
+        VC_EXPECT(nb == 0, "%s tile %d: %lld F32 outputs outside the bound",
+                  what, t, (long long)nb);
+      }
+    }
+    set_tile(-1);
+  }
+  release(&d);
+  voxconv_free(g_gpu, yd);
+  free(y);
+  free(exp);
+  free(ycpu);
+  free(ref);
+}
+
+static void run_case(const voxconv_kmap_t *km, const voxconv_kmap_t *cpu_km,
+                     int depthwise, int64_t cin, int64_t cout,
+                     const char *what) {
+  voxconv_kmap_info_t info;
+  voxconv_kmap_get_info(km, &info);
+  prob_t p;
+  memset(&p, 0, sizeof p);
+  p.h = g_gpu;
+  p.km = km;
+  p.depthwise = depthwise;
+  p.n_in = info.n_in;
+  p.n_out = info.n_out;
+  p.kvol = info.kernel_volume;
+  p.cin = cin;
+  p.cout = cout;
+  const int64_t wn = depthwise ? p.kvol * cout : p.kvol * cin * cout;
+  p.x = (int8_t *)dr_xmalloc((size_t)(p.n_in * cin) + 1);
+  p.w = (int8_t *)dr_xmalloc((size_t)wn);
+  fill_i8(p.x, p.n_in * cin, (int)vc_rand_range(0, 1));
+  fill_i8(p.w, wn, 1);
+  random_qparams(&p);
+  char buf[160];
+  for (int variant = 0; variant < (g_quick ? 1 : 3); variant++) {
+    p.relu = variant >= 1;
+    float *keep = p.bias;
+    if (variant == 2)
+      p.bias = NULL;
+    snprintf(buf, sizeof buf, "%s %s cin=%lld cout=%lld relu=%d bias=%d",
+             what, depthwise ? "depthwise" : "conv", (long long)cin,
+             (long long)cout, p.relu, p.bias != NULL);
+    check_problem(&p, cpu_km, buf);
+    p.bias = keep;
+  }
+  free(p.x);
+  free(p.w);
+  free(p.ws);
+  free(p.bias);
+}
+
+/* ---- maps ---------------------------------------------------------------- */
+static voxconv_kmap_t *build(voxconv_handle_t *h, voxconv_kmap_mode_t mode,
+                             int k, int s, const int32_t *in, int64_t n_in,
+                             int in_ts, const int32_t *out, int64_t n_out,
+                             int out_ts) {
+  voxconv_kmap_desc_t d = vc_test_kmap_desc(mode, k, k, k, s, 1);
+  /* coordinates live in the handle's memory */
+  const int gpu = h == g_gpu;
+  const int32_t *din = gpu ? (const int32_t *)to_dev(in, (size_t)n_in * 16)
+                           : in;
+  const int32_t *dout =
+      gpu && out ? (const int32_t *)to_dev(out, (size_t)n_out * 16) : out;
+  voxconv_coords_t ci = {din, n_in, {in_ts, in_ts, in_ts}};
+  voxconv_coords_t co = {dout, n_out, {out_ts, out_ts, out_ts}};
+  voxconv_kmap_t *km = NULL;
+  const voxconv_status_t st =
+      vc_test_kmap_build(h, &d, &ci, out ? &co : NULL, &km);
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "kmap build mode %d: %s", (int)mode,
+            voxconv_get_last_error(h));
+  if (gpu) { /* the map keeps its own copies */
+    voxconv_free(g_gpu, (void *)din);
+    if (dout)
+      voxconv_free(g_gpu, (void *)dout);
+  }
+  return st == VOXCONV_STATUS_SUCCESS ? km : NULL;
+}
+
+static void test_modes(void) {
+  int64_t n;
+  int32_t *fine = vc_random_coords(g_quick ? 300 : 1500, 9, &n);
+  int32_t *coarse = (int32_t *)dr_xmalloc(sizeof(int32_t) * 4 * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    coarse[i * 4] = fine[i * 4];
+    for (int a = 1; a < 4; a++)
+      coarse[i * 4 + a] = dr_floordiv(fine[i * 4 + a], 2);
+  }
+  const int64_t nc = vc_sort_unique_coords(coarse, n);
+  voxconv_kmap_t *maps[6] = {0};
+  const char *names[6] = {"submanifold", "strided", "expanding",
+                          "transposed", "generative", "inverse"};
+  maps[0] = build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, fine, n, 1, NULL, 0, 0);
+  maps[1] = build(g_gpu, VOXCONV_KMAP_STRIDED, 2, 2, fine, n, 1, NULL, 0, 0);
+  maps[2] = build(g_gpu, VOXCONV_KMAP_EXPANDING, 3, 2, fine, n, 1, NULL, 0, 0);
+  maps[3] = build(g_gpu, VOXCONV_KMAP_TRANSPOSED, 3, 2, coarse, nc, 2, fine, n,
+                  1);
+  maps[4] = build(g_gpu, VOXCONV_KMAP_GENERATIVE, 2, 2, coarse, nc, 2, NULL, 0,
+                  0);
+  if (maps[2])
+    VC_EXPECT(voxconv_kmap_inverse(g_gpu, maps[2], &maps[5]) ==
+                  VOXCONV_STATUS_SUCCESS,
+              "inverse: %s", voxconv_get_last_error(g_gpu));
+  voxconv_kmap_t *cpu_sub =
+      build(g_cpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, fine, n, 1, NULL, 0, 0);
+  /* 1 and 3: a first layer; 17, 33, 130: not multiples of 16 or 32 */
+  static const int64_t chans[7] = {1, 3, 17, 33, 64, 130, 256};
+  for (int m = 0; m < 6; m++) {
+    if (!maps[m])
+      continue;
+    for (int t = 0; t < (g_quick ? 1 : 2); t++)
+      run_case(maps[m], m == 0 ? cpu_sub : NULL, 0,
+               chans[vc_rand_range(0, 6)], chans[vc_rand_range(0, 6)],
+               names[m]);
+    const int64_t ch = chans[vc_rand_range(0, 6)];
+    run_case(maps[m], m == 0 ? cpu_sub : NULL, 1, ch, ch, names[m]);
+  }
+  if (!g_quick && maps[0])
+    for (int c = 0; c < 7; c++) { /* every channel count, both ops */
+      run_case(maps[0], cpu_sub, 0, chans[c], chans[6 - c], "all-ch");
+      run_case(maps[0], cpu_sub, 1, chans[c], chans[c], "all-ch");
+    }
+  for (int m = 0; m < 6; m++)
+    voxconv_kmap_destroy(g_gpu, maps[m]);
+  voxconv_kmap_destroy(g_cpu, cpu_sub);
+  free(fine);
+  free(coarse);
+}
+
+/* A crop of workload A (the real scan): ~20k voxels, C = 64, and 33 -> 64
+ * through a strided map. */
+static void test_real_scan(void) {
+  int64_t n;
+  int32_t *c = vc_workload_a_coords(&n);
+  if (!c) {
+    printf("workload A data missing: real-scan case skipped\n");
+    return;
+  }
+  int64_t m = 0;
+  for (int64_t i = 0; i < n && m < 20000; i++)
+    if (c[i * 4 + 1] >= 800 && c[i * 4 + 1] < 840) {
+      memmove(c + m * 4, c + i * 4, 16);
+      m++;
+    }
+  printf("real scan crop: %lld voxels\n", (long long)m);
+  voxconv_kmap_t *sub =
+      build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, m, 1, NULL, 0, 0);
+  voxconv_kmap_t *csub =
+      build(g_cpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, m, 1, NULL, 0, 0);
+  voxconv_kmap_t *str =
+      build(g_gpu, VOXCONV_KMAP_STRIDED, 2, 2, c, m, 1, NULL, 0, 0);
+  if (sub) {
+    run_case(sub, csub, 0, 64, 64, "scan submanifold");
+    run_case(sub, csub, 1, 64, 64, "scan submanifold");
+  }
+  if (str)
+    run_case(str, NULL, 0, 33, 64, "scan strided");
+  voxconv_kmap_destroy(g_gpu, sub);
+  voxconv_kmap_destroy(g_cpu, csub);
+  voxconv_kmap_destroy(g_gpu, str);
+  free(c);
+}
+
+/* kvol 1 submanifold on n rows: y[r] = epilogue(x[r] . w). */
+static voxconv_kmap_t *identity_map(int64_t n, int32_t **coords) {
+  int32_t *c = (int32_t *)dr_xmalloc(sizeof(int32_t) * 4 * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    c[i * 4] = 0;
+    c[i * 4 + 1] = (int32_t)i;
+    c[i * 4 + 2] = 0;
+    c[i * 4 + 3] = 0;
+  }
+  *coords = c;
+  return build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 1, 1, c, n, 1, NULL, 0, 0);
+}
+
+/* Exact ties: x_scale = w_scale = 1, w = 1, y_scale = 2: t = acc / 2, so odd
+ * acc gives ties (1.5 -> 2, 2.5 -> 2, -0.5 -> 0); y_scale 0.5 clamps at
+ * +-127, never -128; relu zeroes negatives. On every tile. */
+static void test_ties_and_clamp(void) {
+  static const int8_t xv[] = {1, 3, 5, -1, -3, -5, 7, 0, 127, -128, -127, 9,
+                              11, -11};
+  static const int8_t want_half[] = {0, 2, 2, 0, -2, -2, 4, 0, 64, -64, -64,
+                                     4, 6, -6};
+  const int64_t n = (int64_t)(sizeof xv / sizeof xv[0]);
+  int32_t *c;
+  voxconv_kmap_t *km = identity_map(n, &c);
+  if (!km)
+    return;
+  const int8_t w1 = 1;
+  const float one = 1.0f;
+  int8_t *dx = (int8_t *)to_dev(xv, (size_t)n);
+  int8_t *dw = (int8_t *)to_dev(&w1, 1);
+  float *dws = (float *)to_dev(&one, sizeof one);
+  int8_t *dy = (int8_t *)to_dev(NULL, (size_t)n);
+  voxconv_feats_t x = {dx, n, 1, VOXCONV_DTYPE_I8};
+  voxconv_weights_t w = {dw, 1, 1, 1, VOXCONV_DTYPE_I8};
+  voxconv_feats_t yf = {dy, n, 1, VOXCONV_DTYPE_I8};
+  for (int t = -1; t < N_TILES; t++) {
+    if (t >= 0 && !g_tile_ok[t])
+      continue;
+    set_tile(t);
+    for (int mode = 0; mode < 3; mode++) {
+      /* 0: y_scale 2 (ties), 1: y_scale 0.5 (clamp), 2: 0.5 with relu */
+      voxconv_quant_params_t qp = {1.0f, dws, NULL, mode == 2,
+                                   mode == 0 ? 2.0f : 0.5f};
+      int8_t y[16];
+      memset(y, 0x5A, sizeof y);
+      voxconv_memcpy(g_gpu, dy, y, (size_t)n, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+      VC_EXPECT_STATUS(g_gpu, voxconv_conv_forward_int8(g_gpu, km, &x, &w, &qp,
+                                                        &yf, NULL),
+                       VOXCONV_STATUS_SUCCESS);
+      voxconv_memcpy(g_gpu, y, dy, (size_t)n, VOXCONV_MEMCPY_BACKEND_TO_HOST);
+      for (int64_t i = 0; i < n; i++) {
+        int want = xv[i] * 2;
+        want = want > 127 ? 127 : (want < -127 ? -127 : want);
+        if (mode == 0)
+          want = want_half[i];
+        if (mode == 2 && want < 0)
+          want = 0;
+        VC_EXPECT(y[i] == want, "tile %d mode %d: x=%d -> %d, want %d", t,
+                  mode, xv[i], y[i], want);
+      }
+    }
+  }
+  set_tile(-1);
+  voxconv_free(g_gpu, dx);
+  voxconv_free(g_gpu, dw);
+  voxconv_free(g_gpu, dws);
+  voxconv_free(g_gpu, dy);
+  voxconv_kmap_destroy(g_gpu, km);
+  free(c);
+}
+
+/* All -128 at kvol * cin = 131071: acc = 131071 * 16384 = 2^31 - 2^14,
+ * exact in int32 on the tensor cores too. */
+static void test_extreme_acc(void) {
+  const int64_t n = 3, cin = 131071;
+  int32_t *c;
+  voxconv_kmap_t *km = identity_map(n, &c);
+  if (!km)
+    return;
+  int8_t *x = (int8_t *)dr_xmalloc((size_t)(n * cin));
+  int8_t *w = (int8_t *)dr_xmalloc((size_t)cin * 2);
+  memset(x, 0x80, (size_t)(n * cin));
+  memset(w, 0x80, (size_t)cin * 2);
+  int8_t *dx = (int8_t *)to_dev(x, (size_t)(n * cin));
+  int8_t *dw = (int8_t *)to_dev(w, (size_t)cin * 2);
+  int32_t *dy = (int32_t *)to_dev(NULL, sizeof(int32_t) * 6);
+  voxconv_feats_t xf = {dx, n, cin, VOXCONV_DTYPE_I8};
+  voxconv_weights_t wf = {dw, 1, cin, 2, VOXCONV_DTYPE_I8};
+  voxconv_feats_t yf = {dy, n, 2, VOXCONV_DTYPE_I32};
+  for (int t = -1; t < N_TILES; t++) {
+    if (t >= 0 && !g_tile_ok[t])
+      continue;
+    set_tile(t);
+    int32_t y[6];
+    memset(y, 0x5A, sizeof y);
+    voxconv_memcpy(g_gpu, dy, y, sizeof y, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+    VC_EXPECT_STATUS(g_gpu, voxconv_conv_forward_int8(g_gpu, km, &xf, &wf,
+                                                      NULL, &yf, NULL),
+                     VOXCONV_STATUS_SUCCESS);
+    voxconv_memcpy(g_gpu, y, dy, sizeof y, VOXCONV_MEMCPY_BACKEND_TO_HOST);
+    for (int i = 0; i < 6; i++)
+      VC_EXPECT(y[i] == 2147467264, "extreme tile %d: y[%d]=%d", t, i, y[i]);
+  }
+  set_tile(-1);
+  voxconv_free(g_gpu, dx);
+  voxconv_free(g_gpu, dw);
+  voxconv_free(g_gpu, dy);
+  free(x);
+  free(w);
+  voxconv_kmap_destroy(g_gpu, km);
+  free(c);
+}
+
+static void test_bad_input(void) {
+  const int64_t n = 4;
+  int32_t *c;
+  voxconv_kmap_t *km = identity_map(n, &c);
+  voxconv_kmap_t *cpu_km =
+      build(g_cpu, VOXCONV_KMAP_SUBMANIFOLD, 1, 1, c, n, 1, NULL, 0, 0);
+  if (!km || !cpu_km)
+    return;
+  int8_t *dx = (int8_t *)to_dev(NULL, (size_t)n);
+  int8_t *dw = (int8_t *)to_dev(NULL, 1);
+  int32_t *dy = (int32_t *)to_dev(NULL, sizeof(int32_t) * (size_t)n);
+  voxconv_memcpy(g_gpu, dx, "\1\2\3\4", 4, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+  voxconv_memcpy(g_gpu, dw, "\1", 1, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+  voxconv_feats_t xf = {dx, n, 1, VOXCONV_DTYPE_I8};
+  voxconv_weights_t wf = {dw, 1, 1, 1, VOXCONV_DTYPE_I8};
+  voxconv_feats_t yf = {dy, n, 1, VOXCONV_DTYPE_I32};
+  setenv("VOXCONV_INT8_TILE", "99", 1);
+  VC_EXPECT_STATUS(g_gpu, voxconv_conv_forward_int8(g_gpu, km, &xf, &wf, NULL,
+                                                    &yf, NULL),
+                   VOXCONV_STATUS_INVALID_ARGUMENT);
+  VC_EXPECT(strstr(voxconv_get_last_error(g_gpu), "VOXCONV_INT8_TILE") != NULL,
+            "message names the knob: %s", voxconv_get_last_error(g_gpu));
+  setenv("VOXCONV_INT8_TILE", "auto", 1);
+  VC_EXPECT_STATUS(g_gpu, voxconv_conv_forward_int8(g_gpu, km, &xf, &wf, NULL,
+                                                    &yf, NULL),
+                   VOXCONV_STATUS_SUCCESS);
+  set_tile(-1);
+  VC_EXPECT_STATUS(g_gpu, voxconv_conv_forward_int8(g_gpu, cpu_km, &xf, &wf,
+                                                    NULL, &yf, NULL),
+                   VOXCONV_STATUS_INVALID_ARGUMENT);
+  voxconv_free(g_gpu, dx);
+  voxconv_free(g_gpu, dw);
+  voxconv_free(g_gpu, dy);
+  voxconv_kmap_destroy(g_gpu, km);
+  voxconv_kmap_destroy(g_cpu, cpu_km);
+  free(c);
+}
+
+/* One small submanifold problem of each op (the --race run). */
+static void test_race(void) {
+  int64_t n;
+  int32_t *c = vc_random_coords(200, 6, &n);
+  voxconv_kmap_t *km =
+      build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1, NULL, 0, 0);
+  if (km) {
+    run_case(km, NULL, 0, 33, 40, "race");
+    run_case(km, NULL, 1, 24, 24, "race");
+  }
+  voxconv_kmap_destroy(g_gpu, km);
+  free(c);
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      g_quick = 1;
+    if (strcmp(argv[i], "--race") == 0)
+      g_race = g_quick = 1;
+  }
+  vc_test_init("test_cuda_int8");
+  int devices = 0;
+  if (voxconv_device_count(&devices) != VOXCONV_STATUS_SUCCESS ||
+      devices == 0) {
+    printf("test_cuda_int8: SKIPPED: no CUDA device (voxconv_has_cuda()=%d, "
+           "voxconv_device_count=%d)\n",
+           voxconv_has_cuda(), devices);
+    return VC_TEST_SKIP;
+  }
+  voxconv_handle_desc_t dc, dg;
+  memset(&dc, 0, sizeof dc);
+  memset(&dg, 0, sizeof dg);
+  dc.backend = VOXCONV_BACKEND_CPU;
+  dg.backend = VOXCONV_BACKEND_CUDA;
+  VC_REQUIRE_OK(NULL, voxconv_create(&g_cpu, &dc));
+  VC_REQUIRE_OK(NULL, voxconv_create(&g_gpu, &dg));
+  find_tiles();
+  test_bad_input();
+  test_ties_and_clamp();
+  if (g_race) {
+    test_race();
+  } else {
+    test_extreme_acc();
+    test_modes();
+    test_real_scan();
+  }
+  voxconv_destroy(g_gpu);
+  voxconv_destroy(g_cpu);
+  return vc_test_finish();
+}
