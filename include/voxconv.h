@@ -122,6 +122,9 @@
  *                            lowers the device's own figure; read at handle
  *                            creation. Tiles over it are not eligible (see
  *                            voxconv_kernel_info_t), as on a smaller GPU
+ *  VOXCONV_INT8_TILE         tests and benchmarks: the mask_gemm_i8 tile ID
+ *                            every CUDA int8 conv uses ("auto" or unset: the
+ *                            library's choice; see the int8 section)
  */
 #ifndef VOXCONV_H
 #define VOXCONV_H
@@ -765,12 +768,29 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  *   DTYPE_MISMATCH     x or w not I8; y not I8, F32, F16, BF16 or I32; y
  *                      I8 with y_scale 0 (unset); y_scale set (nonzero)
  *                      while y is not I8
- *   UNSUPPORTED        kvol * cin > 131071 (above); the CUDA backend (no
- *                      int8 kernels yet); opt->fwd_algo naming an algorithm
- *                      (int8 algorithms are not in the registry yet: only
- *                      NULL, blanks or "auto" are accepted; the
- *                      environment's VOXCONV_*_ALGO_MODE does not apply)
+ *   UNSUPPORTED        kvol * cin > 131071 (above); opt->fwd_algo naming
+ *                      an algorithm (int8 algorithms are not in the
+ *                      registry yet: only NULL, blanks or "auto" are
+ *                      accepted; the environment's VOXCONV_*_ALGO_MODE does
+ *                      not apply); CUDA: more than 2^31 - 1 rows, kvol > 343
+ *                      (regular conv), a VOXCONV_INT8_TILE this GPU cannot
+ *                      run (the wgmma tiles need sm_90a)
+ *   INVALID_ARGUMENT   also: VOXCONV_INT8_TILE set to neither a tile ID nor
+ *                      "auto"
  * Any cin and cout >= 1 work (no multiple of 4, 16 or 32 required).
+ *
+ * CUDA. The regular conv runs on the tensor cores (src/cuda/cuda_int8.cu,
+ * docs/tiles.md "mask_gemm_i8"): int8 mma.sync on any sm_80+ GPU, int8
+ * wgmma on sm_90a; tile IDs 0-17 in voxconv_kernel_get_info (algo
+ * "mask_gemm_i8"). The tile is VOXCONV_INT8_TILE (an ID; a test and
+ * benchmark knob, read on every call) or else chosen by channel counts;
+ * the int8 ops are not autotuned yet. Each call copies the weights once
+ * into a K-major scratch copy (kvol * cout * ceil16(cin) bytes) and, when
+ * cin is not a multiple of 16 or x is not 16-byte aligned, x into a
+ * zero-padded one. Depthwise runs one thread per output row and 4
+ * channels. No call waits for the GPU (w_scale and bias are read on the
+ * device, unchecked: see "Where the parameters live"); every tile gives
+ * the CPU's bits for every output dtype.
  *
  * CPU. Threaded over blocks of output rows (VOXCONV_NUM_THREADS); the
  * regular conv uses AVX-512 VNNI (vpdpbusd, with avx512bw) when the CPU

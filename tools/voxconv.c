@@ -99,6 +99,10 @@ static int print_kernels(int json) {
                                                         : "fwd";
     char shape[32];
     snprintf(shape, sizeof shape, "%dx%dx%d", k.tile_m, k.tile_n, k.tile_k);
+    /* int8 tiles sum in int32 */
+    const char *acc = k.dtype == VOXCONV_DTYPE_I8 ? "i32"
+                      : k.acc16                   ? "f16"
+                                                  : "f32";
     n_over += !k.eligible;
     limit = k.smem_limit;
     if (json)
@@ -108,14 +112,14 @@ static int print_kernels(int json) {
              "\"smem_bytes\": %zu, \"smem_limit\": %zu, \"eligible\": %s, "
              "\"blocks_per_sm\": %d, \"occupancy\": %.3f}",
              i ? "," : "", k.algo, pass, k.tile_id, voxconv_dtype_name(k.dtype),
-             k.acc16 ? "f16" : "f32", shape, k.stages, k.threads, k.registers,
+             acc, shape, k.stages, k.threads, k.registers,
              k.smem_bytes, k.smem_limit, k.eligible ? "true" : "false",
              k.blocks_per_sm, k.occupancy);
     else
       printf("%-10s %-6s %4d %-5s %-4s %-12s %6d %7d %5d %9zu %4s %7d %5.0f%%  "
              "%s\n",
              k.algo, pass, k.tile_id, voxconv_dtype_name(k.dtype),
-             k.acc16 ? "f16" : "f32", shape, k.stages, k.threads, k.registers,
+             acc, shape, k.stages, k.threads, k.registers,
              k.smem_bytes, k.eligible ? "yes" : "no", k.blocks_per_sm,
              100.0 * k.occupancy, k.constraints);
   }

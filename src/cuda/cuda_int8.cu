@@ -116,15 +116,19 @@ __device__ __forceinline__ void i8_store(const I8Epilogue &e, void *y,
  * buffers (row pitch BN * esz + 16 bytes: the 8 rows of a fragment fall on
  * different banks), then the block copies whole rows out with 16-byte
  * stores, consecutive threads along a row. It needs the tile to fit the
- * stage buffers and 16-byte-aligned output rows; else the direct stores. */
-struct I8Staging {
+ * stage buffers and 16-byte-aligned output rows; else the direct stores.
+ * ENABLE = false compiles the direct stores only: with both paths in the
+ * kernel, the tiles with the most accumulators a thread (128 on the wgmma
+ * 128 x 256 tiles, 64 on mma.sync tiles 0 and 7) keep them on the stack,
+ * and ptxas serialises the wgmma of the former. */
+template <bool ENABLE> struct I8Staging {
   unsigned char *buf;
   int esz, pitch;
   bool on;
   __device__ I8Staging(unsigned char *b, const FwdArgs &a, const I8Epilogue &e,
                        int bm, int bn, int bytes)
       : buf(b), esz(i8_esz(e.dtype)), pitch(bn * i8_esz(e.dtype) + 16),
-        on(bm * (bn * i8_esz(e.dtype) + 16) <= bytes &&
+        on(ENABLE && bm * (bn * i8_esz(e.dtype) + 16) <= bytes &&
            ((a.nb * i8_esz(e.dtype)) & 15) == 0 && aligned16(a.out)) {}
   /* element (tile row r, tile column c, global column n0 + c) */
   __device__ __forceinline__ void put(const I8Epilogue &e, const FwdArgs &a,
@@ -333,7 +337,10 @@ __global__ void __launch_bounds__(TL::THREADS)
 
   /* Every (row < n_dst, col < nb) of the tile is written once; rows
    * without neighbours get the epilogue of a zero sum. */
-  const I8Staging stg(smem_raw, args, ep, TL::BM, TL::BN, TL::SMEM);
+  /* 64 accumulators a thread (tiles 0, 7): both epilogue paths in one
+   * kernel put the accumulators on the stack (measured slower, item 77) */
+  const I8Staging<(TL::ACC <= 32)> stg(smem_raw, args, ep, TL::BM, TL::BN,
+                                       TL::SMEM);
   if (stg.on)
     __syncthreads(); /* every warp is done reading the stages */
   const int g = lane >> 2, t4 = lane & 3;
@@ -505,8 +512,9 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
 
   /* D of m64nN: per 8 columns j, registers 4j + 2h + e hold row
    * 16 wq + g + 8h, column 8j + 2t + e of the warpgroup's 64 rows */
-  const I8Staging stg(smem_raw + (sa_base - raw), args, ep, TL::BM, TL::BN,
-                      TL::STAGES * (TL::A_STAGE + TL::B_STAGE));
+  const I8Staging<(TL::ACC <= 64)> stg(
+      smem_raw + (sa_base - raw), args, ep, TL::BM, TL::BN,
+      TL::STAGES * (TL::A_STAGE + TL::B_STAGE));
   if (stg.on)
     __syncthreads(); /* both warpgroups' wgmma are done with the stages */
   const int g = lane >> 2, t4 = lane & 3;
