@@ -182,4 +182,104 @@ static inline int64_t model_f32_outside_bound(const prob_t *p,
   return nb;
 }
 
+/* ---- a random problem ------------------------------------------------------ */
+/* On map km (handle h): x int8 in a small or the full range (at random), w
+ * full range, random scales and bias (random_qparams). Free with
+ * model_prob_free. */
+static inline prob_t model_prob(voxconv_handle_t *h, const voxconv_kmap_t *km,
+                                int depthwise, int64_t cin, int64_t cout) {
+  voxconv_kmap_info_t info;
+  voxconv_kmap_get_info(km, &info);
+  prob_t p;
+  memset(&p, 0, sizeof p);
+  p.h = h;
+  p.km = km;
+  p.depthwise = depthwise;
+  p.n_in = info.n_in;
+  p.n_out = info.n_out;
+  p.kvol = info.kernel_volume;
+  p.cin = cin;
+  p.cout = cout;
+  const int64_t wn = depthwise ? p.kvol * cout : p.kvol * cin * cout;
+  p.x = (int8_t *)dr_xmalloc((size_t)(p.n_in * cin) + 1);
+  p.w = (int8_t *)dr_xmalloc((size_t)wn);
+  fill_i8(p.x, p.n_in * cin, (int)vc_rand_range(0, 1));
+  fill_i8(p.w, wn, 1);
+  random_qparams(&p);
+  return p;
+}
+
+static inline void model_prob_free(prob_t *p) {
+  free(p->x);
+  free(p->w);
+  free(p->ws);
+  free(p->bias);
+}
+
+/* check(p, label, ctx) for the first n of the epilogue variants: no ReLU;
+ * ReLU; ReLU without bias. */
+static inline void model_variants(prob_t *p, int n, const char *what,
+                                  void (*check)(prob_t *, const char *,
+                                                const void *),
+                                  const void *ctx) {
+  char buf[160];
+  for (int variant = 0; variant < n && variant < 3; variant++) {
+    p->relu = variant >= 1;
+    float *keep = p->bias;
+    if (variant == 2)
+      p->bias = NULL;
+    snprintf(buf, sizeof buf, "%s %s cin=%lld cout=%lld relu=%d bias=%d",
+             what, p->depthwise ? "depthwise" : "conv", (long long)p->cin,
+             (long long)p->cout, p->relu, p->bias != NULL);
+    check(p, buf, ctx);
+    p->bias = keep;
+  }
+}
+
+/* ---- coordinates the int8 tests share ----------------------------------- */
+/* c with x, y, z halved (floor) and duplicates removed: a stride-2 level. */
+static inline int32_t *model_coarsen(const int32_t *c, int64_t n, int64_t *nc) {
+  int32_t *o = (int32_t *)dr_xmalloc(sizeof(int32_t) * 4 * (size_t)(n + 1));
+  for (int64_t i = 0; i < n; i++) {
+    o[i * 4] = c[i * 4];
+    for (int a = 1; a < 4; a++)
+      o[i * 4 + a] = dr_floordiv(c[i * 4 + a], 2);
+  }
+  *nc = vc_sort_unique_coords(o, n);
+  return o;
+}
+
+/* n voxels on a line, far apart: a kvol-1 submanifold map over them is
+ * y[r] = epilogue(x[r] . w), for hand-computed cases. */
+static inline int32_t *model_line_coords(int64_t n) {
+  int32_t *c = (int32_t *)dr_xmalloc(sizeof(int32_t) * 4 * (size_t)n);
+  for (int64_t i = 0; i < n; i++) {
+    c[i * 4] = 0;
+    c[i * 4 + 1] = (int32_t)i;
+    c[i * 4 + 2] = 0;
+    c[i * 4 + 3] = 0;
+  }
+  return c;
+}
+
+/* A crop of workload A (the real scan): up to 20,000 voxels of the slab
+ * 800 <= x < 840, in the recording's order; NULL (after saying so) when
+ * the data is missing. */
+static inline int32_t *model_scan_crop(int64_t *m) {
+  int64_t n;
+  int32_t *c = vc_workload_a_coords(&n);
+  if (!c) {
+    printf("workload A data missing: real-scan case skipped\n");
+    return NULL;
+  }
+  *m = 0;
+  for (int64_t i = 0; i < n && *m < 20000; i++)
+    if (c[i * 4 + 1] >= 800 && c[i * 4 + 1] < 840) {
+      memmove(c + *m * 4, c + i * 4, 16);
+      (*m)++;
+    }
+  printf("real scan crop: %lld voxels\n", (long long)*m);
+  return c;
+}
+
 #endif

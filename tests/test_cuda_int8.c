@@ -203,43 +203,16 @@ static void check_problem(prob_t *p, const voxconv_kmap_t *cpu_km,
   free(ref);
 }
 
+static void check_gpu(prob_t *p, const char *what, const void *cpu_km) {
+  check_problem(p, (const voxconv_kmap_t *)cpu_km, what);
+}
+
 static void run_case(const voxconv_kmap_t *km, const voxconv_kmap_t *cpu_km,
                      int depthwise, int64_t cin, int64_t cout,
                      const char *what) {
-  voxconv_kmap_info_t info;
-  voxconv_kmap_get_info(km, &info);
-  prob_t p;
-  memset(&p, 0, sizeof p);
-  p.h = g_gpu;
-  p.km = km;
-  p.depthwise = depthwise;
-  p.n_in = info.n_in;
-  p.n_out = info.n_out;
-  p.kvol = info.kernel_volume;
-  p.cin = cin;
-  p.cout = cout;
-  const int64_t wn = depthwise ? p.kvol * cout : p.kvol * cin * cout;
-  p.x = (int8_t *)dr_xmalloc((size_t)(p.n_in * cin) + 1);
-  p.w = (int8_t *)dr_xmalloc((size_t)wn);
-  fill_i8(p.x, p.n_in * cin, (int)vc_rand_range(0, 1));
-  fill_i8(p.w, wn, 1);
-  random_qparams(&p);
-  char buf[160];
-  for (int variant = 0; variant < (g_quick ? 1 : 3); variant++) {
-    p.relu = variant >= 1;
-    float *keep = p.bias;
-    if (variant == 2)
-      p.bias = NULL;
-    snprintf(buf, sizeof buf, "%s %s cin=%lld cout=%lld relu=%d bias=%d",
-             what, depthwise ? "depthwise" : "conv", (long long)cin,
-             (long long)cout, p.relu, p.bias != NULL);
-    check_problem(&p, cpu_km, buf);
-    p.bias = keep;
-  }
-  free(p.x);
-  free(p.w);
-  free(p.ws);
-  free(p.bias);
+  prob_t p = model_prob(g_gpu, km, depthwise, cin, cout);
+  model_variants(&p, g_quick ? 1 : 3, what, check_gpu, cpu_km);
+  model_prob_free(&p);
 }
 
 /* ---- maps ---------------------------------------------------------------- */
@@ -272,13 +245,8 @@ static voxconv_kmap_t *build(voxconv_handle_t *h, voxconv_kmap_mode_t mode,
 static void test_modes(void) {
   int64_t n;
   int32_t *fine = vc_random_coords(g_quick ? 300 : 1500, 9, &n);
-  int32_t *coarse = (int32_t *)dr_xmalloc(sizeof(int32_t) * 4 * (size_t)n);
-  for (int64_t i = 0; i < n; i++) {
-    coarse[i * 4] = fine[i * 4];
-    for (int a = 1; a < 4; a++)
-      coarse[i * 4 + a] = dr_floordiv(fine[i * 4 + a], 2);
-  }
-  const int64_t nc = vc_sort_unique_coords(coarse, n);
+  int64_t nc;
+  int32_t *coarse = model_coarsen(fine, n, &nc);
   voxconv_kmap_t *maps[6] = {0};
   const char *names[6] = {"submanifold", "strided", "expanding",
                           "transposed", "generative", "inverse"};
@@ -322,19 +290,10 @@ static void test_modes(void) {
 /* A crop of workload A (the real scan): ~20k voxels, C = 64, and 33 -> 64
  * through a strided map. */
 static void test_real_scan(void) {
-  int64_t n;
-  int32_t *c = vc_workload_a_coords(&n);
-  if (!c) {
-    printf("workload A data missing: real-scan case skipped\n");
+  int64_t m;
+  int32_t *c = model_scan_crop(&m);
+  if (!c)
     return;
-  }
-  int64_t m = 0;
-  for (int64_t i = 0; i < n && m < 20000; i++)
-    if (c[i * 4 + 1] >= 800 && c[i * 4 + 1] < 840) {
-      memmove(c + m * 4, c + i * 4, 16);
-      m++;
-    }
-  printf("real scan crop: %lld voxels\n", (long long)m);
   voxconv_kmap_t *sub =
       build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, m, 1, NULL, 0, 0);
   voxconv_kmap_t *csub =
@@ -355,15 +314,9 @@ static void test_real_scan(void) {
 
 /* kvol 1 submanifold on n rows: y[r] = epilogue(x[r] . w). */
 static voxconv_kmap_t *identity_map(int64_t n, int32_t **coords) {
-  int32_t *c = (int32_t *)dr_xmalloc(sizeof(int32_t) * 4 * (size_t)n);
-  for (int64_t i = 0; i < n; i++) {
-    c[i * 4] = 0;
-    c[i * 4 + 1] = (int32_t)i;
-    c[i * 4 + 2] = 0;
-    c[i * 4 + 3] = 0;
-  }
-  *coords = c;
-  return build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 1, 1, c, n, 1, NULL, 0, 0);
+  *coords = model_line_coords(n);
+  return build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 1, 1, *coords, n, 1, NULL, 0,
+               0);
 }
 
 /* Exact ties: x_scale = w_scale = 1, w = 1, y_scale = 2: t = acc / 2, so odd

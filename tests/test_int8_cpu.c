@@ -99,44 +99,17 @@ static void check_problem(prob_t *p, const char *what) {
   free(ref);
 }
 
+static void check_cpu(prob_t *p, const char *what, const void *ctx) {
+  (void)ctx;
+  check_problem(p, what);
+}
+
 static void run_case(voxconv_handle_t *h, const voxconv_kmap_t *km,
                      int depthwise, int64_t cin, int64_t cout,
                      const char *what) {
-  voxconv_kmap_info_t info;
-  voxconv_kmap_get_info(km, &info);
-  prob_t p;
-  memset(&p, 0, sizeof p);
-  p.h = h;
-  p.km = km;
-  p.depthwise = depthwise;
-  p.n_in = info.n_in;
-  p.n_out = info.n_out;
-  p.kvol = info.kernel_volume;
-  p.cin = cin;
-  p.cout = cout;
-  const int64_t wn = depthwise ? p.kvol * cout : p.kvol * cin * cout;
-  p.x = (int8_t *)dr_xmalloc((size_t)(p.n_in * cin) + 1);
-  p.w = (int8_t *)dr_xmalloc((size_t)wn);
-  const int full = (int)vc_rand_range(0, 1);
-  fill_i8(p.x, p.n_in * cin, full);
-  fill_i8(p.w, wn, 1);
-  random_qparams(&p);
-  char buf[160];
-  for (int variant = 0; variant < 3; variant++) {
-    p.relu = variant >= 1;
-    float *keep = p.bias;
-    if (variant == 2)
-      p.bias = NULL;
-    snprintf(buf, sizeof buf, "%s %s cin=%lld cout=%lld relu=%d bias=%d",
-             what, depthwise ? "depthwise" : "conv", (long long)cin,
-             (long long)cout, p.relu, p.bias != NULL);
-    check_problem(&p, buf);
-    p.bias = keep;
-  }
-  free(p.x);
-  free(p.w);
-  free(p.ws);
-  free(p.bias);
+  prob_t p = model_prob(h, km, depthwise, cin, cout);
+  model_variants(&p, 3, what, check_cpu, NULL);
+  model_prob_free(&p);
 }
 
 /* ---- maps --------------------------------------------------------------- */
@@ -161,22 +134,11 @@ static voxconv_kmap_t *build(voxconv_handle_t *h, voxconv_kmap_mode_t mode,
   return st == VOXCONV_STATUS_SUCCESS ? km : NULL;
 }
 
-static int32_t *coarsen(const int32_t *c, int64_t n, int64_t *nc) {
-  int32_t *o = (int32_t *)dr_xmalloc(sizeof(int32_t) * 4 * (size_t)(n + 1));
-  for (int64_t i = 0; i < n; i++) {
-    o[i * 4] = c[i * 4];
-    for (int a = 1; a < 4; a++)
-      o[i * 4 + a] = dr_floordiv(c[i * 4 + a], 2);
-  }
-  *nc = vc_sort_unique_coords(o, n);
-  return o;
-}
-
 static void test_modes(voxconv_handle_t *h) {
   int64_t n;
   int32_t *fine = vc_random_coords(600, 7, &n);
   int64_t nc;
-  int32_t *coarse = coarsen(fine, n, &nc);
+  int32_t *coarse = model_coarsen(fine, n, &nc);
   voxconv_kmap_t *maps[6] = {0};
   const char *names[6] = {"submanifold", "strided", "expanding",
                           "transposed", "generative", "inverse"};
@@ -214,19 +176,10 @@ static void test_modes(voxconv_handle_t *h) {
 
 /* A crop of workload A (the real scan): ~20k voxels, C = 64 and 33. */
 static void test_real_scan(voxconv_handle_t *h) {
-  int64_t n;
-  int32_t *c = vc_workload_a_coords(&n);
-  if (!c) {
-    printf("workload A data missing: real-scan case skipped\n");
+  int64_t m;
+  int32_t *c = model_scan_crop(&m);
+  if (!c)
     return;
-  }
-  int64_t m = 0;
-  for (int64_t i = 0; i < n && m < 20000; i++)
-    if (c[i * 4 + 1] >= 800 && c[i * 4 + 1] < 840) {
-      memmove(c + m * 4, c + i * 4, 16);
-      m++;
-    }
-  printf("real scan crop: %lld voxels\n", (long long)m);
   voxconv_kmap_t *sub =
       build(h, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, m, 1, NULL, 0, 0);
   voxconv_kmap_t *str =
@@ -245,15 +198,8 @@ static void test_real_scan(voxconv_handle_t *h) {
 /* kvol 1 submanifold on n rows: y[r] = epilogue(x[r] * w). */
 static voxconv_kmap_t *identity_map(voxconv_handle_t *h, int64_t n,
                                     int32_t **coords) {
-  int32_t *c = (int32_t *)dr_xmalloc(sizeof(int32_t) * 4 * (size_t)n);
-  for (int64_t i = 0; i < n; i++) {
-    c[i * 4] = 0;
-    c[i * 4 + 1] = (int32_t)i;
-    c[i * 4 + 2] = 0;
-    c[i * 4 + 3] = 0;
-  }
-  *coords = c;
-  return build(h, VOXCONV_KMAP_SUBMANIFOLD, 1, 1, c, n, 1, NULL, 0, 0);
+  *coords = model_line_coords(n);
+  return build(h, VOXCONV_KMAP_SUBMANIFOLD, 1, 1, *coords, n, 1, NULL, 0, 0);
 }
 
 static void test_ties_and_clamp(voxconv_handle_t *h) {
