@@ -773,8 +773,9 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  *                      registry yet: only NULL, blanks or "auto" are
  *                      accepted; the environment's VOXCONV_*_ALGO_MODE does
  *                      not apply); CUDA: more than 2^31 - 1 rows, kvol > 343
- *                      (regular conv), a VOXCONV_INT8_TILE this GPU cannot
- *                      run (the wgmma tiles need sm_90a)
+ *                      or cout * ceil16(cin) > 2^31 - 1 (regular conv), a
+ *                      VOXCONV_INT8_TILE this GPU cannot run (the wgmma
+ *                      tiles need sm_90a)
  *   INVALID_ARGUMENT   also: VOXCONV_INT8_TILE set to neither a tile ID nor
  *                      "auto"
  * Any cin and cout >= 1 work (no multiple of 4, 16 or 32 required).

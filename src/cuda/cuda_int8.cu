@@ -850,6 +850,12 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
 
   const int cin = (int)p->cin, cout = (int)p->cout;
   const int ka = (cin + 15) / 16 * 16;
+  /* the kernels address one offset's [cout][ka] weights with 32 bits */
+  if ((int64_t)cout * ka > INT32_MAX)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "mask_gemm_i8: cout * cin (rounded up to 16) = %lld * %d "
+                   "exceeds 2^31 - 1 bytes per kernel offset",
+                   (long long)cout, ka);
   VcWorkspace ws(h); /* stream-ordered frees at return */
   const int8_t *x = p->x;
   if (ka != cin || !aligned16(x)) {
