@@ -32,6 +32,7 @@ static int g_quick, g_race;
 /* tiles this GPU runs (voxconv_kernel_get_info: the wgmma tiles need
  * sm_90a); the others are checked to be refused by name */
 static int g_tile_ok[N_TILES];
+static int g_sm90; /* compute capability 9.0 (the wgmma tiles' device) */
 
 static const voxconv_dtype_t k_dts[5] = {VOXCONV_DTYPE_I32, VOXCONV_DTYPE_F32,
                                          VOXCONV_DTYPE_F16, VOXCONV_DTYPE_BF16,
@@ -47,8 +48,11 @@ static void find_tiles(void) {
       continue;
     VC_EXPECT(ki.tile_id == seen && ki.dtype == VOXCONV_DTYPE_I8,
               "int8 tile %d listed as %d", seen, ki.tile_id);
+    /* eligible: the shared memory fits; a wgmma tile also needs sm_90a
+     * (its constraints say so) */
+    const int wg = strstr(ki.constraints, "sm_90a") != NULL;
     if (ki.tile_id >= 0 && ki.tile_id < N_TILES)
-      g_tile_ok[ki.tile_id] = ki.eligible;
+      g_tile_ok[ki.tile_id] = ki.eligible && (!wg || g_sm90);
     printf("mask_gemm_i8 tile %2d: %3dx%3dx%3d, %3d threads, %3d regs, %6zu "
            "B smem, %d blocks/SM, eligible %d (%s)\n",
            ki.tile_id, ki.tile_m, ki.tile_n, ki.tile_k, ki.threads,
@@ -494,6 +498,11 @@ int main(int argc, char **argv) {
   dg.backend = VOXCONV_BACKEND_CUDA;
   VC_REQUIRE_OK(NULL, voxconv_create(&g_cpu, &dc));
   VC_REQUIRE_OK(NULL, voxconv_create(&g_gpu, &dg));
+  {
+    voxconv_device_info_t di;
+    if (voxconv_device_get_info(0, &di) == VOXCONV_STATUS_SUCCESS)
+      g_sm90 = di.cc_major == 9 && di.cc_minor == 0;
+  }
   find_tiles();
   test_bad_input();
   test_ties_and_clamp();

@@ -33,6 +33,7 @@
  * (pick_tile; measured in docs/perf-notes.md). */
 #include "cuda_mask_gemm_sm90.cuh"
 #include "vc_cuda.h"
+#include "vc_cuda_tc_algos.h"
 #include "vc_cuda_util.cuh"
 
 #include "../ops/vc_int8.h"
@@ -696,16 +697,33 @@ bool has_wgmma(const voxconv_handle_t *h) {
 #endif
 }
 
+/* 1 when tile t's shared memory (static + dynamic) fits a block on h's
+ * device, as voxconv_kernel_info_t's `eligible` means it; the static part
+ * (the tile's offset list, ~2 KB) is read from the kernel only when the
+ * dynamic part alone leaves the answer open (vc_smem_fit). */
+int tile_fits_smem(const voxconv_handle_t *h, int t) {
+  const TileRow &r = tile_info(t);
+  const size_t limit = vc_cuda_state(h)->smem_optin;
+  const int fit = vc_smem_fit((size_t)r.smem, limit);
+  if (fit >= 0)
+    return fit;
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, r.fn) != cudaSuccess) {
+    cudaGetLastError(); /* not left behind for an unrelated check */
+    return 0;
+  }
+  return (size_t)r.smem + fa.sharedSizeBytes <= limit;
+}
+
 /* 1 when tile t can run on h's device; else 0 and *why says what is
  * missing (a static sentence). */
 int tile_usable(const voxconv_handle_t *h, int t, const char **why) {
-  const TileRow &r = tile_info(t);
-  if (r.wg && !has_wgmma(h)) {
+  if (tile_info(t).wg && !has_wgmma(h)) {
     *why = "a wgmma tile needs an sm_90a build and a compute capability 9.0 "
            "GPU";
     return 0;
   }
-  if ((size_t)r.smem > vc_cuda_state(h)->smem_optin) {
+  if (!tile_fits_smem(h, t)) {
     *why = "the tile needs more shared memory a block than this GPU allows";
     return 0;
   }
@@ -775,6 +793,10 @@ voxconv_status_t run_depthwise(voxconv_handle_t *h, const vc_int8_problem_t *p,
 
 extern "C" int vc_cuda_int8_tile_count(void) { return VC_I8_TILES; }
 
+extern "C" long vc_int8_tile_dyn_smem(int tile) {
+  return tile >= 0 && tile < VC_I8_TILES ? (long)tile_info(tile).smem : -1;
+}
+
 extern "C" voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h,
                                                    int tile,
                                                    voxconv_kernel_info_t *info) {
@@ -794,8 +816,9 @@ extern "C" voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h,
            "%s%d int32 acc/thread; cin %% 16 != 0: padded copy",
            r.wg ? "sm_90a; " : "", r.acc);
   info->smem_limit = vc_cuda_state(h)->smem_optin;
-  const char *why = NULL;
-  info->eligible = tile_usable(h, tile, &why);
+  /* eligible: the shared memory fits (voxconv.h), as for the float tiles;
+   * that a wgmma tile also needs sm_90a is in `constraints` */
+  info->eligible = tile_fits_smem(h, tile);
   if (info->eligible && r.smem > 48 * 1024)
     VC_CUDA_TRY(h, vc_cuda_smem_optin(h, r.fn, r.smem));
   cudaFuncAttributes fa;

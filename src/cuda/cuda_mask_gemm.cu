@@ -1351,6 +1351,9 @@ extern "C" int vc_smem_fit(size_t dyn, size_t limit) {
 extern "C" long vc_mask_gemm_tile_dyn_smem(const char *algo,
                                            voxconv_pass_t pass, int tile,
                                            int acc16) {
+  if (algo && strcmp(algo, "mask_gemm_i8") == 0)
+    return pass == VOXCONV_PASS_CONV_FWD && !acc16 ? vc_int8_tile_dyn_smem(tile)
+                                                   : -1;
   const int family = algo ? family_of(algo) : -1;
   if (family < 0)
     return -1;

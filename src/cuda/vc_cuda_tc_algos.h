@@ -34,11 +34,14 @@ extern const vc_algo_t vc_algo_cuda_mask_gemm_im2col;
  * returns UNSUPPORTED, `voxconv info --kernels` shows eligible 0. Both
  * functions are pure (no device), for tests. */
 /* Dynamic shared memory in bytes of the tile of algo ("mask_gemm",
- * "mask_gemm_wgmma", "mask_gemm_im2col") for pass (FWD, DGRAD, WGRAD),
+ * "mask_gemm_wgmma", "mask_gemm_im2col"; "mask_gemm_i8": the int8 forward
+ * tiles of cuda_int8.cu, pass FWD, acc16 0) for pass (FWD, DGRAD, WGRAD),
  * tile ID and accumulator (acc16 1: fp16, forward / dgrad); -1 when there is
  * no such tile (im2col: tile 0, forward, fp32 only). */
 long vc_mask_gemm_tile_dyn_smem(const char *algo, voxconv_pass_t pass, int tile,
                                 int acc16);
+/* The same for the int8 tiles alone (cuda_int8.cu); -1 outside 0..17. */
+long vc_int8_tile_dyn_smem(int tile);
 /* Whether a kernel with dyn bytes of dynamic shared memory fits a limit of
  * `limit` bytes per block: 1 yes, 0 no, -1 only its static shared memory
  * (ptxas's figure for the device's image, at most a few KB) can tell. */
