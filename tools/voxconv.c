@@ -82,7 +82,7 @@ static int print_kernels(int json) {
   if (json)
     printf("{\"kernels\": [");
   else
-    printf("%-10s %-6s %4s %-5s %-4s %-12s %6s %7s %5s %9s %4s %7s %6s  %s\n",
+    printf("%-16s %-6s %4s %-5s %-4s %-12s %6s %7s %5s %9s %4s %7s %6s  %s\n",
            "algo", "pass", "tile", "dtype", "acc", "MxNxK", "stages", "threads",
            "regs", "smem(B)", "fits", "blk/SM", "occ", "constraints");
   int n_over = 0;
@@ -116,7 +116,7 @@ static int print_kernels(int json) {
              k.smem_bytes, k.smem_limit, k.eligible ? "true" : "false",
              k.blocks_per_sm, k.occupancy);
     else
-      printf("%-10s %-6s %4d %-5s %-4s %-12s %6d %7d %5d %9zu %4s %7d %5.0f%%  "
+      printf("%-16s %-6s %4d %-5s %-4s %-12s %6d %7d %5d %9zu %4s %7d %5.0f%%  "
              "%s\n",
              k.algo, pass, k.tile_id, voxconv_dtype_name(k.dtype),
              acc, shape, k.stages, k.threads, k.registers,
