@@ -29,7 +29,8 @@ calling ``voxconv_conv_forward_int8`` / ``voxconv_depthwise_forward_int8``:
 
 The int8 layers quantize their float input with the calibrated scale
 (``round_half_even(x / x_scale)`` in float32, clamped), call the C op, and
-return float32 features (``output="float"``; the epilogue dequantises, adds
+return float features (``output="float"``; float32, or with ``out_dtype``
+float16 / bfloat16 written by the library; the epilogue dequantises, adds
 the bias and applies the ReLU, see include/voxconv.h for its exact
 rounding) or, with ``output="int8"``, have the library requantise the
 output to int8 with the calibrated scale of the layer's (fused) output and
@@ -208,8 +209,14 @@ class _QuantizedConvBase(nn.Module):
     _depthwise = False
     _c_name = "voxconv_conv_forward_int8"
 
-    def __init__(self, float_conv, x_scale, relu=False, y_scale=None):
+    def __init__(self, float_conv, x_scale, relu=False, y_scale=None,
+                 out_dtype=torch.float32):
         super().__init__()
+        if out_dtype not in _FLOAT_OUT:
+            raise errors.InvalidArgumentError(
+                f"out_dtype: expected torch.float32, torch.float16 or torch.bfloat16, "
+                f"got {out_dtype!r}")
+        self.out_dtype = out_dtype
         for a in _GEOMETRY_ATTRS:
             setattr(self, a, getattr(float_conv, a))
         w = float_conv.weight.detach().float().contiguous()
@@ -245,12 +252,14 @@ class _QuantizedConvBase(nn.Module):
                                           out_coords, self._geo)
         qx = quantize_tensor(feats, self.x_scale).contiguous()
         cout = self.weight.shape[-1]
+        # modules pickled before out_dtype existed return float32
+        out_dtype = getattr(self, "out_dtype", torch.float32)
         if qx.is_cuda:
             self._check_on_device(qx, cout)
         y = run_int8(km, qx, self.weight, self.weight_scale, self.bias, self.x_scale,
-                     self.relu, self.y_scale, self._depthwise, cout)
+                     self.relu, self.y_scale, self._depthwise, cout, out_dtype)
         if y.dtype == torch.int8:
-            y = y.float() * torch.tensor(self.y_scale, dtype=torch.float32)
+            y = (y.float() * torch.tensor(self.y_scale, dtype=torch.float32)).to(out_dtype)
         return SparseTensor._wrap(y, out_set)
 
     def _check_on_device(self, qx, cout):
@@ -278,19 +287,28 @@ class _QuantizedConvBase(nn.Module):
             s += ", generative=True"
         if self.y_scale is not None:
             s += f", y_scale={self.y_scale:.6g} (int8 output)"
+        if self.out_dtype != torch.float32:
+            s += f", out_dtype={self.out_dtype}"
         return s
 
 
-def run_int8(km, qx, qw, w_scale, bias, x_scale, relu, y_scale, depthwise, cout):
+# float outputs of the epilogue (voxconv.h step 5: v rounded to nearest even)
+_FLOAT_OUT = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
+              torch.bfloat16: _lib.DTYPE_BF16}
+
+
+def run_int8(km, qx, qw, w_scale, bias, x_scale, relu, y_scale, depthwise, cout,
+             out_dtype=torch.float32):
     """One call of voxconv_conv_forward_int8 / voxconv_depthwise_forward_int8
     through kernel map ``km``: qx int8 [n_in, cin], qw int8 [K, cin, cout]
     (depthwise [K, C]), w_scale / bias float32 [cout] on the same device.
-    Returns float32 [n_out, cout], or int8 when y_scale is given."""
-    out_dtype = torch.int8 if y_scale is not None else torch.float32
-    y = torch.empty((km.n_out, cout), dtype=out_dtype, device=qx.device)
+    Returns [n_out, cout] in ``out_dtype`` (float32, float16 or bfloat16),
+    or int8 when y_scale is given."""
+    dt = torch.int8 if y_scale is not None else out_dtype
+    y = torch.empty((km.n_out, cout), dtype=dt, device=qx.device)
     fx = _lib.Feats(_runtime.ptr(qx), qx.shape[0], qx.shape[1], _lib.DTYPE_I8)
     fy = _lib.Feats(_runtime.ptr(y), y.shape[0], y.shape[1],
-                    _lib.DTYPE_I8 if y_scale is not None else _lib.DTYPE_F32)
+                    _lib.DTYPE_I8 if y_scale is not None else _FLOAT_OUT[out_dtype])
     if depthwise:
         fw = _lib.Feats(_runtime.ptr(qw), qw.shape[0], qw.shape[1], _lib.DTYPE_I8)
         name = "voxconv_depthwise_forward_int8"
@@ -399,15 +417,21 @@ def _run(model, batch):
 # ---- quantize ---------------------------------------------------------------------
 
 def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
-             output="float"):
+             output="float", out_dtype=torch.float32):
     """Calibrates on ``calibration_batches`` (an iterable of model inputs: a
     SparseTensor, or a tuple / dict of arguments) and returns a new model
     (a deep copy, in eval mode) whose SparseConv3d / SparseDepthwiseConv3d
     layers are int8 modules, with following BatchNorm / ReLU fused (see the
     module doc). ``model`` itself is left unchanged (its train/eval mode
-    included)."""
+    included). ``out_dtype`` (torch.float32, float16 or bfloat16): the
+    layers' output features; with ``output="float"`` the library's epilogue
+    writes them directly (half the bytes of float32 for the half types)."""
     if output not in ("float", "int8"):
         raise errors.InvalidArgumentError(f"output: expected 'float' or 'int8', got {output!r}")
+    if out_dtype not in _FLOAT_OUT:
+        raise errors.InvalidArgumentError(
+            f"out_dtype: expected torch.float32, torch.float16 or torch.bfloat16, "
+            f"got {out_dtype!r}")
     plan = _plan(model)
     mods = dict(model.named_modules())
     in_obs = {name: _make_observer(observer, percentile) for name, _b, _r in plan}
@@ -449,7 +473,7 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
         cls = (QuantizedSparseDepthwiseConv3d if isinstance(conv, vnn.SparseDepthwiseConv3d)
                else QuantizedSparseConv3d)
         y_scale = out_obs[name].scale() if output == "int8" else None
-        q = cls(conv, in_obs[name].scale(), relu is not None, y_scale)
+        q = cls(conv, in_obs[name].scale(), relu is not None, y_scale, out_dtype)
         q.float_name, q.float_tail = name, relu or bn or name
         q.fused = "+".join(p for p, n in (("bn", bn), ("relu", relu)) if n) or "-"
         q.to(conv.weight.device)

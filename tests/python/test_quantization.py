@@ -416,11 +416,40 @@ def test_example_network_sqnr_and_agreement():
     assert agree_new >= 0.95 and agree_cal >= 0.97
 
 
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_out_dtype_is_the_float32_output_rounded(out_dtype, depthwise):
+    """out_dtype float16 / bfloat16: the library writes v rounded to nearest
+    even (voxconv.h step 5), i.e. exactly the float32 output converted
+    (torch's conversion rounds to nearest even too): bit for bit, bias and
+    ReLU included, and the requantised output's dequantisation likewise."""
+    x = _sparse(700, 9, 6, seed=51)
+    conv = vnn.SparseDepthwiseConv3d(6) if depthwise else vnn.SparseConv3d(6, 11)
+    with torch.no_grad():
+        conv.bias = torch.nn.Parameter(torch.randn(6 if depthwise else 11))
+    m = vnn.Sequential(conv, vnn.SparseReLU())
+    for output in ("float", "int8"):
+        q32 = Q.quantize(m, [x], output=output)
+        qh = Q.quantize(m, [x], output=output, out_dtype=out_dtype)
+        assert qh[0].x_scale == q32[0].x_scale
+        with torch.inference_mode():
+            y32, yh = q32(x).feats, qh(x).feats
+        assert yh.dtype == out_dtype
+        assert torch.equal(yh.view(torch.int16), y32.to(out_dtype).view(torch.int16))
+
+
+def test_out_dtype_refused():
+    x = _sparse(100, 6, 3, seed=53)
+    with pytest.raises(voxconv.InvalidArgumentError, match="out_dtype"):
+        Q.quantize(vnn.Sequential(vnn.SparseConv3d(3, 4)), [x], out_dtype=torch.int32)
+
+
 # ---- CUDA -------------------------------------------------------------------------
 
 @pytest.mark.skipif(not cuda_usable(), reason="no CUDA")
-@pytest.mark.parametrize("output", ["float", "int8"])
-def test_cuda_matches_cpu_bitwise(output):
+@pytest.mark.parametrize("output,out_dtype", [("float", torch.float32), ("int8", torch.float32),
+                                              ("float", torch.float16)])
+def test_cuda_matches_cpu_bitwise(output, out_dtype):
     """The same quantized model on the GPU (tensor-core int8) and the CPU
     gives the same bits: both compute exact int32 sums and the epilogue
     voxconv.h specifies; odd channel counts, BN + ReLU fused, depthwise."""
@@ -430,7 +459,7 @@ def test_cuda_matches_cpu_bitwise(output):
                        vnn.SparseConv3d(40, 17, 3))
     _randomize_bn(m[1].module, 24, 5)
     m.eval()
-    qm = Q.quantize(m, [x], output=output)
+    qm = Q.quantize(m, [x], output=output, out_dtype=out_dtype)
     with torch.inference_mode():
         out_cpu = qm(x)
         qg = copy.deepcopy(qm).cuda()
@@ -444,8 +473,9 @@ def test_cuda_matches_cpu_bitwise(output):
     y_cpu, k_cpu = by_coords(out_cpu)
     y_gpu, k_gpu = by_coords(out_gpu)
     assert torch.equal(k_cpu, k_gpu)
-    assert y_gpu.dtype == y_cpu.dtype and y_gpu.shape == y_cpu.shape
-    assert torch.equal(y_gpu.view(torch.int32), y_cpu.view(torch.int32))
+    assert y_gpu.dtype == y_cpu.dtype == out_dtype and y_gpu.shape == y_cpu.shape
+    bits = torch.int32 if out_dtype == torch.float32 else torch.int16
+    assert torch.equal(y_gpu.view(bits), y_cpu.view(bits))
 
 
 @pytest.mark.skipif(not cuda_usable(), reason="no CUDA")
