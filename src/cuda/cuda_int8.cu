@@ -393,9 +393,15 @@ struct I8WgTile {
   static constexpr int ACC = BN / 2; /* int32 accumulators per thread */
   static constexpr bool WG = true;
   static_assert(BK == 64 || BK == 128, "64- or 128-byte swizzled rows");
+  /* (also a use of SWZ where the kernel body is compiled out: the non-90a
+   * targets of a multi-arch build would warn about an unused member) */
+  static_assert(SWZ * 2 == BK, "an f16 row of SWZ halves spans BK bytes");
   static_assert(STAGES >= 3, "wg_pipeline keeps one wgmma group in flight");
 };
 
+/* Only where the wgmma kernel bodies are compiled (sm_90a): elsewhere
+ * nothing calls them. */
+#ifdef VC_MG_SM90_BODY
 #define VC_I8_WG_SPEC(N, NREG, IA, IB)                                         \
   template <> struct WgmmaI8<N> {                                              \
     static __device__ __forceinline__ void run(uint32_t (&d)[NREG],            \
@@ -411,6 +417,7 @@ VC_I8_WG_SPEC(64, 32, "%32", "%33")
 VC_I8_WG_SPEC(128, 64, "%64", "%65")
 VC_I8_WG_SPEC(256, 128, "%128", "%129")
 #undef VC_I8_WG_SPEC
+#endif
 
 template <typename TL>
 __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
