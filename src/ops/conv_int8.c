@@ -163,20 +163,12 @@ static voxconv_status_t check_qp_arrays(voxconv_handle_t *h, const char *fn,
 
 static voxconv_status_t check_backend(voxconv_handle_t *h, const char *fn,
                                       const voxconv_kmap_t *kmap) {
-  if (kmap->backend != h->backend)
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: kmap was built on another backend than the handle's "
-                   "(build the map with a handle of the same backend)",
-                   fn);
 #ifndef VOXCONV_HAVE_CUDA
   if (h->backend != VOXCONV_BACKEND_CPU)
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
                    "%s: this library was built without CUDA", fn);
 #endif
-  /* A deferred strided map does not know its output count yet. */
-  if (kmap->n_out < 0)
-    return vc_kmap_wait(h, kmap, fn);
-  return vc_kmap_poll(h, kmap, fn);
+  return vc_check_kmap_usable(h, fn, kmap);
 }
 
 static voxconv_status_t check_feats(voxconv_handle_t *h, const char *fn,

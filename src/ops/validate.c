@@ -118,6 +118,11 @@ static voxconv_status_t check_dtypes_backend(voxconv_handle_t *h,
                    "%s: f64 is the CPU reference path; the %s backend runs "
                    "f32, f16 and bf16",
                    fn, backend_name(h->backend));
+  return vc_check_kmap_usable(h, fn, kmap);
+}
+
+voxconv_status_t vc_check_kmap_usable(voxconv_handle_t *h, const char *fn,
+                                      const voxconv_kmap_t *kmap) {
   if (kmap->backend != h->backend)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                    "%s: kmap was built on the %s backend but the handle is "

@@ -34,6 +34,13 @@ voxconv_status_t vc_op_begin(voxconv_handle_t *h, const char *fn);
 voxconv_status_t vc_check_conv_options(voxconv_handle_t *h, const char *fn,
                                        const voxconv_conv_options_t *opt);
 
+/* kmap usable by h: built on h's backend and (CUDA) device, and, for an
+ * asynchronous build, complete enough: a deferred STRIDED map is waited
+ * for (its output count), any other pending map's verdict is polled.
+ * Shared by the float and int8 entry points. */
+voxconv_status_t vc_check_kmap_usable(voxconv_handle_t *h, const char *fn,
+                                      const voxconv_kmap_t *kmap);
+
 /* Number of elements of a feature tensor (rows * channels), validated. */
 int64_t vc_feats_elems(const voxconv_feats_t *f);
 
