@@ -156,43 +156,6 @@ template <bool ENABLE> struct I8Staging {
   }
 };
 
-/* ---- weights K-major, inputs padded -------------------------------------- */
-/* wt[k][n][c] = w[k][c][n] for c < cin, 0 for cin <= c < ka. One 32 x 32
- * tile of (c, n) per block through shared memory, so that both the reads
- * (along n) and the writes (along c) are contiguous. */
-__global__ void i8_weights_kmajor_kernel(const int8_t *__restrict__ w,
-                                         int8_t *__restrict__ wt, int cin,
-                                         int cout, int ka) {
-  __shared__ int8_t t[32][33];
-  const int k = blockIdx.z;
-  const int c0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
-  const int8_t *wk = w + (int64_t)k * cin * cout;
-  for (int r = threadIdx.y; r < 32; r += blockDim.y) {
-    const int c = c0 + r, n = n0 + threadIdx.x;
-    t[r][threadIdx.x] = c < cin && n < cout ? wk[(int64_t)c * cout + n] : 0;
-  }
-  __syncthreads();
-  int8_t *wtk = wt + (int64_t)k * cout * ka;
-  for (int r = threadIdx.y; r < 32; r += blockDim.y) {
-    const int n = n0 + r, c = c0 + threadIdx.x;
-    if (n < cout && c < ka)
-      wtk[(int64_t)n * ka + c] = t[threadIdx.x][r];
-  }
-}
-
-/* xp[i][c] = x[i][c] for c < cin, 0 up to ka. */
-__global__ void i8_pad_rows_kernel(const int8_t *__restrict__ x,
-                                   int8_t *__restrict__ xp, int64_t n,
-                                   int cin, int ka) {
-  const int64_t total = n * ka;
-  for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total;
-       e += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = e / ka;
-    const int c = (int)(e - r * ka);
-    xp[e] = c < cin ? x[r * cin + c] : 0;
-  }
-}
-
 /* ---- the regular conv's tensor-core kernel ------------------------------- */
 /* BM x BN output tile, BK reduction bytes (channels) per stage, warp tile
  * WM x WN: (WM / 16) * (WN / 8) * 4 int32 accumulators per thread. */
@@ -625,7 +588,6 @@ typedef I8WgTile<64, 8, 64, 2> Q15;   /* C <= 64: 2 blocks x 6 in flight */
 typedef I8WgTile<128, 12, 64> Q16;    /* 10 in flight of 16 KB */
 typedef I8WgTile<256, 4, 128> Q17;    /* 2 in flight of 48 KB */
 #define VC_I8_TILES 18
-#define VC_I8_FIRST_WG 8
 
 template <typename TL> auto kernel_of() {
   if constexpr (TL::WG)
@@ -647,14 +609,18 @@ voxconv_status_t launch_i8(voxconv_handle_t *h, const FwdArgs &a,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* One row per tile ID: its kernel, launcher and resources (the one list
+ * of the tiles; the ID is the row's index). */
 struct TileRow {
   const void *fn;
+  voxconv_status_t (*launch)(voxconv_handle_t *, const FwdArgs &,
+                             const I8Epilogue &);
   int bm, bn, bk, stages, threads, acc, smem;
   bool wg; /* wgmma: sm_90a only */
 };
 template <typename TL> TileRow tile_row() {
-  return {(const void *)kernel_of<TL>(), TL::BM, TL::BN, TL::BK, TL::STAGES,
-          TL::THREADS, TL::ACC, TL::SMEM, TL::WG};
+  return {(const void *)kernel_of<TL>(), launch_i8<TL>, TL::BM, TL::BN,
+          TL::BK, TL::STAGES, TL::THREADS, TL::ACC, TL::SMEM, TL::WG};
 }
 const TileRow &tile_info(int t) {
   static const TileRow rows[VC_I8_TILES] = {
@@ -664,32 +630,6 @@ const TileRow &tile_info(int t) {
       tile_row<Q12>(), tile_row<Q13>(), tile_row<Q14>(), tile_row<Q15>(),
       tile_row<Q16>(), tile_row<Q17>()};
   return rows[t];
-}
-
-voxconv_status_t launch_tile(voxconv_handle_t *h, int tile, const FwdArgs &a,
-                             const I8Epilogue &ep) {
-  switch (tile) {
-  case 0: return launch_i8<Q0>(h, a, ep);
-  case 1: return launch_i8<Q1>(h, a, ep);
-  case 2: return launch_i8<Q2>(h, a, ep);
-  case 3: return launch_i8<Q3>(h, a, ep);
-  case 4: return launch_i8<Q4>(h, a, ep);
-  case 5: return launch_i8<Q5>(h, a, ep);
-  case 6: return launch_i8<Q6>(h, a, ep);
-  case 7: return launch_i8<Q7>(h, a, ep);
-  case 8: return launch_i8<Q8>(h, a, ep);
-  case 9: return launch_i8<Q9>(h, a, ep);
-  case 10: return launch_i8<Q10>(h, a, ep);
-  case 11: return launch_i8<Q11>(h, a, ep);
-  case 12: return launch_i8<Q12>(h, a, ep);
-  case 13: return launch_i8<Q13>(h, a, ep);
-  case 14: return launch_i8<Q14>(h, a, ep);
-  case 15: return launch_i8<Q15>(h, a, ep);
-  case 16: return launch_i8<Q16>(h, a, ep);
-  case 17: return launch_i8<Q17>(h, a, ep);
-  }
-  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                 "mask_gemm_i8: tile %d outside 0..%d", tile, VC_I8_TILES - 1);
 }
 
 /* Whether h's device runs the wgmma tiles: an sm_90a image and a compute
@@ -826,24 +766,7 @@ extern "C" voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h,
   /* eligible: the shared memory fits (voxconv.h), as for the float tiles;
    * that a wgmma tile also needs sm_90a is in `constraints` */
   info->eligible = tile_fits_smem(h, tile);
-  if (info->eligible && r.smem > 48 * 1024)
-    VC_CUDA_TRY(h, vc_cuda_smem_optin(h, r.fn, r.smem));
-  cudaFuncAttributes fa;
-  VC_CUDA_TRY(h, cudaFuncGetAttributes(&fa, r.fn));
-  info->registers = fa.numRegs;
-  info->smem_bytes = fa.sharedSizeBytes + (size_t)r.smem;
-  int blocks = 0;
-  if (info->eligible)
-    VC_CUDA_TRY(h, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                       &blocks, r.fn, r.threads, (size_t)r.smem));
-  info->blocks_per_sm = blocks;
-  int max_threads = 0;
-  VC_CUDA_TRY(h, cudaDeviceGetAttribute(
-                     &max_threads, cudaDevAttrMaxThreadsPerMultiProcessor,
-                     h->device));
-  info->occupancy =
-      max_threads ? (double)(blocks * r.threads) / (double)max_threads : 0.0;
-  return VOXCONV_STATUS_SUCCESS;
+  return vc_cuda_kernel_resources(h, r.fn, r.threads, r.smem, info);
 }
 
 extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
@@ -892,9 +815,10 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     int8_t *xp = NULL;
     VC_CHECK(ws.get<int8_t>(m->n_in * ka, &xp, "int8 padded input"));
     if (m->n_in > 0) {
-      i8_pad_rows_kernel<<<vc_grid_1d(m->n_in * ka, 256), 256, 0,
-                           vc_cuda_stream(h)>>>(x, xp, m->n_in, cin, ka);
-      VC_CUDA_LAUNCH_CHECK(h, "int8 i8_pad_rows_kernel");
+      repad3_kernel<int8_t, true><<<vc_grid_1d(m->n_in * ka, 256), 256, 0,
+                                    vc_cuda_stream(h)>>>(x, xp, 1, m->n_in,
+                                                         cin, m->n_in, ka);
+      VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 repad3_kernel");
     }
     x = xp;
   }
@@ -904,9 +828,9 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
   {
     const dim3 grid((unsigned)vc_ceil_div(cout, 32),
                     (unsigned)vc_ceil_div(ka, 32), (unsigned)m->kvol);
-    i8_weights_kmajor_kernel<<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
+    transpose_w_kernel<int8_t><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
         p->w, wt, cin, cout, ka);
-    VC_CUDA_LAUNCH_CHECK(h, "int8 i8_weights_kmajor_kernel");
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 transpose_w_kernel");
   }
   FwdArgs a;
   memset(&a, 0, sizeof a);
@@ -920,5 +844,5 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
   a.kvol = m->kvol;
   a.ka = ka;
   a.nb = cout;
-  return launch_tile(h, tile, a, ep);
+  return tile_info(tile).launch(h, a, ep);
 }

@@ -170,27 +170,6 @@ template <typename T, typename TL, bool ACC16> auto wg_fwd_kernel_of() {
     return wg_fwd_kernel<T, TL, ACC16>;
 }
 
-/* Wt[k][n][c] = W[k][c][n]: the forward weights K-major for wgmma (one
- * 32 x 32 tile per block through shared memory, both sides coalesced). */
-template <typename T>
-__global__ void transpose_w_kernel(const T *__restrict__ w, T *__restrict__ wt,
-                                   int cin, int cout) {
-  __shared__ T t[32][33];
-  const int64_t kb = (int64_t)blockIdx.z * cin * cout;
-  const int c0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
-  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-    const int c = c0 + i, n = n0 + threadIdx.x;
-    if (c < cin && n < cout)
-      t[i][threadIdx.x] = w[kb + (int64_t)c * cout + n];
-  }
-  __syncthreads();
-  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
-    const int n = n0 + i, c = c0 + threadIdx.x;
-    if (c < cin && n < cout)
-      wt[kb + (int64_t)n * cin + c] = t[threadIdx.x][i];
-  }
-}
-
 /* The B operand of the warp-specialised wgmma tiles (WgWsTile, tiles 5,
  * 6 and 7): for every offset k, column tile nt (BN output channels) and
  * reduction chunk kc (BK channels), the BN x BK stage tile exactly as a
@@ -345,25 +324,6 @@ vc_conv_problem_t padded_problem(const vc_conv_problem_t *p,
   q.cin = pp.cin_p;
   q.cout = pp.cout_p;
   return q;
-}
-
-/* Copies between a compact [A][B][C] array and its padded [A][Bp][Cp]
- * form: PAD fills the padded one (zeros outside B x C), !PAD copies the
- * leading B x C part of a padded one back. Indexed over the destination. */
-template <typename T, bool PAD>
-__global__ void repad3_kernel(const T *__restrict__ src, T *__restrict__ dst,
-                              int64_t A, int64_t B, int64_t C, int64_t Bp,
-                              int64_t Cp) {
-  const int64_t DB = PAD ? Bp : B, DC = PAD ? Cp : C; /* dst dims */
-  const int64_t n = A * DB * DC;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t c = i % DC, b = (i / DC) % DB, a = i / (DC * DB);
-    if (PAD)
-      dst[i] = b < B && c < C ? src[(a * B + b) * C + c] : (T)0.f;
-    else
-      dst[i] = src[(a * Bp + b) * Cp + c];
-  }
 }
 
 template <typename T, bool PAD>
@@ -756,7 +716,7 @@ voxconv_status_t launch_wg(voxconv_handle_t *h, FwdArgs a, bool dgrad) {
     dim3 grid((unsigned)vc_ceil_div(a.nb, 32), (unsigned)vc_ceil_div(a.ka, 32),
               (unsigned)a.kvol);
     transpose_w_kernel<T><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
-        w, wt, a.ka, a.nb);
+        w, wt, a.ka, a.nb, a.ka);
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm transpose_w_kernel");
     a.w = wt;
   }
@@ -1425,22 +1385,5 @@ extern "C" voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h,
    * registers and bytes, eligible 0, no occupancy. */
   info->smem_limit = vc_cuda_state(h)->smem_optin;
   info->eligible = row_fits(h, index, NULL);
-  if (info->eligible && r.dyn_smem > 48 * 1024)
-    VC_CUDA_TRY(h, vc_cuda_smem_optin(h, r.fn, r.dyn_smem));
-  cudaFuncAttributes fa;
-  VC_CUDA_TRY(h, cudaFuncGetAttributes(&fa, r.fn));
-  info->registers = fa.numRegs;
-  info->smem_bytes = fa.sharedSizeBytes + (size_t)r.dyn_smem;
-  int blocks = 0;
-  if (info->eligible)
-    VC_CUDA_TRY(h, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                       &blocks, r.fn, r.threads, (size_t)r.dyn_smem));
-  info->blocks_per_sm = blocks;
-  int max_threads = 0;
-  VC_CUDA_TRY(h, cudaDeviceGetAttribute(&max_threads,
-                                        cudaDevAttrMaxThreadsPerMultiProcessor,
-                                        h->device));
-  info->occupancy =
-      max_threads ? (double)(blocks * r.threads) / (double)max_threads : 0.0;
-  return VOXCONV_STATUS_SUCCESS;
+  return vc_cuda_kernel_resources(h, r.fn, r.threads, r.dyn_smem, info);
 }

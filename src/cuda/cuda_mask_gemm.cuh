@@ -863,6 +863,50 @@ __global__ void wgrad_reduce_kernel(const float *partial, T *dw, int64_t n,
   dw[i] = (T)s;
 }
 
+/* ---- operand copies (cuda_mask_gemm.cu; the int8 forward, cuda_int8.cu) */
+/* Copies between a compact [A][B][C] array and its padded [A][Bp][Cp]
+ * form: PAD fills the padded one (zeros outside B x C), !PAD copies the
+ * leading B x C part of a padded one back. Indexed over the destination. */
+template <typename T, bool PAD>
+__global__ void repad3_kernel(const T *__restrict__ src, T *__restrict__ dst,
+                              int64_t A, int64_t B, int64_t C, int64_t Bp,
+                              int64_t Cp) {
+  const int64_t DB = PAD ? Bp : B, DC = PAD ? Cp : C; /* dst dims */
+  const int64_t n = A * DB * DC;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t c = i % DC, b = (i / DC) % DB, a = i / (DC * DB);
+    if (PAD)
+      dst[i] = b < B && c < C ? src[(a * B + b) * C + c] : (T)0.f;
+    else
+      dst[i] = src[(a * Bp + b) * Cp + c];
+  }
+}
+
+/* Wt[k][n][c] = W[k][c][n] for c < cin and 0 for cin <= c < ka (Wt's rows
+ * hold ka >= cin elements): the forward weights K-major, for the wgmma
+ * tiles (ka = cin) and the int8 tiles (ka: cin rounded up to 16). One
+ * 32 x 32 tile per block through shared memory, both sides coalesced; grid
+ * (ceil(cout / 32), ceil(ka / 32), kvol). */
+template <typename T>
+__global__ void transpose_w_kernel(const T *__restrict__ w, T *__restrict__ wt,
+                                   int cin, int cout, int ka) {
+  __shared__ T t[32][33];
+  const T *wk = w + (int64_t)blockIdx.z * cin * cout;
+  T *wtk = wt + (int64_t)blockIdx.z * cout * ka;
+  const int c0 = blockIdx.y * 32, n0 = blockIdx.x * 32;
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int c = c0 + i, n = n0 + threadIdx.x;
+    t[i][threadIdx.x] = c < cin && n < cout ? wk[(int64_t)c * cout + n] : (T)0.f;
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < 32; i += blockDim.y) {
+    const int n = n0 + i, c = c0 + threadIdx.x;
+    if (c < ka && n < cout)
+      wtk[(int64_t)n * ka + c] = t[threadIdx.x][i];
+  }
+}
+
 /* The rows of m sorted by neighbour bitmask (cached on the map, as the
  * f16 kernels' row_order 1 uses them) and, for kvol <= 32, the 128-row
  * tile masks of that order (else NULL). For other kernel families over

@@ -410,3 +410,27 @@ extern "C" voxconv_status_t vc_cuda_stream_wait(voxconv_handle_t *h,
   VC_CUDA_TRY(h, cudaStreamWaitEvent(vc_cuda_stream(h), s->wait_event, 0));
   return VOXCONV_STATUS_SUCCESS;
 }
+
+extern "C" voxconv_status_t vc_cuda_kernel_resources(voxconv_handle_t *h,
+                                                     const void *fn,
+                                                     int threads, int dyn_smem,
+                                                     voxconv_kernel_info_t *info) {
+  if (info->eligible && dyn_smem > 48 * 1024)
+    VC_CUDA_TRY(h, vc_cuda_smem_optin(h, fn, dyn_smem));
+  cudaFuncAttributes fa;
+  VC_CUDA_TRY(h, cudaFuncGetAttributes(&fa, fn));
+  info->registers = fa.numRegs;
+  info->smem_bytes = fa.sharedSizeBytes + (size_t)dyn_smem;
+  int blocks = 0;
+  if (info->eligible)
+    VC_CUDA_TRY(h, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                       &blocks, fn, threads, (size_t)dyn_smem));
+  info->blocks_per_sm = blocks;
+  int max_threads = 0;
+  VC_CUDA_TRY(h, cudaDeviceGetAttribute(&max_threads,
+                                        cudaDevAttrMaxThreadsPerMultiProcessor,
+                                        h->device));
+  info->occupancy =
+      max_threads ? (double)(blocks * threads) / (double)max_threads : 0.0;
+  return VOXCONV_STATUS_SUCCESS;
+}

@@ -96,6 +96,19 @@ static inline cublasHandle_t vc_cuda_cublas(const voxconv_handle_t *h) {
 extern "C" cudaError_t vc_cuda_smem_optin(const voxconv_handle_t *h,
                                           const void *fn, int smem);
 
+/* ---- `voxconv info --kernels` ------------------------------------------- */
+/* Fills the device-reported part of a kernel table row for kernel fn
+ * launched with `threads` threads and dyn_smem bytes of dynamic shared
+ * memory: registers, shared memory (static + dynamic), and, when
+ * info->eligible is set (the caller's shared-memory fit), the opt-in above
+ * 48 KB, blocks per SM and occupancy (0 otherwise). Both tile tables
+ * (cuda_mask_gemm.cu, cuda_int8.cu) use it. The caller's VcDeviceGuard has
+ * made h's device current. Defined in cuda_runtime.cu. */
+extern "C" voxconv_status_t vc_cuda_kernel_resources(voxconv_handle_t *h,
+                                                     const void *fn,
+                                                     int threads, int dyn_smem,
+                                                     voxconv_kernel_info_t *info);
+
 /* ---- error conversion -------------------------------------------------- */
 /* Records `err` (from `call` in `func`) on h and returns the matching status.
  * Clears the last-error slot so a non-sticky error does not resurface in a
