@@ -212,11 +212,7 @@ class _QuantizedConvBase(nn.Module):
     def __init__(self, float_conv, x_scale, relu=False, y_scale=None,
                  out_dtype=torch.float32):
         super().__init__()
-        if out_dtype not in _FLOAT_OUT:
-            raise errors.InvalidArgumentError(
-                f"out_dtype: expected torch.float32, torch.float16 or torch.bfloat16, "
-                f"got {out_dtype!r}")
-        self.out_dtype = out_dtype
+        self.out_dtype = _checked_out_dtype(out_dtype)
         for a in _GEOMETRY_ATTRS:
             setattr(self, a, getattr(float_conv, a))
         w = float_conv.weight.detach().float().contiguous()
@@ -287,14 +283,30 @@ class _QuantizedConvBase(nn.Module):
             s += ", generative=True"
         if self.y_scale is not None:
             s += f", y_scale={self.y_scale:.6g} (int8 output)"
-        if self.out_dtype != torch.float32:
-            s += f", out_dtype={self.out_dtype}"
+        out_dtype = getattr(self, "out_dtype", torch.float32)
+        if out_dtype != torch.float32:
+            s += f", out_dtype={out_dtype}"
         return s
 
 
 # float outputs of the epilogue (voxconv.h step 5: v rounded to nearest even)
 _FLOAT_OUT = {torch.float32: _lib.DTYPE_F32, torch.float16: _lib.DTYPE_F16,
               torch.bfloat16: _lib.DTYPE_BF16}
+
+
+def _checked_out_dtype(out_dtype):
+    if out_dtype not in _FLOAT_OUT:
+        raise errors.InvalidArgumentError(
+            f"out_dtype: expected torch.float32, torch.float16 or torch.bfloat16, "
+            f"got {out_dtype!r}")
+    return out_dtype
+
+
+def _quant_params(w_scale, bias, x_scale, relu, y_scale):
+    """voxconv_quant_params_t over the float32 tensors w_scale and bias."""
+    return _lib.QuantParams(x_scale, w_scale.data_ptr(),
+                            bias.data_ptr() if bias is not None else None, int(bool(relu)),
+                            y_scale if y_scale is not None else 0.0)
 
 
 def run_int8(km, qx, qw, w_scale, bias, x_scale, relu, y_scale, depthwise, cout,
@@ -316,9 +328,7 @@ def run_int8(km, qx, qw, w_scale, bias, x_scale, relu, y_scale, depthwise, cout,
         fw = _lib.Weights(_runtime.ptr(qw), qw.shape[0], qw.shape[1], qw.shape[2],
                           _lib.DTYPE_I8)
         name = "voxconv_conv_forward_int8"
-    qp = _lib.QuantParams(x_scale, w_scale.data_ptr(),
-                          bias.data_ptr() if bias is not None else None, int(bool(relu)),
-                          y_scale if y_scale is not None else 0.0)
+    qp = _quant_params(w_scale, bias, x_scale, relu, y_scale)
     h = _runtime.handle_for_tensor(qx)
     km.use_on(h)
     h.call(name, ctypes.c_void_p(km.ptr), ctypes.byref(fx), ctypes.byref(fw),
@@ -330,9 +340,7 @@ def check_params(qx, w_scale, bias, x_scale, relu, y_scale, cout):
     """voxconv_quant_params_check for parameters in device memory (it
     copies them to the host, so it waits for the GPU): what the op itself
     checks on the CPU only."""
-    qp = _lib.QuantParams(x_scale, w_scale.data_ptr(),
-                          bias.data_ptr() if bias is not None else None, int(bool(relu)),
-                          y_scale if y_scale is not None else 0.0)
+    qp = _quant_params(w_scale, bias, x_scale, relu, y_scale)
     h = _runtime.handle_for_tensor(qx)
     h.call("voxconv_quant_params_check", ctypes.byref(qp), int(cout),
            _lib.DTYPE_I8 if y_scale is not None else _lib.DTYPE_F32)
@@ -428,10 +436,7 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
     writes them directly (half the bytes of float32 for the half types)."""
     if output not in ("float", "int8"):
         raise errors.InvalidArgumentError(f"output: expected 'float' or 'int8', got {output!r}")
-    if out_dtype not in _FLOAT_OUT:
-        raise errors.InvalidArgumentError(
-            f"out_dtype: expected torch.float32, torch.float16 or torch.bfloat16, "
-            f"got {out_dtype!r}")
+    _checked_out_dtype(out_dtype)  # before the calibration runs
     plan = _plan(model)
     mods = dict(model.named_modules())
     in_obs = {name: _make_observer(observer, percentile) for name, _b, _r in plan}
