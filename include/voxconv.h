@@ -763,8 +763,10 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  *                      finite and > 0; x_scale * w_scale[c] not finite in
  *                      fp32; bias[c] not finite; relu not 0 or 1; qp given
  *                      with an I32 output; a dtype that is not a
- *                      voxconv_dtype_t; shapes and rows as for
- *                      voxconv_conv_forward (KMAP_MISMATCH, SHAPE_MISMATCH)
+ *                      voxconv_dtype_t; a map built on another backend or
+ *                      CUDA device than the handle's; shapes and rows as
+ *                      for voxconv_conv_forward (KMAP_MISMATCH,
+ *                      SHAPE_MISMATCH)
  *   DTYPE_MISMATCH     x or w not I8; y not I8, F32, F16, BF16 or I32; y
  *                      I8 with y_scale 0 (unset); y_scale set (nonzero)
  *                      while y is not I8
