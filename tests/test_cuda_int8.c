@@ -381,6 +381,93 @@ static void test_ties_and_clamp(void) {
   free(c);
 }
 
+/* The int8 output's division (voxconv.h step 5: t = v / y_scale correctly
+ * rounded, then rounded to an integer), which the kernels compute without
+ * a division where y_scale lies in 2^-100..2^100 and |v| < 2^100
+ * (Markstein's correction, src/cuda/cuda_int8.cu i8_quotient) and with
+ * __fdiv_rn elsewhere. y_scale over every binade from 2^-126 to 2^120
+ * (both sides of those bounds), per channel c a scale m_c and bias b_c
+ * drawn so that v / y_scale spreads over [-140, 140] -- where the integer
+ * depends on the quotient's last bits -- plus one channel whose |v| is
+ * past 2^100 when y_scale allows it. cin = 1, w = 1 and x_scale = 1 on an
+ * identity map, so v = fmaf(x, w_scale[c], b_c); against the model's
+ * division, bit for bit, on every tile. */
+static void test_division(void) {
+  const int64_t n = 512, C = 64;
+  int32_t *c;
+  voxconv_kmap_t *km = identity_map(n, &c);
+  if (!km)
+    return;
+  int8_t xv[512], w1 = 1, got[512 * 64], want[512 * 64];
+  float ws[64], bias[64];
+  for (int64_t i = 0; i < n; i++)
+    xv[i] = (int8_t)vc_rand_range(-128, 127);
+  int8_t *dx = (int8_t *)to_dev(xv, (size_t)n);
+  int8_t *dw = (int8_t *)to_dev(NULL, (size_t)C);
+  float *dws = (float *)to_dev(NULL, sizeof ws);
+  float *db = (float *)to_dev(NULL, sizeof bias);
+  int8_t *dy = (int8_t *)to_dev(NULL, sizeof got);
+  int8_t wrow[64];
+  memset(wrow, w1, sizeof wrow);
+  voxconv_memcpy(g_gpu, dw, wrow, (size_t)C, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+  voxconv_feats_t x = {dx, n, 1, VOXCONV_DTYPE_I8};
+  voxconv_weights_t w = {dw, 1, 1, C, VOXCONV_DTYPE_I8};
+  voxconv_feats_t yf = {dy, n, C, VOXCONV_DTYPE_I8};
+  const int step = g_quick ? 9 : 1;
+  /* to 2^120: bias and x m_c (up to ~140 y_scale) stay finite */
+  for (int e = -126; e <= 120; e += step) {
+    const float ys = ldexpf((float)(1.0 + vc_rand_uniform()), e);
+    for (int64_t k = 0; k < C; k++) {
+      /* |x m_c| + |b_c| reaches about 140 y_scale */
+      ws[k] = ys * (float)(0.01 + 0.9 * vc_rand_uniform());
+      bias[k] = ys * (float)(30.0 * (2.0 * vc_rand_uniform() - 1.0));
+    }
+    if (ys < 0x1p90f) { /* |v| past 2^100: t saturates, via __fdiv_rn */
+      ws[C - 1] = 0x1p100f;
+      bias[C - 1] = -0x1p101f;
+    }
+    voxconv_memcpy(g_gpu, dws, ws, sizeof ws, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+    voxconv_memcpy(g_gpu, db, bias, sizeof bias,
+                   VOXCONV_MEMCPY_HOST_TO_BACKEND);
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t k = 0; k < C; k++)
+        model_store(want, VOXCONV_DTYPE_I8, i * C + k,
+                    model_v(xv[i], 1.0f, ws[k], bias[k], 0), ys);
+    voxconv_quant_params_t qp = {1.0f, dws, db, 0, ys};
+    for (int t = -1; t < N_TILES; t++) {
+      if (t >= 0 && !g_tile_ok[t])
+        continue;
+      set_tile(t);
+      memset(got, 0x5A, sizeof got);
+      voxconv_memcpy(g_gpu, dy, got, sizeof got,
+                     VOXCONV_MEMCPY_HOST_TO_BACKEND);
+      VC_EXPECT_STATUS(g_gpu, voxconv_conv_forward_int8(g_gpu, km, &x, &w, &qp,
+                                                        &yf, NULL),
+                       VOXCONV_STATUS_SUCCESS);
+      voxconv_memcpy(g_gpu, got, dy, sizeof got,
+                     VOXCONV_MEMCPY_BACKEND_TO_HOST);
+      int64_t first;
+      const int64_t bad =
+          model_mismatches(got, want, VOXCONV_DTYPE_I8, n * C, &first);
+      VC_EXPECT(bad == 0,
+                "division, tile %d, y_scale %a: %lld of %lld differ (first "
+                "[%lld][%lld]: %d, want %d)",
+                t, (double)ys, (long long)bad, (long long)(n * C),
+                (long long)(first < 0 ? 0 : first / C),
+                (long long)(first < 0 ? 0 : first % C),
+                first < 0 ? 0 : got[first], first < 0 ? 0 : want[first]);
+    }
+  }
+  set_tile(-1);
+  voxconv_free(g_gpu, dx);
+  voxconv_free(g_gpu, dw);
+  voxconv_free(g_gpu, dws);
+  voxconv_free(g_gpu, db);
+  voxconv_free(g_gpu, dy);
+  voxconv_kmap_destroy(g_gpu, km);
+  free(c);
+}
+
 /* All -128 at kvol * cin = 131071: acc = 131071 * 16384 = 2^31 - 2^14,
  * exact in int32 on the tensor cores too. */
 static void test_extreme_acc(void) {
@@ -509,6 +596,7 @@ int main(int argc, char **argv) {
   if (g_race) {
     test_race();
   } else {
+    test_division();
     test_extreme_acc();
     test_modes();
     test_real_scan();

@@ -55,9 +55,30 @@ struct I8Epilogue {
   const float *w_scale; /* [cout], device */
   const float *bias;    /* [cout] or NULL */
   float x_scale, y_scale;
+  /* RN(1 / y_scale) for the I8 output's division (i8_quotient), or 0 when
+   * y_scale lies outside 2^-100..2^100 and every division is __fdiv_rn */
+  float y_inv;
   int relu;
   int dtype; /* voxconv_dtype_t of y */
 };
+
+/* t = v / y_scale, correctly rounded (voxconv.h step 5, I8), without a
+ * division per element: IEEE division (__fdiv_rn) is a ~20-instruction
+ * sequence that cost as much as the int8 MMA gained (docs/perf-notes.md,
+ * item 77). Markstein's correction: with yi = RN(1/y) and q0 = RN(v yi)
+ * within an ulp of v/y, r = v - q0 y is exact in one fma and q0 + r yi,
+ * rounded once, is RN(v/y) -- unless an intermediate overflows or
+ * underflows, which the bounds on y (host, y_inv = 0 outside them) and on
+ * |v| (Inf and huge v) rule out; those take the division. (A v so small
+ * that q0 underflows gives |t| far below 1/2: integer 0 either way.) */
+__device__ __forceinline__ float i8_quotient(const I8Epilogue &e, float v) {
+  if (e.y_inv != 0.0f && fabsf(v) < 0x1p100f) {
+    const float q0 = __fmul_rn(v, e.y_inv);
+    const float r = __fmaf_rn(-q0, e.y_scale, v);
+    return __fmaf_rn(r, e.y_inv, q0);
+  }
+  return __fdiv_rn(v, e.y_scale);
+}
 
 /* m and b of column c (step 2 and the bias): one fp32 product, rounded. */
 __device__ __forceinline__ void i8_column(const I8Epilogue &e, int c, float &m,
@@ -87,7 +108,7 @@ __device__ __forceinline__ void i8_value_to(const I8Epilogue &e, void *p,
     *static_cast<__nv_bfloat16 *>(p) = __float2bfloat16_rn(v);
     break;
   default: { /* I8: round half to even, clamp to [-127, 127] */
-    const int r = __float2int_rn(__fdiv_rn(v, e.y_scale)); /* cvt.rni */
+    const int r = __float2int_rn(i8_quotient(e, v)); /* cvt.rni */
     *static_cast<int8_t *>(p) = (int8_t)max(-127, min(127, r));
   }
   }
@@ -713,6 +734,10 @@ I8Epilogue epilogue_of(const vc_int8_problem_t *p) {
   ep.bias = p->bias;
   ep.x_scale = p->x_scale;
   ep.y_scale = p->y_scale;
+  /* 1.0f / y_scale in binary32 on the host: correctly rounded (SSE) */
+  ep.y_inv = p->y_scale >= 0x1p-100f && p->y_scale <= 0x1p100f
+                 ? 1.0f / p->y_scale
+                 : 0.0f;
   ep.relu = p->relu;
   ep.dtype = (int)p->y_dtype;
   return ep;
