@@ -220,6 +220,13 @@ int main(int argc, char **argv) {
       if (v[i].st != VOXCONV_STATUS_SUCCESS)
         printf("C=%lld %s: %s\n", (long long)C, v[i].name,
                voxconv_get_last_error(h));
+      voxconv_call_info_t ci; /* the tuner's tile of an auto row */
+      if (v[i].kind == 1 && v[i].tile < 0 &&
+          v[i].st == VOXCONV_STATUS_SUCCESS &&
+          voxconv_get_last_call_info(h, &ci) == VOXCONV_STATUS_SUCCESS)
+        snprintf(v[i].name, sizeof v[i].name, "i8 auto %.8s -> %s",
+                 ci.params + 5 /* "tile=" */,
+                 v[i].ydt == VOXCONV_DTYPE_I8 ? "i8" : "f16");
     }
     voxconv_synchronize(h);
     for (int r = 0; r < repeat; r++)

@@ -1,15 +1,17 @@
 /* The README's C example, built and run by ctest (example_hello) so the
- * README stays true. Keep the two identical. */
+ * README stays true; readme_example checks that the two are identical. */
 #include <voxconv.h>
 #include <stdio.h>
 
 int main(void) {
+  /* A CPU handle: the arrays below are host memory. A CUDA handle takes
+   * device memory (voxconv_malloc, voxconv_memcpy) for every array. */
+  voxconv_handle_desc_t cpu = {.backend = VOXCONV_BACKEND_CPU};
   voxconv_handle_t *h;
-  if (voxconv_create(&h, NULL) != VOXCONV_STATUS_SUCCESS) return 1; /* AUTO */
+  if (voxconv_create(&h, &cpu) != VOXCONV_STATUS_SUCCESS) return 1;
   int32_t coords[3][4] = {{0, 0, 0, 0}, {0, 1, 0, 0}, {0, 5, 5, 5}};
   float x[3][2] = {{1, 2}, {3, 4}, {5, 6}}, y[3][4], w[27][2][4];
   for (int i = 0; i < 27 * 2 * 4; i++) ((float *)w)[i] = 0.01f * i;
-  /* CPU handle: host pointers. On CUDA use voxconv_malloc/voxconv_memcpy. */
   voxconv_coords_t in = {&coords[0][0], 3, {1, 1, 1}};
   voxconv_kmap_desc_t geo = {.mode = VOXCONV_KMAP_SUBMANIFOLD, .kernel_size = {3, 3, 3}};
   voxconv_kmap_t *map;

@@ -124,7 +124,7 @@
  *                            voxconv_kernel_info_t), as on a smaller GPU
  *  VOXCONV_INT8_TILE         tests and benchmarks: the mask_gemm_i8 tile ID
  *                            every CUDA int8 conv uses ("auto" or unset: the
- *                            library's choice; see the int8 section)
+ *                            int8 tuner's choice; see the int8 section)
  */
 #ifndef VOXCONV_H
 #define VOXCONV_H
@@ -727,9 +727,13 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  *            q = min(max(r, -127), 127). -128 is never written
  *            (symmetric, like the weights); +-Inf saturates.
  *      I32   acc itself: steps 2-5 are skipped and qp must be NULL.
- * CUDA reproduces this with __fmul_rn, __int2float_rn, __fmaf_rn,
- * __fdiv_rn and cvt.rni (no --use_fast_math), so both backends agree bit
- * for bit on every output dtype. Against the same formula in exact
+ * CUDA reproduces this with __fmul_rn, __int2float_rn, __fmaf_rn and
+ * cvt.rni (no --use_fast_math); its I8 quotient is the correctly rounded
+ * one without a division where y_scale lies in 2^-100..2^100 and |v| <
+ * 2^100 (Markstein: yi = 1.0f / y_scale on the host, q0 = v * yi, r =
+ * fmaf(-q0, y_scale, v), t = fmaf(r, yi, q0)) and __fdiv_rn elsewhere,
+ * so both backends agree bit for bit on every output dtype. Against the
+ * same formula in exact
  * arithmetic (v* = acc * x_scale * w_scale[c] + b, before relu), the fp32
  * v obeys
  *   |v - v*| <= 2^-24 (2 |x_scale w_scale[c] acc| + |v|) (1 + 2^-22)
@@ -771,10 +775,10 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  *                      I8 with y_scale 0 (unset); y_scale set (nonzero)
  *                      while y is not I8
  *   UNSUPPORTED        kvol * cin > 131071 (above); opt->fwd_algo naming
- *                      an algorithm (int8 algorithms are not in the
- *                      registry yet: only NULL, blanks or "auto" are
- *                      accepted; the environment's VOXCONV_*_ALGO_MODE does
- *                      not apply); CUDA: more than 2^31 - 1 rows, kvol > 343
+ *                      an algorithm (the int8 tiles are not in the float
+ *                      registry: only NULL, blanks or "auto" are accepted;
+ *                      the environment's VOXCONV_*_ALGO_MODE does not
+ *                      apply); CUDA: more than 2^31 - 1 rows, kvol > 343
  *                      or cout * ceil16(cin) > 2^31 - 1 (regular conv), a
  *                      VOXCONV_INT8_TILE this GPU cannot run (the wgmma
  *                      tiles need sm_90a)
@@ -785,9 +789,23 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  * CUDA. The regular conv runs on the tensor cores (src/cuda/cuda_int8.cu,
  * docs/tiles.md "mask_gemm_i8"): int8 mma.sync on any sm_80+ GPU, int8
  * wgmma on sm_90a; tile IDs 0-17 in voxconv_kernel_get_info (algo
- * "mask_gemm_i8"). The tile is VOXCONV_INT8_TILE (an ID; a test and
- * benchmark knob, read on every call) or else chosen by channel counts;
- * the int8 ops are not autotuned yet. Each call copies the weights once
+ * "mask_gemm_i8"). The tile is VOXCONV_INT8_TILE when set (an ID; a test
+ * and benchmark knob, read on every call, nothing measured); else the
+ * int8 tuner's: the first call of a configuration (map sizes, mode and
+ * stride, cin, cout, the output dtype, the device) runs every tile this
+ * GPU can run, checks that each gives the reference tile's bits (a tile
+ * that does not is disqualified with a warning naming it), times the
+ * others (VOXCONV_AUTOTUNE_WARMUP, VOXCONV_AUTOTUNE_RUNS as for the float
+ * tuner; one line on stderr unless VOXCONV_AUTOTUNE_LOG=0), records the
+ * ranking in the tuning cache under its own namespace
+ * (sparse_conv_forward_int8, below) and runs the fastest; later calls
+ * take the decision from the handle's memo or the cache without
+ * measuring. The first call waits for the GPU while it measures (about
+ * 18 x 6 runs of the layer); no later one does. During stream capture
+ * an untuned configuration runs the reference tile (the one chosen by
+ * channel counts), warned once, and is not cached. If no tile can run
+ * (e.g. out of memory for every one) the call returns the last
+ * failure's status and nothing is cached. Each call copies the weights once
  * into a K-major scratch copy (kvol * cout * ceil16(cin) bytes) and, when
  * cin is not a multiple of 16 or x is not 16-byte aligned, x into a
  * zero-padded one. Depthwise runs one thread per output row and 4
@@ -842,7 +860,13 @@ typedef enum voxconv_pool_mode {
 } voxconv_pool_mode_t;
 
 /* y[o][c] = reduce over pairs (i,o,k) of x[i][c]; x.channels == y.channels.
- * Usually with a STRIDED map (e.g. kernel 2, stride 2). */
+ * Usually with a STRIDED map (e.g. kernel 2, stride 2). int8 features
+ * (x and y both I8, e.g. between int8 convolutions with an I8 output) pool
+ * with MAX only, on both backends: the maximum of int8 values is one of
+ * them, exact, and commutes with dequantisation by the tensor's positive
+ * scale, so y keeps x's scale. AVG and SUM of I8 are UNSUPPORTED (they
+ * would need a rounding rule and a scale), I8 with another dtype is
+ * DTYPE_MISMATCH, and the backward takes no I8. */
 VOXCONV_API voxconv_status_t voxconv_pool_forward(
     voxconv_handle_t *h, const voxconv_kmap_t *kmap, voxconv_pool_mode_t mode,
     const voxconv_feats_t *x, const voxconv_feats_t *y);
@@ -1077,7 +1101,10 @@ VOXCONV_API voxconv_status_t voxconv_resolve_fp16_accum(
     voxconv_dtype_t dtype, voxconv_pass_t pass,
     const voxconv_conv_options_t *opt, int *enabled, const char **reason);
 
-/* What the handle's last successful conv/depthwise call ran and why. */
+/* What the handle's last successful conv/depthwise call ran and why; the
+ * int8 ops count too (algo "mask_gemm_i8" with params "tile=N" and, when
+ * the int8 tuner measured it, its time; "depthwise_i8" on CUDA; "int8_cpu"
+ * / "depthwise_i8_cpu" on the CPU; fp16_accum 0, deterministic 1). */
 typedef struct voxconv_call_info {
   voxconv_pass_t pass;
   char algo[64];    /* algorithm name */
@@ -1118,7 +1145,10 @@ VOXCONV_API voxconv_status_t voxconv_get_last_call_info(
  * Entries are keyed by namespace (sparse_conv_forward, sparse_conv_dgrad,
  * sparse_conv_wgrad, depthwise_conv_forward, depthwise_conv_dgrad,
  * depthwise_conv_wgrad: algorithm selection; "<namespace>/<algo>": that
- * algorithm's parameter tuning), ceil(log2 n_in), ceil(log2 n_out), cin,
+ * algorithm's parameter tuning; sparse_conv_forward_int8: the tile of an
+ * int8 regular conv on CUDA, keyed with the output's dtype -- i8, i32,
+ * f32, f16 or bf16 -- as its dtype, acc=0 det=0, read by no float
+ * lookup), ceil(log2 n_in), ceil(log2 n_out), cin,
  * cout, kernel volume, dtype, resolved fp16 accumulator, deterministic,
  * map mode and stride, the device ("cpu:<model>:<threads>" or
  * "cuda:<name>:cc<major>.<minor>") and the library version. Each keeps every

@@ -8,9 +8,7 @@ cd "$(dirname "$0")/.."
 src=${1:-../shared/data}
 mkdir -p .devdata/bench .devdata/scans
 cp -u "$src"/bench/*.bin .devdata/bench/
-for f in semantickitti_00_000000.bin semantickitti_00_000000.label kitti_000008.bin \
-         scannet_scene0000_00.bin kitti_000000.bin \
-         nuscenes_n015-2018-07-24-11-22-45+0800__LIDAR_TOP__1532402927647951.pcd.bin; do
-  cp -u "$src/scans/$f" .devdata/scans/
-done
+# every scan: the tool tests (ctest tool_*) read the PLY, PCD and SUN RGB-D
+# ones too; configure the device build with -DVOXCONV_DATA_DIR=$PWD/.devdata
+cp -u "$src"/scans/* .devdata/scans/
 du -sh .devdata

@@ -16,32 +16,43 @@
 
 /* ---- independent model ------------------------------------------------- */
 /* int64 sums over the pairs: acc[o][c]. */
-static inline int64_t *naive_acc(voxconv_handle_t *h, const voxconv_kmap_t *km,
-                                 const int8_t *x, const int8_t *w, int64_t cin,
-                                 int64_t cout, int depthwise, int64_t *n_out) {
-  voxconv_kmap_info_t info;
-  voxconv_kmap_get_info(km, &info);
-  int64_t *off = (int64_t *)dr_xmalloc(sizeof(int64_t) *
-                                       (size_t)(info.kernel_volume + 1));
-  /* the pair rows are copied into backend memory (device memory for a
-   * CUDA map), then to the host */
-  const size_t bytes = sizeof(int32_t) * (size_t)(info.n_pairs ? info.n_pairs : 1);
-  int32_t *ir = (int32_t *)dr_xmalloc(bytes), *orow = (int32_t *)dr_xmalloc(bytes);
+/* km's pairs on the host: in rows ir[q] and out rows orow[q] (offset k's
+ * pairs at q in off[k]..off[k+1]); copied into backend memory (device
+ * memory for a CUDA map), then to the host. Free the three with free(). */
+static inline void model_read_pairs(voxconv_handle_t *h,
+                                    const voxconv_kmap_t *km,
+                                    voxconv_kmap_info_t *info, int64_t **off,
+                                    int32_t **ir, int32_t **orow) {
+  voxconv_kmap_get_info(km, info);
+  *off = (int64_t *)dr_xmalloc(sizeof(int64_t) *
+                               (size_t)(info->kernel_volume + 1));
+  const size_t bytes =
+      sizeof(int32_t) * (size_t)(info->n_pairs ? info->n_pairs : 1);
+  *ir = (int32_t *)dr_xmalloc(bytes);
+  *orow = (int32_t *)dr_xmalloc(bytes);
   void *bir = NULL, *borow = NULL;
   if (voxconv_malloc(h, bytes, &bir) != VOXCONV_STATUS_SUCCESS ||
       voxconv_malloc(h, bytes, &borow) != VOXCONV_STATUS_SUCCESS ||
-      voxconv_kmap_get_pairs(h, km, off, (int32_t *)bir, (int32_t *)borow) !=
+      voxconv_kmap_get_pairs(h, km, *off, (int32_t *)bir, (int32_t *)borow) !=
           VOXCONV_STATUS_SUCCESS ||
-      voxconv_memcpy(h, ir, bir, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST) !=
+      voxconv_memcpy(h, *ir, bir, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST) !=
           VOXCONV_STATUS_SUCCESS ||
-      voxconv_memcpy(h, orow, borow, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST) !=
+      voxconv_memcpy(h, *orow, borow, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST) !=
           VOXCONV_STATUS_SUCCESS) {
-    fprintf(stderr, "naive_acc: reading the map's pairs: %s\n",
-            voxconv_get_last_error(h));
+    fprintf(stderr, "model_read_pairs: %s\n", voxconv_get_last_error(h));
     exit(2);
   }
   voxconv_free(h, bir);
   voxconv_free(h, borow);
+}
+
+static inline int64_t *naive_acc(voxconv_handle_t *h, const voxconv_kmap_t *km,
+                                 const int8_t *x, const int8_t *w, int64_t cin,
+                                 int64_t cout, int depthwise, int64_t *n_out) {
+  voxconv_kmap_info_t info;
+  int64_t *off;
+  int32_t *ir, *orow;
+  model_read_pairs(h, km, &info, &off, &ir, &orow);
   int64_t *acc =
       (int64_t *)dr_xcalloc((size_t)(info.n_out * cout), sizeof(int64_t));
   for (int k = 0; k < info.kernel_volume; k++)
@@ -62,6 +73,76 @@ static inline int64_t *naive_acc(voxconv_handle_t *h, const voxconv_kmap_t *km,
   free(ir);
   free(orow);
   return acc;
+}
+
+/* int8 max pooling over km's pairs: y[o][c] = the largest x[i][c] paired
+ * with o, 0 for an output without pairs (malloc'd [n_out][C]). */
+static inline int8_t *model_max_pool(voxconv_handle_t *h,
+                                     const voxconv_kmap_t *km,
+                                     const int8_t *x, int64_t C) {
+  voxconv_kmap_info_t info;
+  int64_t *off;
+  int32_t *ir, *orow;
+  model_read_pairs(h, km, &info, &off, &ir, &orow);
+  int8_t *y = (int8_t *)dr_xcalloc((size_t)(info.n_out * C) + 1, 1);
+  char *seen = (char *)dr_xcalloc((size_t)info.n_out + 1, 1);
+  for (int64_t q = 0; q < info.n_pairs; q++) {
+    const int8_t *xr = x + (int64_t)ir[q] * C;
+    int8_t *yr = y + (int64_t)orow[q] * C;
+    for (int64_t c = 0; c < C; c++)
+      yr[c] = !seen[orow[q]] || xr[c] > yr[c] ? xr[c] : yr[c];
+    seen[orow[q]] = 1;
+  }
+  free(seen);
+  free(off);
+  free(ir);
+  free(orow);
+  return y;
+}
+
+/* voxconv_pool_forward(MAX) on int8 features of C channels over km (either
+ * backend: the buffers go through voxconv_malloc / voxconv_memcpy), the
+ * output poisoned first, against model_max_pool bit for bit. */
+static inline void model_check_max_pool(voxconv_handle_t *h,
+                                        const voxconv_kmap_t *km, int64_t C,
+                                        const char *what) {
+  voxconv_kmap_info_t info;
+  voxconv_kmap_get_info(km, &info);
+  const size_t xb = (size_t)(info.n_in * C), yb = (size_t)(info.n_out * C);
+  int8_t *x = (int8_t *)dr_xmalloc(xb + 1), *y = (int8_t *)dr_xmalloc(yb + 1);
+  for (size_t i = 0; i < xb; i++)
+    x[i] = (int8_t)vc_rand_range(-128, 127);
+  memset(y, 0x5A, yb + 1);
+  void *dx = NULL, *dy = NULL;
+  if (voxconv_malloc(h, xb + 1, &dx) != VOXCONV_STATUS_SUCCESS ||
+      voxconv_malloc(h, yb + 1, &dy) != VOXCONV_STATUS_SUCCESS) {
+    fprintf(stderr, "model_check_max_pool: %s\n", voxconv_get_last_error(h));
+    exit(2);
+  }
+  voxconv_memcpy(h, dx, x, xb + 1, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+  voxconv_memcpy(h, dy, y, yb + 1, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+  voxconv_feats_t xf = {dx, info.n_in, C, VOXCONV_DTYPE_I8};
+  voxconv_feats_t yf = {dy, info.n_out, C, VOXCONV_DTYPE_I8};
+  VC_EXPECT_STATUS(h, voxconv_pool_forward(h, km, VOXCONV_POOL_MAX, &xf, &yf),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_memcpy(h, y, dy, yb + 1, VOXCONV_MEMCPY_BACKEND_TO_HOST);
+  int8_t *want = model_max_pool(h, km, x, C);
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < yb; i++)
+    if (y[i] != want[i]) {
+      bad++;
+      first = first < 0 ? (int64_t)i : first;
+    }
+  VC_EXPECT(bad == 0 && y[yb] == 0x5A,
+            "int8 max pool %s C=%lld: %lld of %zu differ (first %lld: %d, "
+            "want %d); guard byte %d",
+            what, (long long)C, (long long)bad, yb, (long long)first,
+            first >= 0 ? y[first] : 0, first >= 0 ? want[first] : 0, y[yb]);
+  voxconv_free(h, dx);
+  voxconv_free(h, dy);
+  free(x);
+  free(y);
+  free(want);
 }
 
 /* The epilogue as voxconv.h states it, fp32 with explicit calls. */

@@ -23,6 +23,9 @@
  * Fresh random inputs per run (seed printed; VOXCONV_TEST_SEED replays). */
 #include "int8_model.h"
 
+#include "tune/vc_tune.h"
+#include "tune/vc_tune_int8.h"
+
 #include <stdio.h>
 
 #define N_TILES 18 /* cuda_int8.cu VC_I8_TILES */
@@ -549,6 +552,137 @@ static void test_bad_input(void) {
 }
 
 /* One small submanifold problem of each op (the --race run). */
+/* The int8 tuner on the GPU (src/tune/tune_int8.c): in a fresh cache, the
+ * first call of a configuration measures every tile this device runs --
+ * each checked bit for bit against the reference tile, so a row "ok" for
+ * every usable tile is the GPU's own statement that all tiles agree on a
+ * real-scan problem -- and runs the fastest; the repeat call comes from
+ * the memo; the output is the model's. */
+static void test_tuner(void) {
+  int64_t m;
+  int32_t *c = model_scan_crop(&m);
+  if (!c)
+    c = vc_random_coords(20000, 60, &m);
+  voxconv_kmap_t *km =
+      build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, m, 1, NULL, 0, 0);
+  if (!km) {
+    free(c);
+    return;
+  }
+  char dir[] = "/tmp/voxconv-int8-tune-XXXXXX";
+  if (!mkdtemp(dir)) {
+    VC_EXPECT(0, "mkdtemp failed");
+    return;
+  }
+  char *saved = getenv("VOXCONV_BENCHMARK_CACHE_DIR");
+  saved = saved ? strdup(saved) : NULL;
+  setenv("VOXCONV_BENCHMARK_CACHE_DIR", dir, 1);
+  vc_cache_forget();
+  set_tile(-1);
+  prob_t p = model_prob(g_gpu, km, 0, 64, 64);
+  int64_t n_out;
+  int64_t *ref = naive_acc(g_gpu, km, p.x, p.w, p.cin, p.cout, 0, &n_out);
+  const int64_t ne = p.n_out * p.cout;
+  void *exp = dr_xmalloc((size_t)ne * 2), *got = dr_xmalloc((size_t)ne * 2);
+  model_expected(&p, ref, VOXCONV_DTYPE_F16, exp);
+  dev_prob_t d = upload(&p);
+  void *dy = to_dev(NULL, (size_t)ne * 2);
+  int usable = 0;
+  for (int t = 0; t < N_TILES; t++)
+    usable += g_tile_ok[t];
+  for (int call = 0; call < 2; call++) {
+    memset(got, 0x5A, (size_t)ne * 2);
+    voxconv_memcpy(g_gpu, dy, got, (size_t)ne * 2,
+                   VOXCONV_MEMCPY_HOST_TO_BACKEND);
+    VC_EXPECT_STATUS(g_gpu, run_op(g_gpu, km, &p, d.x, d.w, d.ws, d.bias,
+                                   VOXCONV_DTYPE_F16, dy),
+                     VOXCONV_STATUS_SUCCESS);
+    voxconv_memcpy(g_gpu, got, dy, (size_t)ne * 2,
+                   VOXCONV_MEMCPY_BACKEND_TO_HOST);
+    int64_t first;
+    const int64_t bad =
+        model_mismatches(got, exp, VOXCONV_DTYPE_F16, ne, &first);
+    voxconv_call_info_t ci;
+    voxconv_get_last_call_info(g_gpu, &ci);
+    int tile = -1;
+    sscanf(ci.params, "tile=%d", &tile);
+    VC_EXPECT(bad == 0, "tuner call %d (%s): %lld outputs differ", call,
+              ci.params, (long long)bad);
+    VC_EXPECT(strcmp(ci.algo, "mask_gemm_i8") == 0 && tile >= 0 &&
+                  tile < N_TILES && g_tile_ok[tile] &&
+                  ci.from_cache == (call > 0) && ci.time_ms > 0,
+              "tuner call %d: %s %s from_cache %d time %g", call, ci.algo,
+              ci.params, ci.from_cache, ci.time_ms);
+    printf("int8 tuner, scan crop %lld rows, C 64 -> f16: call %d ran %s %s "
+           "(%.4f ms, from_cache %d)\n",
+           (long long)p.n_out, call, ci.algo, ci.params, ci.time_ms,
+           ci.from_cache);
+  }
+  vc_cache_key_t key;
+  vc_int8_problem_t q;
+  memset(&q, 0, sizeof q);
+  q.kmap = km;
+  q.cin = p.cin;
+  q.cout = p.cout;
+  q.y_dtype = VOXCONV_DTYPE_F16;
+  vc_tune_int8_key(g_gpu, &q, &key);
+  vc_cache_entry_t e;
+  const int found = vc_cache_get(VC_INT8_NS, &key, 0, &e);
+  VC_EXPECT(found, "no int8 cache entry after tuning");
+  if (found) {
+    int ok = 0;
+    for (int r = 0; r < e.n_rows; r++) {
+      ok += vc_cache_row_ok(&e.rows[r]);
+      printf("  %s %s %.4f ms %s\n", e.rows[r].algo, e.rows[r].params,
+             e.rows[r].time_ms, e.rows[r].status);
+    }
+    VC_EXPECT(e.n_rows == usable && ok == usable,
+              "tuned %d tiles, %d ok; %d usable", e.n_rows, ok, usable);
+    vc_cache_entry_free(&e);
+  }
+  release(&d);
+  voxconv_free(g_gpu, dy);
+  free(exp);
+  free(got);
+  free(ref);
+  model_prob_free(&p);
+  voxconv_kmap_destroy(g_gpu, km);
+  free(c);
+  if (saved) {
+    setenv("VOXCONV_BENCHMARK_CACHE_DIR", saved, 1);
+    free(saved);
+  } else {
+    unsetenv("VOXCONV_BENCHMARK_CACHE_DIR");
+  }
+  vc_cache_forget();
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0)
+    fprintf(stderr, "could not remove %s\n", dir);
+}
+
+/* int8 max pooling on the GPU (the pool kernel's int8 instantiation)
+ * against the model over the GPU map's own pairs, 16-byte lanes (C % 16
+ * == 0) and single channels. */
+static void test_max_pool(void) {
+  int64_t n;
+  int32_t *c = vc_random_coords(g_quick ? 300 : 3000, 9, &n);
+  voxconv_kmap_t *st =
+      build(g_gpu, VOXCONV_KMAP_STRIDED, 2, 2, c, n, 1, NULL, 0, 0);
+  voxconv_kmap_t *sub =
+      build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1, NULL, 0, 0);
+  static const int64_t chans[4] = {1, 17, 32, 64};
+  for (int i = 0; i < 4; i++) {
+    if (st)
+      model_check_max_pool(g_gpu, st, chans[i], "GPU strided k2 s2");
+    if (sub && !g_quick)
+      model_check_max_pool(g_gpu, sub, chans[i], "GPU submanifold");
+  }
+  voxconv_kmap_destroy(g_gpu, st);
+  voxconv_kmap_destroy(g_gpu, sub);
+  free(c);
+}
+
 static void test_race(void) {
   int64_t n;
   int32_t *c = vc_random_coords(200, 6, &n);
@@ -570,6 +704,10 @@ int main(int argc, char **argv) {
       g_race = g_quick = 1;
   }
   vc_test_init("test_cuda_int8");
+  /* the default-tile cases tune: one timed run per tile keeps the
+   * sanitizer runs (--quick, --race) short */
+  if (g_quick)
+    setenv("VOXCONV_AUTOTUNE_RUNS", "1", 0);
   int devices = 0;
   if (voxconv_device_count(&devices) != VOXCONV_STATUS_SUCCESS ||
       devices == 0) {
@@ -593,10 +731,12 @@ int main(int argc, char **argv) {
   find_tiles();
   test_bad_input();
   test_ties_and_clamp();
+  test_max_pool();
   if (g_race) {
     test_race();
   } else {
     test_division();
+    test_tuner();
     test_extreme_acc();
     test_modes();
     test_real_scan();

@@ -694,6 +694,20 @@ static void error_cases(void) {
                         0, -131071, 0, 0,          0, -131070, 1, 0,
                         1023, 131071, -131071, 5,  1023, 131071, -131070, 5};
   all_modes("rim", rim, 6, g_gpu, 0, 0);
+  /* Host coordinates on a CUDA handle: named, not a CUDA error. The
+   * malloc'd rows are 16-byte aligned, so only the memory kind is wrong. */
+  {
+    voxconv_coords_t hc = {c, n, {1, 1, 1}};
+    voxconv_kmap_t *km = NULL;
+    VC_EXPECT_STATUS(g_gpu, voxconv_kmap_build(g_gpu, &ds, &hc, NULL, &km),
+                     VOXCONV_STATUS_INVALID_ARGUMENT);
+    VC_EXPECT(km == NULL && strstr(voxconv_get_last_error(g_gpu),
+                                   "host memory") != NULL,
+              "host coordinates: km=%p, message: %s", (void *)km,
+              voxconv_get_last_error(g_gpu));
+    /* the handle stays usable */
+    run_case("after host coords", &ds, c, n, 1, NULL, 0, 0, g_gpu, 0, 0);
+  }
   free(bad);
   free(c);
 }

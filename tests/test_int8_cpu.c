@@ -12,7 +12,10 @@
  *      more refused;
  *   5. every VOXCONV_CPU_ISA path (portable, avx2 = AVX-VNNI, avx512 =
  *      AVX-512 VNNI, auto) and 1 vs 2 threads give identical bits;
- *   6. bad input: each named status; float ops refuse I8.
+ *   6. bad input: each named status; float ops refuse I8;
+ *   7. int8 max pooling (voxconv_pool_forward, I8 in and out, MAX only)
+ *      bitwise against the model on five map modes; AVG, SUM, mixed
+ *      dtypes and the backward refused.
  * Fresh random inputs per run (seed printed; VOXCONV_TEST_SEED replays). */
 #include "int8_model.h"
 
@@ -169,6 +172,61 @@ static void test_modes(voxconv_handle_t *h) {
     run_case(h, maps[0], 1, chans[c], chans[c], "submanifold all-ch");
   }
   for (int m = 0; m < 6; m++)
+    voxconv_kmap_destroy(h, maps[m]);
+  free(fine);
+  free(coarse);
+}
+
+/* int8 max pooling (voxconv_pool_forward with I8 features, MAX only) on
+ * every map mode and odd channel counts against the model; the other
+ * modes, mixed dtypes and the backward are refused with named statuses. */
+static void test_max_pool(voxconv_handle_t *h) {
+  int64_t n;
+  int32_t *fine = vc_random_coords(500, 7, &n);
+  int64_t nc;
+  int32_t *coarse = model_coarsen(fine, n, &nc);
+  voxconv_kmap_t *maps[5] = {0};
+  const char *names[5] = {"strided k2 s2", "strided k3 s2", "submanifold",
+                          "transposed", "expanding"};
+  maps[0] = build(h, VOXCONV_KMAP_STRIDED, 2, 2, fine, n, 1, NULL, 0, 0);
+  maps[1] = build(h, VOXCONV_KMAP_STRIDED, 3, 2, fine, n, 1, NULL, 0, 0);
+  maps[2] = build(h, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, fine, n, 1, NULL, 0, 0);
+  maps[3] = build(h, VOXCONV_KMAP_TRANSPOSED, 3, 2, coarse, nc, 2, fine, n, 1);
+  maps[4] = build(h, VOXCONV_KMAP_EXPANDING, 3, 2, fine, n, 1, NULL, 0, 0);
+  static const int64_t chans[5] = {1, 3, 16, 33, 64};
+  for (int m = 0; m < 5; m++)
+    for (int c = 0; c < 5 && maps[m]; c++)
+      model_check_max_pool(h, maps[m], chans[c], names[m]);
+  if (maps[0]) {
+    voxconv_kmap_info_t info;
+    voxconv_kmap_get_info(maps[0], &info);
+    int8_t *x8 = (int8_t *)dr_xcalloc((size_t)info.n_in * 4, 1);
+    float *yf = (float *)dr_xcalloc((size_t)info.n_out * 4, sizeof(float));
+    int8_t *y8 = (int8_t *)dr_xcalloc((size_t)info.n_out * 4, 1);
+    voxconv_feats_t x = {x8, info.n_in, 4, VOXCONV_DTYPE_I8};
+    voxconv_feats_t y = {y8, info.n_out, 4, VOXCONV_DTYPE_I8};
+    voxconv_feats_t yff = {yf, info.n_out, 4, VOXCONV_DTYPE_F32};
+    voxconv_feats_t xff = {yf, info.n_in, 4, VOXCONV_DTYPE_F32};
+    VC_EXPECT_STATUS(h, voxconv_pool_forward(h, maps[0], VOXCONV_POOL_AVG, &x,
+                                             &y),
+                     VOXCONV_STATUS_UNSUPPORTED);
+    VC_EXPECT_STATUS(h, voxconv_pool_forward(h, maps[0], VOXCONV_POOL_SUM, &x,
+                                             &y),
+                     VOXCONV_STATUS_UNSUPPORTED);
+    VC_EXPECT_STATUS(h, voxconv_pool_forward(h, maps[0], VOXCONV_POOL_MAX, &x,
+                                             &yff),
+                     VOXCONV_STATUS_DTYPE_MISMATCH);
+    VC_EXPECT_STATUS(h, voxconv_pool_forward(h, maps[0], VOXCONV_POOL_MAX, &xff,
+                                             &y),
+                     VOXCONV_STATUS_DTYPE_MISMATCH);
+    VC_EXPECT_STATUS(h, voxconv_pool_backward(h, maps[0], VOXCONV_POOL_MAX, &x,
+                                              &y, &y, &x),
+                     VOXCONV_STATUS_UNSUPPORTED);
+    free(x8);
+    free(yf);
+    free(y8);
+  }
+  for (int m = 0; m < 5; m++)
     voxconv_kmap_destroy(h, maps[m]);
   free(fine);
   free(coarse);
@@ -449,7 +507,8 @@ static void test_bad_input(voxconv_handle_t *h) {
     voxconv_feats_t wd = {w, 1, 2, VOXCONV_DTYPE_I8};
     VC_EXPECT_STATUS(h, voxconv_depthwise_forward(h, km, &xf, &wd, &yi, NULL),
                      VOXCONV_STATUS_UNSUPPORTED);
-    VC_EXPECT_STATUS(h, voxconv_pool_forward(h, km, VOXCONV_POOL_MAX, &xf,
+    /* (int8 max pooling is allowed: test_max_pool) */
+    VC_EXPECT_STATUS(h, voxconv_pool_forward(h, km, VOXCONV_POOL_AVG, &xf,
                                              &yi),
                      VOXCONV_STATUS_UNSUPPORTED);
     VC_EXPECT_STATUS(h, voxconv_conv_dgrad(h, km, &yr, &wf, &xf, NULL),
@@ -547,6 +606,7 @@ int main(void) {
   test_extreme_acc(h);
   test_modes(h);
   test_real_scan(h);
+  test_max_pool(h);
   test_threads();
   voxconv_destroy(h);
   return vc_test_finish();

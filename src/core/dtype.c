@@ -110,7 +110,11 @@ void vc_load_f32(const void *src, voxconv_dtype_t dtype, int64_t n,
     for (int64_t i = 0; i < n; i++)
       dst[i] = (float)((const double *)src)[i];
     break;
-  default: /* integer dtypes: only the int8 ops take them */
+  case VOXCONV_DTYPE_I8: /* int8 max pooling: exact */
+    for (int64_t i = 0; i < n; i++)
+      dst[i] = (float)((const int8_t *)src)[i];
+    break;
+  default: /* I32: only the int8 ops take it */
     break;
   }
 }
@@ -133,7 +137,15 @@ void vc_store_f32(void *dst, voxconv_dtype_t dtype, int64_t n,
     for (int64_t i = 0; i < n; i++)
       ((double *)dst)[i] = src[i];
     break;
-  default: /* integer dtypes: only the int8 ops take them */
+  case VOXCONV_DTYPE_I8: /* int8 max pooling: values that are int8 already;
+                            others round to nearest even and saturate */
+    for (int64_t i = 0; i < n; i++) {
+      const float r = nearbyintf(src[i]);
+      ((int8_t *)dst)[i] =
+          (int8_t)(r != r ? 0 : r < -128.0f ? -128 : r > 127.0f ? 127 : (int)r);
+    }
+    break;
+  default: /* I32: only the int8 ops take it */
     break;
   }
 }

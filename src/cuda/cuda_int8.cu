@@ -28,9 +28,10 @@
  * Depthwise (`depthwise_i8`): one thread per (output row, 4 channels),
  * int32 sums over the row's neighbours, the same epilogue.
  *
- * The tile a call uses: VOXCONV_INT8_TILE (a test and benchmark knob: an ID
- * of the table below) or else the table's choice by channel counts
- * (pick_tile; measured in docs/perf-notes.md). */
+ * The tile a call uses is the int8 tuner's (src/tune/tune_int8.c: every
+ * usable tile timed once per configuration and cached); pick_tile below is
+ * its reference tile and its choice where it cannot measure (stream
+ * capture). */
 #include "cuda_mask_gemm_sm90.cuh"
 #include "vc_cuda.h"
 #include "vc_cuda_tc_algos.h"
@@ -716,18 +717,6 @@ int pick_tile(const voxconv_handle_t *h, int64_t cin, int64_t cout) {
   return 0;
 }
 
-/* VOXCONV_INT8_TILE: -1 unset or "auto", else the ID; -2 not an ID. */
-int tile_from_env(void) {
-  const char *s = vc_getenv("VOXCONV_INT8_TILE");
-  if (!s || !*s || strcmp(s, "auto") == 0)
-    return -1;
-  char *end = NULL;
-  const long t = strtol(s, &end, 10);
-  if (*end || t < 0 || t >= VC_I8_TILES)
-    return -2;
-  return (int)t;
-}
-
 I8Epilogue epilogue_of(const vc_int8_problem_t *p) {
   I8Epilogue ep;
   ep.w_scale = p->w_scale;
@@ -794,8 +783,19 @@ extern "C" voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h,
   return vc_cuda_kernel_resources(h, r.fn, r.threads, r.smem, info);
 }
 
+extern "C" int vc_cuda_int8_tile_usable(voxconv_handle_t *h, int tile) {
+  const char *why = NULL;
+  return tile >= 0 && tile < VC_I8_TILES && tile_usable(h, tile, &why);
+}
+
+extern "C" int vc_cuda_int8_default_tile(voxconv_handle_t *h,
+                                         const vc_int8_problem_t *p) {
+  return pick_tile(h, p->cin, p->cout);
+}
+
 extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
-                                              const vc_int8_problem_t *p) {
+                                              const vc_int8_problem_t *p,
+                                              int tile) {
   VC_CUDA_DEVICE_GUARD(h);
   const voxconv_kmap_t *m = p->kmap;
   const I8Epilogue ep = epilogue_of(p);
@@ -812,13 +812,10 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
                    "mask_gemm_i8: kernel volume %d above %d", (int)m->kvol,
                    VC_MG_MAX_KVOL);
-  int tile = tile_from_env();
-  if (tile == -2)
+  if (tile < 0 || tile >= VC_I8_TILES)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "VOXCONV_INT8_TILE=\"%s\": not a tile ID (0..%d) or auto",
-                   vc_getenv("VOXCONV_INT8_TILE"), VC_I8_TILES - 1);
-  if (tile < 0)
-    tile = pick_tile(h, p->cin, p->cout);
+                   "mask_gemm_i8: tile %d outside 0..%d", tile,
+                   VC_I8_TILES - 1);
   const char *why = NULL;
   if (!tile_usable(h, tile, &why))
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,

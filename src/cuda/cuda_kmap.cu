@@ -987,6 +987,28 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
                         m->out_rows);
 }
 
+/* INVALID_ARGUMENT when c's rows are pageable host memory, which the GPU
+ * cannot read (pinned and managed memory it can). */
+static voxconv_status_t host_coords_refused(voxconv_handle_t *h,
+                                            const voxconv_coords_t *c,
+                                            const char *name) {
+  if (c->n <= 0)
+    return VOXCONV_STATUS_SUCCESS;
+  cudaPointerAttributes a;
+  if (cudaPointerGetAttributes(&a, c->data) != cudaSuccess) {
+    cudaGetLastError(); /* an unknown pointer: left to the build */
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  if (a.type != cudaMemoryTypeUnregistered)
+    return VOXCONV_STATUS_SUCCESS;
+  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                 "voxconv_kmap_build: %s->data=%p is host memory, but this "
+                 "handle is CUDA: coordinates, features and weights must be "
+                 "device memory (voxconv_malloc + voxconv_memcpy), or use a "
+                 "CPU handle",
+                 name, (const void *)c->data);
+}
+
 extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
                                                voxconv_kmap_t *m,
                                                const voxconv_coords_t *in,
@@ -1001,6 +1023,13 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
                    "voxconv_kmap_build: CUDA coordinates must be 16-byte "
                    "aligned (rows of 4 int32); in->data=%p out->data=%p",
                    (const void *)in->data, out ? (const void *)out->data : NULL);
+  /* Host arrays given to a CUDA handle (e.g. the README's example run
+   * with a CUDA handle) would fail deep inside the build with a bare
+   * cudaErrorInvalidValue or an illegal address; one attribute query per
+   * build names the mistake instead. */
+  VC_CHECK(host_coords_refused(h, in, "in"));
+  if (out)
+    VC_CHECK(host_coords_refused(h, out, "out"));
   VcBuild b;
   memset(&b, 0, sizeof b);
   b.h = h;

@@ -296,6 +296,11 @@ static voxconv_status_t vc_reduce(voxconv_handle_t *h, const char *func,
   case VOXCONV_DTYPE_BF16:
     return vc_reduce_t<__nv_bfloat16>(h, nbr, n_rows, K, C, red, count,
                                       src->data, dst->data);
+  case VOXCONV_DTYPE_I8: /* max pooling only (validated) */
+    if (red == VC_RED_MAX && !count)
+      return vc_reduce_t<int8_t>(h, nbr, n_rows, K, C, red, count, src->data,
+                                 dst->data);
+    return vc_check_dtype(h, func, dst->dtype);
   default:
     return vc_check_dtype(h, func, dst->dtype);
   }

@@ -349,3 +349,57 @@ extern "C" voxconv_status_t vc_cuda_tune_abs_f32(voxconv_handle_t *h,
   VC_CUDA_LAUNCH_CHECK(h, "vc_abs_f32_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
+
+/* ---- bitwise comparison (the int8 tuner) ----------------------------------
+ * Every int8 tile must give the same bits (voxconv.h), so its check is a
+ * count of differing bytes; a grid-stride pass, one atomic per block. */
+__global__ void vc_count_diff_kernel(const unsigned char *a,
+                                     const unsigned char *b, int64_t bytes,
+                                     unsigned long long *n) {
+  unsigned long long c = 0;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < bytes;
+       i += (int64_t)gridDim.x * blockDim.x)
+    c += a[i] != b[i];
+  for (int o = 16; o > 0; o >>= 1)
+    c += __shfl_down_sync(0xffffffffu, c, o);
+  __shared__ unsigned long long s_c[VC_CHECK_BLOCK / 32];
+  if ((threadIdx.x & 31) == 0)
+    s_c[threadIdx.x >> 5] = c;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long t = 0;
+    for (int w = 0; w < VC_CHECK_BLOCK / 32; w++)
+      t += s_c[w];
+    if (t)
+      atomicAdd(n, t);
+  }
+}
+
+extern "C" voxconv_status_t vc_cuda_count_diff(voxconv_handle_t *h,
+                                               const void *a, const void *b,
+                                               int64_t bytes,
+                                               int64_t *n_diff) {
+  VC_CUDA_DEVICE_GUARD(h);
+  *n_diff = 0;
+  if (bytes <= 0)
+    return VOXCONV_STATUS_SUCCESS;
+  const cudaStream_t stream = vc_cuda_stream(h);
+  void *dev = NULL;
+  VC_CHECK(vc_alloc(h, sizeof(unsigned long long), &dev, "tuner diff count"));
+  unsigned long long host = 0;
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+  VC_CUDA_TRY_GOTO(h, st, done,
+                   cudaMemsetAsync(dev, 0, sizeof(unsigned long long), stream));
+  vc_count_diff_kernel<<<check_grid(h, bytes), VC_CHECK_BLOCK, 0, stream>>>(
+      (const unsigned char *)a, (const unsigned char *)b, bytes,
+      (unsigned long long *)dev);
+  VC_CUDA_LAUNCH_CHECK_GOTO(h, st, done, "vc_count_diff_kernel");
+  VC_CUDA_TRY_GOTO(h, st, done,
+                   cudaMemcpyAsync(&host, dev, sizeof host,
+                                   cudaMemcpyDeviceToHost, stream));
+  VC_CUDA_TRY_GOTO(h, st, done, cudaStreamSynchronize(stream));
+  *n_diff = (int64_t)host;
+done:
+  vc_free(h, dev);
+  return st;
+}

@@ -102,8 +102,16 @@ voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h, int index,
  * and its tensor-core tiles for `voxconv info --kernels` (listed after
  * the float kernels). */
 struct vc_int8_problem;
+/* Runs p: depthwise ignores `tile`; the regular conv runs mask_gemm_i8
+ * tile `tile` (the int8 tuner's choice; UNSUPPORTED when this device
+ * cannot run it). */
 voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
-                                   const struct vc_int8_problem *p);
+                                   const struct vc_int8_problem *p, int tile);
+/* 1 when tile runs on h's device (sm_90a for the wgmma tiles, shared
+ * memory); the table's untuned choice for p (by channel counts). */
+int vc_cuda_int8_tile_usable(voxconv_handle_t *h, int tile);
+int vc_cuda_int8_default_tile(voxconv_handle_t *h,
+                              const struct vc_int8_problem *p);
 int vc_cuda_int8_tile_count(void);
 voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h, int tile,
                                         voxconv_kernel_info_t *info);
@@ -129,6 +137,11 @@ voxconv_status_t vc_cuda_tune_check(voxconv_handle_t *h, const void *got,
 voxconv_status_t vc_cuda_tune_abs_f32(voxconv_handle_t *h, const void *src,
                                       voxconv_dtype_t dtype, int64_t n,
                                       float *dst);
+/* *n_diff = how many of the `bytes` bytes of a and b (device memory)
+ * differ; waits for the stream (the int8 tuner's bitwise check). */
+voxconv_status_t vc_cuda_count_diff(voxconv_handle_t *h, const void *a,
+                                    const void *b, int64_t bytes,
+                                    int64_t *n_diff);
 
 /* Registered CUDA algorithms (see vc_algo.h for the record type). The
  * registry in src/ops/algo.c lists them when VOXCONV_HAVE_CUDA is set. */

@@ -316,6 +316,16 @@ template <> struct VcDtype<__nv_bfloat16> {
     *p = __float2bfloat16_rn(v);
   }
 };
+/* int8 (max pooling only): exact both ways for the values it moves; a
+ * store rounds to nearest even and saturates, as vc_store_f32 does. */
+template <> struct VcDtype<int8_t> {
+  static __device__ __forceinline__ float load(const int8_t *p) {
+    return (float)*p;
+  }
+  static __device__ __forceinline__ void store(int8_t *p, float v) {
+    *p = (int8_t)max(-128, min(127, __float2int_rn(v)));
+  }
+};
 
 /* Device copy of vc_fingerprint_mix (vc_kmap.h; keep them identical). */
 static __device__ __forceinline__ uint64_t vc_dev_fingerprint_mix(uint64_t i,

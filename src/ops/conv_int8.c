@@ -2,15 +2,13 @@
  * validation in a fixed order (pointers, options, dtypes and their pairing
  * with the quantisation parameters, backend, sizes, rows against the map,
  * channels, the int32 overflow bound, the parameters' values, data and
- * overlap), then the backend. They do not go through the float registry or
- * the tuner (vc_int8.h says why); CUDA runs them in src/cuda/cuda_int8.cu. */
+ * overlap), then the int8 tuner (src/tune/tune_int8.c), which runs the CPU
+ * kernels or picks the CUDA tile (src/cuda/cuda_int8.cu). They never reach
+ * the float registry or the float tuner (vc_int8.h says why). */
 #include "vc_int8.h"
 #include "vc_validate.h"
 
-#include "../cpu/vc_cpu.h"
-#ifdef VOXCONV_HAVE_CUDA
-#include "../cuda/vc_cuda.h"
-#endif
+#include "../tune/vc_tune_int8.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -327,11 +325,7 @@ static voxconv_status_t int8_op(voxconv_handle_t *h, const char *fn,
     p.bias = qp->bias;
     p.relu = qp->relu;
   }
-#ifdef VOXCONV_HAVE_CUDA
-  if (h->backend == VOXCONV_BACKEND_CUDA)
-    return vc_cuda_conv_int8(h, &p);
-#endif
-  return vc_cpu_conv_int8(h, &p);
+  return vc_tune_int8(h, &p);
 }
 
 voxconv_status_t voxconv_conv_forward_int8(voxconv_handle_t *h,

@@ -440,6 +440,33 @@ static voxconv_status_t check_pool_mode(voxconv_handle_t *h, const char *fn,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* int8 features pool with MAX only: the maximum of int8 values is one of
+ * them, exact and scale-free (it commutes with dequantisation by a
+ * positive scale), while an average or a sum would need a rounding rule
+ * and a scale. x and y are then both I8. */
+static voxconv_status_t check_i8_pool(voxconv_handle_t *h, const char *fn,
+                                      const voxconv_kmap_t *kmap,
+                                      voxconv_pool_mode_t mode,
+                                      const vc_arg_t args[2]) {
+  if (mode != VOXCONV_POOL_MAX)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "%s: int8 features pool with VOXCONV_POOL_MAX only (the "
+                   "maximum of int8 values is exact; an average or a sum "
+                   "needs a rounding rule and a scale)",
+                   fn);
+  for (int i = 0; i < 2; i++)
+    if (args[i].dtype != VOXCONV_DTYPE_I8)
+      return vc_fail(h, VOXCONV_STATUS_DTYPE_MISMATCH,
+                     "%s: %s is %s but %s is i8 (int8 max pooling takes and "
+                     "writes i8)",
+                     fn, args[i].name, vc_dtype_valid(args[i].dtype) ||
+                                               args[i].dtype == VOXCONV_DTYPE_I32
+                                           ? voxconv_dtype_name(args[i].dtype)
+                                           : "not a voxconv_dtype_t",
+                     args[1 - i].name);
+  return vc_check_kmap_usable(h, fn, kmap);
+}
+
 voxconv_status_t vc_validate_pool_forward(voxconv_handle_t *h,
                                           const voxconv_kmap_t *kmap,
                                           voxconv_pool_mode_t mode,
@@ -451,7 +478,10 @@ voxconv_status_t vc_validate_pool_forward(voxconv_handle_t *h,
   NULL_ARG(y, "y");
   VC_CHECK(check_pool_mode(h, fn, mode));
   const vc_arg_t args[2] = {arg_feats("x", x), arg_feats("y", y)};
-  VC_CHECK(check_dtypes_backend(h, fn, kmap, args, 2));
+  if (x->dtype == VOXCONV_DTYPE_I8 || y->dtype == VOXCONV_DTYPE_I8)
+    VC_CHECK(check_i8_pool(h, fn, kmap, mode, args));
+  else
+    VC_CHECK(check_dtypes_backend(h, fn, kmap, args, 2));
   VC_CHECK(check_feats_sizes(h, fn, "x", x));
   VC_CHECK(check_feats_sizes(h, fn, "y", y));
   VC_CHECK(check_rows(h, fn, "x", x, kmap->n_in, "input"));

@@ -3,8 +3,8 @@
  * (src/ops/conv_int8.c) hands to a backend. Kept apart from
  * vc_conv_problem_t on purpose: int8 problems carry quantisation
  * parameters and must never reach the float algorithm registry or the
- * tuner's float candidate pools (issue 23 item 4 will give them their own
- * namespace there). */
+ * tuner's float candidate pools: the int8 tuner (src/tune/tune_int8.c)
+ * decides their tiles, under its own cache namespace. */
 #ifndef VC_INT8_H
 #define VC_INT8_H
 

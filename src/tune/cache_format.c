@@ -14,7 +14,11 @@
 #include <string.h>
 
 /* ---- names ------------------------------------------------------------ */
-static const char *const dtype_names[] = {"f32", "f16", "bf16", "f64"};
+/* voxconv_dtype_t order; i8 and i32 appear only as the output dtype of
+ * int8 entries (VC_INT8_NS, vc_tune_int8.h) */
+static const char *const dtype_names[] = {"f32", "f16", "bf16",
+                                          "f64", "i8",  "i32"};
+#define N_DTYPES 6
 static const char *const mode_names[] = {"submanifold", "strided", "transposed",
                                          "generative", "expanding"};
 #define N_MODES 5 /* voxconv_kmap_mode_t */
@@ -22,12 +26,20 @@ static const char *const pass_namespaces[] = {
     "sparse_conv_forward",    "sparse_conv_dgrad",    "sparse_conv_wgrad",
     "depthwise_conv_forward", "depthwise_conv_dgrad", "depthwise_conv_wgrad"};
 #define N_PASSES 6
+/* Namespaces of their own that belong to a pass: the int8 tuner's
+ * (VC_INT8_NS in vc_tune_int8.h; this file stays free of library
+ * headers for the fuzz target), the forward of a regular conv. */
+static const struct {
+  const char *ns;
+  int pass;
+} extra_namespaces[] = {{"sparse_conv_forward_int8", 0}};
+#define N_EXTRA_NS 1
 
 const char *vc_cache_dtype_name(int dtype) {
-  return (dtype >= 0 && dtype < 4) ? dtype_names[dtype] : NULL;
+  return (dtype >= 0 && dtype < N_DTYPES) ? dtype_names[dtype] : NULL;
 }
 int vc_cache_dtype_parse(const char *s) {
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < N_DTYPES; i++)
     if (strcmp(s, dtype_names[i]) == 0)
       return i;
   return -1;
@@ -52,6 +64,9 @@ static int algo_char(int c) {
 int vc_cache_ns_pass(const char *ns, char *algo_out, size_t algo_size) {
   if (algo_out && algo_size)
     algo_out[0] = '\0';
+  for (int i = 0; i < N_EXTRA_NS; i++)
+    if (strcmp(ns, extra_namespaces[i].ns) == 0)
+      return extra_namespaces[i].pass;
   const char *slash = strchr(ns, '/');
   size_t head = slash ? (size_t)(slash - ns) : strlen(ns);
   for (int p = 0; p < N_PASSES; p++) {

@@ -268,7 +268,7 @@ vc_check_t vc_check_host(const void *got, const void *ref,
 }
 
 /* ---- small environment knobs ------------------------------------------ */
-static int env_int(const char *name, int lo, int hi, int dflt) {
+int vc_tune_env_int(const char *name, int lo, int hi, int dflt) {
   const char *v = vc_getenv(name);
   if (!v)
     return dflt;
@@ -357,22 +357,29 @@ static int32_t ceil_log2(int64_t v) {
   return r;
 }
 
-void vc_tune_make_key(voxconv_handle_t *h, const vc_conv_problem_t *p,
-                      vc_cache_key_t *k) {
+void vc_tune_key_of(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                    int64_t cin, int64_t cout, int32_t dtype, int acc, int det,
+                    vc_cache_key_t *k) {
   memset(k, 0, sizeof *k);
   vc_copy_text(k->device, sizeof k->device, device_key(h));
   vc_copy_text(k->lib, sizeof k->lib, VOXCONV_VERSION_STRING);
-  k->nin = ceil_log2(p->kmap->n_in);
-  k->nout = ceil_log2(p->kmap->n_out);
-  k->cin = p->cin;
-  k->cout = p->cout;
-  k->kvol = p->kmap->kvol;
-  k->dtype = (int32_t)p->dtype;
-  k->acc = p->fp16_accum ? 1 : 0;
-  k->det = p->deterministic ? 1 : 0;
-  k->mode = (int32_t)p->kmap->desc.mode;
+  k->nin = ceil_log2(m->n_in);
+  k->nout = ceil_log2(m->n_out);
+  k->cin = cin;
+  k->cout = cout;
+  k->kvol = m->kvol;
+  k->dtype = dtype;
+  k->acc = acc ? 1 : 0;
+  k->det = det ? 1 : 0;
+  k->mode = (int32_t)m->desc.mode;
   for (int i = 0; i < 3; i++)
-    k->stride[i] = p->kmap->desc.stride[i] > 0 ? p->kmap->desc.stride[i] : 1;
+    k->stride[i] = m->desc.stride[i] > 0 ? m->desc.stride[i] : 1;
+}
+
+void vc_tune_make_key(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                      vc_cache_key_t *k) {
+  vc_tune_key_of(h, p->kmap, p->cin, p->cout, (int32_t)p->dtype,
+                 p->fp16_accum, p->deterministic, k);
 }
 
 /* ---- problem helpers --------------------------------------------------- */
@@ -409,7 +416,7 @@ static int f16acc_admitted(const vc_conv_problem_t *p, vc_sel_mode_t mode) {
     return 0;
   if (p->fp16_accum || mode == VC_SEL_ALL)
     return 1;
-  const int ceil = env_int("VOXCONV_F16ACC_SMALL_CH_CEIL", 0, 1 << 30, 0);
+  const int ceil = vc_tune_env_int("VOXCONV_F16ACC_SMALL_CH_CEIL", 0, 1 << 30, 0);
   const int64_t ch = p->cin > p->cout ? p->cin : p->cout;
   return ceil > 0 && ch <= ceil;
 }
@@ -585,7 +592,7 @@ static void default_params(const voxconv_handle_t *h, const vc_algo_t *a,
 /* ---- running ----------------------------------------------------------- */
 double (*vc_tune_test_clock_ms)(void);
 
-static double now_ms(void) {
+double vc_tune_now_ms(void) {
   if (vc_tune_test_clock_ms)
     return vc_tune_test_clock_ms();
   return vc_monotonic_ms();
@@ -609,10 +616,10 @@ static voxconv_status_t run_once(voxconv_handle_t *h, const vc_algo_t *a,
     return vc_cuda_timer_stop(h, timer, ms);
   }
 #endif
-  const double t0 = ms ? now_ms() : 0;
+  const double t0 = ms ? vc_tune_now_ms() : 0;
   voxconv_status_t st = a->run(h, q, params, ws);
   if (ms)
-    *ms = now_ms() - t0;
+    *ms = vc_tune_now_ms() - t0;
   return st;
 }
 
@@ -680,13 +687,13 @@ static void progress_done(progress_t *pr, int n_new, int n_bad,
     fprintf(vc_tune_stream(),
             "voxconv: tuned %s: %d candidates benchmarked (%d disqualified) "
             "in %.2f s; best %s %s %.4g ms\n",
-            pr->what, n_new, n_bad, (now_ms() - pr->t0) / 1e3, best->algo,
-            best->params, best->time_ms);
+            pr->what, n_new, n_bad, (vc_tune_now_ms() - pr->t0) / 1e3,
+            best->algo, best->params, best->time_ms);
   else
     fprintf(vc_tune_stream(),
             "voxconv: tuned %s: %d candidates benchmarked, none usable "
             "(%d disqualified) in %.2f s\n",
-            pr->what, n_new, n_bad, (now_ms() - pr->t0) / 1e3);
+            pr->what, n_new, n_bad, (vc_tune_now_ms() - pr->t0) / 1e3);
   fflush(vc_tune_stream());
 }
 
@@ -1176,8 +1183,8 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
   const size_t bytes = (size_t)output_elems(p) * voxconv_dtype_size(p->dtype);
   void *scratch = NULL;
   VC_CHECK(vc_alloc(h, bytes, &scratch, "tuning scratch output"));
-  const int runs = env_int("VOXCONV_AUTOTUNE_RUNS", 1, VC_MAX_RUNS, 5);
-  const int warmup = env_int("VOXCONV_AUTOTUNE_WARMUP", 0, VC_MAX_RUNS, 1);
+  const int runs = vc_tune_env_int("VOXCONV_AUTOTUNE_RUNS", 1, VC_MAX_RUNS, 5);
+  const int warmup = vc_tune_env_int("VOXCONV_AUTOTUNE_WARMUP", 0, VC_MAX_RUNS, 1);
 
   reference_with_bound(h, p, ref, pr, scratch);
   double best = best_known_ms > 0 ? best_known_ms : INFINITY;
@@ -1242,19 +1249,27 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
 }
 
 /* ---- dispatch ---------------------------------------------------------- */
-static void record_call(voxconv_handle_t *h, const vc_conv_problem_t *p,
-                        const char *algo, const char *params,
-                        const char *reason, double time_ms, int from_cache) {
+void vc_tune_record(voxconv_handle_t *h, voxconv_pass_t pass,
+                    const char *algo, const char *params, int fp16_accum,
+                    const char *reason, int deterministic, double time_ms,
+                    int from_cache) {
   voxconv_call_info_t *info = &h->last_call;
-  info->pass = p->pass;
+  info->pass = pass;
   vc_copy_text(info->algo, sizeof info->algo, algo);
   vc_copy_text(info->params, sizeof info->params, params);
-  info->fp16_accum = p->fp16_accum;
+  info->fp16_accum = fp16_accum;
   vc_copy_text(info->fp16_accum_reason, sizeof info->fp16_accum_reason, reason);
-  info->deterministic = p->deterministic;
+  info->deterministic = deterministic;
   info->time_ms = time_ms;
   info->from_cache = from_cache;
   h->has_last_call = 1;
+}
+
+static void record_call(voxconv_handle_t *h, const vc_conv_problem_t *p,
+                        const char *algo, const char *params,
+                        const char *reason, double time_ms, int from_cache) {
+  vc_tune_record(h, p->pass, algo, params, p->fp16_accum, reason,
+                 p->deterministic, time_ms, from_cache);
 }
 
 voxconv_status_t voxconv_get_last_call_info(const voxconv_handle_t *h,
@@ -1364,7 +1379,7 @@ static void build_candidates(const voxconv_handle_t *h,
    * first value), and a CPU benchmark costs as much as the op: there auto
    * means each algorithm's default unless records say otherwise. */
   const int max =
-      env_int("VOXCONV_AUTOTUNE_MAX_CANDIDATES", 1, VC_POOL_MAX,
+      vc_tune_env_int("VOXCONV_AUTOTUNE_MAX_CANDIDATES", 1, VC_POOL_MAX,
               h->backend == VOXCONV_BACKEND_CUDA ? 24 : pl->n_algos);
   int counts[VC_SEL_MAX_ALGOS * 4];
   vc_algo_params_t *per[VC_SEL_MAX_ALGOS * 4];
@@ -1581,7 +1596,7 @@ static void progress_begin(progress_t *pr, const tune_call_t *tc) {
   memset(pr, 0, sizeof *pr);
   pr->enabled = vc_tune_log_enabled();
   pr->tty = isatty(fileno(vc_tune_stream()));
-  pr->t0 = now_ms();
+  pr->t0 = vc_tune_now_ms();
   snprintf(pr->what, sizeof pr->what,
            "%s cin=%lld cout=%lld n_in=2^%d n_out=2^%d kvol=%d %s acc=%s%s "
            "[%s]",

@@ -175,6 +175,21 @@ voxconv_status_t vc_tune_dispatch(voxconv_handle_t *h, vc_conv_problem_t *p,
 /* The cache key of p on h (device identity, library version, shapes). */
 void vc_tune_make_key(voxconv_handle_t *h, const vc_conv_problem_t *p,
                       vc_cache_key_t *key);
+/* The same from its parts (map m's sizes, mode and stride; dtype, acc and
+ * det as stored): the int8 tuner's keys. */
+void vc_tune_key_of(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                    int64_t cin, int64_t cout, int32_t dtype, int acc, int det,
+                    vc_cache_key_t *key);
+/* Sets h's last-call info (voxconv_get_last_call_info). */
+void vc_tune_record(voxconv_handle_t *h, voxconv_pass_t pass,
+                    const char *algo, const char *params, int fp16_accum,
+                    const char *reason, int deterministic, double time_ms,
+                    int from_cache);
+/* An integer knob from the environment in lo..hi (else dflt, warned once
+ * when set to something else). */
+int vc_tune_env_int(const char *name, int lo, int hi, int dflt);
+/* The benchmark runner's CPU clock in ms (vc_tune_test_clock_ms when set). */
+double vc_tune_now_ms(void);
 
 /* ---- the process-wide cache (cache.c) --------------------------------- */
 /* Path of the cache file now (re-evaluated each call: the environment may

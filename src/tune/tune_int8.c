@@ -1,0 +1,404 @@
+/* The int8 tuner (vc_tune_int8.h): the tile of a CUDA int8 regular conv,
+ * measured once per configuration, cached under its own namespace, kept
+ * in the handle's memo.
+ *
+ * Why a tuner of its own: the float tuner's candidates are algorithms whose
+ * results differ by rounding, checked against a bound; the int8 tiles all
+ * compute exact int32 sums and one specified epilogue, so any difference
+ * from the reference tile is a wrong kernel, and the check is bitwise. The
+ * table's choice by channel counts (pick_tile) came within 0-20% of the
+ * best tile on the shapes it was measured on and misses elsewhere
+ * (docs/perf-notes.md items 75-77): each shape gets the tile that is
+ * fastest on this device. */
+#include "vc_tune_int8.h"
+#include "vc_tune.h"
+
+#include "../cpu/vc_cpu.h"
+#ifdef VOXCONV_HAVE_CUDA
+#include "../cuda/vc_cuda.h"
+#endif
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The memo's pass for int8 decisions: outside voxconv_pass_t, so that no
+ * float decision can match one. */
+#define VC_MEMO_PASS_INT8 (1 << 16)
+#define VC_INT8_MAX_TILES 64
+#define VC_INT8_MAX_RUNS 64
+
+void vc_tune_int8_key(voxconv_handle_t *h, const vc_int8_problem_t *p,
+                      vc_cache_key_t *key) {
+  vc_tune_key_of(h, p->kmap, p->cin, p->cout, (int32_t)p->y_dtype, 0, 0, key);
+}
+
+static void params_text(int tile, char *buf, size_t size) {
+  snprintf(buf, size, "tile=%d", tile);
+}
+
+/* The tile of a cache row's parameters ("tile=N"), -1 when malformed. */
+static int row_tile(const vc_cache_row_t *r, int n_tiles) {
+  int t = -1, len = 0;
+  if (sscanf(r->params, "tile=%d%n", &t, &len) != 1 ||
+      r->params[len] != '\0' || t < 0 || t >= n_tiles)
+    return -1;
+  return t;
+}
+
+static size_t out_bytes(const vc_int8_problem_t *p) {
+  return (size_t)p->kmap->n_out * (size_t)p->cout *
+         voxconv_dtype_size(p->y_dtype);
+}
+
+/* One run of tile t; *ms (may be NULL) its time: CUDA events on the
+ * handle's stream, the tuner's clock on the CPU (the call is synchronous
+ * there). */
+static voxconv_status_t run_tile(voxconv_handle_t *h,
+                                 const vc_int8_problem_t *p,
+                                 const vc_int8_tiles_t *be, int t,
+                                 double *ms) {
+#ifdef VOXCONV_HAVE_CUDA
+  if (ms && h->backend == VOXCONV_BACKEND_CUDA) {
+    void *timer = NULL;
+    VC_CHECK(vc_cuda_timer_start(h, &timer));
+    const voxconv_status_t st = be->run(h, p, t);
+    if (st != VOXCONV_STATUS_SUCCESS) {
+      vc_cuda_timer_discard(h, timer);
+      return st;
+    }
+    return vc_cuda_timer_stop(h, timer, ms);
+  }
+#endif
+  const double t0 = ms ? vc_tune_now_ms() : 0;
+  const voxconv_status_t st = be->run(h, p, t);
+  if (ms)
+    *ms = vc_tune_now_ms() - t0;
+  return st;
+}
+
+/* How many bytes of a and b (backend memory, `bytes` long) differ. */
+static voxconv_status_t count_diff(voxconv_handle_t *h, const void *a,
+                                   const void *b, size_t bytes, int64_t *n) {
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    return vc_cuda_count_diff(h, a, b, (int64_t)bytes, n);
+#else
+  (void)h;
+#endif
+  const unsigned char *x = (const unsigned char *)a,
+                      *y = (const unsigned char *)b;
+  int64_t c = 0;
+  for (size_t i = 0; i < bytes; i++)
+    c += x[i] != y[i];
+  *n = c;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static voxconv_status_t run_recorded(voxconv_handle_t *h,
+                                     const vc_int8_problem_t *p,
+                                     const vc_int8_tiles_t *be, int t,
+                                     double time_ms, int from_cache) {
+  VC_CHECK(be->run(h, p, t));
+  char text[32];
+  params_text(t, text, sizeof text);
+  vc_tune_record(h, VOXCONV_PASS_CONV_FWD, be->algo, text, 0, "", 1, time_ms,
+                 from_cache);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* VOXCONV_INT8_TILE: -1 unset, blank or "auto"; else the ID; -2 not one. */
+static int tile_from_env(int n_tiles) {
+  const char *s = vc_getenv("VOXCONV_INT8_TILE");
+  while (s && (*s == ' ' || *s == '\t'))
+    s++;
+  if (!s || !*s || strcmp(s, "auto") == 0)
+    return -1;
+  char *end = NULL;
+  const long t = strtol(s, &end, 10);
+  if (*end || t < 0 || t >= n_tiles)
+    return -2;
+  return (int)t;
+}
+
+/* ---- the measurement ------------------------------------------------------ */
+typedef struct i8cand {
+  int tile;
+  double ms;     /* median; < 0 when not timed */
+  char status[VC_CACHE_STATUS_MAX];
+  voxconv_status_t failure; /* of a tile that failed to run */
+  char message[160];
+} i8cand_t;
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* Runs tile c->tile `warmup` times (the first run's output checked against
+ * ref unless ref is NULL) and times `runs` more; c->ms their median. A
+ * failing or wrong tile gets its status; only a failure to check is an
+ * error. */
+static voxconv_status_t measure(voxconv_handle_t *h, const vc_int8_problem_t *p,
+                                const vc_int8_tiles_t *be, const void *ref,
+                                int warmup, int runs, i8cand_t *c) {
+  c->ms = -1;
+  c->failure = VOXCONV_STATUS_SUCCESS;
+  double t[VC_INT8_MAX_RUNS];
+  int n = 0;
+  for (int r = 0; r < warmup + runs; r++) {
+    double ms = 0;
+    const voxconv_status_t st =
+        run_tile(h, p, be, c->tile, r >= warmup ? &ms : NULL);
+    if (st != VOXCONV_STATUS_SUCCESS) {
+      snprintf(c->status, sizeof c->status, "failed:%s",
+               voxconv_status_string(st));
+      c->failure = st;
+      snprintf(c->message, sizeof c->message, "%.159s", h->last_error);
+      vc_clear_error(h);
+      return VOXCONV_STATUS_SUCCESS;
+    }
+    if (r == 0 && ref) {
+      int64_t bad = 0;
+      VC_CHECK(count_diff(h, p->y, ref, out_bytes(p), &bad));
+      if (bad) {
+        snprintf(c->status, sizeof c->status, "wrong");
+        vc_tune_warn_once(NULL,
+                          "%s tile %d gives other bits than the reference "
+                          "tile on %s cin=%lld cout=%lld (%lld of %zu output "
+                          "bytes differ): disqualified; please report",
+                          be->algo, c->tile, VC_INT8_NS, (long long)p->cin,
+                          (long long)p->cout, (long long)bad, out_bytes(p));
+        return VOXCONV_STATUS_SUCCESS;
+      }
+    }
+    if (r >= warmup)
+      t[n++] = ms;
+  }
+  qsort(t, (size_t)n, sizeof t[0], cmp_double);
+  c->ms = n ? (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2])) : 0;
+  snprintf(c->status, sizeof c->status, "ok");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static void cache_results(const vc_cache_key_t *key, const vc_int8_tiles_t *be,
+                          const i8cand_t *c, int n) {
+  vc_cache_entry_t e;
+  memset(&e, 0, sizeof e);
+  snprintf(e.ns, sizeof e.ns, "%s", VC_INT8_NS);
+  e.key = *key;
+  e.coverage = VC_COVER_ALL;
+  for (int i = 0; i < n; i++) {
+    vc_cache_row_t r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.algo, sizeof r.algo, "%s", be->algo);
+    params_text(c[i].tile, r.params, sizeof r.params);
+    r.time_ms = c[i].ms;
+    snprintf(r.status, sizeof r.status, "%s", c[i].status);
+    r.max_rel = vc_cache_row_ok(&r) ? 0.0 : -1.0; /* ok: bit-identical */
+    if (vc_cache_entry_put_row(&e, &r) != 0)
+      break; /* out of memory: cache what fits */
+  }
+  vc_cache_entry_sort(&e);
+  vc_cache_put(&e);
+  vc_cache_entry_free(&e);
+}
+
+/* Every usable tile measured, the reference tile first (its output is the
+ * one the others must reproduce). *best the winner, -1 when none ran. */
+static voxconv_status_t benchmark(voxconv_handle_t *h,
+                                  const vc_int8_problem_t *p,
+                                  const vc_int8_tiles_t *be,
+                                  const vc_cache_key_t *key, int *best,
+                                  double *best_ms) {
+  const int n_tiles =
+      be->n_tiles < VC_INT8_MAX_TILES ? be->n_tiles : VC_INT8_MAX_TILES;
+  i8cand_t c[VC_INT8_MAX_TILES];
+  int n = 0;
+  const int ref_tile = be->default_tile(h, p);
+  if (ref_tile >= 0 && ref_tile < n_tiles && be->usable(h, ref_tile))
+    c[n++].tile = ref_tile;
+  for (int t = 0; t < n_tiles; t++)
+    if (t != ref_tile && be->usable(h, t))
+      c[n++].tile = t;
+  *best = -1;
+  *best_ms = -1;
+  if (n == 0)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "%s: no tile can run on this device", be->algo);
+  const int runs = vc_tune_env_int("VOXCONV_AUTOTUNE_RUNS", 1,
+                                   VC_INT8_MAX_RUNS / 2, 5);
+  /* the first untimed run is also the checked one, so at least one */
+  int warmup = vc_tune_env_int("VOXCONV_AUTOTUNE_WARMUP", 0,
+                               VC_INT8_MAX_RUNS / 2, 1);
+  warmup = warmup < 1 ? 1 : warmup;
+  const double t0 = vc_tune_now_ms();
+  const size_t bytes = out_bytes(p);
+  void *ref = NULL;
+  int have_ref = 0, n_bad = 0, last_failed = -1;
+  VC_CHECK(vc_alloc(h, bytes ? bytes : 1, &ref, "int8 tuner reference output"));
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+  for (int i = 0; i < n && st == VOXCONV_STATUS_SUCCESS; i++) {
+    st = measure(h, p, be, have_ref ? ref : NULL, warmup, runs, &c[i]);
+    if (st != VOXCONV_STATUS_SUCCESS)
+      break;
+    if (strcmp(c[i].status, "ok") != 0) {
+      n_bad += strcmp(c[i].status, "wrong") == 0;
+      if (c[i].failure != VOXCONV_STATUS_SUCCESS)
+        last_failed = i;
+      continue;
+    }
+    if (!have_ref) { /* the first tile that ran is the reference */
+      st = voxconv_memcpy(h, ref, p->y, bytes,
+                          VOXCONV_MEMCPY_BACKEND_TO_BACKEND);
+      have_ref = st == VOXCONV_STATUS_SUCCESS;
+    }
+    if (*best < 0 || c[i].ms < *best_ms) {
+      *best = c[i].tile;
+      *best_ms = c[i].ms;
+    }
+  }
+  vc_free(h, ref);
+  if (st != VOXCONV_STATUS_SUCCESS)
+    return st;
+  if (*best >= 0)
+    cache_results(key, be, c, n);
+  if (vc_tune_log_enabled()) {
+    char what[64];
+    snprintf(what, sizeof what, "%s", voxconv_dtype_name(p->y_dtype));
+    if (*best >= 0)
+      fprintf(vc_tune_stream(),
+              "voxconv: tuned %s cin=%lld cout=%lld n_out=%lld y=%s: %d "
+              "tiles benchmarked (%d disqualified) in %.2f s; best %s "
+              "tile=%d %.4g ms\n",
+              VC_INT8_NS, (long long)p->cin, (long long)p->cout,
+              (long long)p->kmap->n_out, what, n, n_bad,
+              (vc_tune_now_ms() - t0) / 1e3, be->algo, *best, *best_ms);
+    else
+      fprintf(vc_tune_stream(),
+              "voxconv: tuned %s cin=%lld cout=%lld y=%s: no tile ran (%d "
+              "disqualified)\n",
+              VC_INT8_NS, (long long)p->cin, (long long)p->cout, what, n_bad);
+    fflush(vc_tune_stream());
+  }
+  if (*best < 0) /* nothing cached: the next call tries again */
+    return vc_fail(h,
+                   last_failed >= 0 ? c[last_failed].failure
+                                    : VOXCONV_STATUS_UNSUPPORTED,
+                   "%s: no tile ran this problem (%d of %d gave wrong bits; "
+                   "last failure: %s)",
+                   be->algo, n_bad, n,
+                   last_failed >= 0 ? c[last_failed].message : "none");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* The best ok row of the cached entry whose tile runs here, -1 if none. */
+static int cached_tile(voxconv_handle_t *h, const vc_cache_key_t *key,
+                       const vc_int8_tiles_t *be, double *ms) {
+  vc_cache_entry_t e;
+  if (!vc_cache_get(VC_INT8_NS, key, 1, &e))
+    return -1;
+  int tile = -1;
+  for (int r = 0; r < e.n_rows && tile < 0; r++) {
+    const vc_cache_row_t *row = &e.rows[r];
+    const int t = row_tile(row, be->n_tiles);
+    if (vc_cache_row_ok(row) && strcmp(row->algo, be->algo) == 0 && t >= 0 &&
+        be->usable(h, t)) {
+      tile = t;
+      *ms = row->time_ms;
+    }
+  }
+  vc_cache_entry_free(&e);
+  return tile;
+}
+
+voxconv_status_t vc_tune_int8_tiles(voxconv_handle_t *h,
+                                    const vc_int8_problem_t *p,
+                                    const vc_int8_tiles_t *be) {
+  const int forced = tile_from_env(be->n_tiles);
+  if (forced == -2)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "VOXCONV_INT8_TILE=\"%s\": not a tile ID (0..%d) or auto",
+                   vc_getenv("VOXCONV_INT8_TILE"), be->n_tiles - 1);
+  if (forced >= 0) {
+    if (!be->usable(h, forced))
+      return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                     "VOXCONV_INT8_TILE=%d: %s tile %d cannot run on this "
+                     "device (voxconv info --kernels: eligible, constraints)",
+                     forced, be->algo, forced);
+    return run_recorded(h, p, be, forced, -1, 0);
+  }
+  vc_tune_memo_key_t mk;
+  memset(&mk, 0, sizeof mk);
+  mk.pass = VC_MEMO_PASS_INT8;
+  vc_tune_int8_key(h, p, &mk.key);
+  vc_tune_memo_value_t v;
+  if (vc_tune_memo_find(h, &mk, &v)) {
+    if (run_recorded(h, p, be, v.params.v[0], v.time_ms, 1) ==
+        VOXCONV_STATUS_SUCCESS)
+      return VOXCONV_STATUS_SUCCESS;
+    vc_tune_memo_drop(h, &mk); /* e.g. out of memory now: decide again */
+    vc_clear_error(h);
+  }
+  const unsigned gen = vc_cache_generation();
+  double ms = -1;
+  int tile = cached_tile(h, &mk.key, be, &ms);
+  int from_cache = tile >= 0;
+  const int capturing = vc_stream_capturing(h);
+  if (tile < 0 && capturing) {
+    vc_tune_warn_once("capture-untuned-int8",
+                      "%s cin=%lld cout=%lld met during CUDA graph capture "
+                      "with no tuning record: it runs the reference tile, "
+                      "unmeasured; run the model once before capturing",
+                      VC_INT8_NS, (long long)p->cin, (long long)p->cout);
+    return run_recorded(h, p, be, be->default_tile(h, p), -1, 0);
+  }
+  if (tile < 0) {
+    VC_CHECK(benchmark(h, p, be, &mk.key, &tile, &ms));
+    from_cache = 0;
+  }
+  /* The winner runs last, so y holds its output (a disqualified tile may
+   * have been the last to write it). */
+  VC_CHECK(run_recorded(h, p, be, tile, ms, from_cache));
+  if (!capturing) {
+    memset(&v, 0, sizeof v);
+    v.params.v[0] = tile;
+    params_text(tile, v.params_text, sizeof v.params_text);
+    v.time_ms = ms;
+    vc_tune_memo_store(h, &mk, &v, from_cache ? gen : vc_cache_generation());
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* ---- the backends ---------------------------------------------------------- */
+#ifdef VOXCONV_HAVE_CUDA
+static voxconv_status_t cuda_run(voxconv_handle_t *h,
+                                 const vc_int8_problem_t *p, int t) {
+  return vc_cuda_conv_int8(h, p, t);
+}
+
+static const vc_int8_tiles_t k_cuda_tiles = {
+    "mask_gemm_i8", 0 /* vc_cuda_int8_tile_count() */,
+    vc_cuda_int8_tile_usable, vc_cuda_int8_default_tile, cuda_run};
+#endif
+
+voxconv_status_t vc_tune_int8(voxconv_handle_t *h, const vc_int8_problem_t *p) {
+  const voxconv_pass_t pass =
+      p->depthwise ? VOXCONV_PASS_DEPTHWISE_FWD : VOXCONV_PASS_CONV_FWD;
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA) {
+    if (!p->depthwise) {
+      vc_int8_tiles_t be = k_cuda_tiles;
+      be.n_tiles = vc_cuda_int8_tile_count();
+      return vc_tune_int8_tiles(h, p, &be);
+    }
+    VC_CHECK(vc_cuda_conv_int8(h, p, -1));
+    vc_tune_record(h, pass, "depthwise_i8", "-", 0, "", 1, -1, 0);
+    return VOXCONV_STATUS_SUCCESS;
+  }
+#endif
+  VC_CHECK(vc_cpu_conv_int8(h, p));
+  vc_tune_record(h, pass, p->depthwise ? "depthwise_i8_cpu" : "int8_cpu", "-",
+                 0, "", 1, -1, 0);
+  return VOXCONV_STATUS_SUCCESS;
+}

@@ -1,0 +1,376 @@
+/* The int8 tuner (src/tune/tune_int8.c, issue 23 item 4) on the CPU, with
+ * a fake tile table whose speed and defects are known (the real one is
+ * CUDA's; test_cuda_int8 runs it there):
+ *   1. the first call measures every usable tile, disqualifies a tile that
+ *      gives other bits (the fastest one here) and one that fails, runs
+ *      the fastest correct tile, and its output is the model's, bit for
+ *      bit; a warning names the wrong tile;
+ *   2. a repeat call on the handle runs only the winner (memo), another
+ *      handle reads the cache, and so does a fresh process view of the
+ *      saved file;
+ *   3. the entry lives in namespace sparse_conv_forward_int8 with the
+ *      output dtype as its key dtype: another output dtype is tuned on
+ *      its own, and no float lookup (sparse_conv_forward, any dtype)
+ *      sees it;
+ *   4. VOXCONV_INT8_TILE forces a tile (nothing measured), and a bad or
+ *      unusable value is a named status;
+ *   5. when no tile runs (all fail) the failure's status is returned and
+ *      nothing is cached;
+ *   6. the real CPU int8 op records its call (algo, not from a cache). */
+#include "int8_model.h"
+#include "tune_test_util.h"
+
+#include "cpu/vc_cpu.h"
+#include "tune/vc_tune_int8.h"
+
+/* ---- the fake tile table ---------------------------------------------- */
+#define N_FAKE 6
+/* virtual ms per run; tile 3 is fastest but wrong, tile 0 fails, tile 4
+ * cannot run here, tile 2 is the fastest correct one */
+static const double k_ms[N_FAKE] = {0.5, 2.0, 1.0, 0.25, 0.1, 3.0};
+static int g_runs[N_FAKE];
+static int g_all_fail;
+static double g_clock;
+
+static double fake_clock(void) {
+  return g_clock;
+}
+
+static int fake_usable(voxconv_handle_t *h, int t) {
+  (void)h;
+  return t != 4;
+}
+
+static int fake_default(voxconv_handle_t *h, const vc_int8_problem_t *p) {
+  (void)h, (void)p;
+  return 1;
+}
+
+static voxconv_status_t fake_run(voxconv_handle_t *h,
+                                 const vc_int8_problem_t *p, int t) {
+  VC_EXPECT(t >= 0 && t < N_FAKE && t != 4, "fake_run: tile %d", t);
+  if (t < 0 || t >= N_FAKE)
+    return VOXCONV_STATUS_INTERNAL;
+  g_runs[t]++;
+  g_clock += k_ms[t];
+  if (t == 0 || g_all_fail)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED, "fake tile %d fails", t);
+  VC_CHECK(vc_cpu_conv_int8(h, p));
+  if (t == 3) { /* one byte in the middle of the output */
+    const size_t bytes = (size_t)p->kmap->n_out * (size_t)p->cout *
+                         voxconv_dtype_size(p->y_dtype);
+    ((unsigned char *)p->y)[bytes / 2] ^= 0x10;
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+static const vc_int8_tiles_t k_fake = {"fake_i8", N_FAKE, fake_usable,
+                                       fake_default, fake_run};
+
+static voxconv_handle_t *cpu_handle(void) {
+  voxconv_handle_desc_t dc;
+  memset(&dc, 0, sizeof dc);
+  dc.backend = VOXCONV_BACKEND_CPU;
+  voxconv_handle_t *h = NULL;
+  if (voxconv_create(&h, &dc) != VOXCONV_STATUS_SUCCESS) {
+    fprintf(stderr, "FATAL: voxconv_create: %s\n", voxconv_get_last_error(NULL));
+    exit(1);
+  }
+  return h;
+}
+
+/* ---- one problem: the model's expected bits --------------------------- */
+typedef struct {
+  prob_t p;
+  int64_t *acc;
+  voxconv_kmap_t *km;
+  int32_t *coords;
+} fixture_t;
+
+static void fixture_make(fixture_t *f, voxconv_handle_t *h) {
+  int64_t n = 0;
+  f->coords = vc_random_coords(400, 9, &n);
+  voxconv_kmap_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.mode = VOXCONV_KMAP_SUBMANIFOLD;
+  for (int a = 0; a < 3; a++) {
+    d.kernel_size[a] = 3;
+    d.stride[a] = 1;
+  }
+  voxconv_coords_t ci = {f->coords, n, {1, 1, 1}};
+  f->km = NULL;
+  if (vc_test_kmap_build(h, &d, &ci, NULL, &f->km) != VOXCONV_STATUS_SUCCESS) {
+    fprintf(stderr, "FATAL: kmap build: %s\n", voxconv_get_last_error(h));
+    exit(1);
+  }
+  f->p = model_prob(h, f->km, 0, 19, 24); /* odd channels */
+  int64_t n_out;
+  f->acc = naive_acc(h, f->km, f->p.x, f->p.w, f->p.cin, f->p.cout, 0,
+                     &n_out);
+}
+
+static void fixture_free(fixture_t *f, voxconv_handle_t *h) {
+  free(f->acc);
+  model_prob_free(&f->p);
+  voxconv_kmap_destroy(h, f->km);
+  free(f->coords);
+}
+
+/* The validated problem the op would hand the tuner, writing y. */
+static vc_int8_problem_t problem_of(const fixture_t *f, voxconv_dtype_t dt,
+                                    void *y) {
+  vc_int8_problem_t q;
+  memset(&q, 0, sizeof q);
+  q.kmap = f->km;
+  q.cin = f->p.cin;
+  q.cout = f->p.cout;
+  q.x = f->p.x;
+  q.w = f->p.w;
+  q.y = y;
+  q.y_dtype = dt;
+  q.x_scale = f->p.xs;
+  q.y_scale = dt == VOXCONV_DTYPE_I8 ? f->p.ys : 0.0f;
+  q.w_scale = f->p.ws;
+  q.bias = f->p.bias;
+  q.relu = 0;
+  return q;
+}
+
+/* The file's text, NUL-terminated (malloc'd), NULL when unreadable. */
+static char *read_text(const char *path) {
+  size_t n = 0;
+  char *raw = (char *)vc_read_file(path, &n);
+  if (!raw)
+    return NULL;
+  char *s = (char *)dr_xmalloc(n + 1);
+  memcpy(s, raw, n);
+  s[n] = '\0';
+  free(raw);
+  return s;
+}
+
+static void reset_runs(void) {
+  memset(g_runs, 0, sizeof g_runs);
+}
+
+/* Runs the fake table on dtype dt (poisoned output) and checks the bits
+ * and the recorded decision. */
+static void tune_call(voxconv_handle_t *h, const fixture_t *f,
+                      voxconv_dtype_t dt, int want_tile, int want_cached,
+                      const char *what) {
+  const int64_t ne = f->p.n_out * f->p.cout;
+  const size_t bytes = (size_t)ne * voxconv_dtype_size(dt);
+  void *y = dr_xmalloc(bytes), *exp = dr_xmalloc(bytes);
+  memset(y, 0xA5, bytes);
+  model_expected(&f->p, f->acc, dt, exp);
+  vc_int8_problem_t q = problem_of(f, dt, y);
+  VC_EXPECT_STATUS(h, vc_tune_int8_tiles(h, &q, &k_fake),
+                   VOXCONV_STATUS_SUCCESS);
+  int64_t first;
+  const int64_t bad = model_mismatches(y, exp, dt, ne, &first);
+  VC_EXPECT(bad == 0, "%s: %lld of %lld outputs differ from the model", what,
+            (long long)bad, (long long)ne);
+  voxconv_call_info_t ci;
+  VC_EXPECT_STATUS(h, voxconv_get_last_call_info(h, &ci),
+                   VOXCONV_STATUS_SUCCESS);
+  char want[32];
+  snprintf(want, sizeof want, "tile=%d", want_tile);
+  VC_EXPECT(strcmp(ci.algo, "fake_i8") == 0 && strcmp(ci.params, want) == 0,
+            "%s: ran %s %s, want fake_i8 %s", what, ci.algo, ci.params, want);
+  VC_EXPECT(ci.from_cache == want_cached && ci.pass == VOXCONV_PASS_CONV_FWD,
+            "%s: from_cache %d (want %d), pass %d", what, ci.from_cache,
+            want_cached, (int)ci.pass);
+  free(y);
+  free(exp);
+}
+
+static void test_tuning(voxconv_handle_t *h) {
+  fixture_t f;
+  fixture_make(&f, h);
+  vc_tune_test_clock_ms = fake_clock;
+  setenv("VOXCONV_AUTOTUNE_RUNS", "3", 1);
+  setenv("VOXCONV_AUTOTUNE_WARMUP", "1", 1);
+  unsetenv("VOXCONV_INT8_TILE");
+
+  /* 1. measured: tile 3 (fastest) wrong, 0 failed, 4 unusable */
+  reset_runs();
+  tt_capture_begin();
+  tune_call(h, &f, VOXCONV_DTYPE_I8, 2, 0, "first call");
+  char *err = tt_capture_end();
+  VC_EXPECT(tt_count(err, "fake_i8 tile 3 gives other bits") == 1,
+            "the wrong tile is not named once on stderr:\n%s", err);
+  VC_EXPECT(tt_count(err, "voxconv: tuned sparse_conv_forward_int8") == 1 &&
+                tt_count(err, "4 disqualified") == 0 &&
+                tt_count(err, "(1 disqualified)") == 1 &&
+                tt_count(err, "best fake_i8 tile=2") == 1,
+            "the tuning summary line is missing or wrong:\n%s", err);
+  free(err);
+  /* reference tile 1 and tile 2: 1 checked + 3 timed (+1 final run for 2);
+   * tile 3 stops at its check, tile 0 at its failure, 4 never runs */
+  VC_EXPECT(g_runs[1] == 4 && g_runs[2] == 5 && g_runs[3] == 1 &&
+                g_runs[0] == 1 && g_runs[4] == 0 && g_runs[5] == 4,
+            "runs per tile %d %d %d %d %d %d", g_runs[0], g_runs[1], g_runs[2],
+            g_runs[3], g_runs[4], g_runs[5]);
+
+  /* 2. memo, then cache from another handle */
+  reset_runs();
+  tune_call(h, &f, VOXCONV_DTYPE_I8, 2, 1, "repeat call (memo)");
+  VC_EXPECT(g_runs[2] == 1 && g_runs[1] + g_runs[3] + g_runs[5] == 0,
+            "the memo ran more than the winner: %d %d %d %d", g_runs[1],
+            g_runs[2], g_runs[3], g_runs[5]);
+  voxconv_handle_t *h2 = cpu_handle();
+  reset_runs();
+  tune_call(h2, &f, VOXCONV_DTYPE_I8, 2, 1, "another handle (cache)");
+  VC_EXPECT(g_runs[2] == 1 && g_runs[1] == 0, "the cached call measured");
+
+  /* 3. the entry: namespace, key dtype, rows */
+  vc_cache_key_t key;
+  const vc_int8_problem_t q = problem_of(&f, VOXCONV_DTYPE_I8, NULL);
+  vc_tune_int8_key(h, &q, &key);
+  VC_EXPECT(key.dtype == VOXCONV_DTYPE_I8 && key.cin == 19 && key.cout == 24,
+            "int8 key: dtype %d cin %lld cout %lld", (int)key.dtype,
+            (long long)key.cin, (long long)key.cout);
+  vc_cache_entry_t e;
+  const int found = vc_cache_get(VC_INT8_NS, &key, 0, &e);
+  VC_EXPECT(found, "no int8 entry");
+  if (found) {
+    VC_EXPECT(e.n_rows == 5 && strcmp(e.rows[0].params, "tile=2") == 0 &&
+                  vc_cache_row_ok(&e.rows[0]),
+              "entry: %d rows, first %s %s", e.n_rows, e.rows[0].params,
+              e.rows[0].status);
+    int wrong = 0, failed = 0, absent4 = 1;
+    for (int r = 0; r < e.n_rows; r++) {
+      wrong += strcmp(e.rows[r].status, "wrong") == 0 &&
+               strcmp(e.rows[r].params, "tile=3") == 0;
+      failed += strncmp(e.rows[r].status, "failed:", 7) == 0 &&
+                strcmp(e.rows[r].params, "tile=0") == 0;
+      absent4 &= strcmp(e.rows[r].params, "tile=4") != 0;
+    }
+    VC_EXPECT(wrong == 1 && failed == 1 && absent4,
+              "rows: tile 3 wrong %d, tile 0 failed %d, tile 4 absent %d",
+              wrong, failed, absent4);
+    vc_cache_entry_free(&e);
+  }
+  /* no float lookup sees it: the float namespace, any float dtype */
+  for (int dt = 0; dt <= VOXCONV_DTYPE_I32; dt++) {
+    vc_cache_key_t fk = key;
+    fk.dtype = dt;
+    VC_EXPECT(!vc_cache_get(vc_cache_pass_namespace(VOXCONV_PASS_CONV_FWD),
+                            &fk, 1, &e),
+              "a float lookup (dtype %d) found the int8 decision", dt);
+  }
+  /* another output dtype: its own entry, measured again */
+  reset_runs();
+  tune_call(h, &f, VOXCONV_DTYPE_F16, 2, 0, "f16 output (own entry)");
+  VC_EXPECT(g_runs[1] == 4, "the f16 output was not measured");
+  /* a fresh process view of the saved file */
+  char msg[256];
+  VC_EXPECT(vc_cache_save_now(msg, sizeof msg) == 0, "save: %s", msg);
+  char *text = read_text(tt_cache_file());
+  VC_EXPECT(text && tt_count(text, "entry sparse_conv_forward_int8") == 2 &&
+                tt_count(text, "dtype=i8") == 1 &&
+                tt_count(text, "dtype=f16") == 1,
+            "saved file lacks the two int8 entries:\n%s", text ? text : "");
+  free(text);
+  vc_cache_forget();
+  voxconv_destroy(h2);
+  h2 = cpu_handle();
+  reset_runs();
+  tune_call(h2, &f, VOXCONV_DTYPE_I8, 2, 1, "after reload");
+  VC_EXPECT(g_runs[1] == 0, "the reloaded cache was not used");
+
+  /* 4. VOXCONV_INT8_TILE */
+  setenv("VOXCONV_INT8_TILE", " 5", 1);
+  reset_runs();
+  tune_call(h2, &f, VOXCONV_DTYPE_I8, 5, 0, "VOXCONV_INT8_TILE=5");
+  VC_EXPECT(g_runs[5] == 1 && g_runs[2] == 0, "a forced tile measured");
+  static const struct {
+    const char *v;
+    voxconv_status_t st;
+  } bad[] = {{"6", VOXCONV_STATUS_INVALID_ARGUMENT},
+             {"-1", VOXCONV_STATUS_INVALID_ARGUMENT},
+             {"2x", VOXCONV_STATUS_INVALID_ARGUMENT},
+             {"4", VOXCONV_STATUS_UNSUPPORTED}};
+  const size_t ybytes = (size_t)(f.p.n_out * f.p.cout);
+  void *y = dr_xmalloc(ybytes);
+  vc_int8_problem_t qy = problem_of(&f, VOXCONV_DTYPE_I8, y);
+  for (int i = 0; i < 4; i++) {
+    setenv("VOXCONV_INT8_TILE", bad[i].v, 1);
+    VC_EXPECT_STATUS(h2, vc_tune_int8_tiles(h2, &qy, &k_fake), bad[i].st);
+    VC_EXPECT(strstr(voxconv_get_last_error(h2), "VOXCONV_INT8_TILE") != NULL,
+              "VOXCONV_INT8_TILE=%s: message %s", bad[i].v,
+              voxconv_get_last_error(h2));
+  }
+  setenv("VOXCONV_INT8_TILE", "auto", 1);
+  reset_runs();
+  tune_call(h2, &f, VOXCONV_DTYPE_I8, 2, 1, "VOXCONV_INT8_TILE=auto");
+  unsetenv("VOXCONV_INT8_TILE");
+
+  /* 5. no tile runs (all fail, out of memory): the failure's status,
+   * nothing cached, and the next call measures again */
+  g_all_fail = 1;
+  free(y);
+  y = dr_xmalloc((size_t)(f.p.n_out * f.p.cout) * 4);
+  qy = problem_of(&f, VOXCONV_DTYPE_F32, y);
+  reset_runs();
+  tt_capture_begin();
+  VC_EXPECT_STATUS(h2, vc_tune_int8_tiles(h2, &qy, &k_fake),
+                   VOXCONV_STATUS_ALLOC_FAILED);
+  free(tt_capture_end());
+  VC_EXPECT(strstr(voxconv_get_last_error(h2), "no tile ran") != NULL,
+            "all tiles failing: %s", voxconv_get_last_error(h2));
+  VC_EXPECT(g_runs[1] == 1 && g_runs[2] == 1 && g_runs[5] == 1,
+            "every usable tile should have been tried once");
+  g_all_fail = 0;
+  vc_int8_problem_t qk = qy;
+  vc_tune_int8_key(h2, &qk, &key);
+  VC_EXPECT(!vc_cache_get(VC_INT8_NS, &key, 0, &e),
+            "a configuration no tile ran was cached");
+  reset_runs();
+  tune_call(h2, &f, VOXCONV_DTYPE_F32, 2, 0, "f32 after the failures");
+  free(y);
+  vc_tune_test_clock_ms = NULL;
+  voxconv_destroy(h2);
+  fixture_free(&f, h);
+}
+
+/* 6. the real op on the CPU records its call */
+static void test_cpu_op_records(voxconv_handle_t *h) {
+  fixture_t f;
+  fixture_make(&f, h);
+  const int64_t ne = f.p.n_out * f.p.cout;
+  int32_t *y = (int32_t *)dr_xmalloc((size_t)ne * 4);
+  voxconv_feats_t x = {f.p.x, f.p.n_in, f.p.cin, VOXCONV_DTYPE_I8};
+  voxconv_weights_t w = {f.p.w, f.p.kvol, f.p.cin, f.p.cout, VOXCONV_DTYPE_I8};
+  voxconv_feats_t yf = {y, f.p.n_out, f.p.cout, VOXCONV_DTYPE_I32};
+  VC_EXPECT_STATUS(h, voxconv_conv_forward_int8(h, f.km, &x, &w, NULL, &yf,
+                                                NULL),
+                   VOXCONV_STATUS_SUCCESS);
+  voxconv_call_info_t ci;
+  VC_EXPECT_STATUS(h, voxconv_get_last_call_info(h, &ci),
+                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT(strcmp(ci.algo, "int8_cpu") == 0 && ci.from_cache == 0 &&
+                ci.pass == VOXCONV_PASS_CONV_FWD,
+            "CPU int8 call info: %s from_cache %d pass %d", ci.algo,
+            ci.from_cache, (int)ci.pass);
+  int64_t first;
+  int32_t *exp = (int32_t *)dr_xmalloc((size_t)ne * 4);
+  model_expected(&f.p, f.acc, VOXCONV_DTYPE_I32, exp);
+  VC_EXPECT(model_mismatches(y, exp, VOXCONV_DTYPE_I32, ne, &first) == 0,
+            "CPU int8 sums differ from the model (first %lld)",
+            (long long)first);
+  free(exp);
+  free(y);
+  fixture_free(&f, h);
+}
+
+int main(void) {
+  vc_test_init("test_tune_int8");
+  tt_fresh_cache_dir();
+  voxconv_handle_t *h = cpu_handle();
+  test_tuning(h);
+  test_cpu_op_records(h);
+  voxconv_destroy(h);
+  tt_cleanup();
+  return vc_test_finish();
+}
