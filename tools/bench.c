@@ -74,6 +74,8 @@ typedef struct net_level {
   void *a, *b;
   void *w1, *w2, *dw1, *dw2;
   void *gx, *ga, *gb;
+  /* --dtype i8: the weights' scales as per-channel device arrays [c] */
+  void *ws1, *ws2;
   voxconv_kmap_t *subm, *pool;
 } net_level_t;
 
@@ -89,6 +91,10 @@ typedef struct bench {
   int n_threads_shown;
   voxconv_dtype_t dtype;
   size_t esize;
+  /* --dtype i8 (inference: forward only): every activation's scale, the
+   * input features' (the benchmark's weights keep magnitudes, so each
+   * conv's output gets its input's scale and pooling keeps it) */
+  float act_scale;
   int repeat, warmup;
   int settle_ms;
   int warming; /* in a warm-up run (not in the timed ones) */
@@ -242,9 +248,20 @@ static void bfree_all(bench_t *B) {
   B->bytes_allocated = 0;
 }
 
-/* Uploads n random values, uniform in [-scale, scale), as the bench dtype. */
+/* src as the bench dtype into dst (host); the int8 quantisation's scale
+ * (vt_quantize_i8), 1 for the float dtypes. */
+static float to_bench_dtype(const bench_t *B, const float *src, void *dst,
+                            int64_t n) {
+  if (B->dtype == VOXCONV_DTYPE_I8)
+    return vt_quantize_i8(src, (int8_t *)dst, n);
+  vt_convert_from_f32(src, dst, B->dtype, n);
+  return 1.0f;
+}
+
+/* Uploads n random values, uniform in [-scale, scale), as the bench dtype;
+ * *qscale (may be NULL) gets the int8 scale. */
 static int upload_random(bench_t *B, void *dst, int64_t n, double scale,
-                         vt_rng_t *rng) {
+                         vt_rng_t *rng, float *qscale) {
   float *tmp = (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
   void *conv = malloc((size_t)(n > 0 ? n : 1) * B->esize);
   if (!tmp || !conv) {
@@ -255,7 +272,9 @@ static int upload_random(bench_t *B, void *dst, int64_t n, double scale,
   }
   for (int64_t i = 0; i < n; i++)
     tmp[i] = (float)((2.0 * vt_rng_uniform(rng) - 1.0) * scale);
-  vt_convert_from_f32(tmp, conv, B->dtype, n);
+  const float q = to_bench_dtype(B, tmp, conv, n);
+  if (qscale)
+    *qscale = q;
   const voxconv_status_t st = voxconv_memcpy(
       B->h, dst, conv, (size_t)n * B->esize, VOXCONV_MEMCPY_HOST_TO_BACKEND);
   free(tmp);
@@ -372,7 +391,7 @@ static int voxelize_points(bench_t *B, const float *pts, int64_t n,
       voxconv_memcpy(B->h, h_feats, d_feats, (size_t)n_vox * 12,
                      VOXCONV_MEMCPY_BACKEND_TO_HOST);
   if (st == VOXCONV_STATUS_SUCCESS) {
-    vt_convert_from_f32(h_feats, h_conv, B->dtype, n_vox * 3);
+    B->act_scale = to_bench_dtype(B, h_feats, h_conv, n_vox * 3);
     if (B->dtype == VOXCONV_DTYPE_F32) {
       B->feats = d_feats;
     } else if ((rc = balloc(B, (size_t)n_vox * 3 * B->esize, &B->feats,
@@ -628,7 +647,7 @@ static int prepare_workload_b(bench_t *B) {
       fprintf(stderr, "voxconv bench: out of host memory\n");
       goto done;
     }
-    vt_convert_from_f32(feat, conv, B->dtype, n * 3);
+    B->act_scale = to_bench_dtype(B, feat, conv, n * 3);
     void *dc = NULL, *dfe = NULL;
     if ((rc = balloc(B, cbytes, &dc, "coordinates")) ||
         (rc = balloc(B, (size_t)n * 3 * B->esize, &dfe, "features"))) {
@@ -775,6 +794,46 @@ static int build_map(bench_t *B, voxconv_handle_t *h, int l,
   return 0;
 }
 
+/* --dtype i8: a weight tensor's scale q as the per-channel array [c] the
+ * int8 op reads (backend memory). */
+static int upload_scales(bench_t *B, int64_t c, float q, void **dst) {
+  float h[1024];
+  if (c > 1024) {
+    fprintf(stderr, "voxconv bench: %lld channels (at most 1024)\n",
+            (long long)c);
+    return VT_EXIT_FAIL;
+  }
+  for (int64_t i = 0; i < c; i++)
+    h[i] = q;
+  int rc;
+  if ((rc = balloc(B, (size_t)c * sizeof(float), dst, "int8 weight scales")))
+    return rc;
+  TRY(B, "voxconv_memcpy (scales)",
+      voxconv_memcpy(B->h, *dst, h, (size_t)c * sizeof(float),
+                     VOXCONV_MEMCPY_HOST_TO_BACKEND));
+  return 0;
+}
+
+/* --dtype i8 is inference: no backward rows or runs. */
+static int forward_only(const bench_t *B) {
+  return B->dtype == VOXCONV_DTYPE_I8;
+}
+
+/* One convolution's forward: the float op, or with --dtype i8 the int8 op
+ * with an int8 output at the activations' scale (ws: the weights' scales).
+ * No bias, no ReLU: BENCHMARKS.md's network has neither. */
+static voxconv_status_t conv_forward(bench_t *B, const voxconv_kmap_t *m,
+                                     const voxconv_feats_t *x,
+                                     const voxconv_weights_t *w,
+                                     const voxconv_feats_t *y,
+                                     const void *ws) {
+  if (B->dtype != VOXCONV_DTYPE_I8)
+    return voxconv_conv_forward(B->h, m, x, w, y, &B->conv_opt);
+  const voxconv_quant_params_t qp = {B->act_scale, (const float *)ws, NULL, 0,
+                                     B->act_scale};
+  return voxconv_conv_forward_int8(B->h, m, x, w, &qp, y, NULL);
+}
+
 /* Untimed first pass: learns every level's size, allocates all buffers,
  * initialises weights and the output gradient, and lays out the rows. */
 static int plan_network(bench_t *B) {
@@ -813,12 +872,14 @@ static int plan_network(bench_t *B) {
     if ((rc = balloc(B, act, &L->a, "activations")) ||
         (rc = balloc(B, act, &L->b, "activations")) ||
         (rc = balloc(B, wbytes1, &L->w1, "weights")) ||
-        (rc = balloc(B, wbytes2, &L->w2, "weights")) ||
-        (rc = balloc(B, wbytes1, &L->dw1, "weight gradients")) ||
-        (rc = balloc(B, wbytes2, &L->dw2, "weight gradients")) ||
-        (rc = balloc(B, in, &L->gx, "gradients")) ||
-        (rc = balloc(B, act, &L->ga, "gradients")) ||
-        (rc = balloc(B, act, &L->gb, "gradients")))
+        (rc = balloc(B, wbytes2, &L->w2, "weights")))
+      return rc;
+    if (!forward_only(B) &&
+        ((rc = balloc(B, wbytes1, &L->dw1, "weight gradients")) ||
+         (rc = balloc(B, wbytes2, &L->dw2, "weight gradients")) ||
+         (rc = balloc(B, in, &L->gx, "gradients")) ||
+         (rc = balloc(B, act, &L->ga, "gradients")) ||
+         (rc = balloc(B, act, &L->gb, "gradients"))))
       return rc;
     if (l + 1 < NET_LEVELS) {
       /* The pool output is the next level's input [n_next][c]. */
@@ -832,13 +893,19 @@ static int plan_network(bench_t *B) {
         L->n > 0 ? (double)L->pairs_subm / (double)L->n : 1.0;
     const double s1 = sqrt(3.0 / (fmax(neigh, 1.0) * (double)L->cin));
     const double s2 = sqrt(3.0 / (fmax(neigh, 1.0) * (double)L->c));
-    if ((rc = upload_random(B, L->w1, 27 * L->cin * L->c, s1, &rng)) ||
-        (rc = upload_random(B, L->w2, 27 * L->c * L->c, s2, &rng)))
+    float q1, q2;
+    if ((rc = upload_random(B, L->w1, 27 * L->cin * L->c, s1, &rng, &q1)) ||
+        (rc = upload_random(B, L->w2, 27 * L->c * L->c, s2, &rng, &q2)))
+      return rc;
+    if (B->dtype == VOXCONV_DTYPE_I8 &&
+        ((rc = upload_scales(B, L->c, q1, &L->ws1)) ||
+         (rc = upload_scales(B, L->c, q2, &L->ws2))))
       return rc;
   }
   /* The random output gradient of the last level. */
   net_level_t *last = &B->lv[NET_LEVELS - 1];
-  if ((rc = upload_random(B, last->gb, last->n * last->c, 1.0, &rng)))
+  if (!forward_only(B) &&
+      (rc = upload_random(B, last->gb, last->n * last->c, 1.0, &rng, NULL)))
     return rc;
 
   /* Rows in execution order. */
@@ -867,7 +934,7 @@ static int plan_network(bench_t *B) {
         return VT_EXIT_FAIL;
     }
   }
-  for (int l = NET_LEVELS - 1; l >= 0; l--) {
+  for (int l = NET_LEVELS - 1; l >= 0 && !forward_only(B); l--) {
     net_level_t *L = &B->lv[l];
     if (l + 1 < NET_LEVELS) {
       snprintf(name, sizeof name, "L%d.maxpool", l);
@@ -947,9 +1014,9 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
     const voxconv_weights_t w1 = weights_of(B, L->w1, L->cin, L->c);
     const voxconv_weights_t w2 = weights_of(B, L->w2, L->c, L->c);
     TIMED_OP(B, r, rec, per_layer, "voxconv_conv_forward (conv1)",
-             voxconv_conv_forward(B->h, L->subm, &x, &w1, &a, &B->conv_opt));
+             conv_forward(B, L->subm, &x, &w1, &a, L->ws1));
     TIMED_OP(B, r, rec, per_layer, "voxconv_conv_forward (conv2)",
-             voxconv_conv_forward(B->h, L->subm, &a, &w2, &b, &B->conv_opt));
+             conv_forward(B, L->subm, &a, &w2, &b, L->ws2));
     if (rec >= 0)
       B->rows[r_subm].ms[rec] = ms_subm;
     if (has_pool) {
@@ -974,6 +1041,9 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
 
 /* Backward through the maps the forward of this run built. */
 static int net_backward(bench_t *B, int rep, int per_layer, double *total) {
+  *total = 0;
+  if (forward_only(B))
+    return 0;
   const int rec = per_layer ? rep : -1;
   int r = 0;
   while (r < B->n_rows && B->rows[r].phase == 0)
@@ -1091,10 +1161,15 @@ static int run_workload_c(bench_t *B) {
         (rc = balloc(B, wb, &w, "W")) || (rc = balloc(B, wb, &dw, "dW")))
       return rc;
     const double neigh = (double)L->pairs_subm / (double)(L->n ? L->n : 1);
-    if ((rc = upload_random(B, x, L->n * C, 1.0, &rng)) ||
-        (rc = upload_random(B, dy, L->n * C, 1.0, &rng)) ||
+    float qw = 1.0f;
+    void *ws = NULL;
+    if ((rc = upload_random(B, x, L->n * C, 1.0, &rng, &B->act_scale)) ||
+        (rc = upload_random(B, dy, L->n * C, 1.0, &rng, NULL)) ||
         (rc = upload_random(B, w, 27 * C * C,
-                            sqrt(3.0 / (fmax(neigh, 1.0) * (double)C)), &rng)))
+                            sqrt(3.0 / (fmax(neigh, 1.0) * (double)C)), &rng,
+                            &qw)) ||
+        (B->dtype == VOXCONV_DTYPE_I8 &&
+         (rc = upload_scales(B, C, qw, &ws))))
       return rc;
     const voxconv_feats_t fx = feats_of(B, x, L->n, C),
                           fy = feats_of(B, y, L->n, C),
@@ -1105,19 +1180,22 @@ static int run_workload_c(bench_t *B) {
     char name[40];
     snprintf(name, sizeof name, "C=%lld", (long long)C);
     const int r0 = B->n_rows;
+    const int passes = forward_only(B) ? 1 : 3;
     if (!add_row(B, name, "conv_fwd", 0, L->n, L->n, C, C, L->pairs_subm) ||
-        !add_row(B, name, "conv_dgrad", 1, L->n, L->n, C, C, L->pairs_subm) ||
-        !add_row(B, name, "conv_wgrad", 1, L->n, L->n, C, C, L->pairs_subm))
+        (passes > 1 &&
+         (!add_row(B, name, "conv_dgrad", 1, L->n, L->n, C, C,
+                   L->pairs_subm) ||
+          !add_row(B, name, "conv_wgrad", 1, L->n, L->n, C, C,
+                   L->pairs_subm))))
       return VT_EXIT_FAIL;
-    for (int pass = 0; pass < 3; pass++) {
+    for (int pass = 0; pass < passes; pass++) {
       for (int i = -B->warmup; i < B->repeat; i++) {
         int r = r0 + pass;
         const int rep = i < 0 ? -1 : i;
         B->warming = i < 0;
         if (pass == 0)
           TIMED_OP(B, r, rep, 1, "voxconv_conv_forward",
-                   voxconv_conv_forward(B->h, L->subm, &fx, &fw, &fy,
-                                        &B->conv_opt));
+                   conv_forward(B, L->subm, &fx, &fw, &fy, ws));
         else if (pass == 1)
           TIMED_OP(B, r, rep, 1, "voxconv_conv_dgrad",
                    voxconv_conv_dgrad(B->h, L->subm, &fdy, &fw, &fdx,
@@ -1280,11 +1358,18 @@ static void print_human(const bench_t *B, FILE *f) {
             "GFLOP useful, %.2f %s\n",
             fm, min_of(B->fwd_total, B->repeat), sum[0], fl[0] / 1e9,
             fm > 0 ? fl[0] / (fm * 1e-3) / unit : 0.0, uname);
-    fprintf(f,
-            "backward : %10.3f ms (min %.3f; layer rows sum %.3f), %.3g "
-            "GFLOP useful, %.2f %s\n",
-            bm, min_of(B->bwd_total, B->repeat), sum[1], fl[1] / 1e9,
-            bm > 0 ? fl[1] / (bm * 1e-3) / unit : 0.0, uname);
+    if (forward_only(B))
+      fprintf(f, "backward : none (--dtype i8 is inference)\n");
+    else
+      fprintf(f,
+              "backward : %10.3f ms (min %.3f; layer rows sum %.3f), %.3g "
+              "GFLOP useful, %.2f %s\n",
+              bm, min_of(B->bwd_total, B->repeat), sum[1], fl[1] / 1e9,
+              bm > 0 ? fl[1] / (bm * 1e-3) / unit : 0.0, uname);
+  } else if (B->o.workload == 'C' && forward_only(B)) {
+    for (int i = 0; i < B->n_rows; i++)
+      fprintf(f, "%-8s: forward %.3f ms\n", B->rows[i].name,
+              median(B->rows[i].ms, B->repeat));
   } else if (B->o.workload == 'C') {
     for (int i = 0; i + 2 < B->n_rows; i += 3)
       fprintf(f, "%-8s: forward %.3f ms, fwd+bwd %.3f ms\n", B->rows[i].name,
@@ -1376,17 +1461,21 @@ static void print_json(const bench_t *B, FILE *f) {
   if (B->fwd_total) {
     const double fm = median(B->fwd_total, B->repeat);
     const double bm = median(B->bwd_total, B->repeat);
+    fprintf(f, ",\n  \"forward_ms\": %.6g,\n  \"forward_ms_min\": %.6g,\n",
+            fm, min_of(B->fwd_total, B->repeat));
+    if (forward_only(B)) /* --dtype i8: no backward */
+      fprintf(f, "  \"backward_ms\": null,\n  \"backward_ms_min\": null,\n");
+    else
+      fprintf(f, "  \"backward_ms\": %.6g,\n  \"backward_ms_min\": %.6g,\n",
+              bm, min_of(B->bwd_total, B->repeat));
     fprintf(f,
-            ",\n  \"forward_ms\": %.6g,\n  \"forward_ms_min\": %.6g,\n"
-            "  \"backward_ms\": %.6g,\n  \"backward_ms_min\": %.6g,\n"
             "  \"forward_gflop\": %.6g,\n  \"backward_gflop\": %.6g,\n"
             "  \"forward_runs_ms\": [",
-            fm, min_of(B->fwd_total, B->repeat), bm,
-            min_of(B->bwd_total, B->repeat), fl[0] / 1e9, fl[1] / 1e9);
+            fl[0] / 1e9, fl[1] / 1e9);
     for (int i = 0; i < B->repeat; i++)
       fprintf(f, "%s%.6g", i ? ", " : "", B->fwd_total[i]);
     fprintf(f, "],\n  \"backward_runs_ms\": [");
-    for (int i = 0; i < B->repeat; i++)
+    for (int i = 0; i < B->repeat && !forward_only(B); i++)
       fprintf(f, "%s%.6g", i ? ", " : "", B->bwd_total[i]);
     fprintf(f, "]");
   } else if (B->o.workload == 'D' && B->n_rows) {

@@ -174,10 +174,24 @@ static inline void vt_convert_from_f32(const float *src, void *dst,
     for (int64_t i = 0; i < n; i++)
       ((double *)dst)[i] = (double)src[i];
     break;
-  case VOXCONV_DTYPE_I8:
-  case VOXCONV_DTYPE_I32: /* the tool makes float data only */
+  case VOXCONV_DTYPE_I8: /* vt_quantize_i8, which returns the scale */
+  case VOXCONV_DTYPE_I32: /* the tool makes no int32 data */
     break;
   }
+}
+
+/* Symmetric per-tensor int8 quantisation (voxconv.h, int8 section): q =
+ * round(v / s) with s = max |v| / 127 (1 when every v is 0); returns s. */
+static inline float vt_quantize_i8(const float *src, int8_t *dst, int64_t n) {
+  float m = 0.0f;
+  for (int64_t i = 0; i < n; i++)
+    m = fabsf(src[i]) > m ? fabsf(src[i]) : m;
+  const float s = m > 0.0f ? m / 127.0f : 1.0f;
+  for (int64_t i = 0; i < n; i++) {
+    const float r = nearbyintf(src[i] / s);
+    dst[i] = (int8_t)(r > 127.0f ? 127 : (r < -127.0f ? -127 : (int)r));
+  }
+  return s;
 }
 
 /* splitmix64: a tiny, fully deterministic generator (same stream on every

@@ -43,7 +43,9 @@ void vt_bench_usage(FILE *out) {
       "execution:\n"
       "  --backend cpu|cuda|auto  (default auto)\n"
       "  --device N            CUDA device ordinal (default 0)\n"
-      "  --dtype f32|f16|bf16|f64  (default f16 on CUDA, f32 on CPU)\n"
+      "  --dtype f32|f16|bf16|f64|i8  (default f16 on CUDA, f32 on CPU;\n"
+      "                    i8: the int8 ops, forward only, int8 activations\n"
+      "                    between layers and int8 max pooling)\n"
       "  --algo NAME           fwd_algo and bwd_algo (a name, [a,b], auto)\n"
       "  --threads N           CPU threads (default VOXCONV_NUM_THREADS or "
       "all)\n"
@@ -110,7 +112,8 @@ static int parse_dtype(const char *s, voxconv_dtype_t *d) {
   } names[] = {{"f32", VOXCONV_DTYPE_F32},   {"fp32", VOXCONV_DTYPE_F32},
                {"f16", VOXCONV_DTYPE_F16},   {"fp16", VOXCONV_DTYPE_F16},
                {"bf16", VOXCONV_DTYPE_BF16}, {"f64", VOXCONV_DTYPE_F64},
-               {"fp64", VOXCONV_DTYPE_F64}};
+               {"fp64", VOXCONV_DTYPE_F64},  {"i8", VOXCONV_DTYPE_I8},
+               {"int8", VOXCONV_DTYPE_I8}};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strcmp(s, names[i].name) == 0) {
       *d = names[i].d;
@@ -257,7 +260,8 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
     } else if (strcmp(a, "--dtype") == 0) {
       NEED_VALUE();
       if (!parse_dtype(v, &o->dtype))
-        return usage_error(io, "--dtype %s: want f32, f16, bf16 or f64", v);
+        return usage_error(io, "--dtype %s: want f32, f16, bf16, f64 or i8",
+                           v);
       o->dtype_set = 1;
     } else if (strcmp(a, "--repeat") == 0) {
       NEED_VALUE();
