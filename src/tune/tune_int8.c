@@ -51,30 +51,25 @@ static size_t out_bytes(const vc_int8_problem_t *p) {
          voxconv_dtype_size(p->y_dtype);
 }
 
-/* One run of tile t; *ms (may be NULL) its time: CUDA events on the
- * handle's stream, the tuner's clock on the CPU (the call is synchronous
- * there). */
+typedef struct tile_run {
+  voxconv_handle_t *h;
+  const vc_int8_problem_t *p;
+  const vc_int8_tiles_t *be;
+  int t;
+} tile_run_t;
+
+static voxconv_status_t tile_run_call(void *v) {
+  const tile_run_t *c = (const tile_run_t *)v;
+  return c->be->run(c->h, c->p, c->t);
+}
+
+/* One run of tile t; *ms (may be NULL) its time (vc_tune_timed). */
 static voxconv_status_t run_tile(voxconv_handle_t *h,
                                  const vc_int8_problem_t *p,
                                  const vc_int8_tiles_t *be, int t,
                                  double *ms) {
-#ifdef VOXCONV_HAVE_CUDA
-  if (ms && h->backend == VOXCONV_BACKEND_CUDA) {
-    void *timer = NULL;
-    VC_CHECK(vc_cuda_timer_start(h, &timer));
-    const voxconv_status_t st = be->run(h, p, t);
-    if (st != VOXCONV_STATUS_SUCCESS) {
-      vc_cuda_timer_discard(h, timer);
-      return st;
-    }
-    return vc_cuda_timer_stop(h, timer, ms);
-  }
-#endif
-  const double t0 = ms ? vc_tune_now_ms() : 0;
-  const voxconv_status_t st = be->run(h, p, t);
-  if (ms)
-    *ms = vc_tune_now_ms() - t0;
-  return st;
+  tile_run_t c = {h, p, be, t};
+  return vc_tune_timed(h, tile_run_call, &c, ms);
 }
 
 /* How many bytes of a and b (backend memory, `bytes` long) differ. */

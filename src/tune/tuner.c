@@ -598,29 +598,50 @@ double vc_tune_now_ms(void) {
   return vc_monotonic_ms();
 }
 
-/* One run; *ms (may be NULL) gets its time: CUDA events on the handle's
- * stream (waits for it), the monotonic clock on the CPU. */
-static voxconv_status_t run_once(voxconv_handle_t *h, const vc_algo_t *a,
-                                 const vc_conv_problem_t *q,
-                                 const vc_algo_params_t *params, void *ws,
-                                 double *ms) {
+voxconv_status_t vc_tune_timed(voxconv_handle_t *h,
+                               voxconv_status_t (*fn)(void *ctx), void *ctx,
+                               double *ms) {
 #ifdef VOXCONV_HAVE_CUDA
   if (h->backend == VOXCONV_BACKEND_CUDA && ms) {
     void *timer = NULL;
     VC_CHECK(vc_cuda_timer_start(h, &timer));
-    voxconv_status_t st = a->run(h, q, params, ws);
+    voxconv_status_t st = fn(ctx);
     if (st != VOXCONV_STATUS_SUCCESS) {
       vc_cuda_timer_discard(h, timer);
       return st;
     }
     return vc_cuda_timer_stop(h, timer, ms);
   }
+#else
+  (void)h;
 #endif
   const double t0 = ms ? vc_tune_now_ms() : 0;
-  voxconv_status_t st = a->run(h, q, params, ws);
+  voxconv_status_t st = fn(ctx);
   if (ms)
     *ms = vc_tune_now_ms() - t0;
   return st;
+}
+
+typedef struct run_ctx {
+  voxconv_handle_t *h;
+  const vc_algo_t *a;
+  const vc_conv_problem_t *q;
+  const vc_algo_params_t *params;
+  void *ws;
+} run_ctx_t;
+
+static voxconv_status_t run_ctx_call(void *v) {
+  const run_ctx_t *c = (const run_ctx_t *)v;
+  return c->a->run(c->h, c->q, c->params, c->ws);
+}
+
+/* One run of a with params; *ms (may be NULL) its time (vc_tune_timed). */
+static voxconv_status_t run_once(voxconv_handle_t *h, const vc_algo_t *a,
+                                 const vc_conv_problem_t *q,
+                                 const vc_algo_params_t *params, void *ws,
+                                 double *ms) {
+  run_ctx_t c = {h, a, q, params, ws};
+  return vc_tune_timed(h, run_ctx_call, &c, ms);
 }
 
 static voxconv_status_t run_with_workspace(voxconv_handle_t *h,

@@ -190,6 +190,12 @@ void vc_tune_record(voxconv_handle_t *h, voxconv_pass_t pass,
 int vc_tune_env_int(const char *name, int lo, int hi, int dflt);
 /* The benchmark runner's CPU clock in ms (vc_tune_test_clock_ms when set). */
 double vc_tune_now_ms(void);
+/* fn(ctx) once; *ms (may be NULL) its time: CUDA events on h's stream
+ * (waits for it), the clock above on the CPU (the call is synchronous
+ * there). */
+voxconv_status_t vc_tune_timed(voxconv_handle_t *h,
+                               voxconv_status_t (*fn)(void *ctx), void *ctx,
+                               double *ms);
 
 /* ---- the process-wide cache (cache.c) --------------------------------- */
 /* Path of the cache file now (re-evaluated each call: the environment may
