@@ -125,11 +125,6 @@ typedef struct i8cand {
   char message[160];
 } i8cand_t;
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* Runs tile c->tile `warmup` times (the first run's output checked against
  * ref unless ref is NULL) and times `runs` more; c->ms their median. A
  * failing or wrong tile gets its status; only a failure to check is an
@@ -170,8 +165,7 @@ static voxconv_status_t measure(voxconv_handle_t *h, const vc_int8_problem_t *p,
     if (r >= warmup)
       t[n++] = ms;
   }
-  qsort(t, (size_t)n, sizeof t[0], cmp_double);
-  c->ms = n ? (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2])) : 0;
+  c->ms = n ? vc_median(t, n) : 0;
   snprintf(c->status, sizeof c->status, "ok");
   return VOXCONV_STATUS_SUCCESS;
 }

@@ -102,14 +102,14 @@ int vc_params_f16_accum(const vc_algo_t *a, voxconv_pass_t pass,
 int vc_params_enumerate(const vc_algo_t *a, voxconv_pass_t pass,
                         vc_algo_params_t *out, int max);
 
-/* ---- ranking helpers (tuner.c; pure, unit-tested) --------------------- */
+/* ---- ranking helpers (tune_check.c; pure, unit-tested) ---------------- */
 /* Median of n values (sorts v in place); NAN when n == 0. */
 double vc_median(double *v, int n);
 /* Indices i with ok[i] and times[i] <= best * (1 + margin), written to idx;
  * returns their count (0 when nothing is ok). */
 int vc_leaders(const double *times, const int *ok, int n, double margin,
                int *idx);
-/* ---- the reference check (tuner.c; pure, unit-tested) ----------------- */
+/* ---- the reference check (tune_check.c; pure, unit-tested) ------------ */
 /* A candidate y agrees with the reference r when every element satisfies
  *   |y_i - r_i| <= spacing(max(|y_i|, |r_i|)) + acc * S_i
  * (voxconv.h "tuning"): spacing is the distance between adjacent values of
@@ -166,6 +166,8 @@ vc_check_t vc_check_host(const void *got, const void *ref,
                          double acc);
 /* 1 when c passes under t (see vc_tolerance_t). */
 int vc_check_passes(const vc_check_t *c, const vc_tolerance_t *t);
+/* Element i of p (dtype: f32, f16, bf16, f64) as a double. */
+double vc_tune_load_elem(const void *p, voxconv_dtype_t dtype, int64_t i);
 
 /* ---- the tuner (tuner.c) ---------------------------------------------- */
 /* Resolves options, picks (cache / benchmark) and runs an algorithm for p,
