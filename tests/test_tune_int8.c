@@ -16,7 +16,9 @@
  *      unusable value is a named status;
  *   5. when no tile runs (all fail) the failure's status is returned and
  *      nothing is cached;
- *   6. the real CPU int8 op records its call (algo, not from a cache). */
+ *   6. the real CPU int8 op records its call (algo, not from a cache);
+ *   7. without memory for the check's copy the call runs the reference
+ *      tile untimed, caches nothing, and the next call tunes. */
 #include "int8_model.h"
 #include "tune_test_util.h"
 
@@ -334,6 +336,66 @@ static void test_tuning(voxconv_handle_t *h) {
   fixture_free(&f, h);
 }
 
+/* 7. no memory for the check's reference copy: the call still succeeds
+ * with the reference tile, untimed, and nothing is cached or memoised, so
+ * the next call (memory back) tunes. The handle's allocator refuses
+ * blocks of the output's size or more while g_refuse is set. */
+static size_t g_refuse;
+
+static void *picky_alloc(void *ctx, size_t bytes, void *stream) {
+  (void)ctx, (void)stream;
+  return g_refuse && bytes >= g_refuse ? NULL : malloc(bytes ? bytes : 1);
+}
+
+static void picky_free(void *ctx, void *ptr, void *stream) {
+  (void)ctx, (void)stream;
+  free(ptr);
+}
+
+static void test_no_memory_for_the_check(void) {
+  voxconv_allocator_t al = {picky_alloc, picky_free, NULL};
+  voxconv_handle_desc_t dc;
+  memset(&dc, 0, sizeof dc);
+  dc.backend = VOXCONV_BACKEND_CPU;
+  dc.allocator = &al;
+  voxconv_handle_t *h = NULL;
+  if (voxconv_create(&h, &dc) != VOXCONV_STATUS_SUCCESS) {
+    VC_EXPECT(0, "voxconv_create: %s", voxconv_get_last_error(NULL));
+    return;
+  }
+  fixture_t f;
+  fixture_make(&f, h);
+  vc_tune_test_clock_ms = fake_clock;
+  unsetenv("VOXCONV_INT8_TILE");
+  tt_fresh_cache_dir();
+  g_refuse = (size_t)(f.p.n_out * f.p.cout) * 2; /* the f16 output's bytes */
+  reset_runs();
+  tt_capture_begin();
+  tune_call(h, &f, VOXCONV_DTYPE_F16, 1, 0, "no memory for the check");
+  char *err = tt_capture_end();
+  VC_EXPECT(tt_count(err, "no device memory for the int8 tuner") == 1,
+            "the untuned run is not warned about:\n%s", err);
+  free(err);
+  VC_EXPECT(g_runs[1] == 1 && g_runs[2] == 0,
+            "without memory only the reference tile should run once");
+  voxconv_call_info_t ci;
+  voxconv_get_last_call_info(h, &ci);
+  VC_EXPECT(ci.time_ms < 0, "untuned run reports time %g", ci.time_ms);
+  vc_cache_key_t key;
+  vc_int8_problem_t q = problem_of(&f, VOXCONV_DTYPE_F16, NULL);
+  vc_tune_int8_key(h, &q, &key);
+  vc_cache_entry_t e;
+  VC_EXPECT(!vc_cache_get(VC_INT8_NS, &key, 0, &e),
+            "an untuned decision was cached");
+  g_refuse = 0;
+  reset_runs();
+  tune_call(h, &f, VOXCONV_DTYPE_F16, 2, 0, "memory back: tunes");
+  VC_EXPECT(g_runs[1] == 4, "the next call did not tune");
+  vc_tune_test_clock_ms = NULL;
+  fixture_free(&f, h);
+  voxconv_destroy(h);
+}
+
 /* 6. the real op on the CPU records its call */
 static void test_cpu_op_records(voxconv_handle_t *h) {
   fixture_t f;
@@ -370,6 +432,7 @@ int main(void) {
   voxconv_handle_t *h = cpu_handle();
   test_tuning(h);
   test_cpu_op_records(h);
+  test_no_memory_for_the_check();
   voxconv_destroy(h);
   tt_cleanup();
   return vc_test_finish();

@@ -194,7 +194,9 @@ static void cache_results(const vc_cache_key_t *key, const vc_int8_tiles_t *be,
 }
 
 /* Every usable tile measured, the reference tile first (its output is the
- * one the others must reproduce). *best the winner, -1 when none ran. */
+ * one the others must reproduce). *best the winner, -1 when none ran;
+ * *best_ms < 0 when nothing could be measured (no memory for the check's
+ * copy: *best is then the reference tile). */
 static voxconv_status_t benchmark(voxconv_handle_t *h,
                                   const vc_int8_problem_t *p,
                                   const vc_int8_tiles_t *be,
@@ -225,7 +227,20 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
   const size_t bytes = out_bytes(p);
   void *ref = NULL;
   int have_ref = 0, n_bad = 0, last_failed = -1;
-  VC_CHECK(vc_alloc(h, bytes ? bytes : 1, &ref, "int8 tuner reference output"));
+  if (vc_alloc(h, bytes ? bytes : 1, &ref, "int8 tuner reference output") !=
+      VOXCONV_STATUS_SUCCESS) {
+    /* The check needs a copy of the output; without memory for it the call
+     * runs the reference tile rather than fail, and nothing is cached or
+     * memoised (a later call may have the memory). */
+    vc_clear_error(h);
+    vc_tune_warn_once("int8-tune-oom",
+                      "%s: no device memory for the int8 tuner's reference "
+                      "copy (%zu bytes): running the reference tile, "
+                      "untuned",
+                      VC_INT8_NS, bytes);
+    *best = c[0].tile;
+    return VOXCONV_STATUS_SUCCESS;
+  }
   voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
   for (int i = 0; i < n && st == VOXCONV_STATUS_SUCCESS; i++) {
     st = measure(h, p, be, have_ref ? ref : NULL, warmup, runs, &c[i]);
@@ -349,7 +364,7 @@ voxconv_status_t vc_tune_int8_tiles(voxconv_handle_t *h,
   /* The winner runs last, so y holds its output (a disqualified tile may
    * have been the last to write it). */
   VC_CHECK(run_recorded(h, p, be, tile, ms, from_cache));
-  if (!capturing) {
+  if (!capturing && (from_cache || ms >= 0)) { /* ms < 0: not measured */
     memset(&v, 0, sizeof v);
     v.params.v[0] = tile;
     params_text(tile, v.params_text, sizeof v.params_text);
