@@ -808,7 +808,12 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  * failure's status and nothing is cached. Each call copies the weights once
  * into a K-major scratch copy (kvol * cout * ceil16(cin) bytes) and, when
  * cin is not a multiple of 16 or x is not 16-byte aligned, x into a
- * zero-padded one. Depthwise runs one thread per output row and 4
+ * zero-padded one. With fewer than 16 input channels (a first layer) it
+ * instead gathers every output's neighbours into one row of
+ * ceil16(kvol * cin) bytes (im2col, n_out rows) and runs the tile on that
+ * one-offset problem, when this at least halves the reduction (3 channels
+ * at kvol 27: 96 bytes a row instead of 27 x 16). Depthwise runs one
+ * thread per output row and 4
  * channels. No call waits for the GPU (w_scale and bias are read on the
  * device, unchecked: see "Where the parameters live"); every tile gives
  * the CPU's bits for every output dtype.

@@ -690,6 +690,7 @@ static void test_race(void) {
       build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1, NULL, 0, 0);
   if (km) {
     run_case(km, NULL, 0, 33, 40, "race");
+    run_case(km, NULL, 0, 3, 24, "race im2col"); /* cin < 16: im2col rows */
     run_case(km, NULL, 1, 24, 24, "race");
   }
   voxconv_kmap_destroy(g_gpu, km);

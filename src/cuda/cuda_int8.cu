@@ -750,6 +750,50 @@ voxconv_status_t run_depthwise(voxconv_handle_t *h, const vc_int8_problem_t *p,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* ---- few input channels: one row per output (im2col) ---------------------
+ * xc[o][j] = x[nbr[o][k]][c] for j = k * cin + c < kvol * cin (0 where o has
+ * no neighbour at offset k), 0 for kvol * cin <= j < kcol: every offset's
+ * input channels of one output side by side, the rows a one-offset problem
+ * with kcol reduction bytes gathers. One thread per byte (the rows are a
+ * few dozen bytes; the source bytes are scattered either way). */
+__global__ void i8_im2col_kernel(const int8_t *__restrict__ x,
+                                 const int32_t *__restrict__ nbr,
+                                 int8_t *__restrict__ xc, int64_t n_out,
+                                 int kvol, int cin, int kcol) {
+  const int64_t n = n_out * kcol;
+  const int kc = kvol * cin;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t o = i / kcol;
+    const int j = (int)(i - o * kcol);
+    int8_t v = 0;
+    if (j < kc) {
+      const int k = j / cin, c = j - k * cin;
+      const int32_t src = __ldg(nbr + o * kvol + k);
+      if (src >= 0)
+        v = __ldg(x + (int64_t)src * cin + c);
+    }
+    xc[i] = v;
+  }
+}
+
+/* ids[o] = o: the one-offset problem's neighbour table (row o gathers its
+ * own im2col row). */
+__global__ void i8_iota_kernel(int32_t *__restrict__ ids, int64_t n) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x)
+    ids[i] = (int32_t)i;
+}
+
+/* 1 when p runs as the one-offset im2col problem: few input channels (each
+ * offset's row padded to 16 bytes would leave most of a 32-byte k-step
+ * zero) and the im2col rows at most half the padded reduction. Workload
+ * A's first layer (3 -> 64, kvol 27): 96 reduction bytes instead of 432. */
+bool use_im2col(int cin, int kvol, int ka, int kcol, int cout) {
+  return cin < 16 && (int64_t)kcol * 2 <= (int64_t)kvol * ka &&
+         (int64_t)cout * kcol <= INT32_MAX; /* 32-bit weight offsets */
+}
+
 } // namespace
 
 extern "C" int vc_cuda_int8_tile_count(void) { return VC_I8_TILES; }
@@ -832,6 +876,41 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
                    "exceeds 2^31 - 1 bytes per kernel offset",
                    (long long)cout, ka);
   VcWorkspace ws(h); /* stream-ordered frees at return */
+  const int64_t kc = (int64_t)m->kvol * cin; /* <= VC_INT8_MAX_KVOL_CIN */
+  const int kcol = (int)((kc + 15) / 16 * 16);
+  if (use_im2col(cin, m->kvol, ka, kcol, cout)) {
+    /* the same int32 sums (exact, in any order) as a one-offset problem
+     * over im2col rows: W viewed as [1][kvol * cin][cout] */
+    int8_t *xc = NULL, *wc = NULL;
+    int32_t *ids = NULL;
+    VC_CHECK(ws.get<int8_t>(m->n_out * kcol, &xc, "int8 im2col rows"));
+    VC_CHECK(ws.get<int32_t>(m->n_out, &ids, "int8 im2col row ids"));
+    VC_CHECK(ws.get<int8_t>((int64_t)cout * kcol, &wc,
+                            "int8 K-major im2col weights"));
+    i8_im2col_kernel<<<vc_grid_1d(m->n_out * kcol, 256), 256, 0,
+                       vc_cuda_stream(h)>>>(p->x, m->nbr_out, xc, m->n_out,
+                                            m->kvol, cin, kcol);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_im2col_kernel");
+    i8_iota_kernel<<<vc_grid_1d(m->n_out, 256), 256, 0, vc_cuda_stream(h)>>>(
+        ids, m->n_out);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_iota_kernel");
+    const dim3 grid((unsigned)vc_ceil_div(cout, 32),
+                    (unsigned)vc_ceil_div(kcol, 32), 1u);
+    transpose_w_kernel<int8_t><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
+        p->w, wc, (int)kc, cout, kcol);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 transpose_w_kernel (im2col)");
+    FwdArgs a;
+    memset(&a, 0, sizeof a);
+    a.a = xc;
+    a.w = wc;
+    a.nbr = ids; /* order, tile_mask, row_mask NULL: every row, one offset */
+    a.out = p->y;
+    a.n_dst = (int)m->n_out;
+    a.kvol = 1;
+    a.ka = kcol;
+    a.nb = cout;
+    return tile_info(tile).launch(h, a, ep);
+  }
   const int8_t *x = p->x;
   if (ka != cin || !aligned16(x)) {
     int8_t *xp = NULL;
