@@ -482,6 +482,8 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
         q.float_name, q.float_tail = name, relu or bn or name
         q.fused = "+".join(p for p, n in (("bn", bn), ("relu", relu)) if n) or "-"
         q.to(conv.weight.device)
+        if not name:  # the model is the layer itself: it is replaced whole
+            return q
         _set_module(qmodel, name, q)
     return qmodel
 

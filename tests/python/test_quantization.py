@@ -242,6 +242,24 @@ def test_bn_fusion_exact_within_fp32(depthwise):
     assert (fused.double() - exact).abs().max() <= tol
 
 
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_quantize_a_bare_layer(depthwise):
+    """quantize(layer) on a conv module itself returns its int8 layer (it
+    used to return the float layer unchanged: the plan's root entry was
+    'replaced' by setting an attribute named ''), with the same bits as the
+    layer quantized inside a Sequential."""
+    x = _sparse(500, 9, 8, seed=21)
+    conv = vnn.SparseDepthwiseConv3d(8) if depthwise else vnn.SparseConv3d(8, 6)
+    conv.eval()
+    q = Q.quantize(conv, [x])
+    cls = Q.QuantizedSparseDepthwiseConv3d if depthwise else Q.QuantizedSparseConv3d
+    assert isinstance(q, cls), type(q).__name__
+    assert isinstance(conv, type(conv)) and not isinstance(conv, cls)  # float left alone
+    qs = Q.quantize(vnn.Sequential(conv), [x])
+    with torch.inference_mode():
+        assert torch.equal(q(x).feats, qs(x).feats)
+
+
 def test_quantize_fuses_bn_and_relu_in_both_sequentials():
     x = _sparse(600, 10, 4, seed=13)
     m = vnn.Sequential(vnn.SparseConv3d(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
