@@ -18,6 +18,11 @@ same device, in one run, for workloads A, B and C.
   coordinates, one SparseTensor reused across calls (map cached): forward,
   and forward + backward (dgrad + wgrad); the tool's "forward + backward"
   is its forward + dgrad + wgrad medians.
+* --int8: workload C's layer also through voxconv.quantization (int8
+  layer calibrated on its input; the float input quantised per call, the
+  output in the run's dtype from the library's epilogue), forward under
+  torch.inference_mode(), next to `voxconv bench --workload C --dtype i8`
+  (int8 in and out); rows "C=N int8 forward".
 * Host time to issue one layer's forward from Python: perf_counter around
   each of --host-calls calls of the C = 64 layer (map cached) while the GPU
   is held busy by a sleep kernel queued first, so no call can wait for the
@@ -68,6 +73,7 @@ except ImportError:  # run from a source tree without installing
     sys.path.insert(0, os.path.join(REPO, "python"))
     import voxconv
 from voxconv import nn as vnn  # noqa: E402
+from voxconv import quantization as Q  # noqa: E402
 
 LEVEL_CHANNELS = [64, 96, 128, 160, 192, 224, 256]  # BENCHMARKS.md workload A
 A_VOXELS = 913903
@@ -150,11 +156,12 @@ def default_tool():
     return None
 
 
-def run_tool(args, tool_args, data_dir):
+def run_tool(args, tool_args, data_dir, dtype=None):
     """Runs `voxconv bench <tool_args> --json` with this run's device and
-    protocol; returns its parsed JSON. The tool's progress lines are shown
-    as they come; its table (stderr under --json) only on failure."""
-    cmd = [args.tool, "bench", *tool_args, "--json", "--dtype", args.dtype,
+    protocol (and dtype, unless `dtype` says another: "i8" for the int8
+    rows); returns its parsed JSON. The tool's progress lines are shown as
+    they come; its table (stderr under --json) only on failure."""
+    cmd = [args.tool, "bench", *tool_args, "--json", "--dtype", dtype or args.dtype,
            "--repeat", str(args.repeat), "--warmup", str(args.warmup),
            "--settle-ms", str(args.settle_ms), *args.tool_arg]
     if args.device.type == "cuda":
@@ -410,6 +417,22 @@ def torch_layer(args, timer, coords, channels):
     return conv, x, fwd, fb
 
 
+def torch_layer_int8(args, timer, conv, x, channels):
+    """--int8: the same layer through voxconv.quantization (calibrated on x,
+    min/max), forward under torch.inference_mode(): each call quantises
+    the float input (quantize_tensor), runs the library's int8 op and
+    writes the output in the run's dtype (f32 on the CPU) from the
+    epilogue -- what a PyTorch user of a quantized model runs."""
+    out = DTYPES[args.dtype] if args.dtype in ("f16", "bf16") else torch.float32
+    q = Q.quantize(conv, [x], out_dtype=out)
+
+    def forward():
+        with torch.inference_mode():
+            return q(x)
+
+    return measure(timer, forward, args, f"C={channels} int8 forward")
+
+
 def gpu_sleep(ms, device):
     """Queues about `ms` of GPU work that needs no host: torch.cuda._sleep
     (a spin kernel, calibrated here), else a chain of matmuls."""
@@ -505,6 +528,9 @@ def parse_args(argv=None):
     ap.add_argument("--data-dir", default=None,
                     help="folder holding bench/ (default $VOXCONV_DATA_DIR, else ../shared/data "
                          "beside the repository)")
+    ap.add_argument("--int8", action="store_true",
+                    help="workload C also through voxconv.quantization (int8 layer, float "
+                         "input quantised per call) next to `voxconv bench --dtype i8`")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default=None, help="write everything here")
     args = ap.parse_args(argv)
@@ -655,6 +681,12 @@ def main(argv=None):
                 entry["c_path"] = {"cmd": cmd, "tool_json": tj}
                 if same and tj["input"]["voxels"] != len(a_coords):
                     check_counts("C", [len(a_coords)], [tj["input"]["voxels"]])
+            tj8 = None
+            if args.tool and args.int8:
+                tj8, cmd8 = run_tool(args, ["--workload", "C", "--channels",
+                                            ",".join(map(str, args.channels))], args.data_dir,
+                                     dtype="i8")
+                entry["c_path_int8"] = {"cmd": cmd8, "tool_json": tj8}
             layer_for_host = None
             for ch in args.channels:
                 conv, x, fwd, fb = torch_layer(args, timer, a_coords, ch)
@@ -670,6 +702,16 @@ def main(argv=None):
                                               "torch": {"forward": fwd, "fwd_bwd": fb}}
                 add_row(f"C={ch} forward", c_fwd, fwd["ms"], same)
                 add_row(f"C={ch} forward+backward", c_fb, fb["ms"], same)
+                if args.int8:
+                    i8 = torch_layer_int8(args, timer, conv, x, ch)
+                    c_i8 = None
+                    if tj8 is not None:
+                        c_i8 = next((l["ms"] for l in tj8["layers"]
+                                     if l["layer"] == f"C={ch}" and l["op"] == "conv_fwd"), None)
+                    entry["channels"][str(ch)].update(
+                        {"c_int8_forward_ms": c_i8, "torch_int8_forward": i8,
+                         "torch_int8_vs_float": ratio(fwd["ms"], i8["ms"])})
+                    add_row(f"C={ch} int8 forward", c_i8, i8["ms"], same)
             rec["workloads"]["C"] = entry
             if cuda:
                 rec["host_issue_us"] = host_issue_time(args, *layer_for_host)

@@ -37,7 +37,7 @@ def test_torch_bench_small_cpu(tmp_path):
     have_tool = os.access(TOOL, os.X_OK)
     out = tmp_path / "tb.json"
     args = ["--device", "cpu", "--small", "--repeat", "1", "--warmup", "1", "--host-calls", "5",
-            "--json", str(out)] + (["--tool", TOOL] if have_tool else ["--no-tool"])
+            "--int8", "--json", str(out)] + (["--tool", TOOL] if have_tool else ["--no-tool"])
     p = run("torch_bench.py", args)
     rec = json.loads(out.read_text())
     for key in ("date", "commit", "device", "device_name", "torch", "voxconv", "library_path",
@@ -47,7 +47,10 @@ def test_torch_bench_small_cpu(tmp_path):
     assert rec["protocol"]["clock"] == "perf_counter" and rec["protocol"]["repeat"] == 1
     names = [r["name"] for r in rec["rows"]]
     assert names == ["A forward", "A forward+backward", "B forward", "B forward+backward",
-                     "C=8 forward", "C=8 forward+backward"]
+                     "C=8 forward", "C=8 forward+backward", "C=8 int8 forward"]
+    c8 = rec["workloads"]["C"]["channels"]["8"]
+    assert c8["torch_int8_forward"]["ms"] > 0 and c8["torch_int8_vs_float"] > 0
+    assert (c8["c_int8_forward_ms"] is not None) == have_tool
     for r in rec["rows"]:
         assert r["torch_ms"] > 0
         assert (r["c_ms"] is not None and r["c_ms"] > 0 and r["ratio"] > 0) == have_tool
