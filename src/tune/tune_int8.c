@@ -6,10 +6,10 @@
  * results differ by rounding, checked against a bound; the int8 tiles all
  * compute exact int32 sums and one specified epilogue, so any difference
  * from the reference tile is a wrong kernel, and the check is bitwise. The
- * table's choice by channel counts (pick_tile) came within 0-20% of the
- * best tile on the shapes it was measured on and misses elsewhere
- * (docs/perf-notes.md items 75-77): each shape gets the tile that is
- * fastest on this device. */
+ * table's choice by channel counts (pick_tile) is the fastest tile on the
+ * shapes it was set on (workload C with an f16 output) but not elsewhere:
+ * with an int8 output at C = 64 and on small problems the tuner measured
+ * other tiles faster (docs/perf-notes.md item 79). */
 #include "vc_tune_int8.h"
 #include "vc_tune.h"
 
