@@ -392,6 +392,14 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
                            "overlap");
   if (channels_set && o->workload != 'C')
     return usage_error(io, "--channels applies to --workload C");
+  /* int8 has no algorithm strings or accumulator choice: its tiles are the
+   * int8 tuner's (VOXCONV_INT8_TILE forces one), its sums exact int32 */
+  if (o->dtype_set && o->dtype == VOXCONV_DTYPE_I8 &&
+      (o->algo || o->fp16_accum >= 0))
+    return usage_error(io, "%s does not apply to --dtype i8 (the int8 tiles "
+                           "are the int8 tuner's; VOXCONV_INT8_TILE forces "
+                           "one)",
+                       o->algo ? "--algo" : "--fp16-accum");
   if (!channels_set) {
     static const int64_t def[4] = {32, 64, 128, 256};
     o->n_channels = 4;
