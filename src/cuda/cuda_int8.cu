@@ -754,26 +754,43 @@ voxconv_status_t run_depthwise(voxconv_handle_t *h, const vc_int8_problem_t *p,
  * xc[o][j] = x[nbr[o][k]][c] for j = k * cin + c < kvol * cin (0 where o has
  * no neighbour at offset k), 0 for kvol * cin <= j < kcol: every offset's
  * input channels of one output side by side, the rows a one-offset problem
- * with kcol reduction bytes gathers. One thread per byte (the rows are a
- * few dozen bytes; the source bytes are scattered either way). */
+ * with kcol reduction bytes gathers. A lane writes one 16-byte chunk of a
+ * row (kcol % 16 == 0), a warp 32 / chunks rows at a time, with 32-bit
+ * index arithmetic stepped along the chunk: the first version indexed
+ * every byte with a 64-bit division and cost as much as the padded path
+ * it replaced (docs/perf-notes.md item 81). */
 __global__ void i8_im2col_kernel(const int8_t *__restrict__ x,
                                  const int32_t *__restrict__ nbr,
                                  int8_t *__restrict__ xc, int64_t n_out,
                                  int kvol, int cin, int kcol) {
-  const int64_t n = n_out * kcol;
-  const int kc = kvol * cin;
-  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t o = i / kcol;
-    const int j = (int)(i - o * kcol);
-    int8_t v = 0;
-    if (j < kc) {
-      const int k = j / cin, c = j - k * cin;
-      const int32_t src = __ldg(nbr + o * kvol + k);
-      if (src >= 0)
-        v = __ldg(x + (int64_t)src * cin + c);
+  const int lane = threadIdx.x & 31;
+  const int chunks = kcol >> 4;
+  const int rpw = chunks >= 32 ? 1 : 32 / chunks; /* rows per warp pass */
+  const int sub = chunks >= 32 ? 0 : lane / chunks;
+  const int q0 = chunks >= 32 ? lane : lane % chunks;
+  const int qstep = chunks >= 32 ? 32 : chunks;
+  const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+  if (sub >= rpw)
+    return; /* lanes past the last whole row of a pass */
+  for (int64_t o = warp * rpw + sub; o < n_out; o += warps * rpw) {
+    const int32_t *nrow = nbr + o * kvol;
+    uint4 *dst = reinterpret_cast<uint4 *>(xc + o * kcol);
+    for (int q = q0; q < chunks; q += qstep) {
+      alignas(16) int8_t v[16];
+      int k = (q * 16) / cin, c = q * 16 - k * cin;
+      int32_t src = k < kvol ? __ldg(nrow + k) : -1;
+#pragma unroll
+      for (int b = 0; b < 16; b++) {
+        v[b] = src >= 0 ? __ldg(x + (int64_t)src * cin + c) : (int8_t)0;
+        if (++c == cin) { /* the next offset's row (past kvol: padding) */
+          c = 0;
+          ++k;
+          src = k < kvol ? __ldg(nrow + k) : -1;
+        }
+      }
+      dst[q] = *reinterpret_cast<const uint4 *>(v);
     }
-    xc[i] = v;
   }
 }
 
@@ -887,7 +904,7 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     VC_CHECK(ws.get<int32_t>(m->n_out, &ids, "int8 im2col row ids"));
     VC_CHECK(ws.get<int8_t>((int64_t)cout * kcol, &wc,
                             "int8 K-major im2col weights"));
-    i8_im2col_kernel<<<vc_grid_1d(m->n_out * kcol, 256), 256, 0,
+    i8_im2col_kernel<<<vc_grid_1d(m->n_out * 32, 256), 256, 0,
                        vc_cuda_stream(h)>>>(p->x, m->nbr_out, xc, m->n_out,
                                             m->kvol, cin, kcol);
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_im2col_kernel");
