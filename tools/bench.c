@@ -797,20 +797,22 @@ static int build_map(bench_t *B, voxconv_handle_t *h, int l,
 /* --dtype i8: a weight tensor's scale q as the per-channel array [c] the
  * int8 op reads (backend memory). */
 static int upload_scales(bench_t *B, int64_t c, float q, void **dst) {
-  float h[1024];
-  if (c > 1024) {
-    fprintf(stderr, "voxconv bench: %lld channels (at most 1024)\n",
-            (long long)c);
+  float *h = (float *)malloc((size_t)c * sizeof(float));
+  if (!h) {
+    fprintf(stderr, "voxconv bench: out of host memory\n");
     return VT_EXIT_FAIL;
   }
   for (int64_t i = 0; i < c; i++)
     h[i] = q;
-  int rc;
-  if ((rc = balloc(B, (size_t)c * sizeof(float), dst, "int8 weight scales")))
+  int rc = balloc(B, (size_t)c * sizeof(float), dst, "int8 weight scales");
+  const voxconv_status_t st =
+      rc ? VOXCONV_STATUS_SUCCESS
+         : voxconv_memcpy(B->h, *dst, h, (size_t)c * sizeof(float),
+                          VOXCONV_MEMCPY_HOST_TO_BACKEND);
+  free(h);
+  if (rc)
     return rc;
-  TRY(B, "voxconv_memcpy (scales)",
-      voxconv_memcpy(B->h, *dst, h, (size_t)c * sizeof(float),
-                     VOXCONV_MEMCPY_HOST_TO_BACKEND));
+  TRY(B, "voxconv_memcpy (scales)", st);
   return 0;
 }
 

@@ -893,17 +893,21 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
                    "exceeds 2^31 - 1 bytes per kernel offset",
                    (long long)cout, ka);
   VcWorkspace ws(h); /* stream-ordered frees at return */
+  FwdArgs a;
+  memset(&a, 0, sizeof a);
+  a.out = p->y;
+  a.n_dst = (int)m->n_out;
+  a.nb = cout;
   const int64_t kc = (int64_t)m->kvol * cin; /* <= VC_INT8_MAX_KVOL_CIN */
   const int kcol = (int)((kc + 15) / 16 * 16);
+  int wk; /* the weights' reduction rows per offset, before padding */
   if (use_im2col(cin, m->kvol, ka, kcol, cout)) {
     /* the same int32 sums (exact, in any order) as a one-offset problem
      * over im2col rows: W viewed as [1][kvol * cin][cout] */
-    int8_t *xc = NULL, *wc = NULL;
+    int8_t *xc = NULL;
     int32_t *ids = NULL;
     VC_CHECK(ws.get<int8_t>(m->n_out * kcol, &xc, "int8 im2col rows"));
     VC_CHECK(ws.get<int32_t>(m->n_out, &ids, "int8 im2col row ids"));
-    VC_CHECK(ws.get<int8_t>((int64_t)cout * kcol, &wc,
-                            "int8 K-major im2col weights"));
     i8_im2col_kernel<<<vc_grid_1d(m->n_out * 32, 256), 256, 0,
                        vc_cuda_stream(h)>>>(p->x, m->nbr_out, xc, m->n_out,
                                             m->kvol, cin, kcol);
@@ -911,56 +915,41 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     i8_iota_kernel<<<vc_grid_1d(m->n_out, 256), 256, 0, vc_cuda_stream(h)>>>(
         ids, m->n_out);
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_iota_kernel");
-    const dim3 grid((unsigned)vc_ceil_div(cout, 32),
-                    (unsigned)vc_ceil_div(kcol, 32), 1u);
-    transpose_w_kernel<int8_t><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
-        p->w, wc, (int)kc, cout, kcol);
-    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 transpose_w_kernel (im2col)");
-    FwdArgs a;
-    memset(&a, 0, sizeof a);
     a.a = xc;
-    a.w = wc;
     a.nbr = ids; /* order, tile_mask, row_mask NULL: every row, one offset */
-    a.out = p->y;
-    a.n_dst = (int)m->n_out;
     a.kvol = 1;
     a.ka = kcol;
-    a.nb = cout;
-    return tile_info(tile).launch(h, a, ep);
-  }
-  const int8_t *x = p->x;
-  if (ka != cin || !aligned16(x)) {
-    int8_t *xp = NULL;
-    VC_CHECK(ws.get<int8_t>(m->n_in * ka, &xp, "int8 padded input"));
-    if (m->n_in > 0) {
-      repad3_kernel<int8_t, true><<<vc_grid_1d(m->n_in * ka, 256), 256, 0,
-                                    vc_cuda_stream(h)>>>(x, xp, 1, m->n_in,
-                                                         cin, m->n_in, ka);
-      VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 repad3_kernel");
+    wk = (int)kc;
+  } else {
+    const int8_t *x = p->x;
+    if (ka != cin || !aligned16(x)) {
+      int8_t *xp = NULL;
+      VC_CHECK(ws.get<int8_t>(m->n_in * ka, &xp, "int8 padded input"));
+      if (m->n_in > 0) {
+        repad3_kernel<int8_t, true><<<vc_grid_1d(m->n_in * ka, 256), 256, 0,
+                                      vc_cuda_stream(h)>>>(
+            x, xp, 1, m->n_in, cin, m->n_in, ka);
+        VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 repad3_kernel");
+      }
+      x = xp;
     }
-    x = xp;
+    a.a = x;
+    a.nbr = m->nbr_out;
+    VC_CHECK(sorted_rows(h, m, false, &a.order, &a.tile_mask));
+    a.row_mask = m->kvol <= 32 ? m->row_mask_out : NULL;
+    a.kvol = m->kvol;
+    a.ka = ka;
+    wk = cin;
   }
+  /* the weights K-major, [a.kvol][cout][a.ka] from W as [a.kvol][wk][cout] */
   int8_t *wt = NULL;
-  VC_CHECK(ws.get<int8_t>((int64_t)m->kvol * cout * ka, &wt,
+  VC_CHECK(ws.get<int8_t>((int64_t)a.kvol * cout * a.ka, &wt,
                           "int8 K-major weights"));
-  {
-    const dim3 grid((unsigned)vc_ceil_div(cout, 32),
-                    (unsigned)vc_ceil_div(ka, 32), (unsigned)m->kvol);
-    transpose_w_kernel<int8_t><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
-        p->w, wt, cin, cout, ka);
-    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 transpose_w_kernel");
-  }
-  FwdArgs a;
-  memset(&a, 0, sizeof a);
-  a.a = x;
+  const dim3 grid((unsigned)vc_ceil_div(cout, 32),
+                  (unsigned)vc_ceil_div(a.ka, 32), (unsigned)a.kvol);
+  transpose_w_kernel<int8_t><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
+      p->w, wt, wk, cout, a.ka);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 transpose_w_kernel");
   a.w = wt;
-  a.nbr = m->nbr_out;
-  VC_CHECK(sorted_rows(h, m, false, &a.order, &a.tile_mask));
-  a.row_mask = m->kvol <= 32 ? m->row_mask_out : NULL;
-  a.out = p->y;
-  a.n_dst = (int)m->n_out;
-  a.kvol = m->kvol;
-  a.ka = ka;
-  a.nb = cout;
   return tile_info(tile).launch(h, a, ep);
 }

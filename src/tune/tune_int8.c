@@ -18,7 +18,6 @@
 #include "../cuda/vc_cuda.h"
 #endif
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
