@@ -19,10 +19,12 @@ same device, in one run, for workloads A, B and C.
   and forward + backward (dgrad + wgrad); the tool's "forward + backward"
   is its forward + dgrad + wgrad medians.
 * --int8: workload C's layer also through voxconv.quantization (int8
-  layer calibrated on its input; the float input quantised per call, the
-  output in the run's dtype from the library's epilogue), forward under
-  torch.inference_mode(), next to `voxconv bench --workload C --dtype i8`
-  (int8 in and out); rows "C=N int8 forward".
+  layer calibrated on its input, the output in the run's dtype from the
+  library's epilogue), forward under torch.inference_mode(), next to
+  `voxconv bench --workload C --dtype i8` (int8 in and out): rows "C=N
+  int8 forward" (float input, quantised per call by voxconv_quantize) and
+  "C=N int8 fwd, int8 in" (int8 features, as an int8 pipeline carries
+  them; the tool's row writes int8, this one the run's float dtype).
 * Host time to issue one layer's forward from Python: perf_counter around
   each of --host-calls calls of the C = 64 layer (map cached) while the GPU
   is held busy by a sleep kernel queued first, so no call can wait for the
@@ -425,12 +427,20 @@ def torch_layer_int8(args, timer, conv, x, channels):
     epilogue -- what a PyTorch user of a quantized model runs."""
     out = DTYPES[args.dtype] if args.dtype in ("f16", "bf16") else torch.float32
     q = Q.quantize(conv, [x], out_dtype=out)
+    # int8 features as an int8 pipeline carries them (taken at the layer's
+    # x_scale): the library's int8 op alone, as the tool times it
+    xq = voxconv.SparseTensor._wrap(Q.quantize_tensor(x.feats, q.x_scale), x._set)
 
     def forward():
         with torch.inference_mode():
             return q(x)
 
-    return measure(timer, forward, args, f"C={channels} int8 forward")
+    def forward_int8_in():
+        with torch.inference_mode():
+            return q(xq)
+
+    return (measure(timer, forward, args, f"C={channels} int8 forward"),
+            measure(timer, forward_int8_in, args, f"C={channels} int8 forward, int8 in"))
 
 
 def gpu_sleep(ms, device):
@@ -703,15 +713,17 @@ def main(argv=None):
                 add_row(f"C={ch} forward", c_fwd, fwd["ms"], same)
                 add_row(f"C={ch} forward+backward", c_fb, fb["ms"], same)
                 if args.int8:
-                    i8 = torch_layer_int8(args, timer, conv, x, ch)
+                    i8, i8_in = torch_layer_int8(args, timer, conv, x, ch)
                     c_i8 = None
                     if tj8 is not None:
                         c_i8 = next((l["ms"] for l in tj8["layers"]
                                      if l["layer"] == f"C={ch}" and l["op"] == "conv_fwd"), None)
                     entry["channels"][str(ch)].update(
                         {"c_int8_forward_ms": c_i8, "torch_int8_forward": i8,
+                         "torch_int8_forward_int8_in": i8_in,
                          "torch_int8_vs_float": ratio(fwd["ms"], i8["ms"])})
                     add_row(f"C={ch} int8 forward", c_i8, i8["ms"], same)
+                    add_row(f"C={ch} int8 fwd, int8 in", c_i8, i8_in["ms"], same)
             rec["workloads"]["C"] = entry
             if cuda:
                 rec["host_issue_us"] = host_issue_time(args, *layer_for_host)

@@ -857,6 +857,42 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_forward_int8(
     const voxconv_feats_t *w, const voxconv_quant_params_t *qp,
     const voxconv_feats_t *y, const voxconv_conv_options_t *opt);
 
+/* ---- int8 features: quantise and dequantise --------------------------- */
+/* Per-tensor conversion between float and int8 features in one pass: an
+ * int8 network's entry and exit (between int8 layers an I8 output already
+ * is the next layer's input). x and y: the same rows and channels, in
+ * backend memory, not overlapping; no kernel map. scale: finite and > 0.
+ * Both backends give the same bits; CUDA runs one kernel on the handle's
+ * stream and never waits.
+ *
+ * voxconv_quantize: x F32, F16 or BF16 -> y I8, per element exactly the
+ * epilogue's I8 step 5 with v = x (converted to binary32, exact):
+ *   t = v / scale (IEEE fp32 division, correctly rounded); q = t rounded
+ *   to the nearest integer, ties to even, clamped to [-127, 127]; +-Inf
+ *   saturate to +-127; NaN gives 0 (int8 has no NaN).
+ * So a float tensor quantised here and an int8 conv's output requantised
+ * at the same scale agree bit for bit, and both equal
+ * torch.round(x.float() / scale).clamp(-127, 127) for non-NaN x.
+ *
+ * voxconv_dequantize: x I8 -> y F32, F16 or BF16:
+ *   v = scale * (float)q, one fp32 product rounded to nearest even, then
+ *   rounded to y's dtype (nearest even; F32: v itself).
+ *
+ * Bad input: NULL_POINTER (x, y, data of a non-empty tensor);
+ * INVALID_ARGUMENT (scale not finite and > 0, negative rows, channels
+ * <= 0, y overlapping x, a dtype that is not a voxconv_dtype_t);
+ * SHAPE_MISMATCH (rows or channels differ); DTYPE_MISMATCH (quantize: x
+ * not F32/F16/BF16 or y not I8; dequantize: x not I8 or y not
+ * F32/F16/BF16). */
+VOXCONV_API voxconv_status_t voxconv_quantize(voxconv_handle_t *h,
+                                              const voxconv_feats_t *x,
+                                              float scale,
+                                              const voxconv_feats_t *y);
+VOXCONV_API voxconv_status_t voxconv_dequantize(voxconv_handle_t *h,
+                                                const voxconv_feats_t *x,
+                                                float scale,
+                                                const voxconv_feats_t *y);
+
 /* ---- pooling ---------------------------------------------------------- */
 typedef enum voxconv_pool_mode {
   VOXCONV_POOL_MAX = 0, /* outputs with no pairs are 0; NaN propagates */

@@ -193,6 +193,8 @@ _SIGNATURES = {
                                         _P(Feats), _P(ConvOptions)]),
     "voxconv_depthwise_forward_int8": (_st, [_p, _p, _P(Feats), _P(Feats), _P(QuantParams),
                                              _P(Feats), _P(ConvOptions)]),
+    "voxconv_quantize": (_st, [_p, _P(Feats), ctypes.c_float, _P(Feats)]),
+    "voxconv_dequantize": (_st, [_p, _P(Feats), ctypes.c_float, _P(Feats)]),
     # pooling, voxelization
     "voxconv_pool_forward": (_st, [_p, _p, ctypes.c_int, _P(Feats), _P(Feats)]),
     "voxconv_pool_backward": (_st, [_p, _p, ctypes.c_int, _P(Feats), _P(Feats), _P(Feats), _P(Feats)]),

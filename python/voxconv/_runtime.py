@@ -36,6 +36,9 @@ _DTYPES = {
     torch.float16: _lib.DTYPE_F16,
     torch.bfloat16: _lib.DTYPE_BF16,
     torch.float64: _lib.DTYPE_F64,
+    # int8 features: the quantized layers (voxconv.quantization) and max
+    # pooling take them; the float ops refuse them by name (library status)
+    torch.int8: _lib.DTYPE_I8,
 }
 
 
@@ -45,7 +48,8 @@ def dtype_code(dtype, what="features"):
     except KeyError:
         raise errors.DtypeMismatchError(
             f"{what}: dtype {dtype} is not supported (float32, float16, "
-            f"bfloat16, or float64 on the CPU)") from None
+            f"bfloat16, float64 on the CPU, or int8 for the quantized layers "
+            f"and max pooling)") from None
 
 
 def _destroy_handle(ptr, keepalive):

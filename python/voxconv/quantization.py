@@ -28,14 +28,18 @@ calling ``voxconv_conv_forward_int8`` / ``voxconv_depthwise_forward_int8``:
   modules become ``torch.nn.Identity``.
 
 The int8 layers quantize their float input with the calibrated scale
-(``round_half_even(x / x_scale)`` in float32, clamped), call the C op, and
+(``round_half_even(x / x_scale)`` in float32, clamped; one pass of the
+library's ``voxconv_quantize``), call the C op, and
 return float features (``output="float"``; float32, or with ``out_dtype``
 float16 / bfloat16 written by the library; the epilogue dequantises, adds
 the bias and applies the ReLU, see include/voxconv.h for its exact
 rounding) or, with ``output="int8"``, have the library requantise the
 output to int8 with the calibrated scale of the layer's (fused) output and
-return it dequantised (``q * y_scale``, float32), so the rest of the network
-sees exactly what an int8 pipeline would carry. Coordinates and kernel maps
+return it dequantised (``q * y_scale`` rounded to float32, then to
+``out_dtype``; ``voxconv_dequantize``), so the rest of the network
+sees exactly what an int8 pipeline would carry. A layer given int8
+features takes them as already quantized at its own ``x_scale`` (what an
+int8 pipeline carries between layers) and skips the quantization. Coordinates and kernel maps
 are those the float layer would use (the same coordinate-manager cache).
 
 The layers run where their buffers and input are: on the CPU (VNNI where
@@ -63,7 +67,7 @@ from .tensor import SparseTensor
 __all__ = [
     "MinMaxObserver", "PercentileObserver", "QuantizedSparseConv3d",
     "QuantizedSparseDepthwiseConv3d", "quantize", "sqnr_report", "SQNRReport",
-    "weight_scales", "quantize_tensor", "fuse_conv_bn", "QMAX",
+    "weight_scales", "quantize_tensor", "dequantize_tensor", "fuse_conv_bn", "QMAX",
 ]
 
 QMAX = 127
@@ -157,16 +161,78 @@ def weight_scales(weight):
     return torch.where(s > 0, s, torch.ones_like(s)).contiguous()
 
 
+_LIB_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _lib_convertible(x):
+    """A tensor voxconv_quantize / voxconv_dequantize take as it is: 2-D
+    (features), contiguous, on the CPU or a CUDA device."""
+    return x.dim() == 2 and x.is_contiguous() and x.device.type in ("cpu", "cuda")
+
+
+def _feats_of(t, code):
+    return _lib.Feats(_runtime.ptr(t), t.shape[0], t.shape[1], code)
+
+
+def _convert(name, x, y, code_x, code_y, scale):
+    fx, fy = _feats_of(x, code_x), _feats_of(y, code_y)
+    _runtime.handle_for_tensor(x).call(name, ctypes.byref(fx), ctypes.c_float(scale),
+                                       ctypes.byref(fy))
+    return y
+
+
+def _float_scale(scale):
+    """The per-tensor scale as the library takes it (binary32), checked."""
+    s = float(scale)
+    if not (math.isfinite(s) and s > 0):
+        raise errors.InvalidArgumentError(
+            f"scale: expected a finite value > 0, got {scale!r}")
+    return s
+
+
 def quantize_tensor(x, scale):
     """int8 ``clamp(round_half_even(x / scale), -127, 127)``; ``scale`` a
     number (per tensor) or a tensor broadcasting against ``x`` (the last
-    dimension: per output channel). Computed in float32."""
+    dimension: per output channel). Computed in float32. Feature tensors
+    (2-D, contiguous, float32 / float16 / bfloat16) with a per-tensor scale
+    go through the library's one-pass ``voxconv_quantize`` (same bits; a NaN
+    becomes 0); anything else through torch."""
+    x = x.detach()  # no gradient: the rounding is flat almost everywhere
+    if (not isinstance(scale, torch.Tensor) and x.dtype in _LIB_FLOATS
+            and _lib_convertible(x)):
+        s = _float_scale(scale)
+        code = _runtime.dtype_code(x.dtype)
+        return _convert("voxconv_quantize", x, torch.empty(x.shape, dtype=torch.int8,
+                                                           device=x.device),
+                        code, _lib.DTYPE_I8, s)
+    return _quantize_tensor_torch(x, scale)
+
+
+def _quantize_tensor_torch(x, scale):
+    """quantize_tensor in torch operations (the reference the library's
+    one-pass path is tested against; five passes over float32 copies)."""
     x = x.detach().float()
     if isinstance(scale, torch.Tensor):
         scale = scale.to(device=x.device, dtype=torch.float32)
     else:
         scale = torch.tensor(float(scale), dtype=torch.float32, device=x.device)
     return torch.round(x / scale).clamp_(-QMAX, QMAX).to(torch.int8)
+
+
+def dequantize_tensor(q, scale, dtype=torch.float32):
+    """``(q.float() * scale).to(dtype)`` for int8 ``q`` and a per-tensor
+    ``scale``: the product rounded to float32, then to ``dtype`` (float32,
+    float16 or bfloat16). Feature tensors go through the library's one-pass
+    ``voxconv_dequantize`` (same bits)."""
+    if q.dtype != torch.int8:
+        raise errors.InvalidArgumentError(f"dequantize_tensor: expected int8, got {q.dtype}")
+    s = _float_scale(scale)
+    q = q.detach()
+    if dtype in _LIB_FLOATS and _lib_convertible(q):
+        return _convert("voxconv_dequantize", q, torch.empty(q.shape, dtype=dtype,
+                                                             device=q.device),
+                        _lib.DTYPE_I8, _runtime.dtype_code(dtype), s)
+    return (q.float() * torch.tensor(s, dtype=torch.float32, device=q.device)).to(dtype)
 
 
 def fuse_conv_bn(conv, bn):
@@ -246,7 +312,10 @@ class _QuantizedConvBase(nn.Module):
             km, out_set = F._geometry_ext(input, self.kernel_size, self.stride,
                                           self.dilation, self.transposed, self.generative,
                                           out_coords, self._geo)
-        qx = quantize_tensor(feats, self.x_scale).contiguous()
+        # int8 features are taken as quantized already, at this layer's
+        # x_scale (an int8 pipeline's own tensors); float ones are quantized
+        qx = (feats.contiguous() if feats.dtype == torch.int8
+              else quantize_tensor(feats, self.x_scale).contiguous())
         cout = self.weight.shape[-1]
         # modules pickled before out_dtype existed return float32
         out_dtype = getattr(self, "out_dtype", torch.float32)
@@ -255,7 +324,7 @@ class _QuantizedConvBase(nn.Module):
         y = run_int8(km, qx, self.weight, self.weight_scale, self.bias, self.x_scale,
                      self.relu, self.y_scale, self._depthwise, cout, out_dtype)
         if y.dtype == torch.int8:
-            y = (y.float() * torch.tensor(self.y_scale, dtype=torch.float32)).to(out_dtype)
+            y = dequantize_tensor(y, self.y_scale, out_dtype)
         return SparseTensor._wrap(y, out_set)
 
     def _check_on_device(self, qx, cout):

@@ -53,12 +53,9 @@ static void epilogue_portable(const int32_t *acc, int64_t n, const float *m,
     case VOXCONV_DTYPE_BF16:
       ((uint16_t *)dst)[c] = vc_f32_to_bf16(v);
       break;
-    case VOXCONV_DTYPE_I8: {
-      float r = nearbyintf(v / y_scale); /* ties to even: default mode */
-      r = r < -127.0f ? -127.0f : (r > 127.0f ? 127.0f : r);
-      ((int8_t *)dst)[c] = (int8_t)r;
+    case VOXCONV_DTYPE_I8:
+      ((int8_t *)dst)[c] = vc_i8_requantize(v, y_scale);
       break;
-    }
     default:
       break;
     }

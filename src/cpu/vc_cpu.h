@@ -7,6 +7,9 @@
 
 #include "../ops/vc_algo.h"
 
+#include <math.h>
+#include <stdint.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -103,6 +106,21 @@ voxconv_status_t vc_cpu_conv_int8(voxconv_handle_t *h,
  * INVALID_ARGUMENT for a name the CPU cannot run. */
 voxconv_status_t vc_cpu_int8_path(const voxconv_handle_t *h, int64_t cout,
                                   const char **name);
+
+/* voxconv.h's I8 rounding of a binary32 value v at scale s (the int8
+ * epilogue's step 5 and voxconv_quantize): t = v / s correctly rounded,
+ * nearest integer with ties to even (the default rounding mode), clamped to
+ * [-127, 127]; +-Inf saturate, NaN gives 0. */
+static inline int8_t vc_i8_requantize(float v, float s) {
+  const float r = nearbyintf(v / s);
+  return (int8_t)(r != r ? 0 : r < -127.0f ? -127 : r > 127.0f ? 127 : (int)r);
+}
+
+/* ---- int8 feature conversion (quantize_cpu.c); validated by
+ * src/ops/quantize.c: x float -> y I8 (dequantize 0) or x I8 -> y float -- */
+voxconv_status_t vc_cpu_quantize(voxconv_handle_t *h, int dequantize,
+                                 const voxconv_feats_t *x, float scale,
+                                 const voxconv_feats_t *y);
 
 /* ---- pooling (pool_cpu.c); arguments validated by src/ops/pool.c ------ */
 voxconv_status_t vc_cpu_pool_forward(voxconv_handle_t *h,

@@ -70,6 +70,12 @@ voxconv_status_t vc_cuda_voxelize(voxconv_handle_t *h,
                                   float *feats_out, int64_t *n_voxels,
                                   int64_t *point_voxel);
 
+/* int8 feature conversion (cuda_quantize.cu); validated by the caller:
+ * x float -> y I8 (dequantize 0) or x I8 -> y float */
+voxconv_status_t vc_cuda_quantize(voxconv_handle_t *h, int dequantize,
+                                  const voxconv_feats_t *x, float scale,
+                                  const voxconv_feats_t *y);
+
 /* pooling (cuda_pool.cu); validation done by the caller */
 voxconv_status_t vc_cuda_pool_forward(voxconv_handle_t *h,
                                       const voxconv_kmap_t *kmap,

@@ -5,6 +5,7 @@
  * pointers, and finally outputs overlapping inputs. */
 #include "vc_validate.h"
 
+#include <math.h>
 #include <stdint.h>
 
 /* A tensor argument seen generically: its name in messages, dtype, data
@@ -576,6 +577,46 @@ voxconv_status_t vc_validate_unpool(voxconv_handle_t *h, int backward,
   }
   VC_CHECK(check_channels(h, fn, ns, "channels", src->channels, nd, "channels",
                           dst->channels));
+  VC_CHECK(check_data(h, fn, args, 2));
+  VC_CHECK(check_overlap(h, fn, &args[1], args, 1));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* voxconv_quantize (dequantize = 0) and voxconv_dequantize: float <-> I8
+ * feature tensors of one shape at one per-tensor scale. */
+voxconv_status_t vc_validate_quantize(voxconv_handle_t *h, int dequantize,
+                                      const voxconv_feats_t *x, float scale,
+                                      const voxconv_feats_t *y) {
+  const char *fn = dequantize ? "voxconv_dequantize" : "voxconv_quantize";
+  NULL_ARG(x, "x");
+  NULL_ARG(y, "y");
+  if (!(isfinite(scale) && scale > 0.0f))
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: scale=%g must be finite and > 0", fn, (double)scale);
+  const vc_arg_t args[2] = {arg_feats("x", x), arg_feats("y", y)};
+  for (int i = 0; i < 2; i++)
+    if (!vc_dtype_valid(args[i].dtype) && args[i].dtype != VOXCONV_DTYPE_I8 &&
+        args[i].dtype != VOXCONV_DTYPE_I32)
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: %s->dtype=%d is not a voxconv_dtype_t", fn,
+                     args[i].name, (int)args[i].dtype);
+  /* the float side: F32, F16 or BF16 (f64 is the conv ops' CPU oracle) */
+  const vc_arg_t *fl = &args[dequantize ? 1 : 0], *q = &args[dequantize ? 0 : 1];
+  if (q->dtype != VOXCONV_DTYPE_I8 ||
+      (fl->dtype != VOXCONV_DTYPE_F32 && fl->dtype != VOXCONV_DTYPE_F16 &&
+       fl->dtype != VOXCONV_DTYPE_BF16))
+    return vc_fail(h, VOXCONV_STATUS_DTYPE_MISMATCH,
+                   "%s: x is %s and y is %s; it converts %s", fn,
+                   voxconv_dtype_name(x->dtype), voxconv_dtype_name(y->dtype),
+                   dequantize ? "i8 to f32, f16 or bf16"
+                              : "f32, f16 or bf16 to i8");
+  VC_CHECK(check_feats_sizes(h, fn, "x", x));
+  VC_CHECK(check_feats_sizes(h, fn, "y", y));
+  if (x->rows != y->rows || x->channels != y->channels)
+    return vc_fail(h, VOXCONV_STATUS_SHAPE_MISMATCH,
+                   "%s: x is [%lld][%lld] but y is [%lld][%lld] (one shape)",
+                   fn, (long long)x->rows, (long long)x->channels,
+                   (long long)y->rows, (long long)y->channels);
   VC_CHECK(check_data(h, fn, args, 2));
   VC_CHECK(check_overlap(h, fn, &args[1], args, 1));
   return VOXCONV_STATUS_SUCCESS;

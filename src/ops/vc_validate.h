@@ -87,6 +87,10 @@ voxconv_status_t vc_validate_unpool(voxconv_handle_t *h, int backward,
                                     const voxconv_kmap_t *kmap,
                                     const voxconv_feats_t *src,
                                     const voxconv_feats_t *dst);
+/* voxconv_quantize (dequantize = 0) / voxconv_dequantize. */
+voxconv_status_t vc_validate_quantize(voxconv_handle_t *h, int dequantize,
+                                      const voxconv_feats_t *x, float scale,
+                                      const voxconv_feats_t *y);
 
 #ifdef __cplusplus
 }

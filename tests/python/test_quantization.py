@@ -351,6 +351,76 @@ def test_quantize_tensor_rounds_half_to_even_and_clamps():
     assert Q.quantize_tensor(t, 1.0).tolist() == [0, 2, 2, 0, -2, 127, -127]
 
 
+def _quantize_numpy(x, s):
+    """The documented rule restated in numpy: the float32 quotient (float64
+    division rounded once to float32: innocuous double rounding, 53 >= 2 *
+    24 + 2), ties to even (np.rint), clamp, NaN -> 0."""
+    with np.errstate(over="ignore", invalid="ignore"):  # beyond float32: +-inf
+        t = (x.astype(np.float64) / np.float64(np.float32(s))).astype(np.float32)
+    r = np.rint(t.astype(np.float64))
+    r = np.where(np.isnan(r), 0.0, np.clip(r, -127, 127))
+    return r.astype(np.int8)
+
+
+def _random_features(n, ch, dtype, s, seed, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, ch, generator=g, dtype=torch.float64) * 60 * s
+    # ties, exact levels, specials and values beyond the clamp
+    k = torch.randint(-130, 131, (n, ch), generator=g).double()
+    pick = torch.randint(0, 8, (n, ch), generator=g)
+    x = torch.where(pick == 0, (k + 0.5) * s, x)
+    x = torch.where(pick == 1, k * s, x)
+    sp = torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, -0.0, 1e30, -1e30])
+    x = torch.where(pick == 2, sp[torch.randint(0, 7, (n, ch), generator=g)].double(), x)
+    return x.to(dtype).to(device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_quantize_tensor_one_pass_matches_the_rule(dtype):
+    """quantize_tensor's library path (voxconv_quantize) against a numpy
+    restatement of the rule and against the torch formula (equal where x is
+    not NaN), at scales across the float32 range."""
+    for i, s in enumerate([1.0, 0.013, 3.7e-6, 2.5e4, 1e-30]):
+        x = _random_features(257, 19, dtype, s, seed=40 + i)
+        q = Q.quantize_tensor(x, s)
+        assert q.dtype == torch.int8 and q.shape == x.shape
+        want = _quantize_numpy(x.float().numpy(), s)
+        assert np.array_equal(q.numpy(), want), (dtype, s)
+        ok = ~torch.isnan(x.float())
+        assert torch.equal(q[ok], Q._quantize_tensor_torch(x, s)[ok])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_dequantize_tensor_matches_torch(dtype):
+    q = torch.arange(-128, 128, dtype=torch.int8).reshape(16, 16)
+    for s in [1.0, 0.1, 3e-5, 7.7e3]:
+        got = Q.dequantize_tensor(q, s, dtype)
+        want = (q.float() * torch.tensor(s, dtype=torch.float32)).to(dtype)
+        assert got.dtype == dtype and torch.equal(got, want), (dtype, s)
+
+
+def test_quantize_tensor_bad_scale_and_dtype():
+    x = torch.ones(4, 3)
+    for s in [0.0, -1.0, float("nan"), float("inf")]:
+        with pytest.raises(voxconv.errors.InvalidArgumentError):
+            Q.quantize_tensor(x, s)
+        with pytest.raises(voxconv.errors.InvalidArgumentError):
+            Q.dequantize_tensor(torch.zeros(4, 3, dtype=torch.int8), s)
+    with pytest.raises(voxconv.errors.InvalidArgumentError):
+        Q.dequantize_tensor(x, 1.0)
+
+
+def test_int8_features_are_taken_as_quantized():
+    """A quantized layer given int8 features (an int8 pipeline's own
+    tensors) skips its quantization: the same output as from the float
+    features they quantize."""
+    x = _sparse(400, 9, 6, seed=23)
+    conv = vnn.SparseConv3d(6, 5)
+    q = Q.quantize(conv, [x])
+    qx = voxconv.SparseTensor(Q.quantize_tensor(x.feats, q.x_scale), x.coords)
+    assert torch.equal(q(qx).feats, q(x).feats)
+
+
 def test_runs_under_inference_mode_and_no_grad():
     x = _sparse(300, 8, 3, seed=21)
     m = vnn.Sequential(vnn.SparseConv3d(3, 4), vnn.SparseBatchNorm(4), vnn.SparseReLU())
@@ -494,6 +564,27 @@ def test_cuda_matches_cpu_bitwise(output, out_dtype):
     assert y_gpu.dtype == y_cpu.dtype == out_dtype and y_gpu.shape == y_cpu.shape
     bits = torch.int32 if out_dtype == torch.float32 else torch.int16
     assert torch.equal(y_gpu.view(bits), y_cpu.view(bits))
+
+
+@pytest.mark.skipif(not cuda_usable(), reason="no CUDA")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cuda_quantize_tensor_matches_cpu(dtype):
+    """voxconv_quantize / voxconv_dequantize on the GPU give the CPU's bits,
+    on a tensor whose element count is not a multiple of 8 and on one that
+    starts one element into its storage (the kernels' element path)."""
+    for i, s in enumerate([0.02, 5.5e-7, 3e3]):
+        x = _random_features(4099, 13, dtype, s, seed=60 + i)
+        for xs in (x, x.reshape(-1)[1:].reshape(-1, 12)[:, :12].contiguous()):
+            xg = xs.cuda()
+            if xs is not x:  # misaligned view with the same values
+                base = torch.empty(xs.numel() + 1, dtype=dtype, device="cuda")
+                base[1:] = xs.reshape(-1).cuda()
+                xg = base[1:].view(xs.shape)
+            q_cpu, q_gpu = Q.quantize_tensor(xs, s), Q.quantize_tensor(xg, s)
+            assert torch.equal(q_gpu.cpu(), q_cpu)
+            d_cpu = Q.dequantize_tensor(q_cpu, s, dtype)
+            d_gpu = Q.dequantize_tensor(q_gpu, s, dtype)
+            assert torch.equal(d_gpu.cpu(), d_cpu)
 
 
 @pytest.mark.skipif(not cuda_usable(), reason="no CUDA")

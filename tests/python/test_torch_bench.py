@@ -47,9 +47,11 @@ def test_torch_bench_small_cpu(tmp_path):
     assert rec["protocol"]["clock"] == "perf_counter" and rec["protocol"]["repeat"] == 1
     names = [r["name"] for r in rec["rows"]]
     assert names == ["A forward", "A forward+backward", "B forward", "B forward+backward",
-                     "C=8 forward", "C=8 forward+backward", "C=8 int8 forward"]
+                     "C=8 forward", "C=8 forward+backward", "C=8 int8 forward",
+                     "C=8 int8 fwd, int8 in"]
     c8 = rec["workloads"]["C"]["channels"]["8"]
     assert c8["torch_int8_forward"]["ms"] > 0 and c8["torch_int8_vs_float"] > 0
+    assert c8["torch_int8_forward_int8_in"]["ms"] > 0
     assert (c8["c_int8_forward_ms"] is not None) == have_tool
     for r in rec["rows"]:
         assert r["torch_ms"] > 0
