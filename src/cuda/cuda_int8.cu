@@ -63,22 +63,10 @@ struct I8Epilogue {
   int dtype; /* voxconv_dtype_t of y */
 };
 
-/* t = v / y_scale, correctly rounded (voxconv.h step 5, I8), without a
- * division per element: IEEE division (__fdiv_rn) is a ~20-instruction
- * sequence that cost as much as the int8 MMA gained (docs/perf-notes.md,
- * item 77). Markstein's correction: with yi = RN(1/y) and q0 = RN(v yi)
- * within an ulp of v/y, r = v - q0 y is exact in one fma and q0 + r yi,
- * rounded once, is RN(v/y) -- unless an intermediate overflows or
- * underflows, which the bounds on y (host, y_inv = 0 outside them) and on
- * |v| (Inf and huge v) rule out; those take the division. (A v so small
- * that q0 underflows gives |t| far below 1/2: integer 0 either way.) */
+/* t = v / y_scale, correctly rounded (voxconv.h step 5, I8), with one
+ * multiply and two FMAs where that is exact (vc_div_rn). */
 __device__ __forceinline__ float i8_quotient(const I8Epilogue &e, float v) {
-  if (e.y_inv != 0.0f && fabsf(v) < 0x1p100f) {
-    const float q0 = __fmul_rn(v, e.y_inv);
-    const float r = __fmaf_rn(-q0, e.y_scale, v);
-    return __fmaf_rn(r, e.y_inv, q0);
-  }
-  return __fdiv_rn(v, e.y_scale);
+  return vc_div_rn(v, e.y_scale, e.y_inv);
 }
 
 /* m and b of column c (step 2 and the bias): one fp32 product, rounded. */
@@ -724,9 +712,7 @@ I8Epilogue epilogue_of(const vc_int8_problem_t *p) {
   ep.x_scale = p->x_scale;
   ep.y_scale = p->y_scale;
   /* 1.0f / y_scale in binary32 on the host: correctly rounded (SSE) */
-  ep.y_inv = p->y_scale >= 0x1p-100f && p->y_scale <= 0x1p100f
-                 ? 1.0f / p->y_scale
-                 : 0.0f;
+  ep.y_inv = vc_div_inv(p->y_scale);
   ep.relu = p->relu;
   ep.dtype = (int)p->y_dtype;
   return ep;

@@ -327,6 +327,30 @@ template <> struct VcDtype<int8_t> {
   }
 };
 
+/* v / y correctly rounded (IEEE binary32), without a division where that
+ * is safe: IEEE division (__fdiv_rn) is a ~20-instruction sequence that
+ * cost as much as the int8 MMA gained (docs/perf-notes.md, item 78).
+ * Markstein's correction: with yi = RN(1/y) (vc_div_inv, on the host) and
+ * q0 = RN(v yi) within an ulp of v/y, r = v - q0 y is exact in one fma and
+ * q0 + r yi, rounded once, is RN(v/y) -- unless an intermediate overflows
+ * or underflows, which the bounds on y (yi = 0 outside them) and on |v|
+ * (Inf, NaN and huge v) rule out; those take the division. (A v so small
+ * that q0 underflows has |v/y| far below 1/2: the same integer, 0, after
+ * rounding -- the int8 users' only need.) */
+static __device__ __forceinline__ float vc_div_rn(float v, float y, float yi) {
+  if (yi != 0.0f && fabsf(v) < 0x1p100f) {
+    const float q0 = __fmul_rn(v, yi);
+    const float r = __fmaf_rn(-q0, y, v);
+    return __fmaf_rn(r, yi, q0);
+  }
+  return __fdiv_rn(v, y);
+}
+/* yi for vc_div_rn: 1.0f / y in binary32 on the host (correctly rounded,
+ * SSE), or 0 (always divide) for y outside 2^-100..2^100. */
+static inline float vc_div_inv(float y) {
+  return y >= 0x1p-100f && y <= 0x1p100f ? 1.0f / y : 0.0f;
+}
+
 /* Device copy of vc_fingerprint_mix (vc_kmap.h; keep them identical). */
 static __device__ __forceinline__ uint64_t vc_dev_fingerprint_mix(uint64_t i,
                                                                   uint64_t key) {
