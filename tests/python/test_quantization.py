@@ -421,6 +421,22 @@ def test_int8_features_are_taken_as_quantized():
     assert torch.equal(q(qx).feats, q(x).feats)
 
 
+def test_int8_sparse_tensor_pools_and_float_layers_refuse_it():
+    """int8 features in a SparseTensor: max pooling is exact (the float
+    pool of the same values, back in int8); a float conv refuses them with
+    a dtype error instead of reading the bytes as something else."""
+    x = _sparse(500, 10, 7, seed=24)
+    q = Q.quantize_tensor(x.feats, float(x.feats.abs().max()) / 127)
+    xq = voxconv.SparseTensor(q, x.coords)
+    pool = vnn.SparseMaxPool3d(2, 2)
+    yq = pool(xq)
+    yf = pool(voxconv.SparseTensor(q.float(), x.coords))
+    assert yq.feats.dtype == torch.int8
+    assert torch.equal(yq.feats, yf.feats.to(torch.int8))
+    with pytest.raises(voxconv.errors.DtypeMismatchError):
+        vnn.SparseConv3d(7, 4)(xq)
+
+
 def test_runs_under_inference_mode_and_no_grad():
     x = _sparse(300, 8, 3, seed=21)
     m = vnn.Sequential(vnn.SparseConv3d(3, 4), vnn.SparseBatchNorm(4), vnn.SparseReLU())
