@@ -29,18 +29,18 @@ calling ``voxconv_conv_forward_int8`` / ``voxconv_depthwise_forward_int8``:
 
 The int8 layers quantize their float input with the calibrated scale
 (``round_half_even(x / x_scale)`` in float32, clamped; one pass of the
-library's ``voxconv_quantize``), call the C op, and
-return float features (``output="float"``; float32, or with ``out_dtype``
-float16 / bfloat16 written by the library; the epilogue dequantises, adds
-the bias and applies the ReLU, see include/voxconv.h for its exact
-rounding) or, with ``output="int8"``, have the library requantise the
-output to int8 with the calibrated scale of the layer's (fused) output and
-return it dequantised (``q * y_scale`` rounded to float32, then to
-``out_dtype``; ``voxconv_dequantize``), so the rest of the network
-sees exactly what an int8 pipeline would carry. A layer given int8
-features takes them as already quantized at its own ``x_scale`` (what an
-int8 pipeline carries between layers) and skips the quantization. Coordinates and kernel maps
-are those the float layer would use (the same coordinate-manager cache).
+library's ``voxconv_quantize``), call the C op, and return float features
+(``output="float"``; float32, or with ``out_dtype`` float16 / bfloat16
+written by the library; the epilogue dequantises, adds the bias and applies
+the ReLU, see include/voxconv.h for its exact rounding) or, with
+``output="int8"``, have the library requantise the output to int8 with the
+calibrated scale of the layer's (fused) output and return it dequantised
+(``q * y_scale`` rounded to float32, then to ``out_dtype``;
+``voxconv_dequantize``), so the rest of the network sees exactly what an
+int8 pipeline would carry. A layer given int8 features takes them as
+already quantized at its own ``x_scale`` (what an int8 pipeline carries
+between layers) and skips the quantization. Coordinates and kernel maps are
+those the float layer would use (the same coordinate-manager cache).
 
 The layers run where their buffers and input are: on the CPU (VNNI where
 the CPU has it) or on CUDA (tensor-core int8, src/cuda/cuda_int8.cu); both
@@ -170,12 +170,9 @@ def _lib_convertible(x):
     return x.dim() == 2 and x.is_contiguous() and x.device.type in ("cpu", "cuda")
 
 
-def _feats_of(t, code):
-    return _lib.Feats(_runtime.ptr(t), t.shape[0], t.shape[1], code)
-
-
-def _convert(name, x, y, code_x, code_y, scale):
-    fx, fy = _feats_of(x, code_x), _feats_of(y, code_y)
+def _convert(name, x, y, scale):
+    """y = name(x, scale): voxconv_quantize / voxconv_dequantize."""
+    fx, fy = _runtime.feats_struct(x, "x"), _runtime.feats_struct(y, "y")
     _runtime.handle_for_tensor(x).call(name, ctypes.byref(fx), ctypes.c_float(scale),
                                        ctypes.byref(fy))
     return y
@@ -200,11 +197,9 @@ def quantize_tensor(x, scale):
     x = x.detach()  # no gradient: the rounding is flat almost everywhere
     if (not isinstance(scale, torch.Tensor) and x.dtype in _LIB_FLOATS
             and _lib_convertible(x)):
-        s = _float_scale(scale)
-        code = _runtime.dtype_code(x.dtype)
-        return _convert("voxconv_quantize", x, torch.empty(x.shape, dtype=torch.int8,
-                                                           device=x.device),
-                        code, _lib.DTYPE_I8, s)
+        return _convert("voxconv_quantize", x,
+                        torch.empty(x.shape, dtype=torch.int8, device=x.device),
+                        _float_scale(scale))
     return _quantize_tensor_torch(x, scale)
 
 
@@ -229,9 +224,8 @@ def dequantize_tensor(q, scale, dtype=torch.float32):
     s = _float_scale(scale)
     q = q.detach()
     if dtype in _LIB_FLOATS and _lib_convertible(q):
-        return _convert("voxconv_dequantize", q, torch.empty(q.shape, dtype=dtype,
-                                                             device=q.device),
-                        _lib.DTYPE_I8, _runtime.dtype_code(dtype), s)
+        return _convert("voxconv_dequantize", q,
+                        torch.empty(q.shape, dtype=dtype, device=q.device), s)
     return (q.float() * torch.tensor(s, dtype=torch.float32, device=q.device)).to(dtype)
 
 
