@@ -817,10 +817,12 @@ def outside_compile(fn):
     return entry
 
 
-def _weighted(kind, x, w, km, fwd, dgrad, wgrad, fp16, det, layout=None):
+def weighted(kind, x, w, km, cfg, layout=None):
+    """conv (kind "conv") or depthwise of x and w through km with cfg =
+    (fwd, dgrad, wgrad, fp16, det) as one tuple, as conv_geometry holds it
+    (no unpacking and packing again on the hot path)."""
     x = x.contiguous()
     inf = _inference()
-    cfg = (fwd, dgrad, wgrad, fp16, det)
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
         if layout is None:
             w = w.contiguous()
@@ -835,11 +837,11 @@ def conv(x, w, km, fwd, dgrad, wgrad, fp16, det, layout=None):
     (autograd.Function, scratch structs). Callers run outside torch.compile
     (outside_compile), so this is never traced. ``layout``: None (w is
     ``[K, Cin, Cout]``) or a WeightLayout saying how w is stored."""
-    return _weighted("conv", x, w, km, fwd, dgrad, wgrad, fp16, det, layout)
+    return weighted("conv", x, w, km, (fwd, dgrad, wgrad, fp16, det), layout)
 
 
 def depthwise(x, w, km, fwd, dgrad, wgrad, fp16, det):
-    return _weighted("depthwise", x, w, km, fwd, dgrad, wgrad, fp16, det)
+    return weighted("depthwise", x, w, km, (fwd, dgrad, wgrad, fp16, det))
 
 
 def pool(x, km, mode):

@@ -51,7 +51,7 @@ from . import errors
 from .algo import (SPARSE_CONV_BWD_ALGO_MODE, SPARSE_CONV_FWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE, algo_string)
-from .kmap import KMAP_EXPANDING
+from .kmap import KMAP_EXPANDING, cached_plain_map
 from .tensor import SparseTensor, _check_coords, triple
 
 __all__ = [
@@ -297,14 +297,19 @@ def spatially_sparse_conv(input, weight, kernel_size=3, stride=1, dilation=1,
 
 
 def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_coords, cfg,
-                  depthwise, geo=None):
+                  depthwise, geo=None, mkey=None):
     """The convolution with normalised arguments (3-tuples ks/st/dl, cfg =
     (fwd, dgrad, wgrad, fp16 tristate, det tristate)): the modules call
     this directly, so a layer's forward does no per-call re-validation of
     what its constructor checked. Not under torch.compiler.disable itself:
     its callers are (the module forwards, spatially_sparse_conv), and a
-    second disabled layer cost ~3 us per autograd call on torch 2.11. ``geo``: None, or what _norm_geo returns
-    for padding / out_shape / expand / inverse."""
+    second disabled layer cost ~3 us per autograd call on torch 2.11.
+    ``geo``: None, or what _norm_geo returns for padding / out_shape /
+    expand / inverse. ``mkey``: None, or (a module's, computed once)
+    kmap.plain_map_key(ks, st, dl) of this geometry, which must then be
+    neither transposed nor generative and have geo None: a cached map is
+    found with one dictionary read instead of the three calls through
+    _geometry (host time per call, docs/perf-notes.md item 83)."""
     if type(input) is not SparseTensor:
         _check_input(input)
     feats, weight, bias = _autocast(input.feats, weight, bias)
@@ -327,11 +332,16 @@ def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_c
         if bias.shape != (cout,):
             raise errors.ShapeMismatchError(
                 f"bias: expected shape [{cout}], got {tuple(bias.shape)}")
-    if geo is None:
+    hit = None
+    if mkey is not None and out_coords is None:
+        hit = cached_plain_map(input.coordinate_set, mkey)
+    if hit is not None:
+        km, out_set = hit
+    elif geo is None:
         km, out_set = _geometry(input, ks, st, dl, transposed, generative, out_coords)
     else:
         km, out_set = _geometry_ext(input, ks, st, dl, transposed, generative, out_coords, geo)
-    y = (_ops.depthwise if depthwise else _ops.conv)(feats, weight, km, *cfg)
+    y = _ops.weighted("depthwise" if depthwise else "conv", feats, weight, km, cfg)
     if bias is not None:
         y = y + bias
     return SparseTensor._wrap(y, out_set)

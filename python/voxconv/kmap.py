@@ -451,6 +451,22 @@ def _map_key(mode, kernel_size, stride, dilation, out_id, padding, out_shape, or
     return key
 
 
+def cached_plain_map(in_set, key):
+    """(kmap, output set) of in_set's cached map under ``key`` (what
+    :func:`plain_map_key` gives), or None: the hit path of
+    CoordinateManager.kernel_map without its key building, for callers
+    that computed the key once (the conv modules)."""
+    return _live(in_set.kmaps.get(key))
+
+
+def plain_map_key(kernel_size, stride, dilation):
+    """The kmaps key kernel_map uses for a centred submanifold (stride 1)
+    or strided map: no output set, padding, out_shape or offset order.
+    Normalised 3-tuples."""
+    mode = _lib.KMAP_SUBMANIFOLD if tuple(stride) == (1, 1, 1) else _lib.KMAP_STRIDED
+    return _map_key(mode, kernel_size, stride, dilation, None, None, None, 0)
+
+
 class CoordinateManager:
     """Shared by all sparse tensors derived from one input (see module doc)."""
 

@@ -31,6 +31,7 @@ from .tensor import SparseTensor, triple
 from . import _lib
 from . import _ops
 from . import errors
+from .kmap import plain_map_key
 
 # ``import voxconv.nn.init`` as well as ``voxconv.nn.init`` / ``from voxconv.nn
 # import init`` (voxconv.nn is a module, not a package).
@@ -89,11 +90,31 @@ def _geo_repr(module):
 
 def _cfg(module):
     """The call configuration (fwd, dgrad, wgrad, fp16, det) of a conv
-    module, from its (validated) attributes: cheap, so that setting e.g.
-    ``layer.use_fp16_accum`` after construction still takes effect."""
+    module, from its (validated) attributes."""
     return (module.fwd_algo, module.bwd_algo, module.bwd_algo,
             F.tristate(module.use_fp16_accum, "use_fp16_accum"),
             F.tristate(module.deterministic, "deterministic"))
+
+
+def _call_plan(module):
+    """(cfg, mkey) of a conv module's forward: cfg as _cfg, mkey the
+    kmap.plain_map_key of its geometry (None when transposed, generative
+    or with keyword geometry). Remembered with the attribute values it was
+    made from and made again when any of them changed, so that setting
+    e.g. ``layer.use_fp16_accum`` or ``layer.stride`` after construction
+    still takes effect; making it on every call cost ~1-2 us of host time
+    (two tristates, the map key through three calls; perf-notes item 83)."""
+    raw = (module.fwd_algo, module.bwd_algo, module.use_fp16_accum, module.deterministic,
+           module.kernel_size, module.stride, module.dilation, module.transposed,
+           module.generative, module._geo)
+    memo = module.__dict__.get("_plan_memo")
+    if memo is not None and memo[0] == raw:
+        return memo[1]
+    plain = not (module.transposed or module.generative) and module._geo is None
+    plan = (_cfg(module), plain_map_key(module.kernel_size, module.stride, module.dilation)
+            if plain else None)
+    module.__dict__["_plan_memo"] = (raw, plan)
+    return plan
 
 
 class SparseConv3d(nn.Module):
@@ -141,9 +162,10 @@ class SparseConv3d(nn.Module):
     @_ops.outside_compile
     def forward(self, input, out_coords=None):
         # Arguments were validated at construction: the normalised core.
+        cfg, mkey = _call_plan(self)
         return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
                                self.dilation, self.transposed, self.generative, out_coords,
-                               _cfg(self), False, geo=self._geo)
+                               cfg, False, geo=self._geo, mkey=mkey)
 
     def extra_repr(self):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -203,9 +225,10 @@ class SparseDepthwiseConv3d(nn.Module):
 
     @_ops.outside_compile
     def forward(self, input, out_coords=None):
+        cfg, mkey = _call_plan(self)
         return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
                                self.dilation, self.transposed, self.generative, out_coords,
-                               _cfg(self), True, geo=self._geo)
+                               cfg, True, geo=self._geo, mkey=mkey)
 
     def extra_repr(self):
         return (f"{self.channels}, kernel_size={self.kernel_size}, stride={self.stride}, "

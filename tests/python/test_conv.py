@@ -208,6 +208,41 @@ def test_modules_match_functional(device, kind):
     assert m.weight.grad is not None and torch.isfinite(m.weight.grad).all()
 
 
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_module_attributes_set_after_construction_take_effect(depthwise):
+    """The modules remember their call configuration and map key with the
+    attribute values they came from (nn._call_plan): a changed stride,
+    dilation, algorithm or fp16 setting must be seen by the next call,
+    exactly as a fresh module with those values would run it."""
+    coords = ref.rand_coords(120, 9, 2)
+    inp = voxconv.SparseTensor(torch.randn(len(coords), 4, dtype=torch.float64), coords)
+    if depthwise:
+        m = voxconv.nn.SparseDepthwiseConv3d(4, 3, bias=False, dtype=torch.float64)
+        fn = voxconv.spatially_sparse_depthwise_conv
+    else:
+        m = voxconv.nn.SparseConv3d(4, 5, 3, bias=False, dtype=torch.float64)
+        fn = voxconv.spatially_sparse_conv
+    y1 = m(inp)
+    assert torch.equal(y1.coords, inp.coords)  # submanifold
+    for attr, value, kwargs in (("stride", (2, 2, 2), {"stride": 2}),
+                                ("dilation", (2, 1, 1), {"stride": 2, "dilation": (2, 1, 1)})):
+        setattr(m, attr, value)
+        y = m(inp)
+        want = fn(inp, m.weight, 3, **kwargs)
+        assert len(y.coords) < len(inp.coords)  # the strided map, not the cached one
+        assert torch.equal(y.coords, want.coords)
+        assert torch.equal(y.feats, want.feats)
+    m.stride, m.dilation = (1, 1, 1), (1, 1, 1)
+    assert torch.equal(m(inp).feats, y1.feats)  # back on the first map
+    m.use_fp16_accum = "yes"
+    with pytest.raises(voxconv.InvalidArgumentError, match="use_fp16_accum"):
+        m(inp)
+    m.use_fp16_accum = None
+    m.fwd_algo = "no such algorithm"
+    with pytest.raises(voxconv.VoxconvError):
+        m(inp)
+
+
 def test_weight_init_bounds():
     m = voxconv.nn.SparseConv3d(16, 8, kernel_size=3)
     bound = 1 / (16 * 27) ** 0.5
