@@ -381,15 +381,13 @@ def run_int8(km, qx, qw, w_scale, bias, x_scale, relu, y_scale, depthwise, cout,
     or int8 when y_scale is given."""
     dt = torch.int8 if y_scale is not None else out_dtype
     y = torch.empty((km.n_out, cout), dtype=dt, device=qx.device)
-    fx = _lib.Feats(_runtime.ptr(qx), qx.shape[0], qx.shape[1], _lib.DTYPE_I8)
-    fy = _lib.Feats(_runtime.ptr(y), y.shape[0], y.shape[1],
-                    _lib.DTYPE_I8 if y_scale is not None else _FLOAT_OUT[out_dtype])
+    fx = _runtime.feats_struct(qx, "int8 features")
+    fy = _runtime.feats_struct(y, "output")
     if depthwise:
-        fw = _lib.Feats(_runtime.ptr(qw), qw.shape[0], qw.shape[1], _lib.DTYPE_I8)
+        fw = _runtime.feats_struct(qw, "int8 depthwise weight")
         name = "voxconv_depthwise_forward_int8"
     else:
-        fw = _lib.Weights(_runtime.ptr(qw), qw.shape[0], qw.shape[1], qw.shape[2],
-                          _lib.DTYPE_I8)
+        fw = _runtime.weights_struct(qw, "int8 weight")
         name = "voxconv_conv_forward_int8"
     qp = _quant_params(w_scale, bias, x_scale, relu, y_scale)
     h = _runtime.handle_for_tensor(qx)

@@ -47,10 +47,6 @@ using namespace vc_mask_gemm;
 
 namespace {
 
-__host__ __device__ bool aligned16(const void *p) {
-  return ((uintptr_t)p & 15u) == 0;
-}
-
 /* ---- the epilogue (voxconv.h, steps 2-5) -------------------------------- */
 struct I8Epilogue {
   const float *w_scale; /* [cout], device */
@@ -140,7 +136,7 @@ template <bool ENABLE> struct I8Staging {
                        int bm, int bn, int bytes)
       : buf(b), esz(i8_esz(e.dtype)), pitch(bn * i8_esz(e.dtype) + 16),
         on(ENABLE && bm * (bn * i8_esz(e.dtype) + 16) <= bytes &&
-           ((a.nb * i8_esz(e.dtype)) & 15) == 0 && aligned16(a.out)) {}
+           ((a.nb * i8_esz(e.dtype)) & 15) == 0 && vc_aligned(a.out, 16)) {}
   /* element (tile row r, tile column c, global column n0 + c) */
   __device__ __forceinline__ void put(const I8Epilogue &e, const FwdArgs &a,
                                       const int *rows, int n0, int r, int c,
@@ -908,7 +904,7 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     wk = (int)kc;
   } else {
     const int8_t *x = p->x;
-    if (ka != cin || !aligned16(x)) {
+    if (ka != cin || !vc_aligned(x, 16)) {
       int8_t *xp = NULL;
       VC_CHECK(ws.get<int8_t>(m->n_in * ka, &xp, "int8 padded input"));
       if (m->n_in > 0) {

@@ -272,8 +272,6 @@ voxconv_status_t launch_wg_wgrad_tile(voxconv_handle_t *h, int tile,
 }
 
 /* ---- the registry record ----------------------------------------------- */
-bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
-
 /* Channel counts that are not multiples of 8 (a first layer's 3 or 4 input
  * features) are run on zero-padded copies: the kernels move 8 channels per
  * 16-byte cp.async, and zero channels add exact zeros to every sum, so the
@@ -361,9 +359,9 @@ int mg_supports(const voxconv_handle_t *h, const vc_conv_problem_t *p) {
   /* Operands used in place must be 16-byte aligned (cp.async); the padded
    * ones are copies (see PadPlan). */
   const PadPlan pp = pad_plan(p);
-  if ((!pp.a.padded() && !aligned16(p->a)) ||
-      (!pp.b.padded() && !aligned16(p->b)) ||
-      (!pp.c.padded() && !aligned16(p->c)))
+  if ((!pp.a.padded() && !vc_aligned(p->a, 16)) ||
+      (!pp.b.padded() && !vc_aligned(p->b, 16)) ||
+      (!pp.c.padded() && !vc_aligned(p->c, 16)))
     return 0;
   if (p->kmap->n_in > INT32_MAX || p->kmap->n_out > INT32_MAX)
     return 0;

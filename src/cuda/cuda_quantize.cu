@@ -135,15 +135,11 @@ __global__ void __launch_bounds__(kQBlock)
   }
 }
 
-bool aligned(const void *p, unsigned a) {
-  return ((uintptr_t)p & (a - 1)) == 0;
-}
-
 template <typename T>
 voxconv_status_t launch(voxconv_handle_t *h, int dequantize, const void *x,
                         void *y, int64_t n, float s) {
   const void *fl = dequantize ? y : x, *q = dequantize ? x : y;
-  const bool vec = aligned(fl, 16) && aligned(q, 8);
+  const bool vec = vc_aligned(fl, 16) && vc_aligned(q, 8);
   /* every SM full (8 blocks of 256 threads at <= 32 registers), grid-
    * stride beyond: the loads in flight set the bandwidth */
   const unsigned grid = vc_grid_1d(n / kQVec > 0 ? n / kQVec : 1, kQBlock,

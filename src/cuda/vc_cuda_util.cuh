@@ -213,6 +213,11 @@ private:
 template <typename T> static inline __host__ __device__ T vc_ceil_div(T a, T b) {
   return (a + b - 1) / b;
 }
+/* p is a multiple of `a` bytes (a power of two): the vector paths'
+ * precondition (16-byte loads and stores of rows, 8-byte int8 groups). */
+static inline __host__ __device__ bool vc_aligned(const void *p, unsigned a) {
+  return ((uintptr_t)p & (uintptr_t)(a - 1)) == 0;
+}
 /* Grid size for n threads in blocks of `block`, clamped to a sane maximum
  * for grid-stride kernels. */
 static inline unsigned vc_grid_1d(int64_t n, int block,
