@@ -162,10 +162,22 @@ voxconv_status_t launch_fwd_tile(voxconv_handle_t *h, int tile,
                  VC_MG_FWD_TILES - 1);
 }
 
-/* the forward/dgrad kernel of a wgmma tile */
-template <typename T, typename TL, bool ACC16> auto wg_fwd_kernel_of() {
+/* A wgmma tile whose forward reads W as stored ([kvol][cin][cout], B
+ * MN-major: wg_fwd_kernel's B_MN) instead of a transposed copy: not warp-
+ * specialised, fp32 sums (the MN-major wgmma wrappers), 64-channel column
+ * blocks. */
+template <typename TL, bool ACC16> constexpr bool wg_b_mn() {
+  return !TL::WS && !ACC16 && TL::BN % 64 == 0;
+}
+
+/* the forward (dgrad false) or dgrad kernel of a wgmma tile */
+template <typename T, typename TL, bool ACC16>
+auto wg_fwd_kernel_of(bool dgrad) {
   if constexpr (TL::WS)
     return wg_fwd_ws_kernel<T, TL, ACC16>;
+  else if constexpr (wg_b_mn<TL, ACC16>())
+    return dgrad ? wg_fwd_kernel<T, TL, ACC16, false>
+                 : wg_fwd_kernel<T, TL, ACC16, true>;
   else
     return wg_fwd_kernel<T, TL, ACC16>;
 }
@@ -691,8 +703,10 @@ voxconv_status_t launch_im2col(voxconv_handle_t *h, const FwdArgs &a) {
 
 /* Launches wgmma tile TL after laying out its B operand: the warp-
  * specialised tiles read stage images of the weights (BN x BK tiles as a
- * stage holds them), the others K-major weights -- dgrad's as they are,
- * the forward's through a transposed scratch copy (3.5 MB at C = 256). */
+ * stage holds them); the others read dgrad's weights as they are (K-major)
+ * and the forward's as they are too where wg_b_mn (MN-major), else
+ * through a transposed scratch copy (3.5 MB at C = 256) made by a kernel
+ * launched first (docs/perf-notes.md item 84). */
 template <typename T, typename TL, bool ACC16>
 voxconv_status_t launch_wg(voxconv_handle_t *h, FwdArgs a, bool dgrad) {
   const T *w = (const T *)a.w;
@@ -707,7 +721,7 @@ voxconv_status_t launch_wg(voxconv_handle_t *h, FwdArgs a, bool dgrad) {
             w, img, a.kvol, a.ka, a.nb, dgrad);
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm wg_stage_image_kernel");
     a.w = img;
-  } else if (!dgrad) { /* forward: cin = ka, cout = nb */
+  } else if (!dgrad && !wg_b_mn<TL, ACC16>()) { /* cin = ka, cout = nb */
     T *wt = NULL;
     VC_CHECK(tmp.get<T>((int64_t)a.kvol * a.ka * a.nb, &wt,
                         "mask_gemm_wgmma transposed weights"));
@@ -718,7 +732,7 @@ voxconv_status_t launch_wg(voxconv_handle_t *h, FwdArgs a, bool dgrad) {
     VC_CUDA_LAUNCH_CHECK(h, "mask_gemm transpose_w_kernel");
     a.w = wt;
   }
-  return launch_tiles<TL>(h, wg_fwd_kernel_of<T, TL, ACC16>(),
+  return launch_tiles<TL>(h, wg_fwd_kernel_of<T, TL, ACC16>(dgrad),
                           wg_smem_bytes<TL>(), a);
 }
 
@@ -1095,12 +1109,12 @@ template <typename T, typename TL> KernelRow wgrad_row(int tile_id,
                       wgrad_smem_bytes<TL>());
 }
 
-/* A wgmma tile: one kernel serves forward and dgrad (both read K-major
- * weights), listed under both. */
+/* A wgmma tile's forward or dgrad kernel (one kernel for both where the
+ * forward reads a transposed copy or stage images, see wg_b_mn). */
 template <typename T, typename TL, bool ACC16>
 KernelRow wg_row(int tile_id, voxconv_dtype_t dt, bool dgrad) {
   return tile_row<TL>("mask_gemm_wgmma",
-                      (const void *)wg_fwd_kernel_of<T, TL, ACC16>(),
+                      (const void *)wg_fwd_kernel_of<T, TL, ACC16>(dgrad),
                       VOXCONV_PASS_CONV_FWD, dgrad, tile_id, dt, ACC16,
                       wg_smem_bytes<TL>());
 }

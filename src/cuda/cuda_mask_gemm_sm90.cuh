@@ -139,28 +139,45 @@ template <int BK> __host__ __device__ constexpr unsigned wg_desc_hi() {
 #define VC_WG_OPS64(C, d) VC_WG_OPS32(C, d), VC_WG_OPS32(C, (d) + 32)
 #define VC_WG_OPS128(C, d) VC_WG_OPS64(C, d), VC_WG_OPS64(C, (d) + 64)
 
-#define VC_WG_ASM(INSTR, NREG, IA, IB, C, TR)                                  \
+#define VC_WG_ASM(INSTR, NREG, IA, IB, C, TRA, TRB)                            \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n" INSTR                \
-               " {" VC_WG_R##NREG "}, " IA ", " IB ", p, 1, 1, " TR ", " TR    \
+               " {" VC_WG_R##NREG "}, " IA ", " IB ", p, 1, 1, " TRA ", " TRB  \
                ";\n}\n"                                                        \
                : VC_WG_OPS##NREG(C, d)                                         \
                : "l"(da), "l"(db))
 
+/* Operand majorness of a wgmma (its two transpose immediates). */
+enum WgMajor {
+  WG_K = 0,    /* both operands K-major (forward/dgrad) */
+  WG_MN = 1,   /* both MN-major (wgrad: gathered rows, channels contiguous) */
+  WG_B_MN = 2, /* A K-major, B MN-major (forward reading W [k][cin][cout]
+                  as stored: the output channels contiguous) */
+};
+
 /* One m64nNk16 wgmma of a warpgroup: d += A(da) * B(db), d being NREG
  * registers of REG_T (constraint C); IA / IB name the descriptor operands
  * (%NREG, %NREG+1). One specialization per (input type, accumulator, N,
- * operand majorness). MN = false: both operands K-major (forward/dgrad);
- * true: both MN-major, i.e. the transpose immediates set (wgrad, whose
- * operands are gathered rows with the M or N channels contiguous). */
-template <typename T, bool ACC16, int N, bool MN = false> struct Wgmma;
-#define VC_WG_SPEC_MN(T, ACC16, N, MN, TR, TYPES, REG_T, C, NREG, IA, IB)      \
-  template <> struct Wgmma<T, ACC16, N, MN> {                                  \
+ * operand majorness). */
+template <typename T, bool ACC16, int N, int MAJOR = WG_K> struct Wgmma;
+#define VC_WG_SPEC_MJ(T, ACC16, N, MJ, TRA, TRB, TYPES, REG_T, C, NREG, IA,   \
+                      IB)                                                      \
+  template <> struct Wgmma<T, ACC16, N, MJ> {                                  \
     static __device__ __forceinline__ void run(REG_T (&d)[NREG], uint64_t da,  \
                                                uint64_t db) {                  \
       VC_WG_ASM("wgmma.mma_async.sync.aligned.m64n" #N "k16." TYPES, NREG, IA, \
-                IB, C, TR);                                                    \
+                IB, C, TRA, TRB);                                              \
     }                                                                          \
   };
+#define VC_WG_SPEC_MN(T, ACC16, N, MN, TR, TYPES, REG_T, C, NREG, IA, IB)      \
+  VC_WG_SPEC_MJ(T, ACC16, N, MN ? WG_MN : WG_K, TR, TR, TYPES, REG_T, C, NREG, \
+                IA, IB)                                                        \
+  VC_WG_SPEC_B_MN(T, ACC16, N, MN, TYPES, REG_T, C, NREG, IA, IB)
+/* with every MN spec (fp32 accumulators, N = 64, 128, 256) its B-only one */
+#define VC_WG_SPEC_B_MN(T, ACC16, N, MN, TYPES, REG_T, C, NREG, IA, IB)        \
+  VC_WG_SPEC_B_MN_##MN(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)
+#define VC_WG_SPEC_B_MN_false(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)
+#define VC_WG_SPEC_B_MN_true(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)       \
+  VC_WG_SPEC_MJ(T, ACC16, N, WG_B_MN, "0", "1", TYPES, REG_T, C, NREG, IA, IB)
 #define VC_WG_SPEC(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)                 \
   VC_WG_SPEC_MN(T, ACC16, N, false, "0", TYPES, REG_T, C, NREG, IA, IB)
 VC_WG_SPEC(__half, false, 64, "f32.f16.f16", float, "+f", 32, "%32", "%33")
@@ -193,6 +210,10 @@ VC_WG_SPEC_MN(__nv_bfloat16, false, 256, true, "1", "f32.bf16.bf16", float,
               "+f", 128, "%128", "%129")
 #undef VC_WG_SPEC
 #undef VC_WG_SPEC_MN
+#undef VC_WG_SPEC_MJ
+#undef VC_WG_SPEC_B_MN
+#undef VC_WG_SPEC_B_MN_false
+#undef VC_WG_SPEC_B_MN_true
 
 /* Tile of the wgmma kernel: 2 warpgroups, each 64 rows x BN; stage rows
  * of BK halves (BK = 64: 128-byte rows, 128-byte swizzle; BK = 32: 64-byte
@@ -640,17 +661,23 @@ __device__ __forceinline__ void wg_ws_init(unsigned full0, unsigned empty0,
 }
 
 /* One stage's wgmma k-steps for a forward/dgrad tile: A rows of this
- * warpgroup at descriptor da0 (stage 0), B at db0. */
-template <typename T, typename TL, bool ACC16, typename C>
+ * warpgroup at descriptor da0 (stage 0), B at db0. B_MN: B is the MN-major
+ * layout of wg_fwd_kernel's direct weight loads (64-channel blocks of BK
+ * 128-byte rows, 128-byte swizzle whatever BK is), so a k-step of B moves
+ * by 16 rows (2048 bytes) instead of 32 bytes along a row. */
+template <typename T, typename TL, bool ACC16, bool B_MN = false, typename C>
 __device__ __forceinline__ void wg_fwd_mma(C &c, unsigned da0, unsigned db0,
                                            int stage, int b_stage) {
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::BK>() << 32;
+  constexpr uint64_t dhb = B_MN ? (uint64_t)wg_desc_hi<64>() << 32 : dhi;
+  constexpr unsigned bstep = B_MN ? 2048 >> 4 : 2;
   const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
   const unsigned db = db0 + b_stage * (TL::B_STAGE >> 4);
   wgmma_fence();
 #pragma unroll
-  for (int ks = 0; ks < TL::BK / 16; ks++) /* 32 bytes per k-step */
-    Wgmma<T, ACC16, TL::BN>::run(c, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
+  for (int ks = 0; ks < TL::BK / 16; ks++) /* A: 32 bytes per k-step */
+    Wgmma<T, ACC16, TL::BN, B_MN ? WG_B_MN : WG_K>::run(
+        c, dhi | (da + 2 * ks), dhb | (db + bstep * ks));
   wgmma_commit();
 }
 
@@ -734,8 +761,12 @@ wg_fwd_store_staged(const FwdArgs &args, const TileOffsets<TL::BM> &tile,
 
 /* Forward / dgrad tile on wgmma (WgTile: every thread gathers and issues
  * MMAs, wg_pipeline). args.w is K-major: B[kk][n] = W[k][n][kk]
- * ([kvol][nb][ka]). */
-template <typename T, typename TL, bool ACC16>
+ * ([kvol][nb][ka]); with B_MN (the forward, fp32 accumulators, BN a
+ * multiple of 64) it is the weight as stored, B[kk][n] = W[k][kk][n]
+ * ([kvol][ka][nb]), read MN-major: no transposed copy, and no launch to
+ * make one before the tile (host time per call, docs/perf-notes.md item
+ * 84). */
+template <typename T, typename TL, bool ACC16, bool B_MN = false>
 __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     wg_fwd_kernel(const FwdArgs args) {
 #ifdef VC_MG_SM90_BODY
@@ -763,6 +794,14 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   static_assert(TL::BM * AV % TL::THREADS == 0 &&
                     TL::BN * AV % TL::THREADS == 0,
                 "every thread copies whole vectors of each stage");
+  /* B_MN: a stage's B is BK rows (kk) of BN channels; vector v = tid + j
+   * THREADS is chunk v % BV of row v / BV, so a thread's chunk is fixed and
+   * its rows step by BR, a multiple of 8: one swizzle for all of them */
+  constexpr int BV = TL::BN / 8, BR = TL::THREADS / BV;
+  constexpr int CH_BLOCK = TL::BK * 128; /* 64 channels x BK rows */
+  static_assert(!B_MN || (TL::BN % 64 == 0 && TL::THREADS % BV == 0 &&
+                          BR % 8 == 0 && !ACC16),
+                "B_MN: 64-channel blocks, whole swizzle groups, fp32 sums");
   RowGather<AVPT> gather;
   gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
   gather.fetch(args.nbr, tile, 0);
@@ -780,12 +819,22 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
 #pragma unroll
   for (int j = 0; j < AVPT; j++)
     a_soff[j] = swz<TL::BK>((tid + j * TL::THREADS) / AV, cv);
+  int b_row[BVPT]; /* B_MN: the reduction row of each vector */
 #pragma unroll
   for (int j = 0; j < BVPT; j++) {
-    const int n = (tid + j * TL::THREADS) / AV;
-    b_soff[j] = swz<TL::BK>(n, cv);
-    b_ok[j] = n0 + n < nb;
-    b_src[j] = W + (b_ok[j] ? (n0 + n) * ka + cv * 8 : 0);
+    if constexpr (B_MN) {
+      const int cb = tid % BV, r = tid / BV + j * BR;
+      b_soff[j] = (cb >> 3) * CH_BLOCK + r * 128 + (((cb & 7) ^ (r & 7)) << 4);
+      b_ok[j] = n0 + cb * 8 < nb;
+      b_row[j] = r;
+      b_src[j] = W + (b_ok[j] ? (int64_t)r * nb + n0 + cb * 8 : 0);
+    } else {
+      const int n = (tid + j * TL::THREADS) / AV;
+      b_soff[j] = swz<TL::BK>(n, cv);
+      b_ok[j] = n0 + n < nb;
+      b_row[j] = 0;
+      b_src[j] = W + (b_ok[j] ? (n0 + n) * ka + cv * 8 : 0);
+    }
   }
   const T *a_src[AVPT];
   bool a_ok[AVPT];
@@ -803,7 +852,10 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     }
     const int c0 = ld_chunk * TL::BK;
     const bool col_ok = c0 + cv * 8 < ka;
-    const int64_t b_off = (int64_t)tile.act[ld_ai] * wsk + c0;
+    /* B's source: offset k's slab plus the chunk's first row (B_MN: rows
+     * of nb channels) or column (K-major) */
+    const int64_t b_off =
+        (int64_t)tile.act[ld_ai] * wsk + (B_MN ? (int64_t)c0 * nb : c0);
     const unsigned a_dst = sa_base + stage * TL::A_STAGE;
 #pragma unroll
     for (int j = 0; j < AVPT; j++)
@@ -811,7 +863,8 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     const unsigned b_dst = sb_base + stage * TL::B_STAGE;
 #pragma unroll
     for (int j = 0; j < BVPT; j++)
-      cp_async16_s(b_dst + b_soff[j], b_src[j] + b_off, b_ok[j] && col_ok);
+      cp_async16_s(b_dst + b_soff[j], b_src[j] + b_off,
+                   b_ok[j] && (B_MN ? c0 + b_row[j] < ka : col_ok));
     if (++ld_chunk == nchunk) {
       ld_chunk = 0;
       gather.fetch(args.nbr, tile, ++ld_ai); /* one offset ahead */
@@ -826,11 +879,15 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
    * addresses < 256 KB), so plain 32-bit adds build it; the high one is
    * constant. */
   const unsigned da0 = wg_desc_lo(sa_base + wg * 64 * TL::ROW_BYTES);
-  const unsigned db0 = wg_desc_lo(sb_base);
+  /* B_MN: the leading byte offset is the distance between 64-channel
+   * blocks (as wgrad's MN-major operands, WgradMma) */
+  const unsigned db0 =
+      B_MN ? ((sb_base & 0x3FFFFu) >> 4) | ((unsigned)(CH_BLOCK >> 4) << 16)
+           : wg_desc_lo(sb_base);
   wg_pipeline<TL::STAGES, ACC16 ? 0 : promote_iters>(
       iters, load_stage,
       [&](int stage) {
-        wg_fwd_mma<T, TL, ACC16>(acc.c, da0, db0, stage, stage);
+        wg_fwd_mma<T, TL, ACC16, B_MN>(acc.c, da0, db0, stage, stage);
       },
       [&] { acc.promote(); });
   acc.pin_all();
@@ -1297,7 +1354,7 @@ template <typename T, typename TL> struct WgradMma {
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < TL::BK / 16; ks++) /* 16 pair rows: 2048 B */
-      Wgmma<T, false, TL::BN, true>::run(c, dhi | (da + 128 * ks),
+      Wgmma<T, false, TL::BN, WG_MN>::run(c, dhi | (da + 128 * ks),
                                          dhi | (db + 128 * ks));
     wgmma_commit();
   }
