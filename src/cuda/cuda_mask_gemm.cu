@@ -164,10 +164,13 @@ voxconv_status_t launch_fwd_tile(voxconv_handle_t *h, int tile,
 
 /* A wgmma tile whose forward reads W as stored ([kvol][cin][cout], B
  * MN-major: wg_fwd_kernel's B_MN) instead of a transposed copy: not warp-
- * specialised, fp32 sums (the MN-major wgmma wrappers), 64-channel column
- * blocks. */
+ * specialised, fp32 sums (the MN-major wgmma wrappers), and 64 columns.
+ * The kernel takes any multiple of 64, but tile 0 (128 columns) measured
+ * 1.5-2.5% slower that way at C = 128 (1.217 -> 1.237 ms tuned, H100,
+ * docs/perf-notes.md item 84), more than the launch it saves; tile 2 (64
+ * columns, the tuner's choice at C = 64) lost nothing. */
 template <typename TL, bool ACC16> constexpr bool wg_b_mn() {
-  return !TL::WS && !ACC16 && TL::BN % 64 == 0;
+  return !TL::WS && !ACC16 && TL::BN == 64;
 }
 
 /* the forward (dgrad false) or dgrad kernel of a wgmma tile */
