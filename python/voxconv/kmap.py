@@ -727,4 +727,14 @@ class CoordinateManager:
         c = km.out_coords()
         if consumer is not None:
             c.record_stream(consumer)  # read there: not reused before it is done
+            # ...and valid there: SparseTensor.coords hands this tensor to
+            # the caller's code (.cpu(), printing, indexing) on the consumer
+            # stream, which nothing else ordered after the copy just queued
+            # on the map stream (ops wait for km.ready, user code did not:
+            # a pooled tensor's coordinates could be read before they were
+            # written). The op that asked for the map waits at this point
+            # anyway, so no overlap is lost.
+            written = torch.cuda.Event()
+            written.record()  # the current stream: the map stream here
+            consumer.wait_event(written)
         return c

@@ -357,3 +357,31 @@ def test_coordinates_outlive_queued_map_builds(cuda, monkeypatch):
         f"the coordinates' block went back to the pool while the map stream held it: {state}"
     assert torch.equal(got[0], want[0])
     assert torch.equal(got[1].cpu(), want[1].cpu()) and torch.equal(got[2].cpu(), want[2].cpu())
+
+
+def test_derived_coordinates_are_ordered_for_the_caller(cuda, monkeypatch):
+    """A strided map's output coordinates are copied out on the map stream;
+    the caller's stream must be ordered after that copy before the caller
+    can read them (y.coords.cpu() read them unwritten before: a flaky
+    transposed-conv reference in test_conv, H100, 2026-11-27). The copy is
+    delayed here by a ~25 ms spin queued before it on the map stream: the
+    caller's stream must still be busy right after kernel_map returns, and
+    the coordinates read there must be the reference's."""
+    from voxconv import kmap as vkmap
+    orig = vkmap.KernelMap.out_coords
+
+    def late_copy(self):
+        torch.cuda._sleep(50_000_000)  # on the current (map) stream
+        return orig(self)
+
+    monkeypatch.setattr(vkmap.KernelMap, "out_coords", late_copy)
+    fine = ref.rand_coords(3000, 24, 2)
+    x = voxconv.SparseTensor(torch.zeros(len(fine), 1, device=cuda), fine.to(cuda))
+    torch.cuda.synchronize()
+    _, coarse = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_STRIDED,
+                                     (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    after = torch.cuda.Event()
+    after.record()
+    assert not after.query(), "the caller's stream does not wait for the coordinates"
+    want, _ = ref.kernel_pairs("strided", fine, (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    assert torch.equal(coarse.coords.cpu(), want)
