@@ -284,6 +284,63 @@ def test_quantize_fuses_bn_and_relu_in_both_sequentials():
         assert Q.sqnr_db(m(x).feats, qm(x).feats) > 25
 
 
+def _chain_model():
+    """Quantized layers in a row (fused BN / ReLU, max pooling between two)
+    and one followed by a float module (not chained)."""
+    m = vnn.Sequential(vnn.SparseConv3d(5, 24), torch.nn.BatchNorm1d(24), torch.nn.ReLU(),
+                       vnn.SparseConv3d(24, 16, 3), vnn.SparseReLU(), vnn.SparseMaxPool3d(2),
+                       vnn.SparseDepthwiseConv3d(16), vnn.SparseConv3d(16, 11, 3, 2),
+                       torch.nn.Tanh(), vnn.SparseConv3d(11, 7))
+    _randomize_bn(m[1], 24, 9)
+    return m.eval()
+
+
+def test_chain_hands_int8_to_the_next_quantized_layer():
+    """quantize(chain=True): each layer whose output goes straight (past
+    fused modules and max pooling) into a quantized layer requantises at
+    that layer's x_scale and hands int8 on; the model's float32 output has
+    the same bits as without chaining (the epilogue rounds v / x_scale as
+    voxconv_quantize rounds the float32 v, and max commutes with the
+    monotone quantisation), and the features between chained layers are
+    int8."""
+    x = _sparse(2500, 12, 5, seed=41)
+    m = _chain_model()
+    q0 = Q.quantize(m, [x])
+    q1 = Q.quantize(m, [x], chain=True)
+    layers = [q1[0], q1[3], q1[6], q1[7], q1[9]]
+    assert [l.int8_out for l in layers] == [True, True, True, False, False]
+    for a, b in ((q1[0], q1[3]), (q1[3], q1[6]), (q1[6], q1[7])):
+        assert a.y_scale == b.x_scale
+    assert q1[7].y_scale is None  # a float module (Tanh) reads its output
+    seen = []
+    hooks = [l.register_forward_hook(lambda mod, a, out: seen.append(out.feats.dtype))
+             for l in layers]
+    with torch.no_grad():
+        y0, y1 = q0(x), q1(x)
+    for h in hooks:
+        h.remove()
+    assert seen == [torch.int8] * 3 + [torch.float32] * 2
+    assert y1.feats.dtype == torch.float32
+    assert torch.equal(y0.coords, y1.coords)
+    assert torch.equal(y0.feats.view(torch.int32), y1.feats.view(torch.int32))
+    assert "handed on as int8" in repr(q1[0])
+    rep = Q.sqnr_report(m, q1, x)  # chained layers' int8 outputs dequantised
+    assert len(rep) == 5 and rep.min() > 20, str(rep)
+
+
+def test_chain_leaves_a_single_layer_and_int8_output_alone():
+    x = _sparse(800, 9, 4, seed=43)
+    bare = vnn.SparseConv3d(4, 6).eval()
+    q = Q.quantize(bare, [x], chain=True)
+    assert not q.int8_out and q.y_scale is None
+    m = vnn.Sequential(vnn.SparseConv3d(4, 6), vnn.SparseConv3d(6, 3)).eval()
+    q = Q.quantize(m, [x], output="int8", chain=True)
+    assert q[0].int8_out and q[0].y_scale == q[1].x_scale
+    assert not q[1].int8_out and q[1].y_scale is not None  # calibrated, dequantised
+    with torch.no_grad():
+        assert q(x).feats.dtype == torch.float32
+
+
 # ---- observers, scales -----------------------------------------------------------
 
 def test_minmax_and_percentile_observers():
@@ -580,6 +637,24 @@ def test_cuda_matches_cpu_bitwise(output, out_dtype):
     assert y_gpu.dtype == y_cpu.dtype == out_dtype and y_gpu.shape == y_cpu.shape
     bits = torch.int32 if out_dtype == torch.float32 else torch.int16
     assert torch.equal(y_gpu.view(bits), y_cpu.view(bits))
+
+
+@pytest.mark.skipif(not cuda_usable(), reason="no CUDA")
+def test_cuda_chain_matches_cpu_bitwise():
+    """A chained int8 pipeline (int8 features between layers, int8 max
+    pooling) gives the CPU's bits on the GPU."""
+    x = _sparse(3000, 14, 5, seed=47)
+    qm = Q.quantize(_chain_model(), [x], chain=True)
+    with torch.inference_mode():
+        out_cpu = qm(x)
+        out_gpu = copy.deepcopy(qm).cuda()(x.to("cuda"))
+
+    def by_coords(t):
+        c = t.coords.cpu().long()
+        key = ((c[:, 0] * 4096 + c[:, 1]) * 4096 + c[:, 2]) * 4096 + c[:, 3]
+        return t.feats.cpu()[torch.argsort(key)]
+    assert torch.equal(by_coords(out_gpu).view(torch.int32),
+                       by_coords(out_cpu).view(torch.int32))
 
 
 @pytest.mark.skipif(not cuda_usable(), reason="no CUDA")
