@@ -8,7 +8,7 @@ quote for the PyTorch int8 path otherwise come from bench/torch_bench.py.
 
     python3 bench/debug/int8_chain.py [--data-dir D] [--channels 64,256]
 """
-import argparse, os, statistics, sys, time
+import argparse, os, statistics, sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -17,23 +17,10 @@ import voxconv  # noqa: E402
 from voxconv import nn as vnn, quantization as Q  # noqa: E402
 
 
-def timed(fn, repeat):
-    ts = []
-    for _ in range(repeat):
-        if not torch.cuda.is_available():  # CPU smoke run: the host clock
-            t = time.perf_counter()
-            fn()
-            ts.append(1e3 * (time.perf_counter() - t))
-            continue
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        y = fn()
-        e.record()
-        e.synchronize()
-        ts.append(s.elapsed_time(e))
-        del y
-    return statistics.median(ts)
+def timed(timer, fn, repeat):
+    """Median of `repeat` single calls (torch_bench's Timer: CUDA events on
+    the GPU, the host clock on the CPU)."""
+    return statistics.median(timer.run(fn)[0] for _ in range(repeat))
 
 
 def main():
@@ -59,13 +46,14 @@ def main():
               for chain in (False, True)}
         assert qs[True][0].int8_out and not qs[False][0].int8_out
         res = {False: [], True: []}
+        timer = tb.Timer(torch.device(dev))
         with torch.inference_mode():
             for chain in (False, True):  # warm-up: maps, tuning
                 for _ in range(3):
                     qs[chain](x)
             for _ in range(2):
                 for chain in (False, True):
-                    res[chain].append(timed(lambda: qs[chain](x), args.repeat))
+                    res[chain].append(timed(timer, lambda: qs[chain](x), args.repeat))
             same = torch.equal(qs[False](x).feats, qs[True](x).feats)
         # bitwise equal with float32 between the layers (CPU run); with f16
         # the unchained first output is rounded to f16 before its quantise
