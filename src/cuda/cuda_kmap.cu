@@ -569,15 +569,6 @@ static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
   VC_CHECK(vc_write_pairs(h, nbr_out, n, K, counts, nb, m->in_rows,
                           m->out_rows,
                           m->n_out < 0 ? &d_st->n_out : NULL));
-  /* The forward's row order and tile masks, which the tensor-core
-   * convolutions (float and int8) otherwise sort at their first use of the
-   * map, on the convolutions' stream: here they are queued on the build's,
-   * which in a network (voxconv bench --maps overlap, the Python map
-   * stream) runs beside the level before (docs/perf-notes.md item 86).
-   * Before the ready event, so whatever orders a convolution after the
-   * build orders it after these. */
-  if (m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && n > 0 && n <= INT32_MAX)
-    VC_CHECK(vc_cuda_mg_prepare_rows(h, m));
   priv->h_status = vc_pinned_status_get(h);
   if (!priv->h_status)
     return VOXCONV_STATUS_ALLOC_FAILED; /* message set by the pool */

@@ -1063,13 +1063,6 @@ voxconv_status_t vc_mask_gemm::sorted_rows(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-extern "C" voxconv_status_t vc_cuda_mg_prepare_rows(voxconv_handle_t *h,
-                                                    voxconv_kmap_t *m) {
-  const int32_t *order = NULL;
-  const unsigned *tile_mask = NULL;
-  return vc_mask_gemm::sorted_rows(h, m, false, &order, &tile_mask);
-}
-
 /* ---- kernel table for `voxconv info --kernels` -------------------------- */
 namespace {
 

@@ -98,12 +98,6 @@ voxconv_status_t vc_cuda_unpool_backward(voxconv_handle_t *h,
                                          const voxconv_feats_t *dy,
                                          const voxconv_feats_t *dx);
 
-/* The forward direction's sorted row order and 128-row tile masks of map
- * m (the tensor-core families' cached tables, cuda_mask_gemm.cu), queued
- * on h's stream; the SUBMANIFOLD build makes them (cuda_kmap.cu). */
-voxconv_status_t vc_cuda_mg_prepare_rows(voxconv_handle_t *h,
-                                         voxconv_kmap_t *m);
-
 /* compiled kernel variants for `voxconv info --kernels` (cuda_mask_gemm.cu) */
 int vc_cuda_kernel_count(void);
 voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h, int index,
