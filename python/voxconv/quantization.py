@@ -503,9 +503,7 @@ def _chain(qmodel):
     followed, past Identity modules (fused BN / ReLU) and max pooling (exact
     on int8), by another quantized layer hands it int8 features at that
     layer's x_scale (y_scale = its x_scale, int8_out). Only the Sequential's
-    next module reads a child's output, so nothing else sees int8. Returns
-    the number of layers chained."""
-    n = 0
+    next module reads a child's output, so nothing else sees int8."""
     for _name, parent in qmodel.named_modules():
         if not isinstance(parent, nn.Sequential):
             continue
@@ -519,8 +517,6 @@ def _chain(qmodel):
             if j < len(kids) and isinstance(kids[j], _QuantizedConvBase):
                 kid.y_scale = kids[j].x_scale
                 kid.int8_out = True
-                n += 1
-    return n
 
 
 def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
