@@ -170,14 +170,7 @@ template <typename T, bool ACC16, int N, int MAJOR = WG_K> struct Wgmma;
   };
 #define VC_WG_SPEC_MN(T, ACC16, N, MN, TR, TYPES, REG_T, C, NREG, IA, IB)      \
   VC_WG_SPEC_MJ(T, ACC16, N, MN ? WG_MN : WG_K, TR, TR, TYPES, REG_T, C, NREG, \
-                IA, IB)                                                        \
-  VC_WG_SPEC_B_MN(T, ACC16, N, MN, TYPES, REG_T, C, NREG, IA, IB)
-/* with every MN spec (fp32 accumulators, N = 64, 128, 256) its B-only one */
-#define VC_WG_SPEC_B_MN(T, ACC16, N, MN, TYPES, REG_T, C, NREG, IA, IB)        \
-  VC_WG_SPEC_B_MN_##MN(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)
-#define VC_WG_SPEC_B_MN_false(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)
-#define VC_WG_SPEC_B_MN_true(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)       \
-  VC_WG_SPEC_MJ(T, ACC16, N, WG_B_MN, "0", "1", TYPES, REG_T, C, NREG, IA, IB)
+                IA, IB)
 #define VC_WG_SPEC(T, ACC16, N, TYPES, REG_T, C, NREG, IA, IB)                 \
   VC_WG_SPEC_MN(T, ACC16, N, false, "0", TYPES, REG_T, C, NREG, IA, IB)
 VC_WG_SPEC(__half, false, 64, "f32.f16.f16", float, "+f", 32, "%32", "%33")
@@ -208,12 +201,16 @@ VC_WG_SPEC_MN(__half, false, 256, true, "1", "f32.f16.f16", float, "+f", 128,
               "%128", "%129")
 VC_WG_SPEC_MN(__nv_bfloat16, false, 256, true, "1", "f32.bf16.bf16", float,
               "+f", 128, "%128", "%129")
+/* A K-major, B MN-major (WG_B_MN): the B_MN forward, which wg_b_mn runs
+ * on 64-column tiles only (the kernel itself takes any multiple of 64 that
+ * has a wrapper here) */
+VC_WG_SPEC_MJ(__half, false, 64, WG_B_MN, "0", "1", "f32.f16.f16", float, "+f",
+              32, "%32", "%33")
+VC_WG_SPEC_MJ(__nv_bfloat16, false, 64, WG_B_MN, "0", "1", "f32.bf16.bf16",
+              float, "+f", 32, "%32", "%33")
 #undef VC_WG_SPEC
 #undef VC_WG_SPEC_MN
 #undef VC_WG_SPEC_MJ
-#undef VC_WG_SPEC_B_MN
-#undef VC_WG_SPEC_B_MN_false
-#undef VC_WG_SPEC_B_MN_true
 
 /* Tile of the wgmma kernel: 2 warpgroups, each 64 rows x BN; stage rows
  * of BK halves (BK = 64: 128-byte rows, 128-byte swizzle; BK = 32: 64-byte
@@ -436,6 +433,20 @@ template <int BK> __device__ __forceinline__ int swz(int r, int c) {
     return r * 128 + ((c ^ (r & 7)) << 4);
   else
     return r * 64 + ((c ^ ((r >> 1) & 3)) << 4);
+}
+
+/* The MN-major operand layout (wgrad's both operands, the B_MN forward's
+ * weights): 64-channel blocks of ch_block bytes, each rows of 128 bytes
+ * (64 channels) with the 128-byte swizzle. mn_off: the byte offset of
+ * 16-byte chunk c (8 channels) of row r; mn_desc_lo: the low descriptor
+ * word of a block starting at shared address saddr (start >> 4, leading
+ * byte offset = the distance between channel blocks); the high word is
+ * wg_desc_hi<64>() (1024 bytes between 8-row groups, 128-byte swizzle). */
+__device__ __forceinline__ unsigned mn_off(int c, int r, int ch_block) {
+  return (unsigned)((c >> 3) * ch_block + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+__device__ __forceinline__ unsigned mn_desc_lo(unsigned saddr, int ch_block) {
+  return ((saddr & 0x3FFFFu) >> 4) | ((unsigned)(ch_block >> 4) << 16);
 }
 
 /* The main loop of both wgmma kernels: STAGES - 2 stages of copies in
@@ -824,7 +835,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   for (int j = 0; j < BVPT; j++) {
     if constexpr (B_MN) {
       const int cb = tid % BV, r = tid / BV + j * BR;
-      b_soff[j] = (cb >> 3) * CH_BLOCK + r * 128 + (((cb & 7) ^ (r & 7)) << 4);
+      b_soff[j] = mn_off(cb, r, CH_BLOCK);
       b_ok[j] = n0 + cb * 8 < nb;
       b_row[j] = r;
       b_src[j] = W + (b_ok[j] ? (int64_t)r * nb + n0 + cb * 8 : 0);
@@ -879,11 +890,8 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
    * addresses < 256 KB), so plain 32-bit adds build it; the high one is
    * constant. */
   const unsigned da0 = wg_desc_lo(sa_base + wg * 64 * TL::ROW_BYTES);
-  /* B_MN: the leading byte offset is the distance between 64-channel
-   * blocks (as wgrad's MN-major operands, WgradMma) */
   const unsigned db0 =
-      B_MN ? ((sb_base & 0x3FFFFu) >> 4) | ((unsigned)(CH_BLOCK >> 4) << 16)
-           : wg_desc_lo(sb_base);
+      B_MN ? mn_desc_lo(sb_base, CH_BLOCK) : wg_desc_lo(sb_base);
   wg_pipeline<TL::STAGES, ACC16 ? 0 : promote_iters>(
       iters, load_stage,
       [&](int stage) {
@@ -1278,8 +1286,8 @@ template <typename T, typename TL> struct WgradGather {
     const int ca = lt % AV, cb = lt % BV;
     ra = lt / AV;
     rb = lt / BV;
-    a_soff = (ca >> 3) * TL::CH_BLOCK + ra * 128 + (((ca & 7) ^ (ra & 7)) << 4);
-    b_soff = (cb >> 3) * TL::CH_BLOCK + rb * 128 + (((cb & 7) ^ (rb & 7)) << 4);
+    a_soff = mn_off(ca, ra, TL::CH_BLOCK);
+    b_soff = mn_off(cb, rb, TL::CH_BLOCK);
     a_col = m0 + ca * 8 < cin;
     b_col = n0 + cb * 8 < cout;
     xa = X + (a_col ? m0 + ca * 8 : 0);
@@ -1342,9 +1350,8 @@ template <typename T, typename TL> struct WgradMma {
   unsigned da0, db0;
   __device__ __forceinline__ WgradMma(unsigned sa_base, unsigned sb_base,
                                       int cwg) {
-    const unsigned lbo = (unsigned)(TL::CH_BLOCK >> 4) << 16;
-    da0 = ((sa_base + cwg * TL::CH_BLOCK) & 0x3FFFFu) >> 4 | lbo;
-    db0 = (sb_base & 0x3FFFFu) >> 4 | lbo;
+    da0 = mn_desc_lo(sa_base + cwg * TL::CH_BLOCK, TL::CH_BLOCK);
+    db0 = mn_desc_lo(sb_base, TL::CH_BLOCK);
   }
   template <int R>
   __device__ __forceinline__ void run(float (&c)[R], int stage) const {
