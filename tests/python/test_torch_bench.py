@@ -69,6 +69,13 @@ def test_torch_bench_small_cpu(tmp_path):
         assert tj["input"]["voxels"] == a["voxels"]
         assert a["c_path"]["fwd_bwd_ms"] == pytest.approx(tj["forward_ms"] + tj["backward_ms"])
         assert rec["tool"]["version"] == voxconv.library_version()
+        # C's forward+backward against the tool's back-to-back series, the
+        # sum of its three separate series kept beside it
+        ctj = rec["workloads"]["C"]["c_path"]["tool_json"]
+        ops = {l["op"]: l["ms"] for l in ctj["layers"] if l["layer"] == "C=8"}
+        assert c8["c_fwd_bwd_ms"] == pytest.approx(ops["conv_fwd_bwd"])
+        assert c8["c_fwd_bwd_sum_ms"] == pytest.approx(
+            ops["conv_fwd"] + ops["conv_dgrad"] + ops["conv_wgrad"])
     assert "PyTorch/C" in p.stdout and "host time per layer forward call" in p.stdout
 
 
