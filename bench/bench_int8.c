@@ -13,7 +13,9 @@
  * the variants interleave (round r of every variant before round r + 1),
  * so a drifting clock moves them alike.
  *
- * usage: bench_int8 [--channels 32,64,128,256] [--repeat N] */
+ * usage: bench_int8 [--channels 32,64,128,256] [--repeat N] [--tiles 9,18]
+ *   --tiles: the int8 tiles timed one by one (default: every tile the
+ *   library lists) */
 #include "vc_test.h"
 
 #include <cuda_runtime_api.h>
@@ -98,14 +100,45 @@ static void *dev_random(voxconv_handle_t *h, voxconv_dtype_t dt, int64_t n) {
   return d;
 }
 
+/* The number of int8 tiles the library lists (voxconv_kernel_get_info). */
+static int int8_tile_count(voxconv_handle_t *h) {
+  int n = 0, tiles = 0;
+  voxconv_kernel_count(h, &n);
+  for (int i = 0; i < n; i++) {
+    voxconv_kernel_info_t ki;
+    if (voxconv_kernel_get_info(h, i, &ki) == VOXCONV_STATUS_SUCCESS &&
+        !strcmp(ki.algo, "mask_gemm_i8"))
+      tiles++;
+  }
+  return tiles;
+}
+
+/* 1 when tile t is in the --tiles list (NULL: every tile). */
+static int tile_listed(const char *list, int t) {
+  if (!list)
+    return 1;
+  for (const char *c = list; *c;) {
+    char *end;
+    const long v = strtol(c, &end, 10);
+    if (end == c)
+      return 0;
+    if (v == t)
+      return 1;
+    c = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  const char *channels = "32,64,128,256";
+  const char *channels = "32,64,128,256", *tiles = NULL;
   int repeat = 20;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--channels") && i + 1 < argc)
       channels = argv[++i];
     else if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
       repeat = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--tiles") && i + 1 < argc)
+      tiles = argv[++i];
     else {
       fprintf(stderr, "usage: see the comment at the top of bench_int8.c\n");
       return 2;
@@ -191,9 +224,10 @@ int main(int argc, char **argv) {
     snprintf(v[nv].name, sizeof v[nv].name, "f16");
     v[nv].kind = 0;
     v[nv++].ydt = VOXCONV_DTYPE_F16;
-    for (int t = -1; t < 18; t++)
+    const int n_tiles = int8_tile_count(h);
+    for (int t = -1; t < n_tiles; t++)
       for (int o = 0; o < 2; o++) {
-        if (t >= 0 && o == 1)
+        if (t >= 0 && (o == 1 || !tile_listed(tiles, t)))
           continue; /* i8 output: the default tile only */
         variant_t *q = &v[nv++];
         q->kind = 1;
