@@ -691,6 +691,8 @@ static void test_race(void) {
   if (km) {
     run_case(km, NULL, 0, 33, 40, "race");
     run_case(km, NULL, 0, 3, 24, "race im2col"); /* cin < 16: im2col rows */
+    /* two 128-byte stage rows per offset (the pipelines' chunk loop) */
+    run_case(km, NULL, 0, 130, 24, "race two chunks");
     run_case(km, NULL, 1, 24, 24, "race");
   }
   voxconv_kmap_destroy(g_gpu, km);

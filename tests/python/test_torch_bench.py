@@ -71,7 +71,7 @@ def test_torch_bench_small_cpu(tmp_path):
         assert rec["tool"]["version"] == voxconv.library_version()
         # C's forward+backward against the tool's back-to-back series, the
         # sum of its three separate series kept beside it
-        ctj = rec["workloads"]["C"]["c_path"]["tool_json"]
+        ctj = rec["workloads"]["C"]["c_path"]["runs"]["8"]["tool_json"]
         ops = {l["op"]: l["ms"] for l in ctj["layers"] if l["layer"] == "C=8"}
         assert c8["c_fwd_bwd_ms"] == pytest.approx(ops["conv_fwd_bwd"])
         assert c8["c_fwd_bwd_sum_ms"] == pytest.approx(
