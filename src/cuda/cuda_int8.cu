@@ -146,15 +146,14 @@ template <bool ENABLE> struct I8Staging {
     else
       i8_store(e, a.out, (int64_t)rows[r] * a.nb + n0 + c, acc, m, b);
   }
-  /* after every put of the block and a barrier; threads T0 .. T0 +
-   * THREADS - 1 copy (the MMA warpgroups of a warp-specialised tile) */
-  template <int THREADS, int T0 = 0>
+  /* after every put of the block and a barrier */
+  template <int THREADS>
   __device__ __forceinline__ void copy_out(const FwdArgs &a, const int *rows,
                                            int n0, int nrows) const {
     const int cols = min(pitch - 16, (a.nb - n0) * esz); /* bytes */
     const int cpr = cols >> 4;
     unsigned char *out = static_cast<unsigned char *>(a.out);
-    for (int i = (int)threadIdx.x - T0; i < nrows * cpr; i += THREADS) {
+    for (int i = threadIdx.x; i < nrows * cpr; i += THREADS) {
       const int r = i / cpr, c = i - r * cpr;
       *reinterpret_cast<uint4 *>(out + ((int64_t)rows[r] * a.nb + n0) * esz +
                                  c * 16) =
@@ -178,7 +177,7 @@ struct I8Tile {
    * different 4-bank groups (pitches of 48 and 80 bytes both do) */
   static constexpr int PITCH = BK + 16;
   static constexpr int SMEM = STAGES * (BM + BN) * PITCH;
-  static constexpr bool WG = false, WS = false;
+  static constexpr bool WG = false;
   static_assert(BK % 32 == 0 && WM % 16 == 0, "mma shape");
   static_assert(NI % 2 == 0, "B fragments are loaded two n-tiles at a time");
 };
@@ -361,7 +360,7 @@ struct I8WgTile {
   static constexpr int SMEM = STAGES * (A_STAGE + B_STAGE) + 1024;
   static constexpr int SWZ = BK / 2; /* the f16 helpers' row length */
   static constexpr int ACC = BN / 2; /* int32 accumulators per thread */
-  static constexpr bool WG = true, WS = false;
+  static constexpr bool WG = true;
   static_assert(BK == 64 || BK == 128, "64- or 128-byte swizzled rows");
   /* (also a use of SWZ where the kernel body is compiled out: the non-90a
    * targets of a multi-arch build would warn about an unused member) */
@@ -521,208 +520,6 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
 #endif
 }
 
-/* ---- warp-specialised wgmma ------------------------------------------------
- * Why: the int8 wgmma tiles above ran level with f16 at the same number
- * of stages (docs/perf-notes.md item 76), so neither the MMAs nor the
- * bytes per stage set their time but the per-stage gather and block
- * barrier, which every warp passes in lock step; the f16 kernels passed
- * that point only with warp specialisation (items 38-49). The same here
- * (wg_fwd_ws_kernel's scheme, cuda_mask_gemm_sm90.cuh): warpgroup 0
- * gathers A rows (cp.async, 128-byte swizzled rows of 128 channels) and
- * thread 0 fills B with one bulk copy of a prepared stage image
- * (i8_stage_image_kernel); warpgroups 1-2 only issue wgmma on the 64 rows
- * each owns; full / empty mbarriers hand the stages over. Integer sums
- * need no promotion. 128 rows x BN, 128 bytes a stage row. */
-template <int BN_, int STAGES_, int GATHER_REGS_ = 0, int MMA_REGS_ = 0>
-struct I8WsTile {
-  static constexpr int BM = 128, BN = BN_, BK = 128, STAGES = STAGES_;
-  static constexpr int THREADS = 384, LOADERS = 128, MIN_BLOCKS = 1;
-  static constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;
-  static constexpr int SMEM = STAGES * (A_STAGE + B_STAGE) + 1024;
-  static constexpr int SWZ = BK / 2;  /* the f16 helpers' row length */
-  static constexpr int ACC = BN / 2;  /* int32 accumulators per MMA thread */
-  static constexpr bool WG = true, WS = true;
-  /* setmaxnreg split (0: none), as the f16 tile 7 (WgWsTile) */
-  static constexpr int GATHER_REGS = GATHER_REGS_, MMA_REGS = MMA_REGS_;
-  static_assert(MMA_REGS == 0 || setmaxnreg_fits(GATHER_REGS, MMA_REGS),
-                "setmaxnreg: the warpgroups share the block's registers");
-  static_assert(STAGES >= 2, "one stage in the MMAs, one being filled");
-  static_assert(SWZ * 2 == BK, "an f16 row of SWZ halves spans BK bytes");
-};
-
-/* The B operand of the warp-specialised tiles: for offset k, column tile
- * nt (BN output channels) and reduction chunk kc (128 bytes), the BN x
- * 128-byte stage tile exactly as shared memory holds it (16-byte vector cv
- * of row n at swz<64>(n, cv)), zero past cout and wk; images ordered
- * [kvol][n tiles][chunks], as the f16 tiles' (wg_stage_image_kernel).
- * B[kk][n] = W[k][kk][n] with W [kvol][wk][cout]. One thread per vector,
- * consecutive threads on consecutive n (W's rows coalesce); 32-bit
- * indices (the host checks the count): 64-bit division is emulated. */
-__global__ void i8_stage_image_kernel(const int8_t *__restrict__ w,
-                                      int8_t *__restrict__ img, int kvol,
-                                      int wk, int cout, int ka, int bn) {
-  const int ntiles = (cout + bn - 1) / bn, nchunk = (ka + 127) / 128;
-  const int total = kvol * ntiles * nchunk * bn * 8;
-  for (int v = blockIdx.x * blockDim.x + threadIdx.x; v < total;
-       v += gridDim.x * blockDim.x) {
-    const int n = v % bn;
-    int r = v / bn;
-    const int cv = r % 8;
-    r /= 8; /* the image: (k * ntiles + nt) * nchunk + kc */
-    const int kc = r % nchunk;
-    const int nt = r / nchunk % ntiles;
-    const int k = r / nchunk / ntiles;
-    const int nn = nt * bn + n;
-    alignas(16) int8_t b[16];
-#pragma unroll
-    for (int e = 0; e < 16; e++) {
-      const int kk = kc * 128 + cv * 16 + e;
-      b[e] = nn < cout && kk < wk ? w[((int64_t)k * wk + kk) * cout + nn]
-                                  : (int8_t)0;
-    }
-    *reinterpret_cast<uint4 *>(img + (int64_t)r * bn * 128 +
-                               swz<64>(n, cv)) =
-        *reinterpret_cast<const uint4 *>(b);
-  }
-}
-
-/* args as i8_wg_fwd_kernel's, except w: the stage images. */
-template <typename TL>
-__global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
-    i8_ws_fwd_kernel(const FwdArgs args, const I8Epilogue ep) {
-#ifdef VC_MG_SM90_BODY
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ TileOffsets<TL::BM> tile;
-  constexpr int S = TL::STAGES;
-  __shared__ __align__(8) uint64_t bars[2 * S];
-  const unsigned raw = smem_addr(smem_raw);
-  const unsigned sa_base = (raw + 1023u) & ~1023u;
-  const unsigned sb_base = sa_base + S * TL::A_STAGE;
-  const unsigned full0 = smem_addr(bars), empty0 = full0 + 8 * S;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = warp >> 2, wq = warp & 3; /* warpgroup, warp in it */
-  wg_ws_init<S, TL::LOADERS, TL::THREADS>(full0, empty0);
-  /* ends with a block barrier, which also publishes the mbarriers */
-  const TileSpan span = begin_tile<TL>(args, tile);
-  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
-            iters = span.iters;
-
-  if (wg == 0) { /* the gatherers; they never meet the MMA side again */
-    if constexpr (TL::MMA_REGS > 0)
-      setmaxnreg_dec<TL::GATHER_REGS>();
-    constexpr int AV = TL::BK / 16; /* 16-byte vectors per row */
-    constexpr int AVPT = TL::BM * AV / TL::LOADERS;
-    static_assert(TL::BM * AV % TL::LOADERS == 0, "whole vectors");
-    const int8_t *A = static_cast<const int8_t *>(args.a);
-    const int ka = args.ka, cv = tid % AV;
-    RowGather<AVPT> gather;
-    gather.template init<TL::LOADERS, AV>(tid, rows, tile.rows, args.kvol);
-    gather.fetch(args.nbr, tile, 0);
-    unsigned a_soff[AVPT];
-    const int8_t *a_src[AVPT];
-    bool a_ok[AVPT];
-#pragma unroll
-    for (int j = 0; j < AVPT; j++)
-      a_soff[j] = swz<TL::SWZ>((tid + j * TL::LOADERS) / AV, cv);
-    const int ntiles = (args.nb + TL::BN - 1) / TL::BN;
-    const int8_t *b_img = static_cast<const int8_t *>(args.w) +
-                          (int64_t)(n0 / TL::BN) * nchunk * TL::B_STAGE;
-    const int64_t img_k = (int64_t)ntiles * nchunk * TL::B_STAGE;
-    int ld_ai = 0, ld_chunk = 0;
-    wg_ws_produce<S>(iters, full0, empty0, [&](int stage, int) {
-      if (ld_chunk == 0) { /* a new offset: its gathered rows */
-#pragma unroll
-        for (int j = 0; j < AVPT; j++) {
-          const int src = gather.src[j];
-          a_ok[j] = src >= 0;
-          a_src[j] = A + (a_ok[j] ? (int64_t)src * ka + cv * 16 : 0);
-        }
-        /* the next offset's indices, nchunk stages ahead of their use */
-        gather.fetch(args.nbr, tile, ld_ai + 1);
-      }
-      if (tid == 0) { /* before this thread's arrival on the same phase */
-        const unsigned full = full0 + 8 * stage;
-        mbar_expect_tx(full, TL::B_STAGE);
-        bulk_copy_g2s(sb_base + stage * TL::B_STAGE,
-                      b_img + tile.act[ld_ai] * img_k +
-                          ld_chunk * TL::B_STAGE,
-                      TL::B_STAGE, full);
-      }
-      const int c0 = ld_chunk * TL::BK;
-      const bool col_ok = c0 + cv * 16 < ka;
-      const unsigned a_dst = sa_base + stage * TL::A_STAGE;
-#pragma unroll
-      for (int j = 0; j < AVPT; j++)
-        cp_async16_s(a_dst + a_soff[j], a_src[j] + c0, a_ok[j] && col_ok);
-      if (++ld_chunk == nchunk) {
-        ld_chunk = 0;
-        ld_ai++;
-      }
-    });
-    return;
-  }
-
-  if constexpr (TL::MMA_REGS > 0)
-    setmaxnreg_inc<TL::MMA_REGS>();
-  const int mw = wg - 1; /* MMA warpgroup: tile rows 64 mw .. 64 mw + 63 */
-  uint32_t acc[TL::ACC];
-#pragma unroll
-  for (int i = 0; i < TL::ACC; i++)
-    acc[i] = 0u;
-  constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::SWZ>() << 32;
-  const unsigned da0 = wg_desc_lo(sa_base + mw * 64 * TL::BK);
-  const unsigned db0 = wg_desc_lo(sb_base);
-  wg_ws_consume<S, 0>(
-      iters, full0, empty0,
-      [&](int stage, int) {
-        const unsigned da = da0 + stage * (TL::A_STAGE >> 4);
-        const unsigned db = db0 + stage * (TL::B_STAGE >> 4);
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < TL::BK / 32; ks++) /* 32 bytes a k-step */
-          WgmmaI8<TL::BN>::run(acc, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
-        wgmma_commit();
-      },
-      [] {});
-#pragma unroll
-  for (int i = 0; i < TL::ACC; i++)
-    pin(acc[i]);
-
-  /* D of m64nN as in i8_wg_fwd_kernel. Staged through the stage buffers
-   * once both MMA warpgroups' wgmma are done with them (every stage was
-   * consumed, so every copy into them has landed); named barrier 2 holds
-   * the 8 MMA warps only (the gatherers have left). */
-  const I8Staging<true> stg(smem_raw + (sa_base - raw), args, ep, TL::BM,
-                            TL::BN, S * (TL::A_STAGE + TL::B_STAGE));
-  if (stg.on)
-    asm volatile("bar.sync 2, 256;\n" ::: "memory");
-  const int g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-  for (int j = 0; j < TL::BN / 8; j++)
-#pragma unroll
-    for (int e = 0; e < 2; e++) {
-      const int c = j * 8 + t4 * 2 + e;
-      if (n0 + c >= args.nb)
-        continue;
-      float m = 0.0f, b = 0.0f;
-      if (ep.dtype != VOXCONV_DTYPE_I32)
-        i8_column(ep, n0 + c, m, b);
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int r = mw * 64 + wq * 16 + g + h * 8;
-        if (r < rows)
-          stg.put(ep, args, tile.rows, n0, r, c,
-                  (int32_t)acc[4 * j + 2 * h + e], m, b);
-      }
-    }
-  if (stg.on) {
-    asm volatile("bar.sync 2, 256;\n" ::: "memory");
-    stg.copy_out<TL::THREADS - TL::LOADERS, TL::LOADERS>(args, tile.rows, n0,
-                                                          rows);
-  }
-#endif
-}
-
 /* ---- depthwise ------------------------------------------------------------ */
 /* y[o][c] = epilogue(sum_k x[nbr[o][k]][c] * w[k][c]); one thread per
  * (row, group of VEC channels); VEC = 4 when C % 4 == 0 and the buffers
@@ -796,15 +593,10 @@ typedef I8WgTile<128, 6, 128> Q14;    /* 4 stages in flight, 193 KB */
 typedef I8WgTile<64, 8, 64, 2> Q15;   /* C <= 64: 2 blocks x 6 in flight */
 typedef I8WgTile<128, 12, 64> Q16;    /* 10 in flight of 16 KB */
 typedef I8WgTile<256, 4, 128> Q17;    /* 2 in flight of 48 KB */
-/* warp-specialised (i8_ws_fwd_kernel): 384 threads, one block a SM */
-typedef I8WsTile<256, 4, 80, 208> Q18; /* 128 acc/MMA thread, 193 KB */
-typedef I8WsTile<128, 6> Q19;          /* 64 acc, 193 KB */
-#define VC_I8_TILES 20
+#define VC_I8_TILES 18
 
 template <typename TL> auto kernel_of() {
-  if constexpr (TL::WS)
-    return i8_ws_fwd_kernel<TL>;
-  else if constexpr (TL::WG)
+  if constexpr (TL::WG)
     return i8_wg_fwd_kernel<TL>;
   else
     return i8_fwd_kernel<TL>;
@@ -831,12 +623,10 @@ struct TileRow {
                              const I8Epilogue &);
   int bm, bn, bk, stages, threads, acc, smem;
   bool wg; /* wgmma: sm_90a only */
-  bool ws; /* warp-specialised: B from stage images */
 };
 template <typename TL> TileRow tile_row() {
   return {(const void *)kernel_of<TL>(), launch_i8<TL>, TL::BM, TL::BN,
-          TL::BK, TL::STAGES, TL::THREADS, TL::ACC, TL::SMEM, TL::WG,
-          TL::WS};
+          TL::BK, TL::STAGES, TL::THREADS, TL::ACC, TL::SMEM, TL::WG};
 }
 const TileRow &tile_info(int t) {
   static const TileRow rows[VC_I8_TILES] = {
@@ -844,7 +634,7 @@ const TileRow &tile_info(int t) {
       tile_row<Q4>(), tile_row<Q5>(), tile_row<Q6>(), tile_row<Q7>(),
       tile_row<Q8>(), tile_row<Q9>(), tile_row<Q10>(), tile_row<Q11>(),
       tile_row<Q12>(), tile_row<Q13>(), tile_row<Q14>(), tile_row<Q15>(),
-      tile_row<Q16>(), tile_row<Q17>(), tile_row<Q18>(), tile_row<Q19>()};
+      tile_row<Q16>(), tile_row<Q17>()};
   return rows[t];
 }
 
@@ -1027,8 +817,8 @@ extern "C" voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h,
   info->stages = r.stages;
   info->threads = r.threads;
   snprintf(info->constraints, sizeof info->constraints,
-           "%s%s%d int32 acc/thread; cin %% 16 != 0: padded copy",
-           r.wg ? "sm_90a; " : "", r.ws ? "warp-specialised; " : "", r.acc);
+           "%s%d int32 acc/thread; cin %% 16 != 0: padded copy",
+           r.wg ? "sm_90a; " : "", r.acc);
   info->smem_limit = vc_cuda_state(h)->smem_optin;
   /* eligible: the shared memory fits (voxconv.h), as for the float tiles;
    * that a wgmma tile also needs sm_90a is in `constraints` */
@@ -1133,25 +923,6 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     a.ka = ka;
     wk = cin;
   }
-  const TileRow &tr = tile_info(tile);
-  if (tr.ws) {
-    /* the weights as stage images (i8_stage_image_kernel) */
-    const int64_t vecs = (int64_t)a.kvol * vc_ceil_div(cout, tr.bn) *
-                         vc_ceil_div(a.ka, 128) * tr.bn * 8;
-    if (vecs > INT32_MAX)
-      return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
-                     "mask_gemm_i8: tile %d: %lld weight image vectors exceed "
-                     "2^31 - 1",
-                     tile, (long long)vecs);
-    int8_t *img = NULL;
-    VC_CHECK(ws.get<int8_t>(vecs * 16, &img, "int8 weight stage images"));
-    i8_stage_image_kernel<<<vc_grid_1d(vecs, 256), 256, 0,
-                            vc_cuda_stream(h)>>>(p->w, img, a.kvol, wk, cout,
-                                                 a.ka, tr.bn);
-    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_stage_image_kernel");
-    a.w = img;
-    return tr.launch(h, a, ep);
-  }
   /* the weights K-major, [a.kvol][cout][a.ka] from W as [a.kvol][wk][cout] */
   int8_t *wt = NULL;
   VC_CHECK(ws.get<int8_t>((int64_t)a.kvol * cout * a.ka, &wt,
@@ -1162,5 +933,5 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
       p->w, wt, wk, cout, a.ka);
   VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 transpose_w_kernel");
   a.w = wt;
-  return tr.launch(h, a, ep);
+  return tile_info(tile).launch(h, a, ep);
 }
