@@ -520,6 +520,143 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
 #endif
 }
 
+/* ---- few input channels: whole-row im2col in shared memory -------------
+ * (tile 18; mask_gemm_im2col's scheme, cuda_mask_gemm.cuh, in int8). With
+ * cin <= 4 and kvol <= 28 (each row zero-padded to 4 bytes) a row's every
+ * offset fits one K = kvol x 4 <= 112-byte reduction, so a tile gathers
+ * all its (row, offset) inputs at once -- one 4-byte cp.async each, one
+ * barrier -- and runs K / 32 k-steps of mma.sync.m16n8k32 from shared
+ * memory, with the weights staged once per block and blocks looping over
+ * row tiles. The
+ * im2col rows of the tile path (i8_im2col_kernel, then a one-offset tile
+ * over 96-byte rows) cost ~0.42 ms at workload A's 3 -> 64 against the f16
+ * im2col kernel's 0.28: ~7,000 short tiles, each a pipeline fill and an
+ * epilogue for three k-steps (docs/perf-notes.md items 81, 89). */
+struct I8Im2colTile {
+  static constexpr int BM = 128, BN = 64, BK = 128, STAGES = 1;
+  static constexpr int THREADS = 256, CP = 4, MAX_KVOL = 28; /* K <= 112 */
+  static constexpr int PITCH = BK + 16; /* 144 B: ldmatrix conflict-free */
+  static constexpr int ACC = 32;        /* 8 n-tiles x 4 per thread */
+  static constexpr int SMEM = (BM + BN) * PITCH;
+  static constexpr bool WG = false;
+};
+
+struct I8Im2colArgs {
+  const int8_t *x;    /* [n_in][4], zero-padded past cin */
+  const int32_t *nbr; /* [n_out][kvol] */
+  const int8_t *w;    /* [kvol][cin][cout] as stored */
+  void *out;          /* [n_out][cout] in ep.dtype */
+  int n_dst, kvol, cin, cout;
+};
+
+__global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
+    i8_im2col_fwd_kernel(const I8Im2colArgs args, const I8Epilogue ep) {
+  using TL = I8Im2colTile;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  int8_t *a_s = reinterpret_cast<int8_t *>(smem_raw);
+  int8_t *b_s = a_s + TL::BM * TL::PITCH;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kvol = args.kvol, nb = args.cout;
+  const int K = kvol * TL::CP, KP = (K + 31) & ~31;
+  const int n0 = blockIdx.x * TL::BN;
+
+  /* B[n][kk] = W[kk / 4][kk % 4][n0 + n] for kk % 4 < cin, else 0 (x's
+   * pad bytes are zeros too): K-major, as mma.sync's s8 B fragments (and
+   * ldmatrix, which cannot transpose bytes) need. Once per block. */
+  for (int v = tid; v < TL::BN * KP; v += TL::THREADS) {
+    const int n = v / KP, kk = v - n * KP;
+    const int k = kk >> 2, c = kk & 3;
+    int8_t b = 0;
+    if (kk < K && c < args.cin && n0 + n < nb)
+      b = args.w[((int64_t)k * args.cin + c) * nb + n0 + n];
+    b_s[n * TL::PITCH + kk] = b;
+  }
+  /* A's columns K .. KP-1 are never gathered into: zeros, once. */
+  for (int v = tid; v < TL::BM * (KP - K); v += TL::THREADS) {
+    const int r = v / (KP - K);
+    a_s[r * TL::PITCH + K + (v - r * (KP - K))] = 0;
+  }
+
+  /* Gather sources of a tile, element v = tid + j * THREADS = (r, k), k
+   * fastest; fetched one tile ahead, as the f16 kernel does. */
+  constexpr int GJ = (TL::BM * TL::MAX_KVOL + TL::THREADS - 1) / TL::THREADS;
+  const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
+  int32_t src[GJ];
+  auto fetch = [&](int tile) {
+    const int m0 = tile * TL::BM;
+#pragma unroll
+    for (int j = 0; j < GJ; j++) {
+      const int v = tid + j * TL::THREADS;
+      const int r = v / kvol, k = v - r * kvol;
+      src[j] = -1;
+      if (tile < tiles && v < TL::BM * kvol && m0 + r < args.n_dst)
+        src[j] = __ldg(args.nbr + (int64_t)(m0 + r) * kvol + k);
+    }
+  };
+  fetch(blockIdx.y);
+  const int g = lane >> 2, t4 = lane & 3;
+  for (int tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
+    const int m0 = tile * TL::BM;
+#pragma unroll
+    for (int j = 0; j < GJ; j++) {
+      const int v = tid + j * TL::THREADS;
+      if (v < TL::BM * kvol) {
+        const int r = v / kvol, k = v - r * kvol;
+        const unsigned dst = smem_addr(a_s + r * TL::PITCH + k * TL::CP);
+        const void *srcp = src[j] >= 0 ? (const void *)(args.x + (int64_t)src[j] * TL::CP)
+                                       : (const void *)args.x;
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
+                     "l"(srcp), "r"(src[j] >= 0 ? 4 : 0));
+      }
+    }
+    fetch(tile + gridDim.y); /* in flight during the wait and the MMAs */
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    /* warp w: rows 16 w .. 16 w + 15, all 64 columns (8 n-tiles) */
+    int32_t acc[TL::BN / 8][4];
+#pragma unroll
+    for (int j = 0; j < TL::BN / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        acc[j][e] = 0;
+    for (int kk = 0; kk < KP; kk += 32) {
+      uint32_t af[4];
+      ldsm_x4(af, a_s + (warp * 16 + (lane & 15)) * TL::PITCH + kk +
+                      (lane >> 4) * 16);
+#pragma unroll
+      for (int nj = 0; nj < TL::BN / 8; nj += 2) {
+        uint32_t r4[4];
+        const int nr = nj * 8 + (lane & 7) + (lane >> 4) * 8;
+        ldsm_x4(r4, b_s + nr * TL::PITCH + kk + ((lane >> 3) & 1) * 16);
+        mma_s8(acc[nj], af, r4[0], r4[1]);
+        mma_s8(acc[nj + 1], af, r4[2], r4[3]);
+      }
+    }
+    __syncthreads(); /* a_s is gathered into again (next tile) */
+#pragma unroll
+    for (int j = 0; j < TL::BN / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int c = n0 + j * 8 + t4 * 2 + e;
+        if (c >= nb)
+          continue;
+        float m = 0.0f, b = 0.0f;
+        if (ep.dtype != VOXCONV_DTYPE_I32)
+          i8_column(ep, c, m, b);
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int row = m0 + warp * 16 + g + h * 8;
+          if (row < args.n_dst)
+            i8_store(ep, args.out, (int64_t)row * nb + c, acc[j][2 * h + e],
+                     m, b);
+        }
+      }
+  }
+  cp_async_wait<0>(); /* a block with no tile: nothing in flight at exit */
+}
+
 /* ---- depthwise ------------------------------------------------------------ */
 /* y[o][c] = epilogue(sum_k x[nbr[o][k]][c] * w[k][c]); one thread per
  * (row, group of VEC channels); VEC = 4 when C % 4 == 0 and the buffers
@@ -593,7 +730,10 @@ typedef I8WgTile<128, 6, 128> Q14;    /* 4 stages in flight, 193 KB */
 typedef I8WgTile<64, 8, 64, 2> Q15;   /* C <= 64: 2 blocks x 6 in flight */
 typedef I8WgTile<128, 12, 64> Q16;    /* 10 in flight of 16 KB */
 typedef I8WgTile<256, 4, 128> Q17;    /* 2 in flight of 48 KB */
-#define VC_I8_TILES 18
+/* 18: cin <= 4 (kvol <= 28) runs i8_im2col_fwd_kernel; any other problem
+ * runs pick_tile's tile (so the tuner and the tests may run 18 anywhere) */
+#define VC_I8_IM2COL_TILE 18
+#define VC_I8_TILES 19
 
 template <typename TL> auto kernel_of() {
   if constexpr (TL::WG)
@@ -628,13 +768,19 @@ template <typename TL> TileRow tile_row() {
   return {(const void *)kernel_of<TL>(), launch_i8<TL>, TL::BM, TL::BN,
           TL::BK, TL::STAGES, TL::THREADS, TL::ACC, TL::SMEM, TL::WG};
 }
+/* tile 18's row: its own launch (run_im2col_fused); launch stays NULL */
+TileRow im2col_row() {
+  using TL = I8Im2colTile;
+  return {(const void *)i8_im2col_fwd_kernel, NULL, TL::BM, TL::BN, TL::BK,
+          TL::STAGES, TL::THREADS, TL::ACC, TL::SMEM, TL::WG};
+}
 const TileRow &tile_info(int t) {
   static const TileRow rows[VC_I8_TILES] = {
       tile_row<Q0>(), tile_row<Q1>(), tile_row<Q2>(), tile_row<Q3>(),
       tile_row<Q4>(), tile_row<Q5>(), tile_row<Q6>(), tile_row<Q7>(),
       tile_row<Q8>(), tile_row<Q9>(), tile_row<Q10>(), tile_row<Q11>(),
       tile_row<Q12>(), tile_row<Q13>(), tile_row<Q14>(), tile_row<Q15>(),
-      tile_row<Q16>(), tile_row<Q17>()};
+      tile_row<Q16>(), tile_row<Q17>(), im2col_row()};
   return rows[t];
 }
 
@@ -793,6 +939,59 @@ bool use_im2col(int cin, int kvol, int ka, int kcol, int cout) {
          (int64_t)cout * kcol <= INT32_MAX; /* 32-bit weight offsets */
 }
 
+/* xp[r] = x[r][0 .. cin-1] zero-padded to 4 bytes, one 4-byte store a row
+ * (repad3_kernel's 64-bit index division per byte cost as much as the
+ * layer it fed, docs/perf-notes.md item 81). */
+__global__ void i8_pad4_kernel(const int8_t *__restrict__ x,
+                               uint32_t *__restrict__ xp, int64_t n, int cin) {
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < n;
+       r += (int64_t)gridDim.x * blockDim.x) {
+    uint32_t v = 0;
+    for (int c = 0; c < cin; c++) /* little-endian: byte c at bits 8c */
+      v |= (uint32_t)(uint8_t)__ldg(x + r * cin + c) << (8 * c);
+    xp[r] = v;
+  }
+}
+
+/* Tile 18 on a problem it takes (cin <= 4, kvol <= 28): x zero-padded to
+ * 4-byte rows when it is not already, then i8_im2col_fwd_kernel over
+ * min(row tiles, 2 blocks a SM) blocks a column tile. */
+voxconv_status_t run_im2col_fused(voxconv_handle_t *h,
+                                  const vc_int8_problem_t *p,
+                                  const I8Epilogue &ep) {
+  using TL = I8Im2colTile;
+  const voxconv_kmap_t *m = p->kmap;
+  VcWorkspace ws(h);
+  const int8_t *x = p->x;
+  if (p->cin != TL::CP || !vc_aligned(x, 4)) {
+    int8_t *xp = NULL;
+    VC_CHECK(ws.get<int8_t>(m->n_in * TL::CP, &xp, "int8 4-byte rows"));
+    if (m->n_in > 0) {
+      i8_pad4_kernel<<<vc_grid_1d(m->n_in, 256), 256, 0, vc_cuda_stream(h)>>>(
+          p->x, reinterpret_cast<uint32_t *>(xp), m->n_in, (int)p->cin);
+      VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_pad4_kernel");
+    }
+    x = xp;
+  }
+  I8Im2colArgs a;
+  a.x = x;
+  a.nbr = m->nbr_out;
+  a.w = p->w;
+  a.out = p->y;
+  a.n_dst = (int)m->n_out;
+  a.kvol = (int)m->kvol;
+  a.cin = (int)p->cin;
+  a.cout = (int)p->cout;
+  const int64_t tiles = vc_ceil_div<int64_t>(m->n_out, TL::BM);
+  const int64_t blocks = 2 * (int64_t)vc_cuda_state(h)->sm_count;
+  const dim3 grid((unsigned)vc_ceil_div<int64_t>(p->cout, TL::BN),
+                  (unsigned)(tiles < blocks ? tiles : blocks));
+  i8_im2col_fwd_kernel<<<grid, TL::THREADS, TL::SMEM, vc_cuda_stream(h)>>>(
+      a, ep);
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_im2col_fwd_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 } // namespace
 
 extern "C" int vc_cuda_int8_tile_count(void) { return VC_I8_TILES; }
@@ -816,9 +1015,15 @@ extern "C" voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h,
   info->tile_k = r.bk;
   info->stages = r.stages;
   info->threads = r.threads;
-  snprintf(info->constraints, sizeof info->constraints,
-           "%s%d int32 acc/thread; cin %% 16 != 0: padded copy",
-           r.wg ? "sm_90a; " : "", r.acc);
+  if (tile == VC_I8_IM2COL_TILE)
+    snprintf(info->constraints, sizeof info->constraints,
+             "cin <= 4, kvol <= 28: whole-row im2col in shared memory; "
+             "else the default tile; %d int32 acc/thread",
+             r.acc);
+  else
+    snprintf(info->constraints, sizeof info->constraints,
+             "%s%d int32 acc/thread; cin %% 16 != 0: padded copy",
+             r.wg ? "sm_90a; " : "", r.acc);
   info->smem_limit = vc_cuda_state(h)->smem_optin;
   /* eligible: the shared memory fits (voxconv.h), as for the float tiles;
    * that a wgmma tile also needs sm_90a is in `constraints` */
@@ -867,6 +1072,11 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
                    tile, tile_info(tile).smem, why);
 
   const int cin = (int)p->cin, cout = (int)p->cout;
+  if (tile == VC_I8_IM2COL_TILE) {
+    if (cin <= I8Im2colTile::CP && m->kvol <= I8Im2colTile::MAX_KVOL)
+      return run_im2col_fused(h, p, ep);
+    tile = pick_tile(h, cin, cout);
+  }
   const int ka = (cin + 15) / 16 * 16;
   /* the kernels address one offset's [cout][ka] weights with 32 bits */
   if ((int64_t)cout * ka > INT32_MAX)
