@@ -5,9 +5,13 @@ same device, in one run, for workloads A, B and C.
 * C path: the `voxconv bench --workload A|B|C --json` tool (tools/bench.c),
   run as a subprocess with this script's repeat/warm-up/settle settings,
   its JSON parsed; for workload C one tool run per channel count, right
-  before that count's PyTorch rows, so that both paths start from the
-  GPU state the same load left (the power cap lowers the clock after a
-  C = 256 load).
+  before that count's PyTorch rows, and both sides idle --pass-idle-ms
+  (1 s) before each row's warm-up (the tool's --pass-idle-ms), so that
+  every row of either path starts from an idle GPU's power state: the
+  power cap lowers the clock after a C = 256 load, and without the idle a
+  row's time depended on which row ran before it (s24: the PyTorch C =
+  256 forward 3.04-3.07 ms right after the tool's back-to-back series,
+  against the tool's 2.88 measured first).
 * PyTorch path: workload A's network written with voxconv.nn modules
   (SparseConv3d(bias=False) x 2 per level, SparseMaxPool3d(2, 2) between
   levels, 7 levels 64..256 channels), a fresh voxconv.SparseTensor per call
@@ -288,6 +292,13 @@ class Timer:
         return ms, 1e3 * (time.perf_counter() - t)
 
 
+def spin(ms):
+    """ms of GPU idle with this host thread running (see settle)."""
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
 def settle(args):
     """--settle-ms of GPU idle. --settle-host spin (default) keeps this
     thread running meanwhile: after a sleeping settle the first Python-issued
@@ -299,9 +310,7 @@ def settle(args):
     if args.settle_host == "sleep":
         time.sleep(args.settle_ms / 1e3)
         return
-    end = time.perf_counter() + args.settle_ms / 1e3
-    while time.perf_counter() < end:
-        pass
+    spin(args.settle_ms)
 
 
 def tuning_cache_stamp():
@@ -321,7 +330,7 @@ def tuning_cache_stamp():
     return st.st_mtime_ns, st.st_size
 
 
-def measure(timer, fn, args, what, before=None):
+def measure(timer, fn, args, what, before=None, idle_ms=0):
     """first call (wall, to completion: tuning included when the cache is
     cold), further warm-ups, settle, then --repeat timed runs. The settle
     only follows a warm-up in which the autotuner ran (the tuning cache
@@ -333,6 +342,8 @@ def measure(timer, fn, args, what, before=None):
     if before:
         before()
     timer.sync()
+    if idle_ms and timer.cuda:  # --pass-idle-ms: start from an idle GPU
+        spin(idle_ms)
     t = time.perf_counter()
     fn()
     timer.sync()
@@ -418,9 +429,9 @@ def torch_layer(args, timer, coords, channels):
         feats.grad = None
         conv.weight.grad = None
 
-    fwd = measure(timer, forward, args, f"C={channels} forward")
+    fwd = measure(timer, forward, args, f"C={channels} forward", idle_ms=args.pass_idle_ms)
     fb = measure(timer, forward_backward, args, f"C={channels} forward+backward",
-                 before=clear_grads)
+                 before=clear_grads, idle_ms=args.pass_idle_ms)
     return conv, x, fwd, fb
 
 
@@ -536,6 +547,10 @@ def parse_args(argv=None):
                          "or sleep (see settle())")
     ap.add_argument("--settle-ms", type=int, default=None,
                     help="idle after the warm-ups (default 2000 on CUDA, 0 on the CPU)")
+    ap.add_argument("--pass-idle-ms", type=int, default=None,
+                    help="workload C: idle before each row's warm-up, here and in the "
+                         "tool (its --pass-idle-ms), so both paths' rows start from an "
+                         "idle GPU's power state (default 1000 on CUDA, 0 on the CPU)")
     ap.add_argument("--host-calls", type=int, default=200,
                     help="calls timed for the host issue time (default 200)")
     ap.add_argument("--small", action="store_true",
@@ -566,6 +581,10 @@ def parse_args(argv=None):
     args.repeat = args.repeat if args.repeat is not None else (10 if cuda else 3)
     args.warmup = args.warmup if args.warmup is not None else (3 if cuda else 1)
     args.settle_ms = args.settle_ms if args.settle_ms is not None else (2000 if cuda else 0)
+    args.pass_idle_ms = (args.pass_idle_ms if args.pass_idle_ms is not None
+                         else (1000 if cuda else 0))
+    if args.pass_idle_ms < 0:
+        ap.error("--pass-idle-ms: want >= 0")
     if args.repeat < 1:
         ap.error("--repeat: want at least 1")
     if args.warmup < 1:
@@ -606,6 +625,7 @@ def main(argv=None):
            "tool": {"path": args.tool}, "dtype": args.dtype, "small": args.small,
            "protocol": {"repeat": args.repeat, "warmup": args.warmup,
                         "settle_ms": args.settle_ms, "settle_host": args.settle_host,
+                        "pass_idle_ms": args.pass_idle_ms,
                         "clock": timer.clock,
                         "forward": "torch.no_grad(), fresh SparseTensor per call (A, B); "
                                    "SparseTensor reused (C)",
@@ -701,7 +721,9 @@ def main(argv=None):
                 # first, on a cool GPU, at 0.498).
                 tj = tj8 = None
                 if args.tool:
-                    tj, cmd = run_tool(args, ["--workload", "C", "--channels", str(ch)],
+                    idle = (["--pass-idle-ms", str(args.pass_idle_ms)]
+                            if args.pass_idle_ms and cuda else [])
+                    tj, cmd = run_tool(args, ["--workload", "C", "--channels", str(ch), *idle],
                                        args.data_dir)
                     rec["tool"]["version"] = tj.get("version")
                     run = entry["c_path"]["runs"][str(ch)] = {"cmd": cmd, "tool_json": tj}

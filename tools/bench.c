@@ -218,6 +218,23 @@ static void settle_after_tuning(bench_t *B) {
   }
 }
 
+/* --pass-idle-ms (workload C, CUDA): the GPU idles before each pass, so
+ * each row starts from the power state an idle GPU has, whatever ran
+ * before it (torch_bench idles as long before each of its PyTorch rows).
+ * The host thread spins meanwhile, as a training loop's never sleeps
+ * (a sleeping host came back slow, docs/perf-notes.md item 71). */
+static void pass_idle(bench_t *B) {
+  if (B->backend != VOXCONV_BACKEND_CUDA || B->o.pass_idle_ms <= 0)
+    return;
+  struct timespec t0, t;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  do
+    clock_gettime(CLOCK_MONOTONIC, &t);
+  while ((double)(t.tv_sec - t0.tv_sec) * 1e3 +
+             (double)(t.tv_nsec - t0.tv_nsec) / 1e6 <
+         (double)B->o.pass_idle_ms);
+}
+
 /* Backend buffer, recorded so that cleanup frees everything. */
 static int balloc(bench_t *B, size_t bytes, void **ptr, const char *what) {
   *ptr = NULL;
@@ -1211,6 +1228,7 @@ static int run_workload_c(bench_t *B) {
           !add_fwd_bwd_row(B, name, L->n, C, L->pairs_subm))))
       return VT_EXIT_FAIL;
     for (int pass = 0; pass < passes; pass++) {
+      pass_idle(B);
       for (int i = -B->warmup; i < B->repeat; i++) {
         int r = r0 + pass;
         const int rep = i < 0 ? -1 : i;
@@ -1453,6 +1471,8 @@ static void print_json(const bench_t *B, FILE *f) {
   fprintf(f, "  \"repeat\": %d,\n  \"warmup\": %d,\n", B->repeat, B->warmup);
   /* absent in older results: no rest after a tuning warm-up then */
   fprintf(f, "  \"settle_ms\": %d,\n", B->settle_ms);
+  if (B->o.pass_idle_ms > 0) /* absent: no idle between workload C passes */
+    fprintf(f, "  \"pass_idle_ms\": %d,\n", B->o.pass_idle_ms);
   /* How the times were taken (results recorded before this key existed
    * used the host clock with a synchronize after each op). */
   fprintf(f, "  \"clock\": \"%s\",\n", cuda ? "cuda_events" : "monotonic");

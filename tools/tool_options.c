@@ -58,6 +58,10 @@ void vt_bench_usage(FILE *out) {
       "                        autotuner ran (default 2000; 0: none), so the\n"
       "                        tuning burst's power draw does not lower the\n"
       "                        clock of the timed runs\n"
+      "  --pass-idle-ms N      CUDA, workload C: idle N ms before each pass\n"
+      "                        (forward, dgrad, wgrad, back to back) and its\n"
+      "                        warm-up, so every row starts from the same\n"
+      "                        power state (default 0)\n"
       "  --seed N              weights/gradients seed (default 1)\n"
       "  --maps overlap|serial  CUDA end-to-end forward: build kernel maps\n"
       "                        on a second stream, overlapping the previous\n"
@@ -221,7 +225,7 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
   o->repeat = o->warmup = o->settle_ms = -1;
   o->fp16_accum = -1;
   o->seed = 1;
-  int channels_set = 0, maps_set = 0, prio_set = 0;
+  int channels_set = 0, maps_set = 0, prio_set = 0, pass_idle_set = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -280,6 +284,12 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
       if (!vt_parse_long(v, 0, 60000, &n))
         return usage_error(io, "--settle-ms %s: want 0..60000", v);
       o->settle_ms = (int)n;
+    } else if (strcmp(a, "--pass-idle-ms") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_long(v, 0, 60000, &n))
+        return usage_error(io, "--pass-idle-ms %s: want 0..60000", v);
+      o->pass_idle_ms = (int)n;
+      pass_idle_set = 1;
     } else if (strcmp(a, "--algo") == 0) {
       NEED_VALUE();
       if (!vt_bench_algo_check(err, cmd, "--algo", v))
@@ -390,6 +400,8 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
   if (prio_set && (o->maps_serial || o->workload == 'C' || o->workload == 'D'))
     return usage_error(io, "--map-priority applies to the network's --maps "
                            "overlap");
+  if (pass_idle_set && o->workload != 'C')
+    return usage_error(io, "--pass-idle-ms applies to --workload C");
   if (channels_set && o->workload != 'C')
     return usage_error(io, "--channels applies to --workload C");
   /* int8 has no algorithm strings or accumulator choice: its tiles are the

@@ -48,6 +48,7 @@ typedef struct vt_bench_opts {
   int maps_serial; /* --maps serial: maps on the convolutions' stream */
   int map_normal;  /* --map-priority normal: the map stream not raised */
   int settle_ms;   /* -1 = default: rest after a warm-up that tuned */
+  int pass_idle_ms; /* workload C: idle before each pass's warm-up (0) */
 } vt_bench_opts_t;
 
 /* `voxconv bench` (cmd "bench") or the options tune hands to bench (cmd
