@@ -583,15 +583,8 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
   const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
   int32_t src[GJ];
   auto fetch = [&](int tile) {
-    const int m0 = tile * TL::BM;
-#pragma unroll
-    for (int j = 0; j < GJ; j++) {
-      const int v = tid + j * TL::THREADS;
-      const int r = v / kvol, k = v - r * kvol;
-      src[j] = -1;
-      if (tile < tiles && v < TL::BM * kvol && m0 + r < args.n_dst)
-        src[j] = __ldg(args.nbr + (int64_t)(m0 + r) * kvol + k);
-    }
+    im2col_fetch<TL::BM, TL::THREADS>(src, args.nbr, NULL, tile, tiles, kvol,
+                                      args.n_dst, tid);
   };
   fetch(blockIdx.y);
   const int g = lane >> 2, t4 = lane & 3;
@@ -603,10 +596,12 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
       if (v < TL::BM * kvol) {
         const int r = v / kvol, k = v - r * kvol;
         const unsigned dst = smem_addr(a_s + r * TL::PITCH + k * TL::CP);
-        const void *srcp = src[j] >= 0 ? (const void *)(args.x + (int64_t)src[j] * TL::CP)
-                                       : (const void *)args.x;
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
-                     "l"(srcp), "r"(src[j] >= 0 ? 4 : 0));
+        const void *srcp =
+            src[j] >= 0 ? (const void *)(args.x + (int64_t)src[j] * TL::CP)
+                        : (const void *)args.x;
+        asm volatile(
+            "cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
+            "l"(srcp), "r"(src[j] >= 0 ? 4 : 0));
       }
     }
     fetch(tile + gridDim.y); /* in flight during the wait and the MMAs */

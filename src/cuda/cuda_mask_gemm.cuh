@@ -601,6 +601,29 @@ struct Im2colTile {
       (BM * A_PITCH + KMAX * B_PITCH) * 2;            /* 91,648 B */
 };
 
+/* The whole-row im2col tiles' gather sources (this kernel and the int8
+ * one, cuda_int8.cu): element v = tid + j * THREADS of row tile `tile` is
+ * (r, k) = (v / kvol, v % kvol) of output row order[m0 + r] (m0 + r
+ * without an order), src[j] its neighbour-table entry, -1 past the rows
+ * or the tiles. */
+template <int BM, int THREADS, int GJ>
+__device__ __forceinline__ void
+im2col_fetch(int32_t (&src)[GJ], const int32_t *__restrict__ nbr,
+             const int32_t *__restrict__ order, int tile, int tiles, int kvol,
+             int n_dst, int tid) {
+  const int m0 = tile * BM;
+#pragma unroll
+  for (int j = 0; j < GJ; j++) {
+    const int v = tid + j * THREADS;
+    const int r = v / kvol, k = v - r * kvol;
+    src[j] = -1;
+    if (tile < tiles && v < BM * kvol && m0 + r < n_dst) {
+      const int row = order ? order[m0 + r] : m0 + r;
+      src[j] = __ldg(nbr + (int64_t)row * kvol + k);
+    }
+  }
+}
+
 template <typename T>
 __global__ void __launch_bounds__(Im2colTile::THREADS, 2)
     im2col_fwd_kernel(const FwdArgs args) {
@@ -643,17 +666,8 @@ __global__ void __launch_bounds__(Im2colTile::THREADS, 2)
   const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
   int32_t src[GJ];
   auto fetch = [&](int tile) {
-    const int m0 = tile * TL::BM;
-#pragma unroll
-    for (int j = 0; j < GJ; j++) {
-      const int v = tid + j * TL::THREADS;
-      const int r = v / kvol, k = v - r * kvol;
-      src[j] = -1;
-      if (tile < tiles && v < TL::BM * kvol && m0 + r < args.n_dst) {
-        const int row = args.order ? args.order[m0 + r] : m0 + r;
-        src[j] = args.nbr[(int64_t)row * kvol + k];
-      }
-    }
+    im2col_fetch<TL::BM, TL::THREADS>(src, args.nbr, args.order, tile, tiles,
+                                      kvol, args.n_dst, tid);
   };
   fetch(blockIdx.y);
   for (int tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
