@@ -1033,6 +1033,11 @@ extern "C" int vc_cuda_int8_tile_usable(voxconv_handle_t *h, int tile) {
 
 extern "C" int vc_cuda_int8_default_tile(voxconv_handle_t *h,
                                          const vc_int8_problem_t *p) {
+  /* a first layer: tile 18's own kernel (0.31 ms at workload A's 3 -> 64
+   * on the H200, pick_tile's 0.40; docs/perf-notes.md item 89) */
+  if (!p->depthwise && p->cin <= I8Im2colTile::CP &&
+      p->kmap->kvol <= I8Im2colTile::MAX_KVOL)
+    return VC_I8_IM2COL_TILE;
   return pick_tile(h, p->cin, p->cout);
 }
 
