@@ -583,8 +583,8 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
   const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
   int32_t src[GJ];
   auto fetch = [&](int tile) {
-    im2col_fetch<TL::BM, TL::THREADS>(src, args.nbr, NULL, tile, tiles, kvol,
-                                      args.n_dst, tid);
+    im2col_fetch<TL::BM, TL::THREADS, true>(src, args.nbr, NULL, tile, tiles,
+                                            kvol, args.n_dst, tid);
   };
   fetch(blockIdx.y);
   const int g = lane >> 2, t4 = lane & 3;

@@ -605,11 +605,14 @@ struct Im2colTile {
  * one, cuda_int8.cu): element v = tid + j * THREADS of row tile `tile` is
  * (r, k) = (v / kvol, v % kvol) of output row order[m0 + r] (m0 + r
  * without an order), src[j] its neighbour-table entry, -1 past the rows
- * or the tiles. Plain loads on purpose: with __ldg and __restrict__ the
- * compiler may sink these read-only loads to their first use, after the
- * tile's cp.async wait, and the prefetch is gone (the f16 kernel went
- * 0.28 -> 0.41 ms at workload A's 3 -> 64 on the H200 with them). */
-template <int BM, int THREADS, int GJ>
+ * or the tiles. LDG: read the table through the read-only path (__ldg).
+ * Each kernel keeps the form it was measured fastest with, and they
+ * differ (H200, workload A's 3 -> 64, s24 calls 6, 8, 9): the f16 kernel
+ * 0.278 ms with plain loads and 0.408 with __ldg, the int8 tile 18 0.307
+ * with __ldg and 0.369 with plain loads; the cause was not looked into
+ * (the SASS order of the loads against the tile's cp.async wait is the
+ * first suspect). */
+template <int BM, int THREADS, bool LDG, int GJ>
 __device__ __forceinline__ void im2col_fetch(int32_t (&src)[GJ],
                                              const int32_t *nbr,
                                              const int32_t *order, int tile,
@@ -623,7 +626,8 @@ __device__ __forceinline__ void im2col_fetch(int32_t (&src)[GJ],
     src[j] = -1;
     if (tile < tiles && v < BM * kvol && m0 + r < n_dst) {
       const int row = order ? order[m0 + r] : m0 + r;
-      src[j] = nbr[(int64_t)row * kvol + k];
+      const int32_t *e = nbr + (int64_t)row * kvol + k;
+      src[j] = LDG ? __ldg(e) : *e;
     }
   }
 }
@@ -670,8 +674,8 @@ __global__ void __launch_bounds__(Im2colTile::THREADS, 2)
   const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
   int32_t src[GJ];
   auto fetch = [&](int tile) {
-    im2col_fetch<TL::BM, TL::THREADS>(src, args.nbr, args.order, tile, tiles,
-                                      kvol, args.n_dst, tid);
+    im2col_fetch<TL::BM, TL::THREADS, false>(src, args.nbr, args.order, tile,
+                                             tiles, kvol, args.n_dst, tid);
   };
   fetch(blockIdx.y);
   for (int tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
