@@ -226,13 +226,9 @@ static void settle_after_tuning(bench_t *B) {
 static void pass_idle(bench_t *B) {
   if (B->backend != VOXCONV_BACKEND_CUDA || B->o.pass_idle_ms <= 0)
     return;
-  struct timespec t0, t;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  do
-    clock_gettime(CLOCK_MONOTONIC, &t);
-  while ((double)(t.tv_sec - t0.tv_sec) * 1e3 +
-             (double)(t.tv_nsec - t0.tv_nsec) / 1e6 <
-         (double)B->o.pass_idle_ms);
+  const double end = vt_now_ms() + (double)B->o.pass_idle_ms;
+  while (vt_now_ms() < end) {
+  }
 }
 
 /* Backend buffer, recorded so that cleanup frees everything. */
@@ -1169,6 +1165,55 @@ static int run_network(bench_t *B) {
 
 /* ---- workloads C and D --------------------------------------------------- */
 
+/* Workload C's layer: its map and buffers. */
+typedef struct c_layer {
+  const voxconv_kmap_t *km;
+  voxconv_feats_t x, y, dy, dx;
+  voxconv_weights_t w, dw;
+  const void *ws; /* --dtype i8: the weights' scales */
+} c_layer_t;
+
+/* Workload C's pass `pass` (0 forward, 1 dgrad, 2 wgrad) of layer c, on
+ * B->h; *what names the library call (for messages and note_tuning). */
+static voxconv_status_t c_pass(bench_t *B, const c_layer_t *c, int pass,
+                               const char **what) {
+  if (pass == 0) {
+    *what = "voxconv_conv_forward";
+    return conv_forward(B, c->km, &c->x, &c->w, &c->y, c->ws);
+  }
+  if (pass == 1) {
+    *what = "voxconv_conv_dgrad";
+    return voxconv_conv_dgrad(B->h, c->km, &c->dy, &c->w, &c->dx,
+                              &B->conv_opt);
+  }
+  *what = "voxconv_conv_wgrad";
+  return voxconv_conv_wgrad(B->h, c->km, &c->x, &c->dy, &c->dw, &B->conv_opt);
+}
+
+/* One timed run of workload C's row `pass`: passes 0-2 each alone, pass 3
+ * (conv_fwd_bwd) the three back to back between one pair of events. */
+static int c_timed_run(bench_t *B, const c_layer_t *c, int pass, int r,
+                       int rep) {
+  const int first = pass < 3 ? pass : 0, last = pass < 3 ? pass : 2;
+  int rc;
+  if ((rc = clock_start(B, &B->t_op)))
+    return rc;
+  const char *what = "";
+  for (int p = first; p <= last; p++) {
+    const voxconv_status_t st = c_pass(B, c, p, &what);
+    if (st != VOXCONV_STATUS_SUCCESS)
+      return lib_fail(B, what, st);
+  }
+  double ms = 0;
+  if ((rc = clock_stop(B, &B->t_op, &ms)))
+    return rc;
+  if (rep >= 0)
+    B->rows[r].ms[rep] = ms;
+  if (pass < 3) /* the back-to-back row runs what the three rows tuned */
+    note_tuning(B, what);
+  return 0;
+}
+
 static int run_workload_c(bench_t *B) {
   net_level_t *L = &B->lv[0];
   L->n = B->n_voxels;
@@ -1204,12 +1249,14 @@ static int run_workload_c(bench_t *B) {
         (B->dtype == VOXCONV_DTYPE_I8 &&
          (rc = upload_scales(B, C, qw, &ws))))
       return rc;
-    const voxconv_feats_t fx = feats_of(B, x, L->n, C),
-                          fy = feats_of(B, y, L->n, C),
-                          fdy = feats_of(B, dy, L->n, C),
-                          fdx = feats_of(B, dx, L->n, C);
-    const voxconv_weights_t fw = weights_of(B, w, C, C),
-                            fdw = weights_of(B, dw, C, C);
+    const c_layer_t cl = {L->subm,
+                          feats_of(B, x, L->n, C),
+                          feats_of(B, y, L->n, C),
+                          feats_of(B, dy, L->n, C),
+                          feats_of(B, dx, L->n, C),
+                          weights_of(B, w, C, C),
+                          weights_of(B, dw, C, C),
+                          ws};
     char name[40];
     snprintf(name, sizeof name, "C=%lld", (long long)C);
     const int r0 = B->n_rows;
@@ -1230,37 +1277,9 @@ static int run_workload_c(bench_t *B) {
     for (int pass = 0; pass < passes; pass++) {
       pass_idle(B);
       for (int i = -B->warmup; i < B->repeat; i++) {
-        int r = r0 + pass;
-        const int rep = i < 0 ? -1 : i;
         B->warming = i < 0;
-        if (pass == 0)
-          TIMED_OP(B, r, rep, 1, "voxconv_conv_forward",
-                   conv_forward(B, L->subm, &fx, &fw, &fy, ws));
-        else if (pass == 1)
-          TIMED_OP(B, r, rep, 1, "voxconv_conv_dgrad",
-                   voxconv_conv_dgrad(B->h, L->subm, &fdy, &fw, &fdx,
-                                      &B->conv_opt));
-        else if (pass == 2)
-          TIMED_OP(B, r, rep, 1, "voxconv_conv_wgrad",
-                   voxconv_conv_wgrad(B->h, L->subm, &fx, &fdy, &fdw,
-                                      &B->conv_opt));
-        else {
-          if ((rc = clock_start(B, &B->t_op)))
-            return rc;
-          TRY(B, "voxconv_conv_forward", conv_forward(B, L->subm, &fx, &fw,
-                                                      &fy, ws));
-          TRY(B, "voxconv_conv_dgrad",
-              voxconv_conv_dgrad(B->h, L->subm, &fdy, &fw, &fdx,
-                                 &B->conv_opt));
-          TRY(B, "voxconv_conv_wgrad",
-              voxconv_conv_wgrad(B->h, L->subm, &fx, &fdy, &fdw,
-                                 &B->conv_opt));
-          double ms_ = 0;
-          if ((rc = clock_stop(B, &B->t_op, &ms_)))
-            return rc;
-          if (rep >= 0)
-            B->rows[r].ms[rep] = ms_;
-        }
+        if ((rc = c_timed_run(B, &cl, pass, r0 + pass, i < 0 ? -1 : i)))
+          return rc;
         if (i < 0)
           settle_after_tuning(B);
       }

@@ -527,11 +527,11 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
  * all its (row, offset) inputs at once -- one 4-byte cp.async each, one
  * barrier -- and runs K / 32 k-steps of mma.sync.m16n8k32 from shared
  * memory, with the weights staged once per block and blocks looping over
- * row tiles. The
- * im2col rows of the tile path (i8_im2col_kernel, then a one-offset tile
- * over 96-byte rows) cost ~0.42 ms at workload A's 3 -> 64 against the f16
- * im2col kernel's 0.28: ~7,000 short tiles, each a pipeline fill and an
- * epilogue for three k-steps (docs/perf-notes.md items 81, 89). */
+ * row tiles. The im2col rows of the tile path (i8_im2col_kernel, then a
+ * one-offset tile over 96-byte rows) cost ~0.42 ms at workload A's 3 -> 64
+ * against the f16 im2col kernel's 0.28: ~7,000 short tiles, each a
+ * pipeline fill and an epilogue for three k-steps (docs/perf-notes.md
+ * items 81, 89). */
 struct I8Im2colTile {
   static constexpr int BM = 128, BN = 64, BK = 128, STAGES = 1;
   static constexpr int THREADS = 256, CP = 4, MAX_KVOL = 28; /* K <= 112 */
@@ -934,6 +934,12 @@ bool use_im2col(int cin, int kvol, int ka, int kcol, int cout) {
          (int64_t)cout * kcol <= INT32_MAX; /* 32-bit weight offsets */
 }
 
+/* 1 when tile 18 runs a regular conv with cin input channels and kvol
+ * offsets as its own kernel (else it runs the default tile). */
+bool im2col_fused_takes(int64_t cin, int64_t kvol) {
+  return cin <= I8Im2colTile::CP && kvol <= I8Im2colTile::MAX_KVOL;
+}
+
 /* xp[r] = x[r][0 .. cin-1] zero-padded to 4 bytes, one 4-byte store a row
  * (repad3_kernel's 64-bit index division per byte cost as much as the
  * layer it fed, docs/perf-notes.md item 81). */
@@ -1011,9 +1017,9 @@ extern "C" voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h,
   info->stages = r.stages;
   info->threads = r.threads;
   if (tile == VC_I8_IM2COL_TILE)
+    /* (63 characters fit: the full story is in docs/tiles.md) */
     snprintf(info->constraints, sizeof info->constraints,
-             "cin <= 4, kvol <= 28: whole-row im2col in shared memory; "
-             "else the default tile; %d int32 acc/thread",
+             "cin <= 4, kvol <= 28: im2col; else default tile; %d acc/thread",
              r.acc);
   else
     snprintf(info->constraints, sizeof info->constraints,
@@ -1035,8 +1041,7 @@ extern "C" int vc_cuda_int8_default_tile(voxconv_handle_t *h,
                                          const vc_int8_problem_t *p) {
   /* a first layer: tile 18's own kernel (0.31 ms at workload A's 3 -> 64
    * on the H200, pick_tile's 0.40; docs/perf-notes.md item 89) */
-  if (!p->depthwise && p->cin <= I8Im2colTile::CP &&
-      p->kmap->kvol <= I8Im2colTile::MAX_KVOL)
+  if (!p->depthwise && im2col_fused_takes(p->cin, p->kmap->kvol))
     return VC_I8_IM2COL_TILE;
   return pick_tile(h, p->cin, p->cout);
 }
@@ -1073,7 +1078,7 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
 
   const int cin = (int)p->cin, cout = (int)p->cout;
   if (tile == VC_I8_IM2COL_TILE) {
-    if (cin <= I8Im2colTile::CP && m->kvol <= I8Im2colTile::MAX_KVOL)
+    if (im2col_fused_takes(cin, m->kvol))
       return run_im2col_fused(h, p, ep);
     tile = pick_tile(h, cin, cout);
   }
