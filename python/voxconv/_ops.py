@@ -355,6 +355,10 @@ class WeightLayout:
     def to_lib(self, w):
         raise NotImplementedError
 
+    def lib_view(self, w):
+        """to_lib(w) made without recording a graph, contiguous."""
+        raise NotImplementedError
+
     def to_stored(self, g):
         raise NotImplementedError
 
@@ -396,6 +400,11 @@ class PermutedLayout(WeightLayout):
         if torch.is_grad_enabled() and w.requires_grad:
             # a graph through w is being built (double backward): record it
             return w.permute(*self.perm).reshape(self.lib_shape)
+        return self.lib_view(w)
+
+    def lib_view(self, w):
+        """The library-layout tensor of w, contiguous, with no graph
+        recorded (what to_lib gives when no graph through w is built)."""
         c = self._view
         inf = _inference()  # views made under inference_mode stay there
         if (c is not None and c[0] is w and c[1] == w.data_ptr() and c[2] == w.stride()
@@ -490,6 +499,40 @@ class _PassFn(torch.autograd.Function):
         return grads[0], grads[1], None
 
 
+# Launch first, record after. A forward pass under autograd used to be issued
+# from inside Function.apply, after torch had bound the arguments and made
+# the context: ~20-25 us of host time on a lent H100/H200 host before the
+# kernel reached the GPU, 80 us and more when the host thread had just
+# waited for the GPU (the first layer after a synchronisation; workload C's
+# single-call rows). The pass is now issued first and the node that
+# records it is made while the GPU runs it: the _Launched* Functions below
+# take the finished output (in `pre`, a tuple, so that autograd sees no
+# tensor input there and makes the output its node's own) and only save
+# what backward needs. Their backward is the plain Function's. Used by
+# weighted / pool / unpool when a graph is being recorded and no functorch
+# transform is active (under one the plain Functions run: transforms wrap
+# the tensors, which only the Function's forward sees unwrapped).
+
+
+class _LaunchedPassFn(_PassFn):
+    """_PassFn's forward pass (which 0) already issued: pre = (y, lib_b),
+    lib_b the library-layout weight when meta has a WeightLayout."""
+
+    @staticmethod
+    def forward(ctx, a, b, meta, pre):
+        ctx.meta = meta
+        y, lib_b = pre
+        if lib_b is None:
+            ctx.save_for_backward(a, b)
+        else:
+            ctx.save_for_backward(a, b, lib_b)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        return _PassFn.backward(ctx, g) + (None,)
+
+
 # Pooling and unpooling: first derivatives only. Building a graph through
 # their backward (create_graph=True) raises at once: a second derivative
 # through them would otherwise silently come out as zero.
@@ -532,9 +575,45 @@ class _UnpoolFn(torch.autograd.Function):
         return _unpool_bwd(dy.contiguous(), ctx.km, ctx.n_coarse), None
 
 
+class _LaunchedPoolFn(_PoolFn):
+    """_PoolFn with its forward already issued: pre = (y,)."""
+
+    @staticmethod
+    def forward(ctx, x, km, mode, pre):
+        y = pre[0]
+        if mode == _lib.POOL_MAX:
+            ctx.save_for_backward(x, y)
+        ctx.km, ctx.mode, ctx.n_in = km, mode, x.shape[0]
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _PoolFn.backward(ctx, dy) + (None,)
+
+
+class _LaunchedUnpoolFn(_UnpoolFn):
+    """_UnpoolFn with its forward already issued: pre = (y,)."""
+
+    @staticmethod
+    def forward(ctx, x, km, pre):
+        ctx.km, ctx.n_coarse = km, x.shape[0]
+        return pre[0]
+
+    @staticmethod
+    def backward(ctx, dy):
+        return _UnpoolFn.backward(ctx, dy) + (None,)
+
+
 _pass_apply = _fast_apply(_PassFn)
 _pool_apply = _fast_apply(_PoolFn)
 _unpool_apply = _fast_apply(_UnpoolFn)
+_launched_pass_apply = _fast_apply(_LaunchedPassFn)
+_launched_pool_apply = _fast_apply(_LaunchedPoolFn)
+_launched_unpool_apply = _fast_apply(_LaunchedUnpoolFn)
+# torch._C._are_functorch_transforms_active where torch has it (see the
+# comment above _LaunchedPassFn): under a transform the plain Functions run.
+_transforms_active = getattr(torch._C, "_are_functorch_transforms_active", None) \
+    or (lambda: False)
 
 
 # ---- layer 2b: torch.library custom ops (torch >= 2.4) ------------------------
@@ -824,9 +903,18 @@ def weighted(kind, x, w, km, cfg, layout=None):
     x = x.contiguous()
     inf = _inference()
     if torch.is_grad_enabled() and (x.requires_grad or w.requires_grad):
+        meta = (km, kind, cfg, 0, inf, layout)
+        if _transforms_active():
+            return _pass_apply(x, w if layout is not None else w.contiguous(), meta)
         if layout is None:
             w = w.contiguous()
-        return _pass_apply(x, w, (km, kind, cfg, 0, inf, layout))
+            return _launched_pass_apply(x, w, meta, (_PASSES[kind][0](x, w, km, cfg, inf),
+                                                     None))
+        # the library view of the stored weight, made without a graph (the
+        # node converts the weight's gradient back: WeightLayout.to_stored)
+        lib_w = layout.lib_view(w)
+        return _launched_pass_apply(x, w, meta, (_PASSES[kind][0](x, lib_w, km, cfg, inf),
+                                                 lib_w))
     if layout is not None:
         w = layout.to_lib(w)
     return _PASSES[kind][0](x, w.contiguous(), km, cfg, inf)
@@ -844,11 +932,24 @@ def depthwise(x, w, km, fwd, dgrad, wgrad, fp16, det):
     return weighted("depthwise", x, w, km, (fwd, dgrad, wgrad, fp16, det))
 
 
+def _recording(x):
+    """Whether an op on x is recorded by autograd now."""
+    return torch.is_grad_enabled() and x.requires_grad
+
+
 def pool(x, km, mode):
     x = x.contiguous()
-    return _pool_apply(x, km, mode)
+    if not _recording(x):
+        return _pool_fwd(x, km, mode)
+    if _transforms_active():
+        return _pool_apply(x, km, mode)
+    return _launched_pool_apply(x, km, mode, (_pool_fwd(x, km, mode),))
 
 
 def unpool(x, km):
     x = x.contiguous()
-    return _unpool_apply(x, km)
+    if not _recording(x):
+        return _unpool_fwd(x, km)
+    if _transforms_active():
+        return _unpool_apply(x, km)
+    return _launched_unpool_apply(x, km, (_unpool_fwd(x, km),))

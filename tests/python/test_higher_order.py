@@ -137,3 +137,60 @@ def test_fast_apply_equals_function_apply(device):
         results.append([t.detach() for t in (y, gx, gw, hx, hw, p, u, gp)])
     for a, b in zip(*results[1:]):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_launch_first_equals_function_apply(device):
+    """Under autograd the ops issue their forward pass before the node that
+    records it is made (_ops._Launched*: the kernel reaches the GPU before
+    torch's Function bookkeeping). The nodes they make must be those
+    Functions' (so the early path is the one taken), and outputs, first
+    and second derivatives must be the plain Functions' bit for bit, for a
+    convolution (weight as the library stores it, and through a
+    PermutedLayout as compat.spconv stores it), pooling and unpooling."""
+    from voxconv import _ops
+    dtype = torch.float64 if device == "cpu" else torch.float32
+    coords = ref.rand_coords(120, 6).to(device)
+    x0 = torch.randn(len(coords), 3, dtype=dtype, device=device)
+    w0 = torch.randn(27, 3, 4, dtype=dtype, device=device)
+    inp = voxconv.SparseTensor(x0, coords)
+    km, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
+                                   (3, 3, 3), (1, 1, 1), (1, 1, 1))
+    pm, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_STRIDED,
+                                   (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    cfg = (None, None, None, 0, voxconv._lib.TRUE)  # deterministic: same bits each run
+    # spconv's stored layout [Cout, k0, k1, k2, Cin] of the same weight
+    layout = _ops.PermutedLayout((1, 2, 3, 4, 0), (4, 3, 3, 3, 3), (27, 3, 4))
+    ws0 = w0.reshape(3, 3, 3, 3, 4).permute(4, 0, 1, 2, 3).contiguous()
+    MAX = voxconv._lib.POOL_MAX
+
+    def run(early):
+        x = x0.clone().requires_grad_()
+        w = w0.clone().requires_grad_()
+        ws = ws0.clone().requires_grad_()
+        if early:
+            y = _ops.conv(x, w, km, *cfg)
+            ys = _ops.conv(x, ws, km, *cfg, layout=layout)
+            p = _ops.pool(y, pm, MAX)
+            u = _ops.unpool(p, pm)
+            names = [type(t.grad_fn).__name__ for t in (y, ys, p, u)]
+            assert names == ["_LaunchedPassFnBackward"] * 2 + [
+                "_LaunchedPoolFnBackward", "_LaunchedUnpoolFnBackward"], names
+        else:
+            y = _ops._PassFn.apply(x, w, (km, "conv", cfg, 0, False, None))
+            ys = _ops._PassFn.apply(x, ws, (km, "conv", cfg, 0, False, layout))
+            p = _ops._PoolFn.apply(y, pm, MAX)
+            u = _ops._UnpoolFn.apply(p, pm)
+        gx, gw, gws = torch.autograd.grad((y ** 2).sum() + (ys ** 3).sum(), (x, w, ws),
+                                          create_graph=True)
+        hx, hw, hws = torch.autograd.grad((gx ** 3).sum() + (gw ** 2).sum() + (gws ** 2).sum(),
+                                          (x, w, ws), retain_graph=True)
+        gp = torch.autograd.grad((u * u.detach()).sum(), x)[0]
+        return [t.detach() for t in (y, ys, gx, gw, gws, hx, hw, hws, p, u, gp)]
+
+    run(True)  # tuned warm-up: both rounds below then run the same kernels
+    for a, b in zip(run(True), run(False)):
+        assert torch.equal(a, b)
+    # the same function of the weight either way it is stored
+    early = run(True)
+    assert torch.equal(early[1], early[0])

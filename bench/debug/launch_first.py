@@ -1,0 +1,131 @@
+"""Launch first, record after (docs/perf-notes.md item 90): the GPU time of
+one forward + backward from PyTorch with the convolution's forward pass
+issued before its autograd node is made (_ops._Launched*, the default)
+against the old order (the pass issued from inside Function.apply), in one
+process, the two alternated round by round so that host drift falls on
+both alike. The old order is what _ops runs under a functorch transform,
+forced here by replacing _ops._transforms_active.
+
+Rows: workload C's layer (C = 64 and 256, map cached, one sync per run as
+torch_bench times it) and workload A's network forward + backward (fresh
+SparseTensor per run). Also the host time of one layer call under grad
+with the GPU kept busy (the order changes where the time falls, not how
+much there is). A diagnostic for the perf notes; the numbers to quote
+against the tool come from bench/torch_bench.py.
+
+    python3 bench/debug/launch_first.py [--data-dir D] [--rounds 6] [--runs 10]
+"""
+import argparse, os, statistics, sys, time
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import torch_bench as tb  # noqa: E402
+import voxconv  # noqa: E402
+from voxconv import _ops  # noqa: E402
+
+ORIG = _ops._transforms_active
+
+
+def use(order):
+    _ops._transforms_active = ORIG if order == "launch_first" else (lambda: True)
+
+
+def gpu_ms(fn, before):
+    before()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    out = fn()
+    e.record()
+    e.synchronize()
+    del out
+    return s.elapsed_time(e)
+
+
+def ab(name, fn, before, rounds, runs):
+    res = {"launch_first": [], "in_apply": []}
+    for order in res:  # warm both
+        use(order)
+        for _ in range(3):
+            gpu_ms(fn, before)
+    for r in range(rounds):
+        for order in (("launch_first", "in_apply") if r % 2 == 0 else ("in_apply", "launch_first")):
+            use(order)
+            res[order] += [gpu_ms(fn, before) for _ in range(runs)]
+    use("launch_first")
+    a, b = statistics.median(res["launch_first"]), statistics.median(res["in_apply"])
+    print(f"{name:28s} launch first {a:8.3f} ms   in apply {b:8.3f} ms   "
+          f"({1e3 * (b - a):+.1f} us)", flush=True)
+    return {"launch_first_ms": a, "in_apply_ms": b, "runs": res}
+
+
+def host_us(conv, x, calls=200):
+    out = {}
+    for order in ("launch_first", "in_apply"):
+        use(order)
+        torch.cuda.synchronize()
+        tb.gpu_sleep(max(300.0, 2.0 * calls), torch.device("cuda"))
+        ts = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            y = conv(x)
+            ts.append(1e6 * (time.perf_counter() - t))
+            del y
+        torch.cuda.synchronize()
+        out[order] = statistics.median(ts)
+    use("launch_first")
+    print(f"host us per layer call under grad: launch first {out['launch_first']:.1f}, "
+          f"in apply {out['in_apply']:.1f}", flush=True)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--runs", type=int, default=10)
+    args = ap.parse_args()
+    targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2",
+                           "--settle-ms", "0", "--pass-idle-ms", "0"])
+    targs.device = torch.device("cuda")
+    pts = tb.workload_a_points(args.data_dir)
+    coords, feats, _ = voxconv.voxelize(
+        torch.from_numpy(pts).cuda(), 0.1, origin=(-80.0, -80.0, -2.0),
+        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
+    print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+          f"{len(coords)} voxels", flush=True)
+    for c in (64, 256):
+        conv, x, _, _ = tb.torch_layer(targs, tb.Timer(targs.device), coords, c)
+        dy = torch.rand(len(coords), c, device="cuda", dtype=x.feats.dtype)
+
+        def fb():
+            y = conv(x)
+            y.feats.backward(dy)
+            return y
+
+        def clear():
+            x.feats.grad = None
+            conv.weight.grad = None
+        ab(f"C={c} forward+backward", fb, clear, args.rounds, args.runs)
+        if c == 64:
+            host_us(conv, x)
+    net = tb.workload_a_net(targs.device, torch.float16)
+    f16 = feats.to(torch.float16)
+    counts = tb.scale_and_count(net, coords, f16)
+    leaf = f16.detach().clone().requires_grad_()
+    dy = torch.rand(counts[-1], tb.LEVEL_CHANNELS[-1], device="cuda", dtype=torch.float16)
+
+    def a_fb():
+        y = net(voxconv.SparseTensor(leaf, coords))
+        y.feats.backward(dy)
+        return y
+
+    def a_clear():
+        leaf.grad = None
+        for p in net.parameters():
+            p.grad = None
+    ab("A forward+backward", a_fb, a_clear, args.rounds, args.runs)
+
+
+if __name__ == "__main__":
+    main()
