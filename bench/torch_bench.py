@@ -330,7 +330,21 @@ def tuning_cache_stamp():
     return st.st_mtime_ns, st.st_size
 
 
-def measure(timer, fn, args, what, before=None, idle_ms=0):
+def preheat(timer, fn, before, ms):
+    """--pass-preheat-ms: fn run untimed for ms, each run as a timed one
+    (events, a wait at its end), right before the timed runs, as the
+    tool's --pass-preheat-ms: the timed runs then all see the sustained
+    clock (see parse_args). Returns the runs made."""
+    end, n = time.perf_counter() + ms / 1e3, 0
+    while time.perf_counter() < end:
+        if before:
+            before()
+        timer.run(fn)
+        n += 1
+    return n
+
+
+def measure(timer, fn, args, what, before=None, idle_ms=0, preheat_ms=0):
     """first call (wall, to completion: tuning included when the cache is
     cold), further warm-ups, settle, then --repeat timed runs. The settle
     only follows a warm-up in which the autotuner ran (the tuning cache
@@ -357,6 +371,7 @@ def measure(timer, fn, args, what, before=None, idle_ms=0):
     if args.settle_ms and timer.cuda and (stamp is None or tuning_cache_stamp() != stamp):
         settle(args)
         settled = True
+    preheat_runs = preheat(timer, fn, before, preheat_ms) if preheat_ms and timer.cuda else 0
     runs, teardown = [], []
     for _ in range(args.repeat):
         if before:
@@ -369,7 +384,7 @@ def measure(timer, fn, args, what, before=None, idle_ms=0):
     progress(f"PyTorch {what}: median {med:.3f} ms (first call {first_ms:.1f} ms; "
              f"dropping the result afterwards {td:.3f} ms of host time)")
     return {"first_call_ms": first_ms, "ms": med, "ms_min": min(runs), "runs_ms": runs,
-            "teardown_host_ms": td, "settled": settled}
+            "teardown_host_ms": td, "settled": settled, "preheat_runs": preheat_runs}
 
 
 def torch_network(args, timer, coords, feats):
@@ -429,9 +444,11 @@ def torch_layer(args, timer, coords, channels):
         feats.grad = None
         conv.weight.grad = None
 
-    fwd = measure(timer, forward, args, f"C={channels} forward", idle_ms=args.pass_idle_ms)
+    fwd = measure(timer, forward, args, f"C={channels} forward", idle_ms=args.pass_idle_ms,
+                  preheat_ms=args.pass_preheat_ms)
     fb = measure(timer, forward_backward, args, f"C={channels} forward+backward",
-                 before=clear_grads, idle_ms=args.pass_idle_ms)
+                 before=clear_grads, idle_ms=args.pass_idle_ms,
+                 preheat_ms=args.pass_preheat_ms)
     return conv, x, fwd, fb
 
 
@@ -551,6 +568,12 @@ def parse_args(argv=None):
                     help="workload C: idle before each row's warm-up, here and in the "
                          "tool (its --pass-idle-ms), so both paths' rows start from an "
                          "idle GPU's power state (default 1000 on CUDA, 0 on the CPU)")
+    ap.add_argument("--pass-preheat-ms", type=int, default=0,
+                    help="workload C: after each row's warm-ups, run it untimed for this "
+                         "long, here and in the tool (its --pass-preheat-ms), so that every "
+                         "timed run sees the sustained, power-capped clock: a C = 256 "
+                         "forward + backward series otherwise drops clock after ~6 runs on "
+                         "both paths and its median says where the drop fell (default 0)")
     ap.add_argument("--host-calls", type=int, default=200,
                     help="calls timed for the host issue time (default 200)")
     ap.add_argument("--small", action="store_true",
@@ -585,6 +608,8 @@ def parse_args(argv=None):
                          else (1000 if cuda else 0))
     if args.pass_idle_ms < 0:
         ap.error("--pass-idle-ms: want >= 0")
+    if not 0 <= args.pass_preheat_ms <= 60000:
+        ap.error("--pass-preheat-ms: want 0..60000 (the tool's range)")
     if args.repeat < 1:
         ap.error("--repeat: want at least 1")
     if args.warmup < 1:
@@ -626,6 +651,7 @@ def main(argv=None):
            "protocol": {"repeat": args.repeat, "warmup": args.warmup,
                         "settle_ms": args.settle_ms, "settle_host": args.settle_host,
                         "pass_idle_ms": args.pass_idle_ms,
+                        "pass_preheat_ms": args.pass_preheat_ms,
                         "clock": timer.clock,
                         "forward": "torch.no_grad(), fresh SparseTensor per call (A, B); "
                                    "SparseTensor reused (C)",
@@ -723,6 +749,8 @@ def main(argv=None):
                 if args.tool:
                     idle = (["--pass-idle-ms", str(args.pass_idle_ms)]
                             if args.pass_idle_ms and cuda else [])
+                    if args.pass_preheat_ms and cuda:
+                        idle += ["--pass-preheat-ms", str(args.pass_preheat_ms)]
                     tj, cmd = run_tool(args, ["--workload", "C", "--channels", str(ch), *idle],
                                        args.data_dir)
                     rec["tool"]["version"] = tj.get("version")

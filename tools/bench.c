@@ -1214,6 +1214,25 @@ static int c_timed_run(bench_t *B, const c_layer_t *c, int pass, int r,
   return 0;
 }
 
+/* --pass-preheat-ms (workload C, CUDA): row `pass` runs untimed, each run
+ * as a timed one (events, a wait at its end), until N ms have passed; then
+ * its timed runs follow at once. A series that outlasts the GPU's burst
+ * (C = 256 forward + backward: ~6 runs on an H100 or H200 under their
+ * 700 W cap) otherwise switches clock mid-series, and its median says
+ * only where the switch fell (docs/perf-notes.md item 91). torch_bench
+ * preheats its PyTorch rows the same way. */
+static int pass_preheat(bench_t *B, const c_layer_t *c, int pass, int r) {
+  if (B->backend != VOXCONV_BACKEND_CUDA || B->o.pass_preheat_ms <= 0)
+    return 0;
+  const double end = vt_now_ms() + (double)B->o.pass_preheat_ms;
+  while (vt_now_ms() < end) {
+    const int rc = c_timed_run(B, c, pass, r, -1);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
 static int run_workload_c(bench_t *B) {
   net_level_t *L = &B->lv[0];
   L->n = B->n_voxels;
@@ -1278,6 +1297,8 @@ static int run_workload_c(bench_t *B) {
       pass_idle(B);
       for (int i = -B->warmup; i < B->repeat; i++) {
         B->warming = i < 0;
+        if (i == 0 && (rc = pass_preheat(B, &cl, pass, r0 + pass)))
+          return rc;
         if ((rc = c_timed_run(B, &cl, pass, r0 + pass, i < 0 ? -1 : i)))
           return rc;
         if (i < 0)
@@ -1492,6 +1513,8 @@ static void print_json(const bench_t *B, FILE *f) {
   fprintf(f, "  \"settle_ms\": %d,\n", B->settle_ms);
   if (B->o.pass_idle_ms > 0) /* absent: no idle between workload C passes */
     fprintf(f, "  \"pass_idle_ms\": %d,\n", B->o.pass_idle_ms);
+  if (B->o.pass_preheat_ms > 0) /* absent: no preheat */
+    fprintf(f, "  \"pass_preheat_ms\": %d,\n", B->o.pass_preheat_ms);
   /* How the times were taken (results recorded before this key existed
    * used the host clock with a synchronize after each op). */
   fprintf(f, "  \"clock\": \"%s\",\n", cuda ? "cuda_events" : "monotonic");

@@ -62,6 +62,11 @@ void vt_bench_usage(FILE *out) {
       "                        (forward, dgrad, wgrad, back to back) and its\n"
       "                        warm-up, so every row starts from the same\n"
       "                        power state (default 0)\n"
+      "  --pass-preheat-ms N   CUDA, workload C: after each pass's warm-up,\n"
+      "                        run it untimed for N ms, so that its timed\n"
+      "                        runs all see the sustained (power-capped)\n"
+      "                        clock instead of switching to it mid-series\n"
+      "                        (default 0)\n"
       "  --seed N              weights/gradients seed (default 1)\n"
       "  --maps overlap|serial  CUDA end-to-end forward: build kernel maps\n"
       "                        on a second stream, overlapping the previous\n"
@@ -225,7 +230,8 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
   o->repeat = o->warmup = o->settle_ms = -1;
   o->fp16_accum = -1;
   o->seed = 1;
-  int channels_set = 0, maps_set = 0, prio_set = 0, pass_idle_set = 0;
+  int channels_set = 0, maps_set = 0, prio_set = 0, pass_idle_set = 0,
+      preheat_set = 0;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -290,6 +296,12 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
         return usage_error(io, "--pass-idle-ms %s: want 0..60000", v);
       o->pass_idle_ms = (int)n;
       pass_idle_set = 1;
+    } else if (strcmp(a, "--pass-preheat-ms") == 0) {
+      NEED_VALUE();
+      if (!vt_parse_long(v, 0, 60000, &n))
+        return usage_error(io, "--pass-preheat-ms %s: want 0..60000", v);
+      o->pass_preheat_ms = (int)n;
+      preheat_set = 1;
     } else if (strcmp(a, "--algo") == 0) {
       NEED_VALUE();
       if (!vt_bench_algo_check(err, cmd, "--algo", v))
@@ -402,6 +414,8 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
                            "overlap");
   if (pass_idle_set && o->workload != 'C')
     return usage_error(io, "--pass-idle-ms applies to --workload C");
+  if (preheat_set && o->workload != 'C')
+    return usage_error(io, "--pass-preheat-ms applies to --workload C");
   if (channels_set && o->workload != 'C')
     return usage_error(io, "--channels applies to --workload C");
   /* int8 has no algorithm strings or accumulator choice: its tiles are the

@@ -49,6 +49,7 @@ typedef struct vt_bench_opts {
   int map_normal;  /* --map-priority normal: the map stream not raised */
   int settle_ms;   /* -1 = default: rest after a warm-up that tuned */
   int pass_idle_ms; /* workload C: idle before each pass's warm-up (0) */
+  int pass_preheat_ms; /* workload C: untimed runs after the warm-up (0) */
 } vt_bench_opts_t;
 
 /* `voxconv bench` (cmd "bench") or the options tune hands to bench (cmd

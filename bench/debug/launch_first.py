@@ -15,7 +15,7 @@ against the tool come from bench/torch_bench.py.
 
     python3 bench/debug/launch_first.py [--data-dir D] [--rounds 6] [--runs 10]
 """
-import argparse, os, statistics, sys, time
+import argparse, json, os, statistics, sys, time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -56,6 +56,10 @@ def ab(name, fn, before, rounds, runs):
     a, b = statistics.median(res["launch_first"]), statistics.median(res["in_apply"])
     print(f"{name:28s} launch first {a:8.3f} ms   in apply {b:8.3f} ms   "
           f"({1e3 * (b - a):+.1f} us)", flush=True)
+    for order, runs_ms in res.items():  # round medians: is the gap larger than the drift?
+        print(f"    {order:12s} by round: " + " ".join(
+            f"{statistics.median(runs_ms[i:i + runs]):.3f}"
+            for i in range(0, len(runs_ms), runs)), flush=True)
     return {"launch_first_ms": a, "in_apply_ms": b, "runs": res}
 
 
@@ -84,7 +88,9 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--json", default=None, help="write every run here")
     args = ap.parse_args()
+    rec = {}
     targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2",
                            "--settle-ms", "0", "--pass-idle-ms", "0"])
     targs.device = torch.device("cuda")
@@ -106,9 +112,10 @@ def main():
         def clear():
             x.feats.grad = None
             conv.weight.grad = None
-        ab(f"C={c} forward+backward", fb, clear, args.rounds, args.runs)
+        rec[f"C={c} forward+backward"] = ab(f"C={c} forward+backward", fb, clear,
+                                            args.rounds, args.runs)
         if c == 64:
-            host_us(conv, x)
+            rec["host_us_grad"] = host_us(conv, x)
     net = tb.workload_a_net(targs.device, torch.float16)
     f16 = feats.to(torch.float16)
     counts = tb.scale_and_count(net, coords, f16)
@@ -124,7 +131,11 @@ def main():
         leaf.grad = None
         for p in net.parameters():
             p.grad = None
-    ab("A forward+backward", a_fb, a_clear, args.rounds, args.runs)
+    rec["A forward+backward"] = ab("A forward+backward", a_fb, a_clear, args.rounds,
+                                   args.runs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rec, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -86,6 +86,50 @@ def test_torch_bench_rejects_bad_arguments():
                         "--device", "cpu", "--workloads", "A,X"], env=env, capture_output=True,
                        text=True, timeout=120)
     assert p.returncode == 2 and "--workloads: want a subset of A,B,C" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, os.path.join(REPO, "bench", "torch_bench.py"),
+                        "--device", "cpu", "--pass-preheat-ms", "70000"], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--pass-preheat-ms: want 0..60000" in p.stderr, p.stderr
+
+
+def test_torch_bench_preheat_runs_before_the_timed_runs():
+    """--pass-preheat-ms: after the warm-ups, the row runs untimed (each
+    run prepared by `before`, as a timed run is) until the time has passed,
+    then the timed runs follow; none without it."""
+    sys.path.insert(0, os.path.join(REPO, "bench"))
+    import time
+    import torch_bench as tb
+
+    class FakeCudaTimer:  # what measure needs of tb.Timer, no GPU
+        cuda = True
+
+        def sync(self):
+            pass
+
+        def run(self, fn):
+            return fn(), 0.0
+
+    log = []
+
+    def fn():
+        log.append("run")
+        time.sleep(0.004)
+        return 1.0
+
+    args = tb.parse_args(["--device", "cpu", "--repeat", "4", "--warmup", "2",
+                          "--settle-ms", "0"])
+    for ms in (0, 40):
+        log.clear()
+        r = tb.measure(FakeCudaTimer(), fn, args, "fake", before=lambda: log.append("before"),
+                       preheat_ms=ms)
+        runs = log.count("run")
+        # 2 warm-ups, then preheat runs (~ms / 4 ms each), then 4 timed ones
+        assert runs == 2 + r["preheat_runs"] + 4, log
+        assert log.count("before") == runs, log
+        if ms:
+            assert 3 <= r["preheat_runs"] <= ms // 4 + 1, r["preheat_runs"]
+        else:
+            assert r["preheat_runs"] == 0
 
 
 def test_torch_bench_settles_only_after_tuning(tmp_path):
