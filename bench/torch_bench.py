@@ -11,7 +11,10 @@ same device, in one run, for workloads A, B and C.
   power cap lowers the clock after a C = 256 load, and without the idle a
   row's time depended on which row ran before it (s24: the PyTorch C =
   256 forward 3.04-3.07 ms right after the tool's back-to-back series,
-  against the tool's 2.88 measured first).
+  against the tool's 2.88 measured first). --pass-preheat-ms N (both
+  sides, default 0) also runs each row untimed for N ms after its warm-ups:
+  the timed runs then all see the sustained, power-capped clock instead of
+  dropping to it part-way through the series (C = 256 forward + backward).
 * PyTorch path: workload A's network written with voxconv.nn modules
   (SparseConv3d(bias=False) x 2 per level, SparseMaxPool3d(2, 2) between
   levels, 7 levels 64..256 channels), a fresh voxconv.SparseTensor per call
