@@ -333,6 +333,24 @@ def tuning_cache_stamp():
     return st.st_mtime_ns, st.st_size
 
 
+def host_probe_us(reps=7):
+    """How fast this host runs Python right now: the fastest of `reps`
+    timings of a fixed pure-Python loop, in us. The lent hosts switch
+    between a fast and a ~1.5x slower state, between processes and within
+    one (s25 call 3: the host time of a layer call 17.5-18.1 us in some
+    processes, 26.6-29.1 in others, pinned or not); the PyTorch rows,
+    whose host work is on the critical path, follow it. Recorded with
+    every PyTorch row, so that a ratio can be read with its host state."""
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        d = {}
+        for i in range(4000):
+            d[i & 63] = d.get(i & 31, 0) + i
+        best = min(best, time.perf_counter() - t)
+    return 1e6 * best
+
+
 def preheat(timer, fn, before, ms):
     """--pass-preheat-ms: fn run untimed for ms, each run as a timed one
     (events, a wait at its end), right before the timed runs, as the
@@ -382,12 +400,14 @@ def measure(timer, fn, args, what, before=None, idle_ms=0, preheat_ms=0):
         ms, td = timer.run(fn)
         runs.append(ms)
         teardown.append(td)
+    probe = host_probe_us() if timer.cuda else None
     med = statistics.median(runs)
     td = statistics.median(teardown)
     progress(f"PyTorch {what}: median {med:.3f} ms (first call {first_ms:.1f} ms; "
              f"dropping the result afterwards {td:.3f} ms of host time)")
     return {"first_call_ms": first_ms, "ms": med, "ms_min": min(runs), "runs_ms": runs,
-            "teardown_host_ms": td, "settled": settled, "preheat_runs": preheat_runs}
+            "teardown_host_ms": td, "settled": settled, "preheat_runs": preheat_runs,
+            "host_probe_us": probe}
 
 
 def torch_network(args, timer, coords, feats):
@@ -533,11 +553,12 @@ def host_issue_time(args, conv, x):
                 progress(f"warning: the GPU drained during the {mode} host-time calls: they "
                          f"waited for it somewhere (a synchronising call?); times include GPU "
                          f"time")
+    out["host_probe_us"] = host_probe_us()
     out["method"] = ("perf_counter per call while a sleep kernel queued first keeps the GPU busy"
                      if args.device.type == "cuda" else
                      "perf_counter per call (CPU: includes the compute on this input)")
     progress(f"host time per layer forward: {out['forward_no_grad_us']:.1f} us (no_grad), "
-             f"{out['forward_grad_us']:.1f} us (grad)")
+             f"{out['forward_grad_us']:.1f} us (grad); host probe {out['host_probe_us']:.0f} us")
     return out
 
 
@@ -671,9 +692,10 @@ def main(argv=None):
     tmp = tempfile.TemporaryDirectory(prefix="torch_bench_")
     a_coords = None
 
-    def add_row(name, c_ms, t_ms, same_input=True):
-        rows.append({"name": name, "c_ms": c_ms, "torch_ms": t_ms,
-                     "ratio": ratio(t_ms, c_ms), "same_input": same_input})
+    def add_row(name, c_ms, t, same_input=True):
+        rows.append({"name": name, "c_ms": c_ms, "torch_ms": t["ms"],
+                     "ratio": ratio(t["ms"], c_ms), "same_input": same_input,
+                     "host_probe_us": t.get("host_probe_us")})
 
     def load_a():
         pts = workload_a_points(args.data_dir)
@@ -730,8 +752,8 @@ def main(argv=None):
             entry["torch"] = {"forward": fwd, "fwd_bwd": fb}
             rec["workloads"][w] = entry
             c = entry.get("c_path", {})
-            add_row(f"{w} forward", c.get("forward_ms"), fwd["ms"])
-            add_row(f"{w} forward+backward", c.get("fwd_bwd_ms"), fb["ms"])
+            add_row(f"{w} forward", c.get("forward_ms"), fwd)
+            add_row(f"{w} forward+backward", c.get("fwd_bwd_ms"), fb)
         else:  # C
             if a_coords is None:
                 _, a_coords, _ = load_a()
@@ -780,8 +802,8 @@ def main(argv=None):
                 entry["channels"][str(ch)] = {"c_forward_ms": c_fwd, "c_fwd_bwd_ms": c_fb,
                                               "c_fwd_bwd_sum_ms": c_sum,
                                               "torch": {"forward": fwd, "fwd_bwd": fb}}
-                add_row(f"C={ch} forward", c_fwd, fwd["ms"], same)
-                add_row(f"C={ch} forward+backward", c_fb, fb["ms"], same)
+                add_row(f"C={ch} forward", c_fwd, fwd, same)
+                add_row(f"C={ch} forward+backward", c_fb, fb, same)
                 if args.int8:
                     i8, i8_in = torch_layer_int8(args, timer, conv, x, ch)
                     c_i8 = None
@@ -792,8 +814,8 @@ def main(argv=None):
                         {"c_int8_forward_ms": c_i8, "torch_int8_forward": i8,
                          "torch_int8_forward_int8_in": i8_in,
                          "torch_int8_vs_float": ratio(fwd["ms"], i8["ms"])})
-                    add_row(f"C={ch} int8 forward", c_i8, i8["ms"], same)
-                    add_row(f"C={ch} int8 fwd, int8 in", c_i8, i8_in["ms"], same)
+                    add_row(f"C={ch} int8 forward", c_i8, i8, same)
+                    add_row(f"C={ch} int8 fwd, int8 in", c_i8, i8_in, same)
             rec["workloads"]["C"] = entry
             if cuda:
                 rec["host_issue_us"] = host_issue_time(args, *layer_for_host)
@@ -812,16 +834,18 @@ def main(argv=None):
     print(f"\n{rec['device_name']}, torch {torch.__version__}, voxconv {rec['voxconv']}, "
           f"commit {rec['commit']}, {args.dtype}, median of {args.repeat} "
           f"({timer.clock}){', --small' if args.small else ''}")
-    print(f"{'workload':<24} {'C path ms':>10} {'PyTorch ms':>11} {'PyTorch/C':>10}")
+    print(f"{'workload':<24} {'C path ms':>10} {'PyTorch ms':>11} {'PyTorch/C':>10} "
+          f"{'host probe us':>14}")
     for r in rows:
         c = f"{r['c_ms']:.3f}" if r["c_ms"] is not None else "-"
         rt = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        hp = f"{r['host_probe_us']:.0f}" if r["host_probe_us"] is not None else "-"
         mark = "" if r["same_input"] else "  (different inputs: --small)"
-        print(f"{r['name']:<24} {c:>10} {r['torch_ms']:>11.3f} {rt:>10}{mark}")
+        print(f"{r['name']:<24} {c:>10} {r['torch_ms']:>11.3f} {rt:>10} {hp:>14}{mark}")
     h = rec["host_issue_us"]
     print(f"host time per layer forward call (C={h['channels']}, median of {h['calls']}): "
           f"{h['forward_no_grad_us']:.1f} us under no_grad, {h['forward_grad_us']:.1f} us with "
-          f"autograd")
+          f"autograd (host probe {h['host_probe_us']:.0f} us: see host_probe_us)")
     if cuda:
         # torch's allocator next to voxconv's: whether the library's block
         # cache (VOXCONV_ALLOC_CACHE_MB) made torch go back to the driver
