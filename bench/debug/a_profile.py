@@ -207,7 +207,8 @@ def main():
         os.environ["VOXCONV_MAP_STREAM"] = ms
         host_timeline(net, labels, feats, coords, 3)  # warm
         med, issue, wall = host_timeline(net, labels, feats, coords, args.repeat)
-        print(f"\n== map stream {ms}: host issue {issue:.3f} ms, wall {wall:.3f} ms")
+        print(f"\n== map stream {ms}: host issue {issue:.3f} ms, wall {wall:.3f} ms "
+              f"(host probe {tb.host_probe_us():.0f} us: ~300 fast state, ~550 slow)")
         print("  host ms per module: " + ", ".join(f"{n} {v:.3f}" for n, v in med.items()))
         g = gpu_alone(net, labels, feats, coords, 5)
         print(f"  GPU alone (sync around each), sum {sum(g.values()):.3f} ms: "
