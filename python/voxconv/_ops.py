@@ -463,18 +463,24 @@ class _PassFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, meta):
-        ctx.meta = meta
         km, kind, cfg, which, inference, layout = meta
-        if layout is None:
-            ctx.save_for_backward(a, b)
-        else:
-            # the library-layout copy is kept for a first-order backward,
-            # which then converts nothing again
-            lib_b = layout.to_lib(b).contiguous()
-            ctx.save_for_backward(a, b, lib_b)
+        # the library-layout copy is kept for a first-order backward, which
+        # then converts nothing again
+        lib_b = None if layout is None else layout.to_lib(b).contiguous()
+        _PassFn.record(ctx, a, b, meta, lib_b)
+        if lib_b is not None:
             b = lib_b
         fn = _PASSES[kind][which]
         return fn(a, b, km, cfg, inference) if which == 0 else fn(a, b, km, cfg)
+
+    @staticmethod
+    def record(ctx, a, b, meta, lib_b):
+        """What backward needs: meta, a, b and (with a layout) lib_b."""
+        ctx.meta = meta
+        if lib_b is None:
+            ctx.save_for_backward(a, b)
+        else:
+            ctx.save_for_backward(a, b, lib_b)
 
     @staticmethod
     def backward(ctx, g):
@@ -520,13 +526,8 @@ class _LaunchedPassFn(_PassFn):
 
     @staticmethod
     def forward(ctx, a, b, meta, pre):
-        ctx.meta = meta
-        y, lib_b = pre
-        if lib_b is None:
-            ctx.save_for_backward(a, b)
-        else:
-            ctx.save_for_backward(a, b, lib_b)
-        return y
+        _PassFn.record(ctx, a, b, meta, pre[1])
+        return pre[0]
 
     @staticmethod
     def backward(ctx, g):
@@ -548,7 +549,11 @@ def _first_order_only(dy):
 class _PoolFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, km, mode):
-        y = _pool_fwd(x, km, mode)
+        return _PoolFn.record(ctx, x, km, mode, _pool_fwd(x, km, mode))
+
+    @staticmethod
+    def record(ctx, x, km, mode, y):
+        """What backward needs (x and y for max pooling); returns y."""
         if mode == _lib.POOL_MAX:
             ctx.save_for_backward(x, y)
         ctx.km, ctx.mode, ctx.n_in = km, mode, x.shape[0]
@@ -580,11 +585,7 @@ class _LaunchedPoolFn(_PoolFn):
 
     @staticmethod
     def forward(ctx, x, km, mode, pre):
-        y = pre[0]
-        if mode == _lib.POOL_MAX:
-            ctx.save_for_backward(x, y)
-        ctx.km, ctx.mode, ctx.n_in = km, mode, x.shape[0]
-        return y
+        return _PoolFn.record(ctx, x, km, mode, pre[0])
 
     @staticmethod
     def backward(ctx, dy):

@@ -98,6 +98,23 @@ def test_pooling_refuses_second_derivative(device, pool):
     assert gx.shape == x.shape and not gx.requires_grad
 
 
+def _ops_problem(device):
+    """Features [N, 3] and a weight [27, 3, 4] (float64 on the CPU, float32
+    on CUDA), the submanifold 3^3 and strided 2^3 maps of random
+    coordinates, and a deterministic cfg (the same kernels, the same bits,
+    on every run)."""
+    dtype = torch.float64 if device == "cpu" else torch.float32
+    coords = ref.rand_coords(120, 6).to(device)
+    x0 = torch.randn(len(coords), 3, dtype=dtype, device=device)
+    w0 = torch.randn(27, 3, 4, dtype=dtype, device=device)
+    inp = voxconv.SparseTensor(x0, coords)
+    km, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
+                                   (3, 3, 3), (1, 1, 1), (1, 1, 1))
+    pm, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_STRIDED,
+                                   (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    return x0, w0, km, pm, (None, None, None, 0, voxconv._lib.TRUE)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_fast_apply_equals_function_apply(device):
     """The ops reach their autograd Functions through _ops._fast_apply,
@@ -110,16 +127,7 @@ def test_fast_apply_equals_function_apply(device):
         pytest.skip(f"torch {torch.__version__}: Function.apply has no Python layer to skip")
     # deterministic mode and a tuned warm-up round: on CUDA both rounds then
     # run the same kernels, which give the same bits
-    dtype = torch.float64 if device == "cpu" else torch.float32
-    coords = ref.rand_coords(120, 6).to(device)
-    x0 = torch.randn(len(coords), 3, dtype=dtype, device=device)
-    w0 = torch.randn(27, 3, 4, dtype=dtype, device=device)
-    inp = voxconv.SparseTensor(x0, coords)
-    km, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
-                                   (3, 3, 3), (1, 1, 1), (1, 1, 1))
-    pm, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_STRIDED,
-                                   (2, 2, 2), (2, 2, 2), (1, 1, 1))
-    cfg = (None, None, None, 0, voxconv._lib.TRUE)
+    x0, w0, km, pm, cfg = _ops_problem(device)
     results = []
     for conv_apply, pool_apply, unpool_apply in (
             (_ops._pass_apply, _ops._pool_apply, _ops._unpool_apply),
@@ -149,16 +157,7 @@ def test_launch_first_equals_function_apply(device):
     convolution (weight as the library stores it, and through a
     PermutedLayout as compat.spconv stores it), pooling and unpooling."""
     from voxconv import _ops
-    dtype = torch.float64 if device == "cpu" else torch.float32
-    coords = ref.rand_coords(120, 6).to(device)
-    x0 = torch.randn(len(coords), 3, dtype=dtype, device=device)
-    w0 = torch.randn(27, 3, 4, dtype=dtype, device=device)
-    inp = voxconv.SparseTensor(x0, coords)
-    km, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
-                                   (3, 3, 3), (1, 1, 1), (1, 1, 1))
-    pm, _ = inp.manager.kernel_map(inp.coordinate_set, voxconv._lib.KMAP_STRIDED,
-                                   (2, 2, 2), (2, 2, 2), (1, 1, 1))
-    cfg = (None, None, None, 0, voxconv._lib.TRUE)  # deterministic: same bits each run
+    x0, w0, km, pm, cfg = _ops_problem(device)
     # spconv's stored layout [Cout, k0, k1, k2, Cin] of the same weight
     layout = _ops.PermutedLayout((1, 2, 3, 4, 0), (4, 3, 3, 3, 3), (27, 3, 4))
     ws0 = w0.reshape(3, 3, 3, 3, 4).permute(4, 0, 1, 2, 3).contiguous()
