@@ -284,9 +284,11 @@ static voxconv_status_t kmap_build(voxconv_handle_t *h,
 
   voxconv_status_t st;
 #ifdef VOXCONV_HAVE_CUDA
-  if (h->backend == VOXCONV_BACKEND_CUDA)
+  if (h->backend == VOXCONV_BACKEND_CUDA) {
+    vc_capture_scope_begin(h);
     st = vc_cuda_kmap_build(h, m, in, out, defer);
-  else
+    vc_capture_scope_end(h);
+  } else
 #endif
   {
     (void)defer; /* CPU builds are synchronous */

@@ -185,7 +185,7 @@ voxconv_status_t voxconv_synchronize(voxconv_handle_t *h) {
   return VOXCONV_STATUS_SUCCESS;
 }
 
-int vc_stream_capturing(const voxconv_handle_t *h) {
+static int stream_capturing_now(const voxconv_handle_t *h) {
 #ifdef VOXCONV_HAVE_CUDA
   if (h && h->backend == VOXCONV_BACKEND_CUDA)
     return vc_cuda_stream_capturing(h);
@@ -193,6 +193,22 @@ int vc_stream_capturing(const voxconv_handle_t *h) {
   (void)h;
 #endif
   return 0;
+}
+
+int vc_stream_capturing(const voxconv_handle_t *h) {
+  if (h && h->capture_depth > 0)
+    return h->capture_memo;
+  return stream_capturing_now(h);
+}
+
+void vc_capture_scope_begin(voxconv_handle_t *h) {
+  if (h->capture_depth++ == 0)
+    h->capture_memo = stream_capturing_now(h);
+}
+
+void vc_capture_scope_end(voxconv_handle_t *h) {
+  if (h->capture_depth > 0)
+    h->capture_depth--;
 }
 
 voxconv_status_t voxconv_stream_create_priority(

@@ -43,6 +43,9 @@ struct voxconv_handle {
   /* Idle blocks kept in front of the caller's allocator (alloc_cache.c;
    * NULL without a caller's allocator or with the cache off). */
   struct vc_alloc_cache *alloc_cache;
+  /* vc_capture_scope_begin / _end: depth of the open scopes, and the
+   * capture state read when the outermost one opened. */
+  int capture_depth, capture_memo;
 };
 
 typedef struct vc_alloc_cache vc_alloc_cache_t;
@@ -88,6 +91,16 @@ void vc_free(voxconv_handle_t *h, void *ptr);
  * nothing may wait for it (no host synchronisation, no benchmark). 0 on
  * CPU and when the query fails. */
 int vc_stream_capturing(const voxconv_handle_t *h);
+/* A library call that asks vc_stream_capturing many times (every block of
+ * a kernel-map build's workspace is taken from and given back to the
+ * allocation cache, each asking) reads the state once: inside a scope the
+ * answer read when the outermost scope opened is returned. The state
+ * cannot change within one library call: only the caller begins or ends a
+ * capture, between calls. Why: ~500 cudaStreamIsCapturing calls per
+ * workload-A forward, 0.22-0.27 ms of host time on the lent H200 host
+ * (docs/perf-notes.md item 93). Scopes nest; every begin needs its end. */
+void vc_capture_scope_begin(voxconv_handle_t *h);
+void vc_capture_scope_end(voxconv_handle_t *h);
 /* Host scratch memory (plain malloc with a proper error). */
 voxconv_status_t vc_host_alloc(const voxconv_handle_t *h, size_t bytes,
                                void **ptr, const char *what);

@@ -7,5 +7,8 @@
 
 voxconv_status_t vc_dispatch_conv(voxconv_handle_t *h, vc_conv_problem_t *p,
                                   const voxconv_conv_options_t *opt) {
-  return vc_tune_dispatch(h, p, opt);
+  vc_capture_scope_begin(h);
+  const voxconv_status_t st = vc_tune_dispatch(h, p, opt);
+  vc_capture_scope_end(h);
+  return st;
 }
