@@ -97,8 +97,10 @@ int main(int argc, char **argv) {
   voxconv_memcpy(h, dc, coords, (size_t)n * 16,
                  VOXCONV_MEMCPY_HOST_TO_BACKEND);
   voxconv_coords_t in = {dc, n, {1, 1, 1}};
-  voxconv_kmap_desc_t geo = {VOXCONV_KMAP_SUBMANIFOLD, {3, 3, 3}, {1, 1, 1},
-                             {1, 1, 1}};
+  voxconv_kmap_desc_t geo = {.mode = VOXCONV_KMAP_SUBMANIFOLD,
+                             .kernel_size = {3, 3, 3},
+                             .stride = {1, 1, 1},
+                             .dilation = {1, 1, 1}};
   cudaEvent_t e0, e1;
   cudaEventCreate(&e0);
   cudaEventCreate(&e1);
