@@ -336,9 +336,10 @@ def tuning_cache_stamp():
 def host_probe_us(reps=7):
     """How fast this host runs Python right now: the fastest of `reps`
     timings of a fixed pure-Python loop, in us. The lent hosts switch
-    between a fast and a ~1.5x slower state, between processes and within
-    one (s25 call 3: the host time of a layer call 17.5-18.1 us in some
-    processes, 26.6-29.1 in others, pinned or not); the PyTorch rows,
+    between a fast and a slower state, between processes and within one
+    (s25 calls 3-4: the host time of a layer call 17.5-18.1 us in some
+    processes, 26.6-29.1 in others, pinned or not; this probe ~290-320 us
+    against ~500-650 on the H200's host); the PyTorch rows,
     whose host work is on the critical path, follow it. Recorded with
     every PyTorch row, so that a ratio can be read with its host state."""
     best = float("inf")
@@ -772,12 +773,13 @@ def main(argv=None):
                 # first, on a cool GPU, at 0.498).
                 tj = tj8 = None
                 if args.tool:
-                    idle = (["--pass-idle-ms", str(args.pass_idle_ms)]
-                            if args.pass_idle_ms and cuda else [])
+                    protocol = []  # the tool's side of --pass-idle-ms / -preheat-ms
+                    if args.pass_idle_ms and cuda:
+                        protocol += ["--pass-idle-ms", str(args.pass_idle_ms)]
                     if args.pass_preheat_ms and cuda:
-                        idle += ["--pass-preheat-ms", str(args.pass_preheat_ms)]
-                    tj, cmd = run_tool(args, ["--workload", "C", "--channels", str(ch), *idle],
-                                       args.data_dir)
+                        protocol += ["--pass-preheat-ms", str(args.pass_preheat_ms)]
+                    tj, cmd = run_tool(args, ["--workload", "C", "--channels", str(ch),
+                                              *protocol], args.data_dir)
                     rec["tool"]["version"] = tj.get("version")
                     run = entry["c_path"]["runs"][str(ch)] = {"cmd": cmd, "tool_json": tj}
                     if same and tj["input"]["voxels"] != len(a_coords):

@@ -15,11 +15,13 @@ against the tool come from bench/torch_bench.py.
 
     python3 bench/debug/launch_first.py [--data-dir D] [--rounds 6] [--runs 10]
 """
-import argparse, json, os, statistics, sys, time
+import argparse, json, os, statistics, sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch_bench as tb  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))
+import call_latency  # noqa: E402
 import voxconv  # noqa: E402
 from voxconv import _ops  # noqa: E402
 
@@ -30,16 +32,13 @@ def use(order):
     _ops._transforms_active = ORIG if order == "launch_first" else (lambda: True)
 
 
+TIMER = tb.Timer(torch.device("cuda"))
+
+
 def gpu_ms(fn, before):
+    """One run as torch_bench times it (CUDA events, a sync around it)."""
     before()
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    out = fn()
-    e.record()
-    e.synchronize()
-    del out
-    return s.elapsed_time(e)
+    return TIMER.run(fn)[0]
 
 
 def ab(name, fn, before, rounds, runs):
@@ -64,19 +63,12 @@ def ab(name, fn, before, rounds, runs):
 
 
 def host_us(conv, x, calls=200):
+    """Host us of one layer call under grad, the GPU kept busy
+    (call_latency.hot), in either order."""
     out = {}
     for order in ("launch_first", "in_apply"):
         use(order)
-        torch.cuda.synchronize()
-        tb.gpu_sleep(max(300.0, 2.0 * calls), torch.device("cuda"))
-        ts = []
-        for _ in range(calls):
-            t = time.perf_counter()
-            y = conv(x)
-            ts.append(1e6 * (time.perf_counter() - t))
-            del y
-        torch.cuda.synchronize()
-        out[order] = statistics.median(ts)
+        out[order] = call_latency.hot(lambda: conv(x), calls)[0]
     use("launch_first")
     print(f"host us per layer call under grad: launch first {out['launch_first']:.1f}, "
           f"in apply {out['in_apply']:.1f}", flush=True)

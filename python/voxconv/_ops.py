@@ -908,14 +908,13 @@ def weighted(kind, x, w, km, cfg, layout=None):
         if _transforms_active():
             return _pass_apply(x, w if layout is not None else w.contiguous(), meta)
         if layout is None:
-            w = w.contiguous()
-            return _launched_pass_apply(x, w, meta, (_PASSES[kind][0](x, w, km, cfg, inf),
-                                                     None))
-        # the library view of the stored weight, made without a graph (the
-        # node converts the weight's gradient back: WeightLayout.to_stored)
-        lib_w = layout.lib_view(w)
-        return _launched_pass_apply(x, w, meta, (_PASSES[kind][0](x, lib_w, km, cfg, inf),
-                                                 lib_w))
+            w = lib_w = w.contiguous()
+        else:
+            # the library view of the stored weight, made without a graph
+            # (the node converts the weight's gradient back: to_stored)
+            lib_w = layout.lib_view(w)
+        y = _PASSES[kind][0](x, lib_w, km, cfg, inf)
+        return _launched_pass_apply(x, w, meta, (y, None if layout is None else lib_w))
     if layout is not None:
         w = layout.to_lib(w)
     return _PASSES[kind][0](x, w.contiguous(), km, cfg, inf)

@@ -1477,11 +1477,11 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     gather.init(args, sl, tid, m0, n0);
   WgAcc<false, TL::BN, false> acc;
   acc.zero(nullptr);
-  /* The zeros in the accumulator registers now, before the pipeline: left
-   * free, the compiler sank them onto the no-iteration path behind the
-   * loop, between its last wgmma and the final wait, and ptxas then
-   * fenced every wgmma of the loop alone (C7515; docs/perf-notes.md item
-   * 92). */
+  /* Puts the zeros into the accumulator registers here, before the
+   * pipeline. Left free, the compiler sank them onto the no-iteration path
+   * behind the loop, between its last wgmma and the final wait, and ptxas
+   * then fenced every wgmma of the non-warp-specialised tiles alone
+   * (C7515; docs/perf-notes.md item 92). */
   acc.pin_all();
   const WgradMma<T, TL> mma(sa_base, sb_base, mw);
   auto run_mma = [&](int stage, int = 0) { mma.run(acc.c, stage); };
