@@ -41,25 +41,37 @@ def gpu_ms(fn, before):
     return TIMER.run(fn)[0]
 
 
-def ab(name, fn, before, rounds, runs):
-    res = {"launch_first": [], "in_apply": []}
-    for order in res:  # warm both
-        use(order)
+def alternate(name, fn, before, rounds, runs, variants):
+    """Times fn under each variant ({label: function that switches to it}),
+    the order alternated round by round so that host drift falls on all
+    alike; prints the medians and the round medians. The last variant's
+    switch is left in force, so list the default last."""
+    res = {label: [] for label in variants}
+    for label, switch in variants.items():  # warm each
+        switch()
         for _ in range(3):
             gpu_ms(fn, before)
+    labels = list(variants)
     for r in range(rounds):
-        for order in (("launch_first", "in_apply") if r % 2 == 0 else ("in_apply", "launch_first")):
-            use(order)
-            res[order] += [gpu_ms(fn, before) for _ in range(runs)]
-    use("launch_first")
-    a, b = statistics.median(res["launch_first"]), statistics.median(res["in_apply"])
-    print(f"{name:28s} launch first {a:8.3f} ms   in apply {b:8.3f} ms   "
-          f"({1e3 * (b - a):+.1f} us)", flush=True)
-    for order, runs_ms in res.items():  # round medians: is the gap larger than the drift?
-        print(f"    {order:12s} by round: " + " ".join(
+        for label in (labels if r % 2 == 0 else labels[::-1]):
+            variants[label]()
+            res[label] += [gpu_ms(fn, before) for _ in range(runs)]
+    variants[labels[-1]]()
+    med = {label: statistics.median(v) for label, v in res.items()}
+    a, b = labels[0], labels[1]
+    print(f"{name:28s} " + "   ".join(f"{label} {m:8.3f} ms" for label, m in med.items())
+          + f"   ({1e3 * (med[b] - med[a]):+.1f} us {b} - {a})", flush=True)
+    for label, runs_ms in res.items():  # round medians: is the gap larger than the drift?
+        print(f"    {label:12s} by round: " + " ".join(
             f"{statistics.median(runs_ms[i:i + runs]):.3f}"
             for i in range(0, len(runs_ms), runs)), flush=True)
-    return {"launch_first_ms": a, "in_apply_ms": b, "runs": res}
+    return {**{f"{label}_ms": m for label, m in med.items()}, "runs": res}
+
+
+def ab(name, fn, before, rounds, runs):
+    return alternate(name, fn, before, rounds, runs,
+                     {"in_apply": lambda: use("in_apply"),
+                      "launch_first": lambda: use("launch_first")})
 
 
 def host_us(conv, x, calls=200):

@@ -26,6 +26,7 @@ from . import _runtime
 from .algo import (SPARSE_CONV_BWD_ALGO_MODE, SPARSE_CONV_FWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_BWD_ALGO_MODE,
                    SPARSE_DEPTHWISE_CONV_FWD_ALGO_MODE, registered_algorithms)
+from . import kmap
 from .kmap import CoordinateManager, KernelMap
 from .tensor import SparseTensor, cat, merge_duplicates, voxelize
 from . import _ops
@@ -117,7 +118,9 @@ def empty_cache():
     it frees (up to VOXCONV_ALLOC_CACHE_MB, by default 1/16 of the device memory per handle)
     so that later calls need no allocation; torch counts them as
     allocated. Call this before torch.cuda.empty_cache() to give that
-    memory back to the driver as well."""
+    memory back to the driver as well. Maps dropped lately are freed by
+    the map thread (voxconv.kmap): it finishes its queued work first."""
+    kmap.drain()
     _runtime.empty_cache()
 
 

@@ -4,7 +4,8 @@ queue work (the host returns while the GPU is still held by a long kernel);
 the same captured with torch.cuda.graph replays the eager results bit for
 bit; maps built on the side stream give the same bits as maps built in line
 (VOXCONV_MAP_STREAM=0); a forward's maps are prefetched for the next one
-(kmap._MapPlan) and give the same bits as maps built on request."""
+(kmap._MapPlan) and give the same bits as maps built on request, whether the
+map thread (voxconv/_worker.py) issues them or the caller's thread does."""
 
 import gc
 import time
@@ -139,7 +140,8 @@ def _forward_backward(net, coords, feats):
     x = feats.clone().requires_grad_()
     net.zero_grad()
     t = voxconv.SparseTensor(x, coords)
-    pre = {k: v[0] for k, v in t.coordinate_set.prefetched.items()}  # queued at creation
+    # queued at creation (waited for here: the map thread may still be building them)
+    pre = {k: v[0].wait() for k, v in t.coordinate_set.prefetched.items()}
     y = net(t)
     y.feats.float().square().sum().backward()
     torch.cuda.synchronize()
@@ -147,11 +149,15 @@ def _forward_backward(net, coords, feats):
                     [p.grad.clone() for p in net.parameters()])
 
 
-def test_prefetched_maps_match_maps_built_on_request(cuda, monkeypatch):
+@pytest.mark.parametrize("thread", ["1", "0"])
+def test_prefetched_maps_match_maps_built_on_request(cuda, monkeypatch, thread):
     """From the second forward on, a new input's submanifold and pooling
     maps are queued when the tensor is made (the pooling map deferred: no
-    host wait), each level's when the level before it is pooled; every one
-    is used, and results are those of maps built on request, bit for bit."""
+    host wait on the caller's thread), each level's when the level before
+    it is pooled (on the map thread: as soon as the thread made that
+    level); every one is used, and results are those of maps built on
+    request, bit for bit."""
+    monkeypatch.setenv("VOXCONV_MAP_THREAD", thread)
     coords = ref.rand_coords(30000, 64, 2).to(cuda)
     feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
     results = []
@@ -161,16 +167,21 @@ def test_prefetched_maps_match_maps_built_on_request(cuda, monkeypatch):
         net = _pool_net(cuda)
         for i in range(3):
             pre, t, res = _forward_backward(net, coords, feats)
-            modes = sorted(km.mode for km in pre.values())
+            modes = sorted(km.mode for km, _ in pre.values())
             if prefetch == "1" and i > 0:
                 assert modes == [voxconv._lib.KMAP_SUBMANIFOLD, voxconv._lib.KMAP_STRIDED]
-                strided = [km for km in pre.values() if km.mode == voxconv._lib.KMAP_STRIDED]
-                assert strided[0]._n_out >= 0  # the pooling layer completed it
+                (strided, made), = [v for v in pre.values()
+                                    if v[0].mode == voxconv._lib.KMAP_STRIDED]
+                assert strided._n_out >= 0  # completed (by the pooling layer or the thread)
+                # the map thread made the next level itself; in line, the
+                # pooling layer does
+                assert (made is not None) == (thread == "1")
                 # every prefetched map was asked for: none left over
                 assert not t.coordinate_set.prefetched
             else:
                 assert modes == []
         results.append(res)
+    assert voxconv.kmap._worker.last_error is None
     _assert_same_results(*results)
 
 
@@ -223,6 +234,7 @@ def test_unused_prefetched_maps_are_forgotten(cuda):
     path = t.coordinate_set.path
     before = [k[1] for k, _, _ in voxconv.kmap._plan.get(path)]
     assert before == [(3, 3, 3), (5, 5, 5)], (path, before)
+    voxconv.kmap.drain()  # the map thread's job holds the set until it ran
     del t
     gc.collect()
     keys = [k for k, _, _ in voxconv.kmap._plan.get(path)]
@@ -284,6 +296,7 @@ def test_block_cache_reuses_and_empties(cuda, monkeypatch, torch_allocator_calls
         # A coordinate manager and its sets refer to each other: their maps
         # (and the blocks the cache would reuse) go at a collection.
         gc.collect()
+        voxconv.kmap.drain()  # the dropped maps, freed by the map thread
         before = dict(calls)
         warm = _step(layer, coords, feats, gout).detach().clone()
         torch.cuda.current_stream().synchronize()
@@ -369,6 +382,7 @@ def test_derived_coordinates_are_ordered_for_the_caller(cuda, monkeypatch):
     the coordinates read there must be the reference's."""
     from voxconv import kmap as vkmap
     orig = vkmap.KernelMap.out_coords
+    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "0")  # built on request (next test: prefetched)
 
     def late_copy(self):
         torch.cuda._sleep(50_000_000)  # on the current (map) stream
@@ -385,3 +399,95 @@ def test_derived_coordinates_are_ordered_for_the_caller(cuda, monkeypatch):
     assert not after.query(), "the caller's stream does not wait for the coordinates"
     want, _ = ref.kernel_pairs("strided", fine, (2, 2, 2), (2, 2, 2), (1, 1, 1))
     assert torch.equal(coarse.coords.cpu(), want)
+
+
+def test_coordinates_the_map_thread_made_are_ordered_for_the_caller(cuda, monkeypatch):
+    """The same with the map prefetched by the map thread: the thread copies
+    the next level's coordinates out on the map stream (behind a ~0.5 s
+    spin here) and leaves the caller's wait for them to the request
+    (CoordinateSet.written). The caller's stream must not wait before the
+    request (the spin would stall the level's convolutions), and must wait
+    after it, and the coordinates read there are the reference's."""
+    from voxconv import kmap as vkmap
+    monkeypatch.setenv("VOXCONV_MAP_THREAD", "1")
+    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "1")
+    geo = (voxconv._lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    fine = ref.rand_coords(3000, 24, 2)
+    vkmap._plan.plans.clear()
+    x = voxconv.SparseTensor(torch.zeros(len(fine), 1, device=cuda), fine.to(cuda))
+    x.manager.kernel_map(x.coordinate_set, *geo)  # the plan learns it
+    orig = vkmap.KernelMap.out_coords
+
+    def late_copy(self):
+        torch.cuda._sleep(int(1e9))  # on the current (map) stream
+        return orig(self)
+
+    monkeypatch.setattr(vkmap.KernelMap, "out_coords", late_copy)
+    torch.cuda.synchronize()
+    x = voxconv.SparseTensor(torch.zeros(len(fine), 1, device=cuda), fine.to(cuda))
+    x.coordinate_set.prefetched[vkmap._map_key(*geo, None, None, None, 0)][0].wait()
+    before = torch.cuda.Event()
+    before.record()
+    torch.cuda._sleep(1000)
+    time.sleep(0.05)
+    assert before.query(), "the caller's stream waited for the map thread's copy early"
+    _, coarse = x.manager.kernel_map(x.coordinate_set, *geo)
+    after = torch.cuda.Event()
+    after.record()
+    assert not after.query(), "the caller's stream does not wait for the coordinates"
+    want, _ = ref.kernel_pairs("strided", fine, (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    assert torch.equal(coarse.coords.cpu(), want)
+    assert vkmap._worker.last_error is None
+
+
+def test_dropped_maps_are_destroyed_in_batches(cuda, monkeypatch):
+    """With the map thread, the maps a forward drops are destroyed by the
+    thread: every one of them (counted through voxconv_kmap_destroy), and
+    the map stream waits for the caller's stream once for the batch, not
+    once per map. (The thread is held busy while the forward's tensors go,
+    so that all of its maps join one batch.)"""
+    import threading
+    from voxconv import kmap as vkmap
+    monkeypatch.setenv("VOXCONV_MAP_THREAD", "1")
+    destroyed, waits = [], []
+    real_lib = vkmap.lib
+
+    class Counting:
+        def __getattr__(self, name):
+            fn = getattr(real_lib, name)
+            if name != "voxconv_kmap_destroy":
+                return fn
+
+            def counted(h, p):
+                destroyed.append(p)
+                return fn(h, p)
+            return counted
+
+    monkeypatch.setattr(vkmap, "lib", Counting())
+    orig_wait = torch.cuda.Stream.wait_event
+
+    def counted_wait(self, ev):
+        if vkmap._worker.on_worker():
+            waits.append(self.cuda_stream)
+        return orig_wait(self, ev)
+
+    monkeypatch.setattr(torch.cuda.Stream, "wait_event", counted_wait)
+    net = _pool_net(cuda)
+    coords = ref.rand_coords(20000, 48, 2).to(cuda)
+    feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
+    with torch.no_grad():
+        for _ in range(3):
+            y = net(voxconv.SparseTensor(feats, coords))
+            vkmap.drain()
+            ptrs = {km.ptr for st in y.manager.sets for km, _ in st.kmaps.values()}
+            destroyed.clear()
+            waits.clear()
+            hold = threading.Event()
+            vkmap._worker.submit(hold.wait)
+            del y
+            gc.collect()
+            hold.set()
+            vkmap.drain()
+            assert len(ptrs) >= 3 and ptrs <= set(destroyed), (len(ptrs), len(destroyed))
+            assert len(waits) == 1, waits
+    assert vkmap._worker.last_error is None
