@@ -118,9 +118,9 @@ def empty_cache():
     it frees (up to VOXCONV_ALLOC_CACHE_MB, by default 1/16 of the device memory per handle)
     so that later calls need no allocation; torch counts them as
     allocated. Call this before torch.cuda.empty_cache() to give that
-    memory back to the driver as well. Maps dropped lately are freed by
-    the map thread (voxconv.kmap): it finishes its queued work first."""
-    kmap.drain()
+    memory back to the driver as well. Kernel maps dropped since the last
+    map request are freed first (voxconv.kmap.flush_dropped)."""
+    kmap.flush_dropped()
     _runtime.empty_cache()
 
 

@@ -41,23 +41,8 @@ set's maps are queued as soon as the set exists, from what sets made the
 same way were asked for before (:class:`_MapPlan`); strided maps deferred
 (``voxconv_kmap_build_async``), so the pooling layer that asks for one
 finds its output count already on the host as a rule.
-
-Map thread (``VOXCONV_MAP_THREAD=0`` turns it off; see voxconv/_worker.py
-for why): the prefetched builds are issued by a background thread, not by
-the thread that runs the network. It also waits there for a strided map's
-count, makes the next level's coordinates and queues that level's planned
-maps, so the whole pyramid's maps are issued while the caller's thread
-issues the convolutions, which wait (on the host) only for a map the thread
-has not issued yet. Maps that were dropped are destroyed there too, in
-batches. Ops still use a map only after its ``ready`` event, and the
-caller's stream waits for a level's coordinates when the pooling layer
-takes them, as without the thread. Before capturing a CUDA graph, let the
-thread finish the eager forward's work (``voxconv.kmap.drain()``): under
-torch's default (global) capture mode its host waits would invalidate the
-capture.
 """
 
-import contextlib
 import ctypes
 import itertools
 import os
@@ -70,7 +55,6 @@ from . import _lib
 from ._lib import lib
 from . import _runtime
 from . import _validate
-from . import _worker as _worker_mod
 from . import errors
 
 # voxconv_kmap_mode_t VOXCONV_KMAP_EXPANDING (spconv's regular conv output set).
@@ -110,81 +94,66 @@ def _handle_stream(handle):
     return st
 
 
-_worker = _worker_mod.Worker("voxconv-maps")
-
-
-def _map_thread_enabled():
-    return os.environ.get("VOXCONV_MAP_THREAD", "1").lower() not in ("0", "false", "off", "no")
-
-
-def drain():
-    """Waits until the map thread has issued every prefetched build and
-    destroy queued so far (see the module doc: before a CUDA graph capture,
-    and before giving memory back)."""
-    _worker.drain()
-
-
-# Maps dropped while the map thread runs: (handle, map pointer, users),
-# destroyed by the thread in one batch per handle (_destroy_dropped).
+# CUDA maps dropped and not yet freed: [(handle, map pointer, users)], freed
+# in batches by flush_dropped. The finalizer only appends (list.append is
+# atomic under the GIL) and a flush swaps the list out: no lock, because a
+# finalizer can run inside any allocation, a flush's own included.
 _dropped = []
-_dropped_lock = threading.Lock()
+_DROPPED_MAX = 32  # a forward drops ~a dozen maps; more are flushed at once
 
 
 def _destroy_kmap(handle, kmap_ptr, users):
-    """The finalizer of a KernelMap. A map is freed on its building handle
-    once that stream has waited for every other stream that used it (their
-    queued work may still read the map's buffers, which return to the
-    building stream's pool). On CUDA with the map thread, the map joins a
-    batch the thread frees: one event per using stream for the whole batch
-    instead of one per map (a forward drops a dozen maps at once)."""
-    if handle.device.type == "cuda" and _map_thread_enabled():
-        with _dropped_lock:
-            _dropped.append((handle, kmap_ptr, users))
-            kick = len(_dropped) == 1  # else a queued job takes this one too
-        if kick:
-            _worker.submit(_destroy_dropped)
+    """A KernelMap's finalizer. A CUDA map joins the batch flush_dropped
+    frees (at the next input set or map build): one event per using stream
+    for the batch instead of one per map (a forward drops a dozen at once,
+    and each event cost ~20 us of host time)."""
+    if handle.device.type != "cuda":
+        with handle.lock:
+            lib.voxconv_kmap_destroy(handle.ptr, kmap_ptr)
         return
-    _destroy_batch(handle, [(kmap_ptr, users)])
+    _dropped.append((handle, kmap_ptr, users))
+    if len(_dropped) >= _DROPPED_MAX:
+        flush_dropped()
 
 
-def _destroy_dropped():
-    with _dropped_lock:
-        items = list(_dropped)
-        _dropped.clear()
+def flush_dropped():
+    """Frees the dropped CUDA maps (see _destroy_kmap); a batch whose using
+    stream is being captured into a CUDA graph waits for a later flush."""
+    global _dropped
+    items, _dropped = _dropped, []
+    if not items:
+        return
     by_handle = {}
     for handle, kmap_ptr, users in items:
         by_handle.setdefault(handle, []).append((kmap_ptr, users))
     for handle, batch in by_handle.items():
         if not _destroy_batch(handle, batch):
-            with _dropped_lock:  # a using stream is being captured: later
-                _dropped.extend((handle, p, u) for p, u in batch)
+            _dropped.extend((handle, p, u) for p, u in batch)
 
 
 def _destroy_batch(handle, batch):
-    """Frees [(map pointer, users)] built on `handle` after its stream has
-    waited for the other using streams (see _destroy_kmap). Returns False,
-    freeing nothing, when one of them is being captured into a CUDA graph
-    and this is not that stream's thread (an event recorded there would
-    join the map stream to the capture)."""
-    if handle.device.type == "cuda":
-        others = {u for _, users in batch for u in users if u != handle.stream}
-        if others:
-            try:
-                with torch.cuda.device(handle.device):
-                    own = _handle_stream(handle)
-                    streams = [_handle_stream(_runtime.handle_for_stream(handle.device, u))
-                               for u in others]
-                    if _worker.on_worker():
-                        for st in streams:
-                            with torch.cuda.stream(st):
-                                if torch.cuda.is_current_stream_capturing():
-                                    return False
-                    for st in streams:
-                        ev = torch.cuda.Event()
-                        ev.record(st)
-                        own.wait_event(ev)
-            except Exception:  # noqa: BLE001 - at shutdown or mid-capture: free anyway
-                torch.cuda.synchronize(handle.device)
+    """Frees [(map pointer, users)] built on `handle` once that stream has
+    waited for every other stream that used them (their queued work may
+    still read the maps' buffers, which return to the building stream's
+    pool). Returns False, freeing nothing, while one of those streams is
+    being captured (an event recorded there would join the building stream
+    to the capture)."""
+    others = {u for _, users in batch for u in users if u != handle.stream}
+    if others:
+        try:
+            own = _handle_stream(handle)
+            streams = [_handle_stream(_runtime.handle_for_stream(handle.device, u))
+                       for u in others]
+            for st in streams:
+                with torch.cuda.stream(st):
+                    if torch.cuda.is_current_stream_capturing():
+                        return False
+            for st in streams:
+                ev = torch.cuda.Event()
+                ev.record(st)
+                own.wait_event(ev)
+        except Exception:  # noqa: BLE001 - at shutdown: free anyway
+            torch.cuda.synchronize(handle.device)
     with handle.lock:
         for kmap_ptr, _ in batch:
             lib.voxconv_kmap_destroy(handle.ptr, kmap_ptr)
@@ -377,15 +346,9 @@ class CoordinateSet:
         self.children = weakref.WeakValueDictionary()
         self.stream = stream
         self.ready = None  # event after which the coordinates are valid
-        # Coordinates the map thread made: (event after their copy on the
-        # map stream, the consumer stream they were made for); the caller's
-        # stream waits for it when a request hands the set over
-        # (CoordinateManager._hand_over), not earlier.
-        self.written = None
         # How the set was made (its map-plan key, see _MapPlan), and the
-        # maps built for it ahead of their first request (key ->
-        # (_worker.Pending of (KernelMap, output set or None), the plan
-        # entry's stamp then))
+        # maps built for it ahead of their first request (key -> (KernelMap,
+        # the plan entry's stamp then))
         self.path = path
         self.prefetched = {}
 
@@ -598,6 +561,8 @@ class CoordinateManager:
             if register and self.by_stride.get(s.tensor_stride) is None:
                 self.by_stride[s.tensor_stride] = s
         if _parent is None:
+            if _dropped:  # the last forward's maps, before this one allocates
+                flush_dropped()
             self._prefetch(s)
         return s
 
@@ -621,28 +586,24 @@ class CoordinateManager:
         hit = _live(in_set.kmaps.get(key))  # dict reads are atomic: no lock on a hit
         if hit is not None:
             return hit
-        pre = in_set.prefetched.get(key)
-        if pre is not None:
-            pre[0].wait()  # queued on the map thread: waited for outside the lock it takes
+        if _dropped:
+            flush_dropped()
         with self.lock:
             hit = _live(in_set.kmaps.get(key))
             if hit is not None:
                 return hit
             ms = map_stream(self.device)
             pre = in_set.prefetched.pop(key, None)
-            built = pre[0].wait() if pre is not None else None  # None: failed, rebuilt here
             if ms is None:
                 hit = self._build(_runtime.handle_for(self.device), None, in_set, mode,
                                   kernel_size, stride, dilation, out_set, padding, out_shape,
                                   key=key, order=order)
-            elif built is not None:
-                hit = self._adopt(ms, built, in_set, mode, stride, key)
+            elif pre is not None:
+                hit = self._adopt(ms, pre[0], in_set, mode, stride, key)
             else:
                 hit = self._build_on_map_stream(ms, in_set, mode, kernel_size, stride,
                                                 dilation, out_set, padding, out_shape,
                                                 key=key, order=order)
-            if hit[1].written is not None:
-                self._hand_over(hit[1])
             in_set.kmaps[key] = (hit[0], weakref.ref(hit[1]))
             if ms is not None and mode in _PREFETCH_MODES and out_set is None:
                 # (a prefetched map's entry is stamped as used again)
@@ -683,12 +644,10 @@ class CoordinateManager:
             in_set.kmaps[key] = (km, weakref.ref(in_set))
             return km, in_set
 
-    def _map_stream_waits(self, ms, in_set, out_set=None, consumer=None):
+    def _map_stream_waits(self, ms, in_set, out_set=None):
         """Orders the map stream after the making of the sets a build reads;
-        returns the caller's (consumer) stream (`consumer`, when given: the
-        map thread passes the stream of the thread that queued it)."""
-        if consumer is None:
-            consumer = _handle_stream(_runtime.handle_for(self.device))
+        returns the caller's (consumer) stream."""
+        consumer = _handle_stream(_runtime.handle_for(self.device))
         for s in (in_set, out_set):
             if s is not None and s.stream != ms.handle.stream:
                 if s.ready is None:  # made on the caller's stream, before now
@@ -726,126 +685,50 @@ class CoordinateManager:
 
     def _prefetch(self, s):
         """Queues on the map stream the maps the plan says a set made like
-        `s` will be asked for (see _MapPlan); no host wait. Called on the
-        caller's thread for input sets and the sets its requests make."""
-        if s.path is None or not _prefetch_enabled():
-            return
-        plan = _plan.get(s.path)
-        if not plan:
+        `s` will be asked for (see _MapPlan); no host wait."""
+        plan = _plan.get(s.path) if s.path is not None else ()
+        if not plan or not _prefetch_enabled():
             return
         ms = map_stream(self.device)
-        if ms is not None:
-            self._queue_prefetch(ms, s, plan, _handle_stream(_runtime.handle_for(self.device)))
-
-    def _queue_prefetch(self, ms, s, plan, consumer):
-        """Gives each planned map of `s` not built yet a pending entry in
-        s.prefetched and builds them: on the map thread (a job), or here.
-        `consumer`: the stream of the thread that runs the network."""
-        threaded = _map_thread_enabled()
-        strided = _lib.KMAP_STRIDED
-        # On the thread, submanifold maps first: the level's convolutions
-        # ask for them first, and the thread (not the caller) waits for the
-        # strided counts. In line, strided maps first: the host waits for
-        # their counts at the pooling layer, the submanifold maps only
-        # order the GPU.
-        plan = sorted(plan, key=(lambda kv: kv[1][0] == strided) if threaded
-                      else (lambda kv: kv[1][0] != strided))
-        todo = []
+        if ms is None:
+            return
+        # Strided maps first: the host waits for their counts (at the
+        # pooling layer), the submanifold maps only order the GPU.
+        plan = sorted(plan, key=lambda kv: kv[1][0] != _lib.KMAP_STRIDED)
         with self.lock:
-            for key, args, stamp in plan:
+            ordered = False
+            for key, (mode, kernel_size, stride, dilation, padding, out_shape, order), stamp \
+                    in plan:
                 if key in s.prefetched or _live(s.kmaps.get(key)) is not None:
                     continue
-                p = _worker_mod.Pending()
-                s.prefetched[key] = (p, stamp)
-                todo.append((key, args, p))
-            if todo:
-                self._map_stream_waits(ms, s, consumer=consumer)
-        if not todo:
-            return
-        if threaded:
-            _worker.submit(self._prefetch_job, ms, s, todo, consumer, True)
-        else:
-            self._prefetch_job(ms, s, todo, consumer, False)
+                if not ordered:
+                    self._map_stream_waits(ms, s)
+                    ordered = True
+                try:
+                    km = KernelMap(ms.handle, mode, kernel_size, stride, dilation, s.coords,
+                                   s.tensor_stride, padding=padding, out_shape=out_shape,
+                                   defer=mode == _lib.KMAP_STRIDED, order=order)
+                except errors.VoxconvError:
+                    # Only an optimisation: the request builds the map
+                    # again and raises there, where the caller expects it.
+                    return
+                km.ready = torch.cuda.Event()
+                km.ready.record(ms.stream)
+                s.prefetched[key] = (km, stamp)
 
-    def _prefetch_job(self, ms, s, todo, consumer, threaded):
-        """Builds `todo`'s maps of set s on the map stream, each into its
-        pending entry as (KernelMap, output set): strided maps deferred
-        (no host wait). On the map thread a strided map is completed there
-        too: its count waited for, its output set made (the caller's stream
-        waits for those coordinates at the hand-over) and that set's own
-        plan queued, so the thread issues the whole pyramid. A failed build
-        marks its entry failed: the request builds it again and raises
-        there, where the caller expects it."""
-        try:
-            with torch.cuda.device(self.device) if threaded else contextlib.nullcontext():
-                for key, args, p in todo:
-                    made = self._prefetch_one(ms, s, key, args, p, consumer, threaded)
-                    # The next level's entries exist before this one is
-                    # done: its request then finds them, and never builds
-                    # on the caller's thread what the map thread will.
-                    if made is not None and made.path is not None and made.path[-1] is key:
-                        plan = _plan.get(made.path) if _prefetch_enabled() else ()
-                        if plan:
-                            self._queue_prefetch(ms, made, plan, consumer)
-                    p.done.set()
-        finally:
-            for _, _, p in todo:  # whatever happened, no request waits forever
-                if not p.done.is_set():
-                    p.failed = True
-                    p.done.set()
-
-    def _prefetch_one(self, ms, s, key, args, p, consumer, threaded):
-        """One map of _prefetch_job into p.value; returns the output set the
-        map thread made for a strided map (else None)."""
-        mode, kernel_size, stride, dilation, padding, out_shape, order = args
-        try:
-            km = KernelMap(ms.handle, mode, kernel_size, stride, dilation, s.coords,
-                           s.tensor_stride, padding=padding, out_shape=out_shape,
-                           defer=mode == _lib.KMAP_STRIDED, order=order)
-            made = None
-            if threaded and mode == _lib.KMAP_STRIDED:
-                with torch.cuda.stream(ms.stream):
-                    made = self._derive(km, consumer, s, mode, stride, ms.handle.stream, key,
-                                        hand_over=False)
-            km.ready = torch.cuda.Event()
-            km.ready.record(ms.stream)
-        except Exception:  # noqa: BLE001 - see _prefetch_job
-            p.failed = True
-            return None
-        p.value = (km, made)
-        return made
-
-    def _adopt(self, ms, built, in_set, mode, stride, key):
+    def _adopt(self, ms, km, in_set, mode, stride, key):
         """A prefetched map at its first request: (km, output set). A strided
-        map prefetched in line gets its output set now (its count, read
-        here, has usually arrived while the host issued this level's work),
-        on the map stream, and km.ready moves after it (no op has used km
-        yet); the map thread made it already."""
-        km, out_set = built
+        map's output set is made now (its count, read here, has usually
+        arrived while the host issued this level's work), on the map
+        stream, and km.ready moves after it (no op has used km yet)."""
         if mode == _lib.KMAP_SUBMANIFOLD:
             return km, in_set
-        if out_set is not None:
-            return km, out_set
         consumer = _handle_stream(_runtime.handle_for(self.device))
         with torch.cuda.stream(ms.stream):
             out_set = self._derive(km, consumer, in_set, mode, stride, ms.handle.stream, key)
         km.ready = torch.cuda.Event()
         km.ready.record(ms.stream)
         return km, out_set
-
-    def _hand_over(self, out_set):
-        """The caller's stream waits for coordinates the map thread made,
-        before they reach the caller (SparseTensor.coords hands them to user
-        code on that stream); see _derived_coords."""
-        written = out_set.written
-        if written is None:
-            return
-        out_set.written = None
-        event, made_for = written
-        consumer = _handle_stream(_runtime.handle_for(self.device))
-        if consumer.cuda_stream != made_for.cuda_stream:
-            out_set.coords.record_stream(consumer)
-        consumer.wait_event(event)
 
     def _build(self, handle, consumer, in_set, mode, kernel_size, stride, dilation,
                out_set, padding=None, out_shape=None, key=None, order=0):
@@ -863,65 +746,46 @@ class CoordinateManager:
         made_on = handle.stream if consumer is not None else None
         return km, self._derive(km, consumer, in_set, mode, stride, made_on, key)
 
-    def _derive(self, km, consumer, in_set, mode, stride, made_on, key, hand_over=True):
+    def _derive(self, km, consumer, in_set, mode, stride, made_on, key):
         """The output set of a new map (made from its output coordinates);
-        its path extends in_set's by the map's key. ``hand_over=False`` (the
-        map thread): the consumer stream's wait for the coordinates is left
-        in the set's ``written`` for the request that takes it."""
+        its path extends in_set's by the map's key."""
         if mode == _lib.KMAP_SUBMANIFOLD:
             return in_set
         path = None if in_set.path is None or key is None else in_set.path + (key,)
-
-        def make(**kw):
-            c, written = self._derived_coords(km, consumer, hand_over)
-            out = self.add(c, km.out_tensor_stride, stream=made_on, _parent=in_set,
-                           _path=path, **kw)
-            out.written = written
-            return out
-
         if mode == _lib.KMAP_STRIDED:
             # Outputs are unique floor(c / s): they depend on the stride
             # only, so every strided map of a set shares one output set.
-            # (Looked up under the lock: the map thread and the caller's
-            # thread may both make it; the copy waits for the count, so it
-            # is made outside.)
             ckey = ("strided", tuple(stride))
             out_set = in_set.children.get(ckey)
             if out_set is None:
-                made = make()
-                with self.lock:
-                    out_set = in_set.children.get(ckey)
-                    if out_set is None:
-                        out_set = in_set.children[ckey] = made
+                out_set = self.add(self._derived_coords(km, consumer),
+                                   km.out_tensor_stride, stream=made_on, _parent=in_set,
+                                   _path=path)
+                in_set.children[ckey] = out_set
             return out_set
         if mode == _lib.KMAP_GENERATIVE:
-            return make(register=False)
+            return self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
+                            register=False, stream=made_on, _parent=in_set, _path=path)
         # EXPANDING: outputs depend on kernel, padding and out_shape too: one
         # set per map (the map cache key). Registered at its stride when it
         # is the first there, as the encoder level a transposed convolution
         # finds (a strided level is registered the same way).
-        return make()
+        return self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
+                        stream=made_on, _parent=in_set, _path=path)
 
     @staticmethod
-    def _derived_coords(km, consumer, hand_over=True):
-        """(coordinates, None) or, with hand_over False, (coordinates, the
-        `written` pair the request hands over; see CoordinateSet)."""
+    def _derived_coords(km, consumer):
         c = km.out_coords()
-        if consumer is None:
-            return c, None
-        c.record_stream(consumer)  # read there: not reused before it is done
-        # ...and valid there: SparseTensor.coords hands this tensor to the
-        # caller's code (.cpu(), printing, indexing) on the consumer stream,
-        # which nothing else ordered after the copy just queued on the map
-        # stream (ops wait for km.ready, user code did not: a pooled
-        # tensor's coordinates could be read before they were written). The
-        # op that asked for the map waits at this point anyway, so no
-        # overlap is lost. The map thread leaves the wait to the request:
-        # queued now, it would stall the caller's stream in the middle of
-        # the level before.
-        written = torch.cuda.Event()
-        written.record()  # the current stream: the map stream here
-        if not hand_over:
-            return c, (written, consumer)
-        consumer.wait_event(written)
-        return c, None
+        if consumer is not None:
+            c.record_stream(consumer)  # read there: not reused before it is done
+            # ...and valid there: SparseTensor.coords hands this tensor to
+            # the caller's code (.cpu(), printing, indexing) on the consumer
+            # stream, which nothing else ordered after the copy just queued
+            # on the map stream (ops wait for km.ready, user code did not:
+            # a pooled tensor's coordinates could be read before they were
+            # written). The op that asked for the map waits at this point
+            # anyway, so no overlap is lost.
+            written = torch.cuda.Event()
+            written.record()  # the current stream: the map stream here
+            consumer.wait_event(written)
+        return c

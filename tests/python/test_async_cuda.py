@@ -4,8 +4,7 @@ queue work (the host returns while the GPU is still held by a long kernel);
 the same captured with torch.cuda.graph replays the eager results bit for
 bit; maps built on the side stream give the same bits as maps built in line
 (VOXCONV_MAP_STREAM=0); a forward's maps are prefetched for the next one
-(kmap._MapPlan) and give the same bits as maps built on request, whether the
-map thread (voxconv/_worker.py) issues them or the caller's thread does."""
+(kmap._MapPlan) and give the same bits as maps built on request."""
 
 import gc
 import time
@@ -140,8 +139,7 @@ def _forward_backward(net, coords, feats):
     x = feats.clone().requires_grad_()
     net.zero_grad()
     t = voxconv.SparseTensor(x, coords)
-    # queued at creation (waited for here: the map thread may still be building them)
-    pre = {k: v[0].wait() for k, v in t.coordinate_set.prefetched.items()}
+    pre = {k: v[0] for k, v in t.coordinate_set.prefetched.items()}  # queued at creation
     y = net(t)
     y.feats.float().square().sum().backward()
     torch.cuda.synchronize()
@@ -149,15 +147,11 @@ def _forward_backward(net, coords, feats):
                     [p.grad.clone() for p in net.parameters()])
 
 
-@pytest.mark.parametrize("thread", ["1", "0"])
-def test_prefetched_maps_match_maps_built_on_request(cuda, monkeypatch, thread):
+def test_prefetched_maps_match_maps_built_on_request(cuda, monkeypatch):
     """From the second forward on, a new input's submanifold and pooling
     maps are queued when the tensor is made (the pooling map deferred: no
-    host wait on the caller's thread), each level's when the level before
-    it is pooled (on the map thread: as soon as the thread made that
-    level); every one is used, and results are those of maps built on
-    request, bit for bit."""
-    monkeypatch.setenv("VOXCONV_MAP_THREAD", thread)
+    host wait), each level's when the level before it is pooled; every one
+    is used, and results are those of maps built on request, bit for bit."""
     coords = ref.rand_coords(30000, 64, 2).to(cuda)
     feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
     results = []
@@ -167,21 +161,16 @@ def test_prefetched_maps_match_maps_built_on_request(cuda, monkeypatch, thread):
         net = _pool_net(cuda)
         for i in range(3):
             pre, t, res = _forward_backward(net, coords, feats)
-            modes = sorted(km.mode for km, _ in pre.values())
+            modes = sorted(km.mode for km in pre.values())
             if prefetch == "1" and i > 0:
                 assert modes == [voxconv._lib.KMAP_SUBMANIFOLD, voxconv._lib.KMAP_STRIDED]
-                (strided, made), = [v for v in pre.values()
-                                    if v[0].mode == voxconv._lib.KMAP_STRIDED]
-                assert strided._n_out >= 0  # completed (by the pooling layer or the thread)
-                # the map thread made the next level itself; in line, the
-                # pooling layer does
-                assert (made is not None) == (thread == "1")
+                strided = [km for km in pre.values() if km.mode == voxconv._lib.KMAP_STRIDED]
+                assert strided[0]._n_out >= 0  # the pooling layer completed it
                 # every prefetched map was asked for: none left over
                 assert not t.coordinate_set.prefetched
             else:
                 assert modes == []
         results.append(res)
-    assert voxconv.kmap._worker.last_error is None
     _assert_same_results(*results)
 
 
@@ -234,7 +223,6 @@ def test_unused_prefetched_maps_are_forgotten(cuda):
     path = t.coordinate_set.path
     before = [k[1] for k, _, _ in voxconv.kmap._plan.get(path)]
     assert before == [(3, 3, 3), (5, 5, 5)], (path, before)
-    voxconv.kmap.drain()  # the map thread's job holds the set until it ran
     del t
     gc.collect()
     keys = [k for k, _, _ in voxconv.kmap._plan.get(path)]
@@ -296,7 +284,6 @@ def test_block_cache_reuses_and_empties(cuda, monkeypatch, torch_allocator_calls
         # A coordinate manager and its sets refer to each other: their maps
         # (and the blocks the cache would reuse) go at a collection.
         gc.collect()
-        voxconv.kmap.drain()  # the dropped maps, freed by the map thread
         before = dict(calls)
         warm = _step(layer, coords, feats, gout).detach().clone()
         torch.cuda.current_stream().synchronize()
@@ -382,7 +369,6 @@ def test_derived_coordinates_are_ordered_for_the_caller(cuda, monkeypatch):
     the coordinates read there must be the reference's."""
     from voxconv import kmap as vkmap
     orig = vkmap.KernelMap.out_coords
-    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "0")  # built on request (next test: prefetched)
 
     def late_copy(self):
         torch.cuda._sleep(50_000_000)  # on the current (map) stream
@@ -401,93 +387,91 @@ def test_derived_coordinates_are_ordered_for_the_caller(cuda, monkeypatch):
     assert torch.equal(coarse.coords.cpu(), want)
 
 
-def test_coordinates_the_map_thread_made_are_ordered_for_the_caller(cuda, monkeypatch):
-    """The same with the map prefetched by the map thread: the thread copies
-    the next level's coordinates out on the map stream (behind a ~0.5 s
-    spin here) and leaves the caller's wait for them to the request
-    (CoordinateSet.written). The caller's stream must not wait before the
-    request (the spin would stall the level's convolutions), and must wait
-    after it, and the coordinates read there are the reference's."""
+class _CountingLib:
+    """voxconv's lib with voxconv_kmap_destroy counted into `destroyed`."""
+
+    def __init__(self, real, destroyed):
+        self._real, self._destroyed = real, destroyed
+
+    def __getattr__(self, name):
+        fn = getattr(self._real, name)
+        if name != "voxconv_kmap_destroy":
+            return fn
+
+        def counted(h, p):
+            self._destroyed.append(p)
+            return fn(h, p)
+        return counted
+
+
+def test_dropped_maps_are_freed_in_one_batch(cuda, monkeypatch):
+    """The maps a forward drops are freed together at the next flush (the
+    next input tensor or map build): every one of them, after the map
+    stream waited for the caller's stream once for the batch, not once per
+    map."""
     from voxconv import kmap as vkmap
-    monkeypatch.setenv("VOXCONV_MAP_THREAD", "1")
-    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "1")
-    geo = (voxconv._lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2), (1, 1, 1))
-    fine = ref.rand_coords(3000, 24, 2)
-    vkmap._plan.plans.clear()
-    x = voxconv.SparseTensor(torch.zeros(len(fine), 1, device=cuda), fine.to(cuda))
-    x.manager.kernel_map(x.coordinate_set, *geo)  # the plan learns it
-    orig = vkmap.KernelMap.out_coords
-
-    def late_copy(self):
-        torch.cuda._sleep(int(1e9))  # on the current (map) stream
-        return orig(self)
-
-    monkeypatch.setattr(vkmap.KernelMap, "out_coords", late_copy)
-    torch.cuda.synchronize()
-    x = voxconv.SparseTensor(torch.zeros(len(fine), 1, device=cuda), fine.to(cuda))
-    x.coordinate_set.prefetched[vkmap._map_key(*geo, None, None, None, 0)][0].wait()
-    before = torch.cuda.Event()
-    before.record()
-    torch.cuda._sleep(1000)
-    time.sleep(0.05)
-    assert before.query(), "the caller's stream waited for the map thread's copy early"
-    _, coarse = x.manager.kernel_map(x.coordinate_set, *geo)
-    after = torch.cuda.Event()
-    after.record()
-    assert not after.query(), "the caller's stream does not wait for the coordinates"
-    want, _ = ref.kernel_pairs("strided", fine, (2, 2, 2), (2, 2, 2), (1, 1, 1))
-    assert torch.equal(coarse.coords.cpu(), want)
-    assert vkmap._worker.last_error is None
-
-
-def test_dropped_maps_are_destroyed_in_batches(cuda, monkeypatch):
-    """With the map thread, the maps a forward drops are destroyed by the
-    thread: every one of them (counted through voxconv_kmap_destroy), and
-    the map stream waits for the caller's stream once for the batch, not
-    once per map. (The thread is held busy while the forward's tensors go,
-    so that all of its maps join one batch.)"""
-    import threading
-    from voxconv import kmap as vkmap
-    monkeypatch.setenv("VOXCONV_MAP_THREAD", "1")
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
     destroyed, waits = [], []
-    real_lib = vkmap.lib
-
-    class Counting:
-        def __getattr__(self, name):
-            fn = getattr(real_lib, name)
-            if name != "voxconv_kmap_destroy":
-                return fn
-
-            def counted(h, p):
-                destroyed.append(p)
-                return fn(h, p)
-            return counted
-
-    monkeypatch.setattr(vkmap, "lib", Counting())
+    monkeypatch.setattr(vkmap, "lib", _CountingLib(vkmap.lib, destroyed))
     orig_wait = torch.cuda.Stream.wait_event
 
     def counted_wait(self, ev):
-        if vkmap._worker.on_worker():
-            waits.append(self.cuda_stream)
+        waits.append(self.cuda_stream)
         return orig_wait(self, ev)
 
-    monkeypatch.setattr(torch.cuda.Stream, "wait_event", counted_wait)
     net = _pool_net(cuda)
     coords = ref.rand_coords(20000, 48, 2).to(cuda)
     feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
     with torch.no_grad():
         for _ in range(3):
             y = net(voxconv.SparseTensor(feats, coords))
-            vkmap.drain()
-            ptrs = {km.ptr for st in y.manager.sets for km, _ in st.kmaps.values()}
+            ptrs = {km.ptr for s in y.manager.sets for km, _ in s.kmaps.values()}
+            vkmap.flush_dropped()
             destroyed.clear()
-            waits.clear()
-            hold = threading.Event()
-            vkmap._worker.submit(hold.wait)
             del y
             gc.collect()
-            hold.set()
-            vkmap.drain()
-            assert len(ptrs) >= 3 and ptrs <= set(destroyed), (len(ptrs), len(destroyed))
-            assert len(waits) == 1, waits
-    assert vkmap._worker.last_error is None
+            assert len(ptrs) >= 2 and not ptrs & set(destroyed)  # queued, not freed
+            monkeypatch.setattr(torch.cuda.Stream, "wait_event", counted_wait)
+            vkmap.flush_dropped()
+            monkeypatch.setattr(torch.cuda.Stream, "wait_event", orig_wait)
+            assert ptrs <= set(destroyed), (len(ptrs), len(destroyed))
+            ms = vkmap.map_stream(torch.device(cuda)).stream.cuda_stream
+            assert waits == [ms], waits  # one wait, on the building (map) stream
+            waits.clear()
+
+
+def test_dropped_maps_wait_while_their_stream_is_captured(cuda, monkeypatch):
+    """A flush during a CUDA graph capture of a stream that used the map
+    frees nothing (an event recorded there would pull the map stream into
+    the capture) and frees the map at the first flush after it."""
+    from voxconv import kmap as vkmap
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
+    destroyed = []
+    monkeypatch.setattr(vkmap, "lib", _CountingLib(vkmap.lib, destroyed))
+    coords = ref.rand_coords(3000, 24, 2).to(cuda)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        x = voxconv.SparseTensor(torch.zeros(len(coords), 1, device=cuda), coords)
+        km = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_SUBMANIFOLD,
+                                  (3, 3, 3), (1, 1, 1), (1, 1, 1))[0]
+        km.use_on(voxconv._runtime.handle_for(torch.device(cuda)))  # side uses it
+        buf = torch.zeros(8, device=cuda)
+    side.synchronize()
+    ptr = km.ptr
+    vkmap.flush_dropped()
+    del x, km
+    gc.collect()
+    assert any(p == ptr for _, p, _ in vkmap._dropped)  # dropped, queued
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        buf.add_(1)
+        vkmap.flush_dropped()
+        during = list(destroyed)
+    assert ptr not in during
+    assert any(p == ptr for _, p, _ in vkmap._dropped)
+    vkmap.flush_dropped()
+    assert ptr in destroyed
+    graph.replay()
+    torch.cuda.synchronize()
+    assert buf[0].item() == 1
