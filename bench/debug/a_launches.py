@@ -1,14 +1,15 @@
 """Which CUDA runtime calls each library call of workload A's forward from
-PyTorch makes (no_grad, fresh SparseTensor, map stream on): every
-Handle.call is wrapped in a torch.profiler range named after the library
-function, and the runtime calls (cudaLaunchKernel, cudaMemsetAsync, ...)
-inside each range are counted, with the kernels they launched, per call of
-that function. What a host-cost reduction in a kernel-map build would have
-to remove (docs/perf-notes.md item 95). A diagnostic.
+PyTorch makes (no_grad, fresh SparseTensor, map stream on), and of freeing
+the maps it drops: every library function is wrapped in a torch.profiler
+range named after it, and the runtime calls (cudaLaunchKernel,
+cudaMemsetAsync, ...) inside each range on the same thread are counted,
+with the kernels they launched, per call of that function, beside the
+host time of a call under the profiler. What a host-cost reduction would
+have to remove (docs/perf-notes.md item 96). A diagnostic.
 
     python3 bench/debug/a_launches.py [--data-dir D] [--runs 3]
 """
-import argparse, bisect, collections, os, sys
+import argparse, bisect, collections, gc, os, sys
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
@@ -17,7 +18,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 from a_profile import load_a_network  # noqa: E402
 import torch_bench as tb  # noqa: E402
 import voxconv  # noqa: E402
-from voxconv import _runtime  # noqa: E402
 
 PREFIX = "vclib:"
 
@@ -37,18 +37,23 @@ def main():
     args = ap.parse_args()
     net, coords, feats, _ = load_a_network(args.data_dir, tb.DTYPES["f16"],
                                            torch.device("cuda"))
-    orig = _runtime.Handle.call
-
-    def call(self, name, *a):
-        with record_function(PREFIX + name):
-            return orig(self, name, *a)
-    _runtime.Handle.call = call
+    lib = voxconv._lib.lib
+    for name in list(vars(lib)):
+        fn = getattr(lib, name)
+        if name.startswith("voxconv_") and callable(fn):
+            def wrapped(*a, _fn=fn, _name=PREFIX + name):
+                with record_function(_name):
+                    return _fn(*a)
+            setattr(lib, name, wrapped)
 
     def forward():
         with torch.no_grad():
             y = net(voxconv.SparseTensor(feats, coords))
         torch.cuda.synchronize()
-        return y
+        del y
+        gc.collect()
+        voxconv.kmap.flush_dropped()  # the maps it dropped, freed in this run
+        torch.cuda.synchronize()
 
     for _ in range(5):
         forward()
@@ -57,7 +62,9 @@ def main():
             forward()
     # kineto's raw events: runtime calls and kernels share a correlation id
     raw = list(prof.profiler.kineto_results.events())
-    ranges = [e for e in raw if e.name().startswith(PREFIX)]
+    # (CPU ranges only: with CUDA activity each range also has a GPU-side
+    # annotation of the same name)
+    ranges = [e for e in raw if e.name().startswith(PREFIX) and e.device_type().name == "CPU"]
     runtime = [e for e in raw if e.name().startswith("cuda") and e.device_type().name == "CPU"]
     kern_of = {e.correlation_id(): e.name() for e in raw
                if e.device_type().name == "CUDA" and e.correlation_id()}
