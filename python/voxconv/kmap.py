@@ -363,6 +363,19 @@ class CoordinateSet:
                 _plan.forget(self.path, [(k, v[1]) for k, v in self.prefetched.items()])
             except Exception:  # noqa: BLE001 - at interpreter shutdown
                 pass
+        # A set without a parent goes last of its family (every derived set
+        # holds its parent): the end of a dropped forward. Its maps go now
+        # and the family's batch is freed here, when the caller drops its
+        # output, not at the start of its next forward (where the host
+        # time would delay that forward's first launch).
+        if getattr(self, "parent", 1) is None and _dropped is not None:
+            try:
+                self.kmaps.clear()
+                self.prefetched.clear()
+                if _dropped:
+                    flush_dropped()
+            except Exception:  # noqa: BLE001 - at interpreter shutdown
+                pass
 
 
 class _MapPlan:

@@ -405,10 +405,10 @@ class _CountingLib:
 
 
 def test_dropped_maps_are_freed_in_one_batch(cuda, monkeypatch):
-    """The maps a forward drops are freed together at the next flush (the
-    next input tensor or map build): every one of them, after the map
-    stream waited for the caller's stream once for the batch, not once per
-    map."""
+    """The maps a forward drops are freed together when the caller drops
+    its output (the input set, which every derived set holds, goes last and
+    frees the family's batch): every one of them, after the map stream
+    waited for the caller's stream once for the batch, not once per map."""
     from voxconv import kmap as vkmap
     monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
     destroyed, waits = [], []
@@ -422,27 +422,26 @@ def test_dropped_maps_are_freed_in_one_batch(cuda, monkeypatch):
     net = _pool_net(cuda)
     coords = ref.rand_coords(20000, 48, 2).to(cuda)
     feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
+    ms = vkmap.map_stream(torch.device(cuda)).stream.cuda_stream
     with torch.no_grad():
         for _ in range(3):
             y = net(voxconv.SparseTensor(feats, coords))
             ptrs = {km.ptr for s in y.manager.sets for km, _ in s.kmaps.values()}
             vkmap.flush_dropped()
             destroyed.clear()
+            monkeypatch.setattr(torch.cuda.Stream, "wait_event", counted_wait)
             del y
             gc.collect()
-            assert len(ptrs) >= 2 and not ptrs & set(destroyed)  # queued, not freed
-            monkeypatch.setattr(torch.cuda.Stream, "wait_event", counted_wait)
-            vkmap.flush_dropped()
             monkeypatch.setattr(torch.cuda.Stream, "wait_event", orig_wait)
-            assert ptrs <= set(destroyed), (len(ptrs), len(destroyed))
-            ms = vkmap.map_stream(torch.device(cuda)).stream.cuda_stream
+            assert len(ptrs) >= 2 and ptrs <= set(destroyed), (len(ptrs), len(destroyed))
+            assert not vkmap._dropped
             assert waits == [ms], waits  # one wait, on the building (map) stream
             waits.clear()
 
 
 def test_dropped_maps_wait_while_their_stream_is_captured(cuda, monkeypatch):
-    """A flush during a CUDA graph capture of a stream that used the map
-    frees nothing (an event recorded there would pull the map stream into
+    """A map dropped during a CUDA graph capture of a stream that used it:
+    the flushes then free nothing (an event recorded there would pull the map stream into
     the capture) and frees the map at the first flush after it."""
     from voxconv import kmap as vkmap
     monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
@@ -460,16 +459,15 @@ def test_dropped_maps_wait_while_their_stream_is_captured(cuda, monkeypatch):
     side.synchronize()
     ptr = km.ptr
     vkmap.flush_dropped()
-    del x, km
-    gc.collect()
-    assert any(p == ptr for _, p, _ in vkmap._dropped)  # dropped, queued
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=side):
         buf.add_(1)
+        del x, km  # the set goes: its batch is flushed, inside the capture
+        gc.collect()
         vkmap.flush_dropped()
         during = list(destroyed)
     assert ptr not in during
-    assert any(p == ptr for _, p, _ in vkmap._dropped)
+    assert any(p == ptr for _, p, _ in vkmap._dropped)  # queued for later
     vkmap.flush_dropped()
     assert ptr in destroyed
     graph.replay()
