@@ -32,6 +32,13 @@ convolutions run. Submanifold builds never wait at all. Ordering:
   stream has waited for every stream that used it, so the caching
   allocator never hands their memory out early.
 
+Freeing. Dropped CUDA maps are freed in batches (flush_dropped): when a
+set without a parent goes (the input set goes last of its family, so a
+dropped forward's maps go together), at the next input set or map build
+otherwise, and in voxconv.empty_cache(). One event per using stream for
+the batch instead of one per map; a batch whose using stream is being
+captured into a CUDA graph waits for a later flush.
+
 ``VOXCONV_MAP_STREAM=0`` builds maps on the current stream instead, and so
 does a build while the current stream is being captured into a CUDA graph
 (capture follows the capturing stream).
@@ -104,7 +111,7 @@ _DROPPED_MAX = 32  # a forward drops ~a dozen maps; more are flushed at once
 
 def _destroy_kmap(handle, kmap_ptr, users):
     """A KernelMap's finalizer. A CUDA map joins the batch flush_dropped
-    frees (at the next input set or map build): one event per using stream
+    frees (see the module doc, Freeing): one event per using stream
     for the batch instead of one per map (a forward drops a dozen at once,
     and each event cost ~20 us of host time)."""
     if handle.device.type != "cuda":
