@@ -53,6 +53,7 @@ finds its output count already on the host as a rule.
 import ctypes
 import itertools
 import os
+import struct
 import threading
 import weakref
 
@@ -167,6 +168,58 @@ def _destroy_batch(handle, batch):
     return True
 
 
+def _struct_of(ctype, base=0):
+    """(struct format items [(offset, code)], field paths) of a ctypes
+    Structure of int32 / int64 scalars and int32 arrays, flattened."""
+    items, names = [], []
+    for name, t in ctype._fields_:
+        off = base + getattr(ctype, name).offset
+        if isinstance(t, type) and issubclass(t, ctypes.Structure):
+            sub_items, sub_names = _struct_of(t, off)
+            items += sub_items
+            names += [f"{name}.{n}" for n in sub_names]
+        elif isinstance(t, type) and issubclass(t, ctypes.Array):
+            size = ctypes.sizeof(t._type_)
+            items += [(off + i * size, "q" if size == 8 else "i") for i in range(t._length_)]
+            names += [f"{name}[{i}]" for i in range(t._length_)]
+        else:
+            items.append((off, "q" if ctypes.sizeof(t) == 8 else "i"))
+            names.append(name)
+    return items, names
+
+
+def _info_reader():
+    """A struct.Struct that unpacks a voxconv_kmap_info_t's bytes into a
+    flat tuple, and the index of each field path in it: KernelMap reads a
+    map's info with one unpack instead of seven tuple() conversions of
+    ctypes arrays and a dozen attribute reads (docs/perf-notes.md item 97)."""
+    items, names = _struct_of(_lib.KmapInfo)
+    fmt, pos = "=", 0
+    for off, code in items:
+        fmt += "x" * (off - pos) + code
+        pos = off + (8 if code == "q" else 4)
+    return struct.Struct(fmt), {n: i for i, n in enumerate(names)}
+
+
+_INFO, _INFO_AT = _info_reader()
+
+
+def _info_values(ptr):
+    """voxconv_kmap_get_info as the flat tuple _INFO unpacks (index a field
+    with _INFO_AT, or the _I_* constants below)."""
+    info = _lib.KmapInfo()
+    _lib.call("voxconv_kmap_get_info", ptr, ctypes.byref(info))
+    return _INFO.unpack_from(info)
+
+
+(_I_MODE, _I_KS, _I_STRIDE, _I_DIL, _I_PADDED, _I_PAD, _I_OUT_SHAPE, _I_ORDER, _I_KVOL,
+ _I_N_IN, _I_N_OUT, _I_N_PAIRS, _I_IN_TS, _I_OUT_TS) = (
+    _INFO_AT[n] for n in ("desc.mode", "desc.kernel_size[0]", "desc.stride[0]",
+                          "desc.dilation[0]", "desc.padded", "desc.padding[0]",
+                          "desc.out_shape[0]", "desc.offset_order", "kernel_volume", "n_in",
+                          "n_out", "n_pairs", "in_tensor_stride[0]", "out_tensor_stride[0]"))
+
+
 class KernelMap:
     """A built kernel map. Attributes: ``mode`` (int), ``kernel_size``,
     ``stride``, ``dilation`` (3-tuples), ``kernel_volume``, ``n_in``,
@@ -216,22 +269,21 @@ class KernelMap:
         self.ready = None  # event on the map stream after the build
         self._finalizer = weakref.finalize(self, _destroy_kmap, handle, self.ptr, self._users)
         self._finalizer.atexit = False
-        info = _lib.KmapInfo()
-        _lib.call("voxconv_kmap_get_info", self.ptr, ctypes.byref(info))
-        self.mode = info.desc.mode if inverse_of is not None else mode
-        self.kernel_size = tuple(info.desc.kernel_size)
-        self.stride = tuple(info.desc.stride)
-        self.dilation = tuple(info.desc.dilation)
+        v = _info_values(self.ptr)
+        self.mode = v[_I_MODE] if inverse_of is not None else mode
+        self.kernel_size = v[_I_KS:_I_KS + 3]
+        self.stride = v[_I_STRIDE:_I_STRIDE + 3]
+        self.dilation = v[_I_DIL:_I_DIL + 3]
         # None: centred offsets (padded = 0); out_shape None: unbounded
-        self.padding = tuple(info.desc.padding) if info.desc.padded else None
-        self.out_shape = (tuple(info.desc.out_shape) if any(info.desc.out_shape)
-                          else None)
-        self.offset_order = info.desc.offset_order
+        self.padding = v[_I_PAD:_I_PAD + 3] if v[_I_PADDED] else None
+        out_shape = v[_I_OUT_SHAPE:_I_OUT_SHAPE + 3]
+        self.out_shape = out_shape if any(out_shape) else None
+        self.offset_order = v[_I_ORDER]
         self.inverse = inverse_of is not None
-        self.kernel_volume = info.kernel_volume
-        self.n_in, self._n_out, self._n_pairs = info.n_in, info.n_out, info.n_pairs
-        self.in_tensor_stride = tuple(info.in_tensor_stride)
-        self.out_tensor_stride = tuple(info.out_tensor_stride)
+        self.kernel_volume = v[_I_KVOL]
+        self.n_in, self._n_out, self._n_pairs = v[_I_N_IN], v[_I_N_OUT], v[_I_N_PAIRS]
+        self.in_tensor_stride = v[_I_IN_TS:_I_IN_TS + 3]
+        self.out_tensor_stride = v[_I_OUT_TS:_I_OUT_TS + 3]
         self.id = next(_ids)
         _registry[self.id] = self
 
@@ -258,9 +310,8 @@ class KernelMap:
         completes it: n_out and n_pairs are known afterwards. Raises the
         build's error if its coordinates were bad."""
         self.handle.call("voxconv_kmap_wait", ctypes.c_void_p(self.ptr))
-        info = _lib.KmapInfo()
-        _lib.call("voxconv_kmap_get_info", self.ptr, ctypes.byref(info))
-        self._n_out, self._n_pairs = info.n_out, info.n_pairs
+        v = _info_values(self.ptr)
+        self._n_out, self._n_pairs = v[_I_N_OUT], v[_I_N_PAIRS]
 
     def use_on(self, handle):
         """Orders `handle`'s stream after the map's build (once per stream);

@@ -1,0 +1,113 @@
+"""KernelMap's attributes, read from voxconv_kmap_get_info with one struct
+unpack (kmap._info_values), against the same info read field by field
+through ctypes, for maps of every mode, with padding, out_shape, an offset
+order and an inverse map; and the reader's layout against the ctypes
+structure's."""
+
+import ctypes
+
+import pytest
+import torch
+
+import voxconv
+from voxconv import _lib, _runtime, kmap
+
+import ref
+
+
+def _ctypes_view(ptr):
+    info = _lib.KmapInfo()
+    _lib.call("voxconv_kmap_get_info", ptr, ctypes.byref(info))
+    d = info.desc
+    return {"kernel_size": tuple(d.kernel_size), "stride": tuple(d.stride),
+            "dilation": tuple(d.dilation),
+            "padding": tuple(d.padding) if d.padded else None,
+            "out_shape": tuple(d.out_shape) if any(d.out_shape) else None,
+            "offset_order": d.offset_order, "kernel_volume": info.kernel_volume,
+            "n_in": info.n_in, "_n_out": info.n_out, "_n_pairs": info.n_pairs,
+            "in_tensor_stride": tuple(info.in_tensor_stride),
+            "out_tensor_stride": tuple(info.out_tensor_stride), "mode": d.mode}
+
+
+def test_reader_layout_is_the_structures():
+    assert kmap._INFO.size <= ctypes.sizeof(_lib.KmapInfo)
+    info = _lib.KmapInfo()
+    # distinct values in every field: each must come back at its own index
+    n = 1
+    for name in ("mode", "padded", "offset_order"):
+        setattr(info.desc, name, n)
+        n += 1
+    for name in ("kernel_size", "stride", "dilation", "padding", "out_shape"):
+        for i in range(3):
+            getattr(info.desc, name)[i] = n
+            n += 1
+    info.kernel_volume, info.n_in, info.n_out, info.n_pairs = n, 2**40 + n, -(n + 1), 2**33
+    for name in ("in_tensor_stride", "out_tensor_stride"):
+        for i in range(3):
+            getattr(info, name)[i] = 1000 + n + i
+        n += 3
+    v = kmap._INFO.unpack_from(info)
+    at = kmap._INFO_AT
+    assert v[at["desc.mode"]] == info.desc.mode and v[at["desc.offset_order"]] == 3
+    assert v[at["desc.kernel_size[2]"]] == info.desc.kernel_size[2]
+    assert v[at["desc.out_shape[0]"]] == info.desc.out_shape[0]
+    assert (v[at["n_in"]], v[at["n_out"]], v[at["n_pairs"]]) == (info.n_in, info.n_out,
+                                                                 info.n_pairs)
+    assert v[at["out_tensor_stride[2]"]] == info.out_tensor_stride[2]
+    assert len(set(v)) == len(v)  # no field read twice
+
+
+def _maps(device):
+    torch.manual_seed(0)
+    coords = ref.rand_coords(400, 12, 2).to(device)
+    x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords)
+    mgr, s = x.manager, x.coordinate_set
+    out = [mgr.kernel_map(s, _lib.KMAP_SUBMANIFOLD, (3, 3, 3), (1, 1, 1), (1, 1, 1))[0],
+           mgr.kernel_map(s, _lib.KMAP_SUBMANIFOLD, (3, 3, 3), (1, 1, 1), (2, 1, 1),
+                          order=1)[0],
+           mgr.kernel_map(s, _lib.KMAP_SUBMANIFOLD, (2, 3, 2), (1, 1, 1), (1, 1, 1),
+                          padding=(0, 1, 1))[0]]
+    km, coarse = mgr.kernel_map(s, _lib.KMAP_STRIDED, (3, 3, 3), (2, 2, 2), (1, 1, 1))
+    out.append(km)
+    out.append(mgr.kernel_map(coarse, _lib.KMAP_TRANSPOSED, (3, 3, 3), (2, 2, 2), (1, 1, 1),
+                              s)[0])
+    out.append(mgr.kernel_map(coarse, _lib.KMAP_GENERATIVE, (2, 2, 2), (2, 2, 2),
+                              (1, 1, 1))[0])
+    out.append(mgr.kernel_map(s, kmap.KMAP_EXPANDING, (3, 3, 3), (2, 2, 2), (1, 1, 1),
+                              padding=(1, 1, 1), out_shape=(7, 0, 9))[0])
+    out.append(mgr.inverse_kernel_map(s, _lib.KMAP_STRIDED, (3, 3, 3), (2, 2, 2),
+                                      (1, 1, 1))[0])
+    return out
+
+
+def test_kernel_map_attributes_match_the_library(device):
+    maps = _maps(device)
+    assert {m.mode for m in maps} >= {_lib.KMAP_SUBMANIFOLD, _lib.KMAP_STRIDED,
+                                      _lib.KMAP_TRANSPOSED, _lib.KMAP_GENERATIVE,
+                                      kmap.KMAP_EXPANDING}
+    assert any(m.padding is not None for m in maps) and any(m.out_shape for m in maps)
+    assert any(m.offset_order == 1 for m in maps) and any(m.inverse for m in maps)
+    for m in maps:
+        m.n_pairs  # completes a pending build (CUDA), then both views read the same
+        want = _ctypes_view(m.ptr)
+        got = {k: getattr(m, k) for k in want}
+        for k in ("kernel_size", "stride", "dilation", "in_tensor_stride",
+                  "out_tensor_stride"):
+            assert type(got[k]) is tuple and len(got[k]) == 3, (k, got[k])
+        assert got == want, m
+
+
+@pytest.mark.parametrize("name", ["kernel_size", "out_tensor_stride", "n_in"])
+def test_a_wrong_index_is_caught(name, monkeypatch):
+    """The comparison above fails when the reader reads the wrong field
+    (an index shifted by one)."""
+    h = _runtime.handle_for_cpu()
+    coords = ref.rand_coords(50, 6, 1)
+    ok = kmap.KernelMap(h, _lib.KMAP_STRIDED, (3, 3, 3), (2, 2, 2), (1, 1, 1), coords,
+                        (1, 1, 1))
+    assert {k: getattr(ok, k) for k in _ctypes_view(ok.ptr)} == _ctypes_view(ok.ptr)
+    const = {"kernel_size": "_I_KS", "out_tensor_stride": "_I_OUT_TS", "n_in": "_I_N_IN"}[name]
+    monkeypatch.setattr(kmap, const, getattr(kmap, const) + 1)
+    bad = kmap.KernelMap(h, _lib.KMAP_STRIDED, (3, 3, 3), (2, 2, 2), (1, 1, 1), coords,
+                         (1, 1, 1))
+    assert {k: getattr(bad, k) for k in _ctypes_view(bad.ptr)} != _ctypes_view(bad.ptr)
