@@ -103,10 +103,13 @@ def _handle_stream(handle):
 
 
 # CUDA maps dropped and not yet freed: [(handle, map pointer, users)], freed
-# in batches by flush_dropped. The finalizer only appends (list.append is
-# atomic under the GIL) and a flush swaps the list out: no lock, because a
-# finalizer can run inside any allocation, a flush's own included.
+# in batches by flush_dropped. The finalizer appends and a flush swaps the
+# list out, both under a re-entrant lock: a finalizer can run inside any
+# allocation, the swap's own included (it then appends to the old list,
+# which the flush holds, or to the new one), and another thread's
+# finalizer must not append to a list the flush has already read.
 _dropped = []
+_dropped_lock = threading.RLock()
 _DROPPED_MAX = 32  # a forward drops ~a dozen maps; more are flushed at once
 
 
@@ -119,7 +122,8 @@ def _destroy_kmap(handle, kmap_ptr, users):
         with handle.lock:
             lib.voxconv_kmap_destroy(handle.ptr, kmap_ptr)
         return
-    _dropped.append((handle, kmap_ptr, users))
+    with _dropped_lock:
+        _dropped.append((handle, kmap_ptr, users))
     if len(_dropped) >= _DROPPED_MAX:
         flush_dropped()
 
@@ -128,7 +132,8 @@ def flush_dropped():
     """Frees the dropped CUDA maps (see _destroy_kmap); a batch whose using
     stream is being captured into a CUDA graph waits for a later flush."""
     global _dropped
-    items, _dropped = _dropped, []
+    with _dropped_lock:
+        items, _dropped = _dropped, []
     if not items:
         return
     by_handle = {}
@@ -136,7 +141,8 @@ def flush_dropped():
         by_handle.setdefault(handle, []).append((kmap_ptr, users))
     for handle, batch in by_handle.items():
         if not _destroy_batch(handle, batch):
-            _dropped.extend((handle, p, u) for p, u in batch)
+            with _dropped_lock:
+                _dropped.extend((handle, p, u) for p, u in batch)
 
 
 def _destroy_batch(handle, batch):

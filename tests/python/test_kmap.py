@@ -111,3 +111,35 @@ def test_a_wrong_index_is_caught(name, monkeypatch):
     bad = kmap.KernelMap(h, _lib.KMAP_STRIDED, (3, 3, 3), (2, 2, 2), (1, 1, 1), coords,
                          (1, 1, 1))
     assert {k: getattr(bad, k) for k in _ctypes_view(bad.ptr)} != _ctypes_view(bad.ptr)
+
+
+def test_dropped_map_queue_loses_nothing_across_threads(monkeypatch):
+    """The queue of dropped CUDA maps (kmap._destroy_kmap, flush_dropped),
+    without a GPU: four threads drop 25,000 maps each while this one
+    flushes; every map is freed exactly once. (The freeing itself is
+    replaced by a record; the handle only says it is a CUDA one.)"""
+    import threading
+
+    freed = []
+    monkeypatch.setattr(kmap, "_destroy_batch",
+                        lambda h, batch: freed.extend(p for p, _ in batch) or True)
+    monkeypatch.setattr(kmap, "_dropped", [])
+
+    class FakeCudaHandle:
+        device = torch.device("cuda")
+
+    h, per, threads = FakeCudaHandle(), 25000, 4
+
+    def drop(t):
+        for i in range(per):
+            kmap._destroy_kmap(h, t * per + i, [])
+
+    workers = [threading.Thread(target=drop, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    while any(w.is_alive() for w in workers):
+        kmap.flush_dropped()
+    for w in workers:
+        w.join()
+    kmap.flush_dropped()
+    assert sorted(freed) == list(range(per * threads))
