@@ -124,11 +124,18 @@ static int problem_init(problem_t *P) {
   return 1;
 }
 
-static voxconv_status_t build(problem_t *P, voxconv_kmap_t **m) {
-  const voxconv_kmap_desc_t d = {.mode = VOXCONV_KMAP_SUBMANIFOLD,
-                                 .kernel_size = {3, 3, 3},
-                                 .stride = {1, 1, 1},
+/* A centred, undilated map descriptor with kernel k and stride s on every
+ * axis (the only geometries this test builds). */
+static voxconv_kmap_desc_t desc3(voxconv_kmap_mode_t mode, int k, int s) {
+  const voxconv_kmap_desc_t d = {.mode = mode,
+                                 .kernel_size = {k, k, k},
+                                 .stride = {s, s, s},
                                  .dilation = {1, 1, 1}};
+  return d;
+}
+
+static voxconv_status_t build(problem_t *P, voxconv_kmap_t **m) {
+  const voxconv_kmap_desc_t d = desc3(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
   const voxconv_coords_t in = {P->coords, P->n, {1, 1, 1}};
   return voxconv_kmap_build(P->h, &d, &in, NULL, m);
 }
@@ -301,10 +308,7 @@ static void test_bad_coords(void) {
        "rows 2 and 5 are both"},
       {"out of range", &far[0][0], VOXCONV_STATUS_OUT_OF_RANGE,
        "row 3: x=140000 outside"}};
-  const voxconv_kmap_desc_t d = {.mode = VOXCONV_KMAP_SUBMANIFOLD,
-                                 .kernel_size = {3, 3, 3},
-                                 .stride = {1, 1, 1},
-                                 .dilation = {1, 1, 1}};
+  const voxconv_kmap_desc_t d = desc3(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
   for (int sync = 0; sync < 2; sync++) {
     setenv("VOXCONV_KMAP_SYNC", sync ? "1" : "0", 1);
     voxconv_handle_desc_t hd = {VOXCONV_BACKEND_CUDA, 0, NULL, NULL, 0, 0};
@@ -404,10 +408,7 @@ static void free_strided(strided_out_t *o) {
 
 /* 5 for one geometry (k, s per axis). */
 static void test_deferred_strided_geom(problem_t *P, int k, int s) {
-  const voxconv_kmap_desc_t d = {.mode = VOXCONV_KMAP_STRIDED,
-                                 .kernel_size = {k, k, k},
-                                 .stride = {s, s, s},
-                                 .dilation = {1, 1, 1}};
+  const voxconv_kmap_desc_t d = desc3(VOXCONV_KMAP_STRIDED, k, s);
   const voxconv_coords_t in = {P->coords, P->n, {1, 1, 1}};
   char what[96];
   voxconv_kmap_t *ms = NULL, *md = NULL, *md2 = NULL, *inv = NULL;
@@ -532,10 +533,7 @@ static void test_deferred_strided(problem_t *P) {
     c[i][0] = 0, c[i][1] = 3 * i, c[i][2] = i, c[i][3] = 7;
   memcpy(c[4], c[1], 16);
   int32_t *dc = (int32_t *)dev_upload(c, sizeof c);
-  const voxconv_kmap_desc_t d = {.mode = VOXCONV_KMAP_STRIDED,
-                                 .kernel_size = {2, 2, 2},
-                                 .stride = {2, 2, 2},
-                                 .dilation = {1, 1, 1}};
+  const voxconv_kmap_desc_t d = desc3(VOXCONV_KMAP_STRIDED, 2, 2);
   const voxconv_coords_t in = {dc, 6, {1, 1, 1}};
   voxconv_kmap_t *m = NULL;
   VC_EXPECT(voxconv_kmap_build_async(P->h, &d, &in, NULL, &m) ==
@@ -580,10 +578,7 @@ int main(void) {
     voxconv_handle_desc_t hd = {VOXCONV_BACKEND_CPU, 0, NULL, NULL, 0, 0};
     int32_t *hc_coords = (int32_t *)malloc((size_t)P.n * 16);
     cudaMemcpy(hc_coords, P.coords, (size_t)P.n * 16, cudaMemcpyDeviceToHost);
-    const voxconv_kmap_desc_t d = {.mode = VOXCONV_KMAP_SUBMANIFOLD,
-                                   .kernel_size = {3, 3, 3},
-                                   .stride = {1, 1, 1},
-                                   .dilation = {1, 1, 1}};
+    const voxconv_kmap_desc_t d = desc3(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
     const voxconv_coords_t in = {hc_coords, P.n, {1, 1, 1}};
     voxconv_kmap_t *m = NULL;
     voxconv_kmap_info_t info;

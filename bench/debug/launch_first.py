@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 import torch_bench as tb  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 import call_latency  # noqa: E402
+from a_profile import load_a_network  # noqa: E402
 import voxconv  # noqa: E402
 from voxconv import _ops  # noqa: E402
 
@@ -98,10 +99,7 @@ def main():
     targs = tb.parse_args(["--data-dir", args.data_dir, "--repeat", "3", "--warmup", "2",
                            "--settle-ms", "0", "--pass-idle-ms", "0"])
     targs.device = torch.device("cuda")
-    pts = tb.workload_a_points(args.data_dir)
-    coords, feats, _ = voxconv.voxelize(
-        torch.from_numpy(pts).cuda(), 0.1, origin=(-80.0, -80.0, -2.0),
-        grid_size=(1600, 1600, 80), reduce="first", n_feat=3)
+    net, coords, f16, counts = load_a_network(args.data_dir, torch.float16, targs.device)
     print(f"device {torch.cuda.get_device_name()}, torch {torch.__version__}, "
           f"{len(coords)} voxels", flush=True)
     for c in (64, 256):
@@ -120,9 +118,6 @@ def main():
                                             args.rounds, args.runs)
         if c == 64:
             rec["host_us_grad"] = host_us(conv, x)
-    net = tb.workload_a_net(targs.device, torch.float16)
-    f16 = feats.to(torch.float16)
-    counts = tb.scale_and_count(net, coords, f16)
     leaf = f16.detach().clone().requires_grad_()
     dy = torch.rand(counts[-1], tb.LEVEL_CHANNELS[-1], device="cuda", dtype=torch.float16)
 
