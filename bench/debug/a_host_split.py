@@ -11,7 +11,7 @@ state can be read beside it. A diagnostic.
     python3 bench/debug/a_host_split.py [--data-dir D] [--runs 20] [--rounds 2]
         [--functions voxconv.kmap.CoordinateManager._adopt,...]
 """
-import argparse, collections, os, sys, threading, time
+import argparse, collections, importlib, os, sys, threading, time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -19,7 +19,6 @@ sys.path.insert(0, os.path.dirname(__file__))
 from a_profile import load_a_network  # noqa: E402
 import torch_bench as tb  # noqa: E402
 import voxconv  # noqa: E402
-import importlib  # noqa: E402
 from voxconv import _runtime  # noqa: E402
 
 ACC = collections.defaultdict(float)
@@ -34,7 +33,7 @@ def timed(name_of, fn):
         finally:
             key = name_of(a)
             if threading.current_thread() is not threading.main_thread():
-                key = "(map thread) " + key
+                key = "(other thread) " + key
             ACC[key] += time.perf_counter() - t
             CNT[key] += 1
     return wrapper

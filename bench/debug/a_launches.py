@@ -66,8 +66,9 @@ def main():
     # annotation of the same name)
     ranges = [e for e in raw if e.name().startswith(PREFIX) and e.device_type().name == "CPU"]
     runtime = [e for e in raw if e.name().startswith("cuda") and e.device_type().name == "CPU"]
-    kern_of = {e.correlation_id(): e.name() for e in raw
-               if e.device_type().name == "CUDA" and e.correlation_id()}
+    kern_of = {e.correlation_id(): e.name() for e in raw  # (not the GPU-side annotations)
+               if e.device_type().name == "CUDA" and e.correlation_id()
+               and not e.name().startswith(PREFIX)}
     calls = collections.Counter(r.name() for r in ranges)
     api = collections.defaultdict(collections.Counter)
     kernels = collections.defaultdict(collections.Counter)

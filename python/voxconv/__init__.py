@@ -118,8 +118,8 @@ def empty_cache():
     it frees (up to VOXCONV_ALLOC_CACHE_MB, by default 1/16 of the device memory per handle)
     so that later calls need no allocation; torch counts them as
     allocated. Call this before torch.cuda.empty_cache() to give that
-    memory back to the driver as well. Kernel maps dropped since the last
-    map request are freed first (voxconv.kmap.flush_dropped)."""
+    memory back to the driver as well. Kernel maps dropped and not yet
+    freed are freed first (voxconv.kmap.flush_dropped)."""
     kmap.flush_dropped()
     _runtime.empty_cache()
 

@@ -441,8 +441,9 @@ def test_dropped_maps_are_freed_in_one_batch(cuda, monkeypatch):
 
 def test_dropped_maps_wait_while_their_stream_is_captured(cuda, monkeypatch):
     """A map dropped during a CUDA graph capture of a stream that used it:
-    the flushes then free nothing (an event recorded there would pull the map stream into
-    the capture) and frees the map at the first flush after it."""
+    flushes during the capture free nothing (an event recorded there would
+    pull the map stream into the capture); the first flush after it frees
+    the map."""
     from voxconv import kmap as vkmap
     monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
     destroyed = []
