@@ -589,6 +589,44 @@ VOXCONV_API voxconv_status_t voxconv_kmap_wait(voxconv_handle_t *h,
                                                const voxconv_kmap_t *kmap);
 VOXCONV_API voxconv_status_t voxconv_kmap_get_info(const voxconv_kmap_t *kmap,
                                                    voxconv_kmap_info_t *info);
+
+/* The build worker (CUDA; off by default). With it on, h's asynchronous
+ * builds -- SUBMANIFOLD through voxconv_kmap_build and STRIDED through
+ * voxconv_kmap_build_async, while h's stream is not being captured -- are
+ * issued by a library thread: the build call checks its arguments, returns
+ * the map (its info as it would read without the worker) and leaves the
+ * build's ~20-60 CUDA runtime calls to that thread. A caller that issues
+ * maps ahead of the ops that use them (the Python package's map stream)
+ * then overlaps that host work with its own. What changes:
+ *   - Any other call on h (an op, a memcpy, another build the worker does
+ *     not take, destroy, ...) first waits until the worker has issued what
+ *     it was given, so the stream order is the order of the calls.
+ *   - A use of such a map through any handle (an op, voxconv_kmap_wait,
+ *     voxconv_kmap_out_coords, voxconv_kmap_order, destroy) first waits
+ *     until its build has been issued.
+ *   - An error the build finds on the host side (CUDA errors, out of
+ *     memory, host coordinates, misalignment) is reported by the map's
+ *     first use instead of the build call (every use then returns it), as
+ *     bad coordinates already are for asynchronous builds.
+ *   - The input coordinates must stay valid until the build has been
+ *     issued: until any later call on h, or a use of the map, returns.
+ * enable: VOXCONV_BUILD_WORKER_ALL (1) takes both kinds,
+ * VOXCONV_BUILD_WORKER_STRIDED (2) the deferred STRIDED builds only (the
+ * long ones: ~60 runtime calls against ~20), 0 stops the worker after it
+ * has issued its queue; destroying the handle does the same. UNSUPPORTED
+ * on the CPU backend. */
+#define VOXCONV_BUILD_WORKER_ALL 1
+#define VOXCONV_BUILD_WORKER_STRIDED 2
+VOXCONV_API voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,
+                                                             int enable);
+/* Makes h's stream wait (on the GPU, no host wait for the GPU) for the
+ * map's build, which may have run on another stream: the way to use a map
+ * built on a side stream, a build worker's included (this waits on the
+ * host only until the worker has issued the build). Reports the build's
+ * failure on the worker, if it failed. A no-op for a map built on h's own
+ * stream or during a stream capture. */
+VOXCONV_API voxconv_status_t voxconv_kmap_order(voxconv_handle_t *h,
+                                                const voxconv_kmap_t *kmap);
 /* Output coordinates [n_out][4] in backend memory, owned by the map. */
 VOXCONV_API voxconv_status_t voxconv_kmap_out_coords(const voxconv_kmap_t *kmap,
                                                      const int32_t **coords);

@@ -22,44 +22,12 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #ifdef VC_TEST_CUDA_RUNTIME
-#include <cuda_runtime_api.h>
+#include "cuda_test_util.h"
 
 #define C 64
 #define KV 27
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-/* A failed check that makes the rest of the function meaningless:
- * counted as a failure, then `return ret` (empty for void functions). */
-#define REQUIRE_OR(ret, cond, ...)                                             \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      VC_EXPECT(cond, __VA_ARGS__);                                            \
-      return ret;                                                              \
-    }                                                                          \
-  } while (0)
-#define VC_REQUIRE(cond, ...) REQUIRE_OR(0, cond, __VA_ARGS__)
-#define VC_REQUIRE_VOID(cond, ...) REQUIRE_OR(, cond, __VA_ARGS__)
-#define CUDA_OK_VOID(call)                                                     \
-  do {                                                                         \
-    const cudaError_t e_ = (call);                                             \
-    VC_REQUIRE_VOID(e_ == cudaSuccess, "%s: %s", #call,                       \
-                    cudaGetErrorString(e_));                                   \
-  } while (0)
-
-/* Holds a stream for 300 ms: work queued behind it cannot start. */
-static void CUDART_CB hold_stream(void *arg) {
-  (void)arg;
-  usleep(300 * 1000);
-}
 
 typedef struct problem {
   voxconv_handle_t *h;
@@ -70,28 +38,6 @@ typedef struct problem {
   void *y, *dx, *dw;          /* outputs, device, f16 */
   voxconv_conv_options_t opt; /* the tensor-core family: no host counts */
 } problem_t;
-
-static void *dev_alloc(size_t bytes) {
-  void *p = NULL;
-  if (cudaMalloc(&p, bytes) != cudaSuccess)
-    return NULL;
-  return p;
-}
-
-static void *dev_upload(const void *host, size_t bytes) {
-  void *p = dev_alloc(bytes);
-  if (p && cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice) != cudaSuccess)
-    return NULL;
-  return p;
-}
-
-static void *dev_random_f16(int64_t n) {
-  uint16_t *h = (uint16_t *)malloc((size_t)n * 2);
-  vc_fill_normal(h, VOXCONV_DTYPE_F16, n);
-  void *d = dev_upload(h, (size_t)n * 2);
-  free(h);
-  return d;
-}
 
 static int problem_init(problem_t *P) {
   memset(P, 0, sizeof *P);
@@ -178,19 +124,6 @@ static void read_outputs(problem_t *P, outputs_t *o) {
 
 static void free_outputs(outputs_t *o) {
   free(o->y), free(o->dx), free(o->dw);
-}
-
-/* Bitwise equality of n f16 values (0xFFFF is NaN in f16: a poisoned,
- * unwritten element never matches a finite reference value). */
-static void expect_same_u16(const char *what, const uint16_t *a,
-                            const uint16_t *b, int64_t n) {
-  int64_t bad = 0, first = -1;
-  for (int64_t e = 0; e < n; e++)
-    if (a[e] != b[e] && bad++ == 0)
-      first = e;
-  VC_EXPECT(bad == 0, "%s: %lld of %lld elements differ (first %lld: %04x vs "
-            "%04x)", what, (long long)bad, (long long)n, (long long)first,
-            first >= 0 ? a[first] : 0, first >= 0 ? b[first] : 0);
 }
 
 /* Every output against the eager run's. */

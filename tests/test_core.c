@@ -162,8 +162,21 @@ static void test_streams(void) {
                    VOXCONV_STATUS_NULL_POINTER);
   VC_EXPECT_STATUS(NULL, voxconv_stream_destroy(NULL, NULL),
                    VOXCONV_STATUS_NULL_POINTER);
+  VC_EXPECT_STATUS(NULL, voxconv_handle_set_build_worker(NULL, 1),
+                   VOXCONV_STATUS_NULL_POINTER);
+  VC_EXPECT_STATUS(NULL, voxconv_kmap_order(NULL, NULL),
+                   VOXCONV_STATUS_NULL_POINTER);
   VC_EXPECT_STATUS(NULL, voxconv_create(&h, &d), VOXCONV_STATUS_SUCCESS);
   if (h) {
+    /* The build worker is CUDA's; turning it off is always allowed. */
+    VC_EXPECT_STATUS(h, voxconv_handle_set_build_worker(h, 1),
+                     VOXCONV_STATUS_UNSUPPORTED);
+    VC_EXPECT(strstr(voxconv_get_last_error(h), "CUDA handles only") != NULL,
+              "set_build_worker on CPU: %s", voxconv_get_last_error(h));
+    VC_EXPECT_STATUS(h, voxconv_handle_set_build_worker(h, 0),
+                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(h, voxconv_kmap_order(h, NULL),
+                     VOXCONV_STATUS_NULL_POINTER);
     VC_EXPECT_STATUS(h, voxconv_stream_create(h, NULL),
                      VOXCONV_STATUS_NULL_POINTER);
     VC_EXPECT_STATUS(h, voxconv_stream_create(h, &s), VOXCONV_STATUS_SUCCESS);

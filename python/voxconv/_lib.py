@@ -174,6 +174,8 @@ _SIGNATURES = {
     "voxconv_kmap_build_async": (_st, [_p, _P(KmapDesc), _P(Coords), _P(Coords), _P(_p)]),
     "voxconv_kmap_destroy": (_st, [_p, _p]),
     "voxconv_kmap_wait": (_st, [_p, _p]),
+    "voxconv_kmap_order": (_st, [_p, _p]),
+    "voxconv_handle_set_build_worker": (_st, [_p, ctypes.c_int]),
     "voxconv_kmap_get_info": (_st, [_p, _P(KmapInfo)]),
     "voxconv_kmap_out_coords": (_st, [_p, _P(_p)]),
     "voxconv_kmap_get_pairs": (_st, [_p, _p, _p, _p, _p]),

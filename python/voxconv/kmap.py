@@ -48,8 +48,21 @@ set's maps are queued as soon as the set exists, from what sets made the
 same way were asked for before (:class:`_MapPlan`); strided maps deferred
 (``voxconv_kmap_build_async``), so the pooling layer that asks for one
 finds its output count already on the host as a rule.
+
+Build worker (map stream only; ``VOXCONV_MAP_WORKER=0`` turns it off,
+``=strided`` keeps submanifold builds on the caller's thread): the map
+stream's handle issues its submanifold and deferred strided builds on a
+library thread (voxconv_handle_set_build_worker), so the build call
+returns after its argument checks and the caller's thread goes on issuing
+convolutions (docs/perf-notes.md item 98). Such a map has no ``ready``
+event: its first use on another stream orders that stream through the
+library (voxconv_kmap_order, which waits on the host only until the
+worker has issued the build), and the map keeps its input coordinates
+alive until it is destroyed (the worker reads them when it issues the
+build, which may be after the set that held them is gone).
 """
 
+import atexit
 import ctypes
 import itertools
 import os
@@ -102,7 +115,8 @@ def _handle_stream(handle):
     return st
 
 
-# CUDA maps dropped and not yet freed: [(handle, map pointer, users)], freed
+# CUDA maps dropped and not yet freed: [(handle, map pointer, users, the
+# input coordinates a build worker may still read, or None)], freed
 # in batches by flush_dropped. The finalizer appends and a flush swaps the
 # list out, both under a re-entrant lock: a finalizer can run inside any
 # allocation, the swap's own included (it then appends to the old list,
@@ -113,7 +127,7 @@ _dropped_lock = threading.RLock()
 _DROPPED_MAX = 32  # a forward drops ~a dozen maps; more are flushed at once
 
 
-def _destroy_kmap(handle, kmap_ptr, users):
+def _destroy_kmap(handle, kmap_ptr, users, keep=None):
     """A KernelMap's finalizer. A CUDA map joins the batch flush_dropped
     frees (see the module doc, Freeing): one event per using stream
     for the batch instead of one per map (a forward drops a dozen at once:
@@ -123,36 +137,41 @@ def _destroy_kmap(handle, kmap_ptr, users):
             lib.voxconv_kmap_destroy(handle.ptr, kmap_ptr)
         return
     with _dropped_lock:
-        _dropped.append((handle, kmap_ptr, users))
+        _dropped.append((handle, kmap_ptr, users, keep))
     if len(_dropped) >= _DROPPED_MAX:
         flush_dropped()
 
 
 def flush_dropped():
     """Frees the dropped CUDA maps (see _destroy_kmap); a batch whose using
-    stream is being captured into a CUDA graph waits for a later flush."""
+    stream is being captured into a CUDA graph waits for a later flush.
+    Not on a thread Python did not start: a finalizer can run there inside
+    the build worker's allocation callback, and freeing waits for that
+    worker (the next flush on a Python thread frees the batch)."""
     global _dropped
+    if isinstance(threading.current_thread(), threading._DummyThread):
+        return
     with _dropped_lock:
         items, _dropped = _dropped, []
     if not items:
         return
     by_handle = {}
-    for handle, kmap_ptr, users in items:
-        by_handle.setdefault(handle, []).append((kmap_ptr, users))
+    for handle, kmap_ptr, users, keep in items:
+        by_handle.setdefault(handle, []).append((kmap_ptr, users, keep))
     for handle, batch in by_handle.items():
         if not _destroy_batch(handle, batch):
             with _dropped_lock:
-                _dropped.extend((handle, p, u) for p, u in batch)
+                _dropped.extend((handle,) + b for b in batch)
 
 
 def _destroy_batch(handle, batch):
-    """Frees [(map pointer, users)] built on `handle` once that stream has
+    """Frees [(map pointer, users, keep)] built on `handle` once that stream has
     waited for every other stream that used them (their queued work may
     still read the maps' buffers, which return to the building stream's
     pool). Returns False, freeing nothing, while one of those streams is
     being captured (an event recorded there would join the building stream
     to the capture)."""
-    others = {u for _, users in batch for u in users if u != handle.stream}
+    others = {u for _, users, _ in batch for u in users if u != handle.stream}
     if others:
         try:
             own = _handle_stream(handle)
@@ -169,7 +188,7 @@ def _destroy_batch(handle, batch):
         except Exception:  # noqa: BLE001 - at shutdown: free anyway
             torch.cuda.synchronize(handle.device)
     with handle.lock:
-        for kmap_ptr, _ in batch:
+        for kmap_ptr, _, _ in batch:
             lib.voxconv_kmap_destroy(handle.ptr, kmap_ptr)
     return True
 
@@ -273,7 +292,15 @@ class KernelMap:
         self._users = [handle.stream]
         self._last_user = handle.stream
         self.ready = None  # event on the map stream after the build
-        self._finalizer = weakref.finalize(self, _destroy_kmap, handle, self.ptr, self._users)
+        # A build the handle's build worker took: ordered through the
+        # library, and its input coordinates kept until the map goes (see
+        # the module doc, Build worker).
+        self._lib_order = bool(handle.worker and inverse_of is None and (
+            (mode == _lib.KMAP_SUBMANIFOLD and handle.worker == _WORKER_ALL)
+            or (defer and mode == _lib.KMAP_STRIDED)))
+        keep = in_coords if self._lib_order else None
+        self._finalizer = weakref.finalize(self, _destroy_kmap, handle, self.ptr, self._users,
+                                           keep)
         self._finalizer.atexit = False
         v = _info_values(self.ptr)
         self.mode = v[_I_MODE] if inverse_of is not None else mode
@@ -332,6 +359,15 @@ class KernelMap:
         self._users.append(handle.stream)
         if self.ready is not None:
             _handle_stream(handle).wait_event(self.ready)
+        elif self._lib_order:
+            handle.call("voxconv_kmap_order", ctypes.c_void_p(self.ptr))
+
+    def mark_ready(self, stream):
+        """Records ``ready`` on the building stream `stream` after the build
+        (nothing for a build worker's map, which the library orders)."""
+        if not self._lib_order:
+            self.ready = torch.cuda.Event()
+            self.ready.record(stream)
 
     def out_coords(self):
         """A new int32 [n_out, 4] tensor (on the map's device) with the
@@ -524,6 +560,46 @@ class _MapStream:
         # torch numbers priorities downwards: the smaller, the higher
         self.stream = torch.cuda.Stream(device=device, priority=min(lo, hi))
         self.handle = _runtime.handle_for_stream(device, self.stream.cuda_stream)
+        mode = _map_worker_mode()
+        if mode:
+            self.handle.call("voxconv_handle_set_build_worker", mode)
+            self.handle.worker = mode
+            atexit.register(_stop_worker, self.handle)
+
+
+# voxconv_handle_set_build_worker's modes
+_WORKER_ALL, _WORKER_STRIDED = 1, 2
+
+
+def _map_worker_mode():
+    """VOXCONV_MAP_WORKER: "all" (the default: submanifold and deferred
+    strided builds), "strided" (those only) or 0 / off. Measured in
+    docs/perf-notes.md item 98: "all" is the fastest on a slow host and
+    within ~2% of off on a fast one."""
+    v = os.environ.get("VOXCONV_MAP_WORKER", "all").lower()
+    if v in ("0", "false", "off", "no"):
+        return 0
+    return _WORKER_STRIDED if v == "strided" else _WORKER_ALL
+
+
+def _set_map_worker(device, mode):
+    """Sets the map stream's build worker of `device` (0, _WORKER_ALL,
+    _WORKER_STRIDED; tests and A/B benchmarks; VOXCONV_MAP_WORKER sets it
+    when the stream is made). Maps built before keep their ordering."""
+    ms = map_stream(torch.device(device))
+    if ms is not None:
+        ms.handle.call("voxconv_handle_set_build_worker", int(mode))
+        ms.handle.worker = int(mode)
+
+
+def _stop_worker(handle):
+    """At exit: the worker issues what it holds and stops before the
+    interpreter (whose allocator callbacks it may call) goes."""
+    try:
+        handle.call("voxconv_handle_set_build_worker", 0)
+        handle.worker = 0
+    except Exception:  # noqa: BLE001 - at shutdown
+        pass
 
 
 _map_streams = {}
@@ -756,8 +832,7 @@ class CoordinateManager:
         else:
             km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size, stride,
                                    dilation, out_set, padding, out_shape, key, order)
-        km.ready = torch.cuda.Event()
-        km.ready.record(ms.stream)
+        km.mark_ready(ms.stream)
         return km, made
 
     def _prefetch(self, s):
@@ -769,9 +844,14 @@ class CoordinateManager:
         ms = map_stream(self.device)
         if ms is None:
             return
-        # Strided maps first: the host waits for their counts (at the
-        # pooling layer), the submanifold maps only order the GPU.
-        plan = sorted(plan, key=lambda kv: kv[1][0] != _lib.KMAP_STRIDED)
+        # Without a build worker, strided maps first: the host waits for
+        # their counts (at the pooling layer), the submanifold maps only
+        # order the GPU. With one, submanifold maps first: the level's first
+        # convolution needs one right away (and waits until the worker has
+        # issued it), and a build the worker does not take waits for the
+        # worker's queue (the stream's order) -- so strided ones last.
+        sub_first = bool(ms.handle.worker)
+        plan = sorted(plan, key=lambda kv: (kv[1][0] == _lib.KMAP_STRIDED) != sub_first)
         with self.lock:
             ordered = False
             for key, (mode, kernel_size, stride, dilation, padding, out_shape, order), stamp \
@@ -789,8 +869,7 @@ class CoordinateManager:
                     # Only an optimisation: the request builds the map
                     # again and raises there, where the caller expects it.
                     return
-                km.ready = torch.cuda.Event()
-                km.ready.record(ms.stream)
+                km.mark_ready(ms.stream)
                 s.prefetched[key] = (km, stamp)
 
     def _adopt(self, ms, km, in_set, mode, stride, key):
@@ -803,6 +882,8 @@ class CoordinateManager:
         consumer = _handle_stream(_runtime.handle_for(self.device))
         with torch.cuda.stream(ms.stream):
             out_set = self._derive(km, consumer, in_set, mode, stride, ms.handle.stream, key)
+        # (a build worker's map too: reading its count drained the worker,
+        # so the build precedes this event on the map stream)
         km.ready = torch.cuda.Event()
         km.ready.record(ms.stream)
         return km, out_set

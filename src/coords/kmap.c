@@ -138,7 +138,8 @@ static voxconv_status_t kmap_build(voxconv_handle_t *h,
                                    voxconv_kmap_t **kmap, int defer) {
   static const char *const func = "voxconv_kmap_build";
   VC_CHECK_NULL(NULL, h, "handle");
-  vc_clear_error(h);
+  /* No wait for the build worker yet: a build it takes only queues. */
+  vc_clear_error_only(h);
   VC_CHECK_NULL(h, kmap, "kmap");
   *kmap = NULL;
   VC_CHECK_NULL(h, desc, "desc");
@@ -285,8 +286,21 @@ static voxconv_status_t kmap_build(voxconv_handle_t *h,
   voxconv_status_t st;
 #ifdef VOXCONV_HAVE_CUDA
   if (h->backend == VOXCONV_BACKEND_CUDA) {
+    const int flags = defer ? VC_BUILD_DEFER : 0;
+    /* A build the worker takes (kmap_worker.c): the host-side results are
+     * set here, the launches are the worker's. */
+    if (vc_build_worker_takes(h, m) && !vc_stream_capturing(h) &&
+        vc_cuda_kmap_preset_async(h, m, flags)) {
+      st = vc_build_worker_submit(h, m, in, flags);
+      if (st != VOXCONV_STATUS_SUCCESS)
+        return discard_failed(h, m, st);
+      m->pairs_bound = m->n_pairs;
+      *kmap = m;
+      return VOXCONV_STATUS_SUCCESS;
+    }
+    vc_build_worker_drain(h); /* after the builds queued before it */
     vc_capture_scope_begin(h);
-    st = vc_cuda_kmap_build(h, m, in, out, defer);
+    st = vc_cuda_kmap_build(h, m, in, out, flags);
     vc_capture_scope_end(h);
   } else
 #endif
@@ -383,6 +397,7 @@ voxconv_status_t voxconv_kmap_inverse(voxconv_handle_t *h,
 
 voxconv_status_t vc_kmap_poll(voxconv_handle_t *h, const voxconv_kmap_t *m,
                               const char *func) {
+  VC_CHECK(vc_kmap_issued(h, m, func));
 #ifdef VOXCONV_HAVE_CUDA
   if (m->backend == VOXCONV_BACKEND_CUDA && m->backend_priv)
     return vc_cuda_kmap_poll(h, m, 0, func);
@@ -394,6 +409,7 @@ voxconv_status_t vc_kmap_poll(voxconv_handle_t *h, const voxconv_kmap_t *m,
 
 voxconv_status_t vc_kmap_wait(voxconv_handle_t *h, const voxconv_kmap_t *m,
                               const char *func) {
+  VC_CHECK(vc_kmap_issued(h, m, func));
 #ifdef VOXCONV_HAVE_CUDA
   if (m->backend == VOXCONV_BACKEND_CUDA && m->backend_priv)
     return vc_cuda_kmap_poll(h, m, 1, func);
@@ -421,6 +437,8 @@ voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
   /* Freeing through a handle of another backend would hand device
    * pointers to free() (or host pointers to cudaFree). */
   VC_CHECK(check_owner(h, "voxconv_kmap_destroy", kmap));
+  vc_kmap_issue_wait(kmap); /* built by another handle's worker */
+  free(kmap->issue_msg);
   /* Each freed block asks the allocation cache whether the stream is
    * being captured: one query for the map's ~9 blocks (perf-notes 96). */
   vc_capture_scope_begin(h);
@@ -458,6 +476,7 @@ voxconv_status_t voxconv_kmap_out_coords(const voxconv_kmap_t *kmap,
   vc_clear_error(NULL);
   VC_CHECK_NULL(NULL, kmap, "kmap");
   VC_CHECK_NULL(NULL, coords, "coords");
+  VC_CHECK(vc_kmap_issued(NULL, kmap, "voxconv_kmap_out_coords"));
   *coords = kmap->out_coords;
   return VOXCONV_STATUS_SUCCESS;
 }

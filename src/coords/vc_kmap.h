@@ -103,7 +103,32 @@ struct voxconv_kmap {
    * order (wgrad splits) use it, so results do not depend on when a
    * pending map completes. */
   int64_t pairs_bound;
+  /* Builds given to a handle's build worker (kmap_worker.c): `issuing` is
+   * 1 from the call that queued the build until the worker has issued it
+   * (atomic); `issuer` is that worker. Every use of the map first waits
+   * for that (vc_kmap_issued). A build that failed on the worker leaves
+   * its status and message here (its buffers freed), returned by every
+   * later call on the map. */
+  int issuing;
+  struct vc_build_worker *issuer;
+  voxconv_status_t issue_status;
+  char *issue_msg;
 };
+
+/* Waits until m's build has been issued (no-op unless a build worker has
+ * it), then returns the worker's failure, if the build failed there, as a
+ * failure on h ("func: ..."). */
+voxconv_status_t vc_kmap_issued(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                                const char *func);
+/* Only the wait. */
+void vc_kmap_issue_wait(const voxconv_kmap_t *m);
+/* Whether h's build worker takes m's build (by mode; the build must be
+ * asynchronous as well). */
+int vc_build_worker_takes(const voxconv_handle_t *h, const voxconv_kmap_t *m);
+/* Queues the build of m (validated, shape preset) on h's build worker. */
+voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                        const voxconv_coords_t *in,
+                                        int flags);
 
 /* Asynchronous builds (no-ops on complete maps; `func` prefixes messages).
  *   vc_kmap_poll  never waits: completes the map when its build has

@@ -137,6 +137,7 @@ voxconv_status_t voxconv_create(voxconv_handle_t **handle,
 voxconv_status_t voxconv_destroy(voxconv_handle_t *h) {
   if (!h)
     return VOXCONV_STATUS_SUCCESS;
+  vc_build_worker_stop(h); /* issues what it was given first */
 #ifdef VOXCONV_HAVE_CUDA
   if (h->backend == VOXCONV_BACKEND_CUDA)
     vc_cuda_handle_fini(h);

@@ -48,7 +48,15 @@ voxconv_status_t vc_fail(const voxconv_handle_t *h, voxconv_status_t status,
   return status;
 }
 
-void vc_clear_error(const voxconv_handle_t *h) { error_buffer(h)[0] = '\0'; }
+void vc_clear_error_only(const voxconv_handle_t *h) {
+  error_buffer(h)[0] = '\0';
+}
+
+void vc_clear_error(const voxconv_handle_t *h) {
+  if (h && h->worker)
+    vc_build_worker_drain((voxconv_handle_t *)h);
+  error_buffer(h)[0] = '\0';
+}
 
 const char *voxconv_get_last_error(const voxconv_handle_t *h) {
   return error_buffer(h);

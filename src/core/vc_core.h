@@ -31,7 +31,6 @@ struct voxconv_handle {
   int num_threads;
   int deterministic;
   void *cuda; /* CUDA backend private state (cuBLAS handle, ...) */
-  char last_error[VC_ERROR_MAX];
   /* Tuner (src/tune): what the last conv/depthwise call ran, and this
    * handle's device identity in the tuning cache key (filled lazily). */
   voxconv_call_info_t last_call;
@@ -46,7 +45,21 @@ struct voxconv_handle {
   /* vc_capture_scope_begin / _end: depth of the open scopes, and the
    * capture state read when the outermost one opened. */
   int capture_depth, capture_memo;
+  /* The build worker (src/coords/kmap_worker.c; NULL when off), which
+   * issues this handle's asynchronous kernel-map builds on a library
+   * thread: every public call on the handle but a build first waits until
+   * the worker has issued what it was given (vc_clear_error does). */
+  struct vc_build_worker *worker;
+  /* Last: the worker copies the fields above into its own handle without
+   * this buffer, which the caller's thread may be writing meanwhile. */
+  char last_error[VC_ERROR_MAX];
 };
+
+/* The build worker of h (kmap_worker.c). drain: returns once the worker
+ * has issued every build queued on h (no-op without one); stop: drains,
+ * joins the thread and frees it (handle destruction). */
+void vc_build_worker_drain(voxconv_handle_t *h);
+void vc_build_worker_stop(voxconv_handle_t *h);
 
 typedef struct vc_alloc_cache vc_alloc_cache_t;
 /* alloc_cache.c: init at handle creation, destroy at handle destruction,
@@ -64,8 +77,14 @@ voxconv_status_t vc_fail(const voxconv_handle_t *h, voxconv_status_t status,
                          const char *fmt, ...) VC_PRINTF(3, 4);
 voxconv_status_t vc_failv(const voxconv_handle_t *h, voxconv_status_t status,
                           const char *fmt, va_list ap);
-/* Clears the last error (called at the start of each public call). */
+/* Clears the last error (called at the start of each public call); on a
+ * handle with a build worker, first waits until the worker has issued its
+ * queued builds, so the call's work is ordered after them on the stream
+ * and the worker no longer uses the handle's state. */
 void vc_clear_error(const voxconv_handle_t *h);
+/* The same without that wait: only a kernel-map build that the worker
+ * takes may start so (it queues work for the worker, nothing else). */
+void vc_clear_error_only(const voxconv_handle_t *h);
 
 #define VC_CHECK(expr)                                                         \
   do {                                                                         \

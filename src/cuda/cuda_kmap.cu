@@ -130,7 +130,58 @@ struct VcBuild {
   int overflowed;           /* set after the sync */
   int keys_overflowed;      /* ... by the output-key set (EXPANDING) */
   int async;                /* SUBMANIFOLD, deferred STRIDED: no host wait */
+  int preset;               /* pending, n_out, n_pairs set by the caller */
 };
+
+/* The geometry of a map's descriptor (the build's kernels take it). */
+static VcGeom vc_geom_of(const voxconv_kmap_t *m) {
+  VcGeom g;
+  memset(&g, 0, sizeof g);
+  for (int a = 0; a < 3; a++) {
+    g.ks[a] = m->desc.kernel_size[a];
+    g.dil[a] = m->desc.dilation[a];
+    g.s[a] = m->desc.stride[a];
+    g.pad[a] = vc_kmap_pad(&m->desc, a);
+    g.out_shape[a] = m->desc.out_shape[a];
+  }
+  g.K = m->kvol;
+  g.order = m->desc.offset_order;
+  return g;
+}
+
+/* What the host knows of an asynchronous build before the GPU has run it
+ * (voxconv_kmap_t.pending): n_out (-1 for a deferred STRIDED map) and the
+ * pair lists' capacity. */
+static void vc_async_shape(voxconv_kmap_t *m) {
+  const int64_t n = m->n_in;
+  const int K = m->kvol;
+  if (m->desc.mode == VOXCONV_KMAP_STRIDED) {
+    const int3 sl = vc_expand_slots(vc_geom_of(m));
+    const int64_t taps = (int64_t)sl.x * sl.y * sl.z;
+    m->n_out = -1;
+    m->n_pairs = n * (taps < K ? taps : K);
+  } else {
+    m->n_out = n;
+    m->n_pairs = n * K;
+  }
+  m->pending = 1;
+}
+
+/* Whether the build of m would be asynchronous (see b.async below). */
+static int vc_build_is_async(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                             int defer) {
+  return (m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD ||
+          (defer && m->desc.mode == VOXCONV_KMAP_STRIDED)) &&
+         !vc_cuda_state(h)->hash_debug_tiny && !vc_cuda_state(h)->kmap_sync;
+}
+
+extern "C" int vc_cuda_kmap_preset_async(voxconv_handle_t *h,
+                                         voxconv_kmap_t *m, int defer) {
+  if (!vc_build_is_async(h, m, defer & VC_BUILD_DEFER))
+    return 0;
+  vc_async_shape(m);
+  return 1;
+}
 
 static voxconv_status_t vc_make_hash(VcWorkspace &ws, voxconv_handle_t *h,
                                      uint64_t cap, VcGpuHash *t,
@@ -547,19 +598,17 @@ static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
   vc_status_detail_kernel<<<1, 32, 0, stream>>>(d_st, b.in->data, in_keys,
                                                 in_hash);
   VC_CUDA_LAUNCH_CHECK(h, "vc_status_detail_kernel");
-  m->pending = 1;
+  /* A build the worker issues had these set by the caller's thread, which
+   * may read them now (voxconv_kmap_get_info). */
+  if (!b.preset)
+    vc_async_shape(m);
   VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n * 4, &m->out_coords,
                                     "kernel-map output coords"));
-  if (m->desc.mode == VOXCONV_KMAP_STRIDED) {
-    const int3 sl = vc_expand_slots(b.g);
-    const int64_t taps = (int64_t)sl.x * sl.y * sl.z;
-    m->n_out = -1;
-    m->n_pairs = n * (taps < K ? taps : K);
+  const int deferred = m->desc.mode == VOXCONV_KMAP_STRIDED;
+  if (deferred) {
     VC_CHECK(vc_unpack_keys(h, out_keys, n, m->out_coords, &d_st->n_out));
     VC_CHECK(vc_keep_in_coords(h, m, b.in));
   } else {
-    m->n_out = n;
-    m->n_pairs = n * K;
     if (n > 0)
       VC_CUDA_TRY(h, cudaMemcpyAsync(m->out_coords, b.in->data,
                                      (size_t)n * 4 * sizeof(int32_t),
@@ -567,8 +616,7 @@ static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
   }
   VC_CHECK(vc_alloc_pair_lists(h, m));
   VC_CHECK(vc_write_pairs(h, nbr_out, n, K, counts, nb, m->in_rows,
-                          m->out_rows,
-                          m->n_out < 0 ? &d_st->n_out : NULL));
+                          m->out_rows, deferred ? &d_st->n_out : NULL));
   priv->h_status = vc_pinned_status_get(h);
   if (!priv->h_status)
     return VOXCONV_STATUS_ALLOC_FAILED; /* message set by the pool */
@@ -580,6 +628,7 @@ static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
   }
   VC_CUDA_TRY(h, cudaEventCreateWithFlags(&priv->ready, cudaEventDisableTiming));
   VC_CUDA_TRY(h, cudaEventRecord(priv->ready, stream));
+  priv->ready_is_build = 1;
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -1013,7 +1062,7 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
                                                voxconv_kmap_t *m,
                                                const voxconv_coords_t *in,
                                                const voxconv_coords_t *out,
-                                               int defer) {
+                                               int flags) {
   VC_CUDA_DEVICE_GUARD(h);
   /* int4 row loads need 16-byte rows at a 16-byte aligned base (every CUDA
    * allocation is; an offset view into one may not be). */
@@ -1036,15 +1085,9 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
   b.m = m;
   b.in = in;
   b.out = out;
-  for (int a = 0; a < 3; a++) {
-    b.g.ks[a] = m->desc.kernel_size[a];
-    b.g.dil[a] = m->desc.dilation[a];
-    b.g.s[a] = m->desc.stride[a];
-    b.g.pad[a] = vc_kmap_pad(&m->desc, a);
-    b.g.out_shape[a] = m->desc.out_shape[a];
-  }
-  b.g.K = m->kvol;
-  b.g.order = m->desc.offset_order;
+  b.g = vc_geom_of(m);
+  b.preset = (flags & VC_BUILD_PRESET) != 0;
+  const int defer = (flags & VC_BUILD_DEFER) != 0;
   const int64_t n_out_keys =
       m->desc.mode == VOXCONV_KMAP_TRANSPOSED ? out->n : in->n;
   const uint64_t full_in =
@@ -1117,9 +1160,8 @@ extern "C" voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h,
    * only a synchronous build can make). A deferred STRIDED build
    * (voxconv_kmap_build_async) leaves its output count on the device too:
    * every table is sized for every key, so it cannot overflow either. */
-  b.async = (m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD ||
-             (defer && m->desc.mode == VOXCONV_KMAP_STRIDED)) &&
-            !tiny && !vc_cuda_state(h)->kmap_sync;
+  b.async = vc_build_is_async(h, m, defer);
+  priv->stream = vc_cuda_stream(h);
   for (int attempt = 0;; attempt++) {
     VC_CHECK(vc_build_attempt(b));
     if (!b.overflowed)

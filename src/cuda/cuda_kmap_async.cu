@@ -268,3 +268,28 @@ extern "C" voxconv_status_t vc_cuda_kmap_poll(voxconv_handle_t *h,
                    func, p->verdict_msg ? p->verdict_msg : "(no message)");
   return VOXCONV_STATUS_SUCCESS;
 }
+
+/* voxconv_kmap_order: h's stream waits for the map's build. The caller has
+ * waited for the build to be issued (vc_kmap_issued). */
+extern "C" voxconv_status_t vc_cuda_kmap_order(voxconv_handle_t *h,
+                                               const voxconv_kmap_t *m) {
+  VcKmapPriv *p = (VcKmapPriv *)m->backend_priv;
+  if (!p || p->captured || p->stream == vc_cuda_stream(h))
+    return VOXCONV_STATUS_SUCCESS; /* built on h's stream: in order */
+  VcDeviceGuard guard(h);
+  if (p->ready && p->ready_is_build) {
+    VC_CUDA_TRY(h, cudaStreamWaitEvent(vc_cuda_stream(h), p->ready, 0));
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  /* A synchronous build: everything it queued is on its stream before
+   * now, so an event recorded there now follows it (and perhaps more). */
+  cudaEvent_t e;
+  VC_CUDA_TRY(h, cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  cudaError_t err = cudaEventRecord(e, p->stream);
+  if (err == cudaSuccess)
+    err = cudaStreamWaitEvent(vc_cuda_stream(h), e, 0);
+  cudaEventDestroy(e);
+  if (err != cudaSuccess)
+    return vc_cuda_fail(h, err, "cudaStreamWaitEvent", "voxconv_kmap_order");
+  return VOXCONV_STATUS_SUCCESS;
+}

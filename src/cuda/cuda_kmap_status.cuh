@@ -62,6 +62,11 @@ struct VcKmapPriv {
   VcKmapStatus *h_status;
   cudaEvent_t ready;
   int captured;
+  /* 1 when `ready` follows the whole build (asynchronous builds), so that
+   * voxconv_kmap_order can make another stream wait for it; other maps
+   * are ordered through the stream they were built on (`stream`). */
+  int ready_is_build;
+  cudaStream_t stream;
   /* The verdict, once known: SUCCESS, or the build's error with its
    * message (every later call on the map returns it). */
   voxconv_status_t verdict;

@@ -434,3 +434,10 @@ extern "C" voxconv_status_t vc_cuda_kernel_resources(voxconv_handle_t *h,
       max_threads ? (double)(blocks * threads) / (double)max_threads : 0.0;
   return VOXCONV_STATUS_SUCCESS;
 }
+
+extern "C" void vc_cuda_thread_init(const voxconv_handle_t *h) {
+  cudaSetDevice(h->device);
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  (void)cudaGetLastError();
+}

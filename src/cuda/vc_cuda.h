@@ -40,11 +40,28 @@ size_t vc_cuda_device_memory(const voxconv_handle_t *h);
 size_t vc_smem_limit_from_env(const char *text, size_t device);
 
 /* coordinates (cuda_kmap.cu, cuda_voxelize.cu) */
-/* defer: voxconv_kmap_build_async (a STRIDED build leaves n_out on the
- * device until the map completes). */
+/* flags: VC_BUILD_DEFER, voxconv_kmap_build_async (a STRIDED build leaves
+ * n_out on the device until the map completes); VC_BUILD_PRESET, the
+ * build worker's: the caller's thread has set what the host knows of the
+ * asynchronous build (vc_cuda_kmap_preset_async), which the build then
+ * leaves alone (that thread may read it meanwhile). */
+#define VC_BUILD_DEFER 1
+#define VC_BUILD_PRESET 2
 voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
                                     const voxconv_coords_t *in,
-                                    const voxconv_coords_t *out, int defer);
+                                    const voxconv_coords_t *out, int flags);
+/* 1 when the build of kmap (desc, n_in and kvol set) on h would be
+ * asynchronous: then sets pending, n_out and n_pairs as that build would.
+ * 0 (nothing set) otherwise. */
+int vc_cuda_kmap_preset_async(voxconv_handle_t *h, voxconv_kmap_t *kmap,
+                              int flags);
+/* h's stream waits on the GPU for kmap's build (voxconv_kmap_order). */
+voxconv_status_t vc_cuda_kmap_order(voxconv_handle_t *h,
+                                    const voxconv_kmap_t *kmap);
+/* Prepares the calling thread (a library thread) to issue work for h:
+ * h's device current, stream-capture mode relaxed (its calls must not
+ * invalidate a capture another thread runs meanwhile). */
+void vc_cuda_thread_init(const voxconv_handle_t *h);
 void vc_cuda_kmap_free_priv(voxconv_handle_t *h, voxconv_kmap_t *kmap);
 /* Completes an asynchronous build when it has finished (wait = 0: never
  * blocks; 1: waits for the build's event) and returns its verdict

@@ -135,6 +135,38 @@ def test_side_stream_maps_match_inline_maps(cuda, monkeypatch):
     _assert_same_results(*results)
 
 
+def test_build_worker_matches_inline_builds(cuda, monkeypatch):
+    """The map stream's build worker (on by default for deferred strided
+    builds; submanifold builds too in mode "all") issues builds off the
+    caller's thread, and those maps are ordered through the library: three
+    forward + backward passes in either mode give the bits of the same
+    passes with the worker off, and its maps really came from the worker."""
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
+    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "1")
+    coords = ref.rand_coords(30000, 64, 2).to(cuda)
+    feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
+    results = []
+    vk = voxconv.kmap
+    try:
+        for mode in (vk._WORKER_ALL, vk._WORKER_STRIDED, 0):
+            vk._set_map_worker(cuda, mode)
+            vk._plan.plans.clear()
+            net = _pool_net(cuda)
+            for i in range(3):
+                pre, t, res = _forward_backward(net, coords, feats)
+                if i > 0:
+                    assert pre
+                    for km in pre.values():
+                        by_worker = mode == vk._WORKER_ALL or (
+                            mode and km.mode == voxconv._lib.KMAP_STRIDED)
+                        assert km._lib_order == by_worker
+            results.append(res)
+    finally:
+        vk._set_map_worker(cuda, vk._map_worker_mode())
+    _assert_same_results(*results[0::2])
+    _assert_same_results(*results[1:])
+
+
 def _forward_backward(net, coords, feats):
     x = feats.clone().requires_grad_()
     net.zero_grad()
@@ -352,8 +384,11 @@ def test_coordinates_outlive_queued_map_builds(cuda, monkeypatch):
           f"{busy}); handed out again during the build: {reused}")
     assert busy, "the map stream finished before the check: the test proves nothing"
     # (None: no block starts there any more, it was freed and merged with a
-    # free neighbour: what the package before 2eb6b25 gave, s19 call 2)
-    assert state == "active_pending_free", \
+    # free neighbour: what the package before 2eb6b25 gave, s19 call 2.)
+    # A build worker's map keeps its input coordinates until it goes (the
+    # worker may read them late): then the block is still allocated.
+    want_state = "active_allocated" if km._lib_order else "active_pending_free"
+    assert state == want_state, \
         f"the coordinates' block went back to the pool while the map stream held it: {state}"
     assert torch.equal(got[0], want[0])
     assert torch.equal(got[1].cpu(), want[1].cpu()) and torch.equal(got[2].cpu(), want[2].cpu())
@@ -468,7 +503,7 @@ def test_dropped_maps_wait_while_their_stream_is_captured(cuda, monkeypatch):
         vkmap.flush_dropped()
         during = list(destroyed)
     assert ptr not in during
-    assert any(p == ptr for _, p, _ in vkmap._dropped)  # queued for later
+    assert any(entry[1] == ptr for entry in vkmap._dropped)  # queued for later
     vkmap.flush_dropped()
     assert ptr in destroyed
     graph.replay()

@@ -122,7 +122,7 @@ def test_dropped_map_queue_loses_nothing_across_threads(monkeypatch):
 
     freed = []
     monkeypatch.setattr(kmap, "_destroy_batch",
-                        lambda h, batch: freed.extend(p for p, _ in batch) or True)
+                        lambda h, batch: freed.extend(b[0] for b in batch) or True)
     monkeypatch.setattr(kmap, "_dropped", [])
 
     class FakeCudaHandle:

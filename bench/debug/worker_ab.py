@@ -1,0 +1,67 @@
+"""The map stream's build worker, A/B in one process (issue 20, docs/
+perf-notes.md item 98): workload A's network from PyTorch (as torch_bench
+makes it), forward (no_grad) and forward + backward, timed with CUDA
+events in blocks that cycle through the worker modes (off, strided-only,
+all) --rounds times, each block after its own warm-up, with the host probe
+per block (the lent host's speed drifts; alternating blocks puts every mode
+in every state). A diagnostic.
+
+    python3 bench/debug/worker_ab.py [--data-dir D] [--rounds 4] [--runs 15]
+"""
+import argparse, os, statistics, sys
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.dirname(__file__))
+from a_profile import load_a_network  # noqa: E402
+import torch_bench as tb  # noqa: E402
+import voxconv  # noqa: E402
+from voxconv import kmap  # noqa: E402
+
+MODES = {"off": 0, "strided": kmap._WORKER_STRIDED, "all": kmap._WORKER_ALL}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=15)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    net, coords, feats, counts = load_a_network(args.data_dir, tb.DTYPES["f16"], dev)
+    leaf = feats.detach().clone().requires_grad_()
+    dy = (torch.rand(counts[-1], tb.LEVEL_CHANNELS[-1], device=dev) * 2 - 1).to(feats.dtype)
+    timer = tb.Timer(dev)
+
+    def forward():
+        with torch.no_grad():
+            return net(voxconv.SparseTensor(feats, coords))
+
+    def forward_backward():
+        leaf.grad = None
+        y = net(voxconv.SparseTensor(leaf, coords))
+        y.feats.backward(dy)
+        return y
+
+    results = {m: {"fwd": [], "fb": []} for m in MODES}
+    for r in range(args.rounds):
+        for name, mode in MODES.items():
+            kmap._set_map_worker(dev, mode)
+            for fn, key in ((forward, "fwd"), (forward_backward, "fb")):
+                for _ in range(3):
+                    timer.run(fn)
+                runs = [timer.run(fn)[0] for _ in range(args.runs)]
+                med = statistics.median(runs)
+                results[name][key].append(med)
+                print(f"round {r} worker {name:8s} {key:3s} median {med:.3f} ms "
+                      f"(min {min(runs):.3f}) probe {tb.host_probe_us():.0f} us", flush=True)
+    print("\nmedian of the blocks' medians (ms):")
+    for name in MODES:
+        f, b = results[name]["fwd"], results[name]["fb"]
+        print(f"  worker {name:8s} forward {statistics.median(f):.3f} "
+              f"[{min(f):.3f}-{max(f):.3f}]  forward+backward {statistics.median(b):.3f} "
+              f"[{min(b):.3f}-{max(b):.3f}]")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,266 @@
+/* The build worker (voxconv_handle_set_build_worker): a library thread per
+ * handle that issues the handle's asynchronous kernel-map builds, so that
+ * the caller's thread gets the map back after the argument checks instead
+ * of after the build's ~20-60 CUDA runtime calls (docs/perf-notes.md item
+ * 98: a PyTorch forward of workload A spends 1.7 ms of its host time in
+ * them on a slow host).
+ *
+ * Contract (voxconv.h):
+ *  - Only builds that would be asynchronous anyway go to the worker
+ *    (SUBMANIFOLD, deferred STRIDED; not while h's stream is captured):
+ *    what the host knows of such a build before the GPU runs it (n_out,
+ *    the pair capacity, `pending`) does not depend on the build, so the
+ *    caller's thread sets it (vc_cuda_kmap_preset_async) and the map's
+ *    info reads the same with or without the worker.
+ *  - Every other public call on the handle first drains the worker
+ *    (vc_clear_error): work the caller queues on the stream comes after
+ *    the builds it queued before, and the worker's use of the handle's
+ *    state (allocation cache, workspace) never overlaps the caller's.
+ *  - Every use of a map queued here, on any handle, first waits until the
+ *    worker has issued it (vc_kmap_issued, called by the map's poll, wait,
+ *    destroy, out_coords and order).
+ *  - The worker builds on a copy of the handle with its own error buffer;
+ *    a build that fails there leaves its status and message in the map,
+ *    and every later call on the map returns them.
+ *  - The caller's buffers (the input coordinates) must stay valid until
+ *    the build has been issued: until voxconv_kmap_order, a use of the map,
+ *    or any call on the handle returns. */
+#include "vc_kmap.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef VOXCONV_HAVE_CUDA
+#include "../cuda/vc_cuda.h"
+#endif
+
+typedef struct vc_build_job {
+  voxconv_kmap_t *m;
+  voxconv_coords_t in;
+  int flags;
+  struct vc_build_job *next;
+} vc_build_job_t;
+
+struct vc_build_worker {
+  voxconv_handle_t *h;
+  pthread_t thread;
+  pthread_mutex_t lock;
+  pthread_cond_t wake; /* a job was queued, or stop */
+  pthread_cond_t done; /* a job was issued */
+  vc_build_job_t *head, *tail;
+  int unissued; /* queued or being issued */
+  int stop;
+  int strided_only; /* enable = VOXCONV_BUILD_WORKER_STRIDED */
+  /* The handle the builds run on: h's fields but the error buffer, taken
+   * afresh for each job (h's settings may change between drains). */
+  voxconv_handle_t shadow;
+};
+
+static void finish_job(struct vc_build_worker *w, vc_build_job_t *job,
+                       voxconv_status_t st) {
+  voxconv_kmap_t *m = job->m;
+  if (st != VOXCONV_STATUS_SUCCESS) {
+    /* The map stays (the caller holds it) without buffers, and reports
+     * this from now on. */
+    const size_t len = strlen(w->shadow.last_error);
+    m->issue_msg = (char *)malloc(len + 1);
+    if (m->issue_msg)
+      memcpy(m->issue_msg, w->shadow.last_error, len + 1);
+    m->issue_status = st;
+#ifdef VOXCONV_HAVE_CUDA
+    vc_cuda_kmap_free_priv(&w->shadow, m);
+#endif
+    vc_kmap_free_buffers(&w->shadow, m);
+  }
+  free(job);
+  pthread_mutex_lock(&w->lock);
+  __atomic_store_n(&m->issuing, 0, __ATOMIC_RELEASE);
+  w->unissued--;
+  pthread_cond_broadcast(&w->done);
+  pthread_mutex_unlock(&w->lock);
+}
+
+static void *worker_main(void *arg) {
+  struct vc_build_worker *w = (struct vc_build_worker *)arg;
+#ifdef VOXCONV_HAVE_CUDA
+  vc_cuda_thread_init(w->h);
+#endif
+  pthread_mutex_lock(&w->lock);
+  for (;;) {
+    while (!w->head && !w->stop)
+      pthread_cond_wait(&w->wake, &w->lock);
+    if (!w->head)
+      break; /* stop, and nothing left */
+    vc_build_job_t *job = w->head;
+    w->head = job->next;
+    if (!w->head)
+      w->tail = NULL;
+    pthread_mutex_unlock(&w->lock);
+    /* h is the caller's while it waits for no build: the fields the
+     * builds read are only changed by calls that drained first. */
+    memcpy(&w->shadow, w->h, offsetof(voxconv_handle_t, last_error));
+    w->shadow.worker = NULL; /* its calls must not wait for themselves */
+    w->shadow.capture_depth = 0;
+    w->shadow.last_error[0] = '\0';
+    voxconv_status_t st = VOXCONV_STATUS_UNSUPPORTED;
+#ifdef VOXCONV_HAVE_CUDA
+    vc_capture_scope_begin(&w->shadow);
+    st = vc_cuda_kmap_build(&w->shadow, job->m, &job->in, NULL,
+                            job->flags | VC_BUILD_PRESET);
+    vc_capture_scope_end(&w->shadow);
+#endif
+    finish_job(w, job, st);
+    pthread_mutex_lock(&w->lock);
+  }
+  pthread_mutex_unlock(&w->lock);
+  return NULL;
+}
+
+void vc_build_worker_drain(voxconv_handle_t *h) {
+  struct vc_build_worker *w = h->worker;
+  if (!w)
+    return;
+  pthread_mutex_lock(&w->lock);
+  while (w->unissued > 0)
+    pthread_cond_wait(&w->done, &w->lock);
+  pthread_mutex_unlock(&w->lock);
+}
+
+void vc_build_worker_stop(voxconv_handle_t *h) {
+  struct vc_build_worker *w = h->worker;
+  if (!w)
+    return;
+  pthread_mutex_lock(&w->lock);
+  w->stop = 1;
+  pthread_cond_signal(&w->wake);
+  pthread_mutex_unlock(&w->lock);
+  pthread_join(w->thread, NULL); /* it issues what is queued first */
+  h->worker = NULL;
+  pthread_cond_destroy(&w->wake);
+  pthread_cond_destroy(&w->done);
+  pthread_mutex_destroy(&w->lock);
+  free(w);
+}
+
+int vc_build_worker_takes(const voxconv_handle_t *h,
+                          const voxconv_kmap_t *m) {
+  return h->worker &&
+         (!h->worker->strided_only || m->desc.mode == VOXCONV_KMAP_STRIDED);
+}
+
+voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                        const voxconv_coords_t *in,
+                                        int flags) {
+  struct vc_build_worker *w = h->worker;
+  vc_build_job_t *job = (vc_build_job_t *)malloc(sizeof *job);
+  if (!job)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "voxconv_kmap_build: out of host memory (%zu bytes)",
+                   sizeof *job);
+  job->m = m;
+  job->in = *in;
+  job->flags = flags;
+  job->next = NULL;
+  m->issuer = w;
+  m->issuing = 1; /* published to other threads with the map pointer */
+  pthread_mutex_lock(&w->lock);
+  if (w->tail)
+    w->tail->next = job;
+  else
+    w->head = job;
+  w->tail = job;
+  w->unissued++;
+  pthread_cond_signal(&w->wake);
+  pthread_mutex_unlock(&w->lock);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+void vc_kmap_issue_wait(const voxconv_kmap_t *m) {
+  if (!__atomic_load_n(&m->issuing, __ATOMIC_ACQUIRE))
+    return;
+  struct vc_build_worker *w = m->issuer;
+  pthread_mutex_lock(&w->lock);
+  while (__atomic_load_n(&m->issuing, __ATOMIC_ACQUIRE))
+    pthread_cond_wait(&w->done, &w->lock);
+  pthread_mutex_unlock(&w->lock);
+}
+
+voxconv_status_t vc_kmap_issued(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                                const char *func) {
+  vc_kmap_issue_wait(m);
+  if (m->issue_status != VOXCONV_STATUS_SUCCESS)
+    return vc_fail(h, m->issue_status,
+                   "%s: the kernel map's build failed on the handle's build "
+                   "worker (reported at the map's first use): %s",
+                   func, m->issue_msg ? m->issue_msg : "(no message)");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,
+                                                 int enable) {
+  static const char *const func = "voxconv_handle_set_build_worker";
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h); /* drains a running worker */
+  if (!enable) {
+    vc_build_worker_stop(h);
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  if (h->backend != VOXCONV_BACKEND_CUDA)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "%s: the CPU backend builds kernel maps synchronously; a "
+                   "build worker exists for CUDA handles only",
+                   func);
+  if (enable != VOXCONV_BUILD_WORKER_ALL &&
+      enable != VOXCONV_BUILD_WORKER_STRIDED)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: enable = %d is not 0 (off), VOXCONV_BUILD_WORKER_ALL "
+                   "(1) or VOXCONV_BUILD_WORKER_STRIDED (2)",
+                   func, enable);
+  if (h->worker) {
+    vc_build_worker_drain(h);
+    h->worker->strided_only = enable == VOXCONV_BUILD_WORKER_STRIDED;
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  struct vc_build_worker *w =
+      (struct vc_build_worker *)calloc(1, sizeof *w);
+  if (!w)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "%s: out of host memory (%zu bytes)", func, sizeof *w);
+  w->h = h;
+  w->strided_only = enable == VOXCONV_BUILD_WORKER_STRIDED;
+  pthread_mutex_init(&w->lock, NULL);
+  pthread_cond_init(&w->wake, NULL);
+  pthread_cond_init(&w->done, NULL);
+  const int e = pthread_create(&w->thread, NULL, worker_main, w);
+  if (e != 0) {
+    pthread_cond_destroy(&w->wake);
+    pthread_cond_destroy(&w->done);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "%s: cannot start the worker thread (error %d)", func, e);
+  }
+  h->worker = w;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_order(voxconv_handle_t *h,
+                                    const voxconv_kmap_t *kmap) {
+  static const char *const func = "voxconv_kmap_order";
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, kmap, "kmap");
+  if (kmap->backend != h->backend ||
+      (h->backend == VOXCONV_BACKEND_CUDA && kmap->device != h->device))
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: the map and the handle are on different devices",
+                   func);
+  VC_CHECK(vc_kmap_issued(h, kmap, func));
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    return vc_cuda_kmap_order(h, kmap);
+#endif
+  return VOXCONV_STATUS_SUCCESS;
+}
