@@ -610,13 +610,9 @@ VOXCONV_API voxconv_status_t voxconv_kmap_get_info(const voxconv_kmap_t *kmap,
  *     bad coordinates already are for asynchronous builds.
  *   - The input coordinates must stay valid until the build has been
  *     issued: until any later call on h, or a use of the map, returns.
- * enable: VOXCONV_BUILD_WORKER_ALL (1) takes both kinds,
- * VOXCONV_BUILD_WORKER_STRIDED (2) the deferred STRIDED builds only (the
- * long ones: ~60 runtime calls against ~20), 0 stops the worker after it
- * has issued its queue; destroying the handle does the same. UNSUPPORTED
- * on the CPU backend. */
-#define VOXCONV_BUILD_WORKER_ALL 1
-#define VOXCONV_BUILD_WORKER_STRIDED 2
+ * enable = 1 starts the worker, 0 stops it after it has issued its queue
+ * (destroying the handle does the same); INVALID_ARGUMENT otherwise.
+ * UNSUPPORTED on the CPU backend. */
 VOXCONV_API voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,
                                                              int enable);
 /* Makes h's stream wait (on the GPU, no host wait for the GPU) for the

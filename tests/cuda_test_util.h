@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,6 +85,63 @@ static inline void expect_same_u16(const char *what, const uint16_t *a,
   VC_EXPECT(bad == 0, "%s: %lld of %lld elements differ (first %lld: %04x vs "
             "%04x)", what, (long long)bad, (long long)n, (long long)first,
             first >= 0 ? a[first] : 0, first >= 0 ? b[first] : 0);
+}
+
+/* One f16 convolution problem on a stream of its own: random coordinates
+ * (about n_target voxels in a cube of side `extent`; VOXCONV_TEST_SMALL=1,
+ * for compute-sanitizer runs, makes it ~3000 in 12 so that the autotuner's
+ * candidates stay affordable under the tools), x, dy and 3x3x3 weights
+ * with `channels` in and out, output buffers, a deterministic CUDA handle
+ * and the tensor-core family only (the algorithms that need no pair counts
+ * on the host). */
+typedef struct conv_problem {
+  voxconv_handle_t *h;
+  cudaStream_t stream;
+  int64_t n;
+  int32_t *coords;            /* device */
+  void *x, *w, *dy;           /* inputs, device, f16 */
+  void *y, *dx, *dw;          /* outputs, device, f16 */
+  voxconv_conv_options_t opt;
+} conv_problem_t;
+
+static inline int conv_problem_init(conv_problem_t *P, int channels,
+                                    int64_t n_target, int extent) {
+  const int64_t kv = 27;
+  memset(P, 0, sizeof *P);
+  VC_REQUIRE(cudaStreamCreateWithFlags(&P->stream, cudaStreamNonBlocking) ==
+                 cudaSuccess,
+             "stream");
+  voxconv_handle_desc_t d = {VOXCONV_BACKEND_CUDA, 0, P->stream, NULL, 0, 1};
+  VC_REQUIRE(voxconv_create(&P->h, &d) == VOXCONV_STATUS_SUCCESS,
+             "voxconv_create: %s", voxconv_get_last_error(NULL));
+  const char *small = getenv("VOXCONV_TEST_SMALL");
+  const int is_small = small && strcmp(small, "1") == 0;
+  int32_t *c = vc_random_coords(is_small ? 3000 : n_target,
+                                is_small ? 12 : extent, &P->n);
+  P->coords = (int32_t *)dev_upload(c, (size_t)P->n * 16);
+  free(c);
+  P->x = dev_random_f16(P->n * channels);
+  P->dy = dev_random_f16(P->n * channels);
+  P->w = dev_random_f16(kv * channels * channels);
+  P->y = dev_alloc((size_t)P->n * channels * 2);
+  P->dx = dev_alloc((size_t)P->n * channels * 2);
+  P->dw = dev_alloc((size_t)(kv * channels * channels) * 2);
+  VC_REQUIRE(P->coords && P->x && P->dy && P->w && P->y && P->dx && P->dw,
+             "device buffers");
+  P->opt.fwd_algo = "[mask_gemm, mask_gemm_wgmma]";
+  P->opt.bwd_algo = "[mask_gemm, mask_gemm_wgmma]";
+  return 1;
+}
+
+/* A centred, undilated map descriptor with kernel k and stride s on every
+ * axis. */
+static inline voxconv_kmap_desc_t desc3(voxconv_kmap_mode_t mode, int k,
+                                        int s) {
+  const voxconv_kmap_desc_t d = {.mode = mode,
+                                 .kernel_size = {k, k, k},
+                                 .stride = {s, s, s},
+                                 .dilation = {1, 1, 1}};
+  return d;
 }
 
 #endif

@@ -29,55 +29,10 @@
 #define C 64
 #define KV 27
 
-typedef struct problem {
-  voxconv_handle_t *h;
-  cudaStream_t stream;
-  int64_t n;
-  int32_t *coords;            /* device */
-  void *x, *w, *dy;           /* inputs, device, f16 */
-  void *y, *dx, *dw;          /* outputs, device, f16 */
-  voxconv_conv_options_t opt; /* the tensor-core family: no host counts */
-} problem_t;
+typedef conv_problem_t problem_t;
 
 static int problem_init(problem_t *P) {
-  memset(P, 0, sizeof *P);
-  VC_REQUIRE(cudaStreamCreateWithFlags(&P->stream, cudaStreamNonBlocking) ==
-                 cudaSuccess,
-             "stream");
-  voxconv_handle_desc_t d = {VOXCONV_BACKEND_CUDA, 0, P->stream, NULL, 0, 1};
-  VC_REQUIRE(voxconv_create(&P->h, &d) == VOXCONV_STATUS_SUCCESS,
-             "voxconv_create: %s", voxconv_get_last_error(NULL));
-  /* VOXCONV_TEST_SMALL=1 (compute-sanitizer runs): a small problem, so
-   * that the autotuner's candidates stay affordable under the tools. */
-  const char *small = getenv("VOXCONV_TEST_SMALL");
-  const int is_small = small && strcmp(small, "1") == 0;
-  int32_t *c = vc_random_coords(is_small ? 3000 : 60000, is_small ? 12 : 40,
-                                &P->n);
-  P->coords = (int32_t *)dev_upload(c, (size_t)P->n * 16);
-  free(c);
-  P->x = dev_random_f16(P->n * C);
-  P->dy = dev_random_f16(P->n * C);
-  P->w = dev_random_f16((int64_t)KV * C * C);
-  P->y = dev_alloc((size_t)P->n * C * 2);
-  P->dx = dev_alloc((size_t)P->n * C * 2);
-  P->dw = dev_alloc((size_t)KV * C * C * 2);
-  VC_REQUIRE(P->coords && P->x && P->dy && P->w && P->y && P->dx && P->dw,
-             "device buffers");
-  /* Deterministic handle (bitwise comparisons) and the tensor-core family
-   * only: the algorithms that need no pair counts on the host. */
-  P->opt.fwd_algo = "[mask_gemm, mask_gemm_wgmma]";
-  P->opt.bwd_algo = "[mask_gemm, mask_gemm_wgmma]";
-  return 1;
-}
-
-/* A centred, undilated map descriptor with kernel k and stride s on every
- * axis (the only geometries this test builds). */
-static voxconv_kmap_desc_t desc3(voxconv_kmap_mode_t mode, int k, int s) {
-  const voxconv_kmap_desc_t d = {.mode = mode,
-                                 .kernel_size = {k, k, k},
-                                 .stride = {s, s, s},
-                                 .dilation = {1, 1, 1}};
-  return d;
+  return conv_problem_init(P, C, 60000, 40);
 }
 
 static voxconv_status_t build(problem_t *P, voxconv_kmap_t **m) {

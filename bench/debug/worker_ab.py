@@ -1,8 +1,7 @@
 """The map stream's build worker, A/B in one process (issue 20, docs/
 perf-notes.md item 98): workload A's network from PyTorch (as torch_bench
 makes it), forward (no_grad) and forward + backward, timed with CUDA
-events in blocks that cycle through the worker modes (off, strided-only,
-all) --rounds times, each block after its own warm-up, with the host probe
+events in blocks that alternate the worker off and on --rounds times, each block after its own warm-up, with the host probe
 per block (the lent host's speed drifts; alternating blocks puts every mode
 in every state). A diagnostic.
 
@@ -18,7 +17,7 @@ import torch_bench as tb  # noqa: E402
 import voxconv  # noqa: E402
 from voxconv import kmap  # noqa: E402
 
-MODES = {"off": 0, "strided": kmap._WORKER_STRIDED, "all": kmap._WORKER_ALL}
+MODES = {"off": False, "on": True}
 
 
 def main():

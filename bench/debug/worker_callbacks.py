@@ -34,7 +34,7 @@ def main():
     args = ap.parse_args()
     dev = torch.device("cuda")
     net, coords, feats, _ = load_a_network(args.data_dir, tb.DTYPES["f16"], dev)
-    for mode in (kmap._WORKER_ALL, 0):
+    for mode in (True, False):
         kmap._set_map_worker(dev, mode)
         for _ in range(5):
             with torch.no_grad():

@@ -64,7 +64,7 @@ class Handle:
         self.device = device
         self.stream = stream
         self.torch_stream = None  # kmap._handle_stream: made on first use
-        self.worker = 0  # its build worker's mode (kmap._MapStream), 0: none
+        self.worker = False  # a build worker issues its builds (kmap._MapStream)
         self.lock = threading.RLock()
         desc = _lib.HandleDesc()
         keepalive = None

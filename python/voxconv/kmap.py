@@ -49,9 +49,8 @@ same way were asked for before (:class:`_MapPlan`); strided maps deferred
 (``voxconv_kmap_build_async``), so the pooling layer that asks for one
 finds its output count already on the host as a rule.
 
-Build worker (map stream only; ``VOXCONV_MAP_WORKER=0`` turns it off,
-``=strided`` keeps submanifold builds on the caller's thread): the map
-stream's handle issues its submanifold and deferred strided builds on a
+Build worker (map stream only; ``VOXCONV_MAP_WORKER=0`` turns it off): the
+map stream's handle issues its submanifold and deferred strided builds on a
 library thread (voxconv_handle_set_build_worker), so the build call
 returns after its argument checks and the caller's thread goes on issuing
 convolutions (docs/perf-notes.md item 98). Such a map has no ``ready``
@@ -295,9 +294,9 @@ class KernelMap:
         # A build the handle's build worker took: ordered through the
         # library, and its input coordinates kept until the map goes (see
         # the module doc, Build worker).
-        self._lib_order = bool(handle.worker and inverse_of is None and (
-            (mode == _lib.KMAP_SUBMANIFOLD and handle.worker == _WORKER_ALL)
-            or (defer and mode == _lib.KMAP_STRIDED)))
+        self._lib_order = (handle.worker and inverse_of is None
+                           and (mode == _lib.KMAP_SUBMANIFOLD
+                                or (defer and mode == _lib.KMAP_STRIDED)))
         keep = in_coords if self._lib_order else None
         self._finalizer = weakref.finalize(self, _destroy_kmap, handle, self.ptr, self._users,
                                            keep)
@@ -560,36 +559,26 @@ class _MapStream:
         # torch numbers priorities downwards: the smaller, the higher
         self.stream = torch.cuda.Stream(device=device, priority=min(lo, hi))
         self.handle = _runtime.handle_for_stream(device, self.stream.cuda_stream)
-        mode = _map_worker_mode()
-        if mode:
-            self.handle.call("voxconv_handle_set_build_worker", mode)
-            self.handle.worker = mode
+        if _map_worker_enabled():
+            self.handle.call("voxconv_handle_set_build_worker", 1)
+            self.handle.worker = True
             atexit.register(_stop_worker, self.handle)
 
 
-# voxconv_handle_set_build_worker's modes
-_WORKER_ALL, _WORKER_STRIDED = 1, 2
+def _map_worker_enabled():
+    """VOXCONV_MAP_WORKER (default on; docs/perf-notes.md item 98)."""
+    return os.environ.get("VOXCONV_MAP_WORKER", "1").lower() not in ("0", "false", "off",
+                                                                     "no")
 
 
-def _map_worker_mode():
-    """VOXCONV_MAP_WORKER: "all" (the default: submanifold and deferred
-    strided builds), "strided" (those only) or 0 / off. Measured in
-    docs/perf-notes.md item 98: "all" is the fastest on a slow host and
-    within ~2% of off on a fast one."""
-    v = os.environ.get("VOXCONV_MAP_WORKER", "all").lower()
-    if v in ("0", "false", "off", "no"):
-        return 0
-    return _WORKER_STRIDED if v == "strided" else _WORKER_ALL
-
-
-def _set_map_worker(device, mode):
-    """Sets the map stream's build worker of `device` (0, _WORKER_ALL,
-    _WORKER_STRIDED; tests and A/B benchmarks; VOXCONV_MAP_WORKER sets it
-    when the stream is made). Maps built before keep their ordering."""
+def _set_map_worker(device, on):
+    """Turns the map stream's build worker of `device` on or off (tests and
+    A/B benchmarks; VOXCONV_MAP_WORKER sets it when the stream is made).
+    Maps built before keep their ordering."""
     ms = map_stream(torch.device(device))
     if ms is not None:
-        ms.handle.call("voxconv_handle_set_build_worker", int(mode))
-        ms.handle.worker = int(mode)
+        ms.handle.call("voxconv_handle_set_build_worker", 1 if on else 0)
+        ms.handle.worker = bool(on)
 
 
 def _stop_worker(handle):
@@ -597,7 +586,7 @@ def _stop_worker(handle):
     interpreter (whose allocator callbacks it may call) goes."""
     try:
         handle.call("voxconv_handle_set_build_worker", 0)
-        handle.worker = 0
+        handle.worker = False
     except Exception:  # noqa: BLE001 - at shutdown
         pass
 
@@ -844,13 +833,12 @@ class CoordinateManager:
         ms = map_stream(self.device)
         if ms is None:
             return
-        # Without a build worker, strided maps first: the host waits for
+        # Without the build worker, strided maps first: the host waits for
         # their counts (at the pooling layer), the submanifold maps only
-        # order the GPU. With one, submanifold maps first: the level's first
-        # convolution needs one right away (and waits until the worker has
-        # issued it), and a build the worker does not take waits for the
-        # worker's queue (the stream's order) -- so strided ones last.
-        sub_first = bool(ms.handle.worker)
+        # order the GPU. With it, submanifold maps first: the level's first
+        # convolution needs one right away and waits until the worker has
+        # issued it (strided first: item 98's first try, slower).
+        sub_first = ms.handle.worker
         plan = sorted(plan, key=lambda kv: (kv[1][0] == _lib.KMAP_STRIDED) != sub_first)
         with self.lock:
             ordered = False

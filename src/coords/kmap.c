@@ -289,7 +289,7 @@ static voxconv_status_t kmap_build(voxconv_handle_t *h,
     const int flags = defer ? VC_BUILD_DEFER : 0;
     /* A build the worker takes (kmap_worker.c): the host-side results are
      * set here, the launches are the worker's. */
-    if (vc_build_worker_takes(h, m) && !vc_stream_capturing(h) &&
+    if (h->worker && !vc_stream_capturing(h) &&
         vc_cuda_kmap_preset_async(h, m, flags)) {
       st = vc_build_worker_submit(h, m, in, flags);
       if (st != VOXCONV_STATUS_SUCCESS)

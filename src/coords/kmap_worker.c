@@ -52,7 +52,6 @@ struct vc_build_worker {
   vc_build_job_t *head, *tail;
   int unissued; /* queued or being issued */
   int stop;
-  int strided_only; /* enable = VOXCONV_BUILD_WORKER_STRIDED */
   /* The handle the builds run on: h's fields but the error buffer, taken
    * afresh for each job (h's settings may change between drains). */
   voxconv_handle_t shadow;
@@ -144,12 +143,6 @@ void vc_build_worker_stop(voxconv_handle_t *h) {
   free(w);
 }
 
-int vc_build_worker_takes(const voxconv_handle_t *h,
-                          const voxconv_kmap_t *m) {
-  return h->worker &&
-         (!h->worker->strided_only || m->desc.mode == VOXCONV_KMAP_STRIDED);
-}
-
 voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
                                         const voxconv_coords_t *in,
                                         int flags) {
@@ -212,24 +205,17 @@ voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,
                    "%s: the CPU backend builds kernel maps synchronously; a "
                    "build worker exists for CUDA handles only",
                    func);
-  if (enable != VOXCONV_BUILD_WORKER_ALL &&
-      enable != VOXCONV_BUILD_WORKER_STRIDED)
+  if (enable != 1)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: enable = %d is not 0 (off), VOXCONV_BUILD_WORKER_ALL "
-                   "(1) or VOXCONV_BUILD_WORKER_STRIDED (2)",
-                   func, enable);
-  if (h->worker) {
-    vc_build_worker_drain(h);
-    h->worker->strided_only = enable == VOXCONV_BUILD_WORKER_STRIDED;
+                   "%s: enable = %d is not 0 (off) or 1 (on)", func, enable);
+  if (h->worker)
     return VOXCONV_STATUS_SUCCESS;
-  }
   struct vc_build_worker *w =
       (struct vc_build_worker *)calloc(1, sizeof *w);
   if (!w)
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
                    "%s: out of host memory (%zu bytes)", func, sizeof *w);
   w->h = h;
-  w->strided_only = enable == VOXCONV_BUILD_WORKER_STRIDED;
   pthread_mutex_init(&w->lock, NULL);
   pthread_cond_init(&w->wake, NULL);
   pthread_cond_init(&w->done, NULL);

@@ -122,9 +122,6 @@ voxconv_status_t vc_kmap_issued(voxconv_handle_t *h, const voxconv_kmap_t *m,
                                 const char *func);
 /* Only the wait. */
 void vc_kmap_issue_wait(const voxconv_kmap_t *m);
-/* Whether h's build worker takes m's build (by mode; the build must be
- * asynchronous as well). */
-int vc_build_worker_takes(const voxconv_handle_t *h, const voxconv_kmap_t *m);
 /* Queues the build of m (validated, shape preset) on h's build worker. */
 voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
                                         const voxconv_coords_t *in,

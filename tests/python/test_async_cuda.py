@@ -136,11 +136,11 @@ def test_side_stream_maps_match_inline_maps(cuda, monkeypatch):
 
 
 def test_build_worker_matches_inline_builds(cuda, monkeypatch):
-    """The map stream's build worker (on by default for deferred strided
-    builds; submanifold builds too in mode "all") issues builds off the
-    caller's thread, and those maps are ordered through the library: three
-    forward + backward passes in either mode give the bits of the same
-    passes with the worker off, and its maps really came from the worker."""
+    """The map stream's build worker (on by default) issues the prefetched
+    and requested submanifold and deferred strided builds off the caller's
+    thread, and those maps are ordered through the library: three forward
+    + backward passes with it give the bits of the same passes with the
+    worker off, and its maps really came from the worker."""
     monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
     monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "1")
     coords = ref.rand_coords(30000, 64, 2).to(cuda)
@@ -148,23 +148,18 @@ def test_build_worker_matches_inline_builds(cuda, monkeypatch):
     results = []
     vk = voxconv.kmap
     try:
-        for mode in (vk._WORKER_ALL, vk._WORKER_STRIDED, 0):
-            vk._set_map_worker(cuda, mode)
+        for on in (True, False):
+            vk._set_map_worker(cuda, on)
             vk._plan.plans.clear()
             net = _pool_net(cuda)
             for i in range(3):
                 pre, t, res = _forward_backward(net, coords, feats)
                 if i > 0:
-                    assert pre
-                    for km in pre.values():
-                        by_worker = mode == vk._WORKER_ALL or (
-                            mode and km.mode == voxconv._lib.KMAP_STRIDED)
-                        assert km._lib_order == by_worker
+                    assert pre and all(km._lib_order == on for km in pre.values())
             results.append(res)
     finally:
-        vk._set_map_worker(cuda, vk._map_worker_mode())
-    _assert_same_results(*results[0::2])
-    _assert_same_results(*results[1:])
+        vk._set_map_worker(cuda, vk._map_worker_enabled())
+    _assert_same_results(*results)
 
 
 def _forward_backward(net, coords, feats):
