@@ -118,6 +118,24 @@ static int same_info(const voxconv_kmap_info_t *a,
                 sizeof a->out_tensor_stride) == 0;
 }
 
+/* The problem's coordinates with their rows in a fresh random order
+ * (device memory, the caller frees it). */
+static int32_t *shuffled_coords(const rig_t *R) {
+  const int64_t n = R->P.n;
+  int32_t *h = (int32_t *)malloc((size_t)n * 16);
+  cudaMemcpy(h, R->P.coords, (size_t)n * 16, cudaMemcpyDeviceToHost);
+  for (int64_t i = n - 1; i > 0; i--) { /* Fisher-Yates */
+    const int64_t j = (int64_t)(vc_rand_u64() % (uint64_t)(i + 1));
+    int32_t t[4];
+    memcpy(t, h + 4 * i, 16);
+    memcpy(h + 4 * i, h + 4 * j, 16);
+    memcpy(h + 4 * j, t, 16);
+  }
+  int32_t *d = (int32_t *)dev_upload(h, (size_t)n * 16);
+  free(h);
+  return d;
+}
+
 /* 1. */
 static void test_submanifold(rig_t *R) {
   const voxconv_kmap_desc_t d = desc3(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
@@ -142,21 +160,36 @@ static void test_submanifold(rig_t *R) {
             "order: %s", voxconv_get_last_error(R->hc));
   const voxconv_status_t s2 = run_passes(R, R->hc, mw, &got);
   /* hm's stream held: the build's kernels run 300 ms late, so the ops on
-   * hc read its tables only if the order made hc wait for them. */
+   * hc read its tables only if the order made hc wait for them. The rows
+   * are freshly shuffled, so that no freed map's memory holds these tables
+   * already (a recycled block of an identical map would hide a missing
+   * order); the reference is an inline map of the same rows. */
+  int32_t *shuffled = shuffled_coords(R);
+  const voxconv_coords_t ins = {shuffled, R->P.n, {1, 1, 1}};
+  voxconv_kmap_t *mis = NULL;
+  outs_t ref_s;
+  VC_EXPECT(voxconv_kmap_build(R->P.h, &d, &ins, NULL, &mis) ==
+                VOXCONV_STATUS_SUCCESS,
+            "inline build, shuffled rows: %s", voxconv_get_last_error(R->P.h));
+  const voxconv_status_t s4 = run_passes(R, R->P.h, mis, &ref_s);
   cudaLaunchHostFunc(R->sm, hold_stream, NULL);
-  VC_EXPECT(voxconv_kmap_build(R->hm, &d, &in, NULL, &mh) ==
+  VC_EXPECT(voxconv_kmap_build(R->hm, &d, &ins, NULL, &mh) ==
                 VOXCONV_STATUS_SUCCESS,
             "held worker build: %s", voxconv_get_last_error(R->hm));
   VC_EXPECT(voxconv_kmap_order(R->hc, mh) == VOXCONV_STATUS_SUCCESS,
             "order (held): %s", voxconv_get_last_error(R->hc));
   const voxconv_status_t s3 = run_passes(R, R->hc, mh, &held);
   VC_EXPECT(s1 == VOXCONV_STATUS_SUCCESS && s2 == VOXCONV_STATUS_SUCCESS &&
-                s3 == VOXCONV_STATUS_SUCCESS,
-            "passes: inline %s, worker %s, held %s (%s)",
+                s3 == VOXCONV_STATUS_SUCCESS && s4 == VOXCONV_STATUS_SUCCESS,
+            "passes: inline %s, worker %s, held %s, inline shuffled %s (%s)",
             voxconv_status_string(s1), voxconv_status_string(s2),
-            voxconv_status_string(s3), voxconv_get_last_error(R->hc));
+            voxconv_status_string(s3), voxconv_status_string(s4),
+            voxconv_get_last_error(R->hc));
   expect_outs("submanifold, worker map", R, &ref, &got);
-  expect_outs("submanifold, worker map behind a held stream", R, &ref, &held);
+  expect_outs("submanifold, worker map behind a held stream", R, &ref_s, &held);
+  free_outs(&ref_s);
+  voxconv_kmap_destroy(R->P.h, mis);
+  cudaFree(shuffled);
   voxconv_kmap_get_info(mw, &iw);
   VC_EXPECT(voxconv_kmap_wait(R->hm, mw) == VOXCONV_STATUS_SUCCESS &&
                 voxconv_kmap_wait(R->P.h, mi) == VOXCONV_STATUS_SUCCESS,
