@@ -428,6 +428,21 @@ voxconv_status_t voxconv_kmap_wait(voxconv_handle_t *h,
   return vc_kmap_wait(h, kmap, "voxconv_kmap_wait");
 }
 
+voxconv_status_t voxconv_kmap_order(voxconv_handle_t *h,
+                                    const voxconv_kmap_t *kmap) {
+  static const char *const func = "voxconv_kmap_order";
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error(h);
+  VC_CHECK_NULL(h, kmap, "kmap");
+  VC_CHECK(check_owner(h, func, kmap));
+  VC_CHECK(vc_kmap_issued(h, kmap, func));
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    return vc_cuda_kmap_order(h, kmap);
+#endif
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
                                       voxconv_kmap_t *kmap) {
   if (!kmap)

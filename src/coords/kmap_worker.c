@@ -231,22 +231,3 @@ voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,
   h->worker = w;
   return VOXCONV_STATUS_SUCCESS;
 }
-
-voxconv_status_t voxconv_kmap_order(voxconv_handle_t *h,
-                                    const voxconv_kmap_t *kmap) {
-  static const char *const func = "voxconv_kmap_order";
-  VC_CHECK_NULL(NULL, h, "handle");
-  vc_clear_error(h);
-  VC_CHECK_NULL(h, kmap, "kmap");
-  if (kmap->backend != h->backend ||
-      (h->backend == VOXCONV_BACKEND_CUDA && kmap->device != h->device))
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: the map and the handle are on different devices",
-                   func);
-  VC_CHECK(vc_kmap_issued(h, kmap, func));
-#ifdef VOXCONV_HAVE_CUDA
-  if (h->backend == VOXCONV_BACKEND_CUDA)
-    return vc_cuda_kmap_order(h, kmap);
-#endif
-  return VOXCONV_STATUS_SUCCESS;
-}
