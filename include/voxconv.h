@@ -257,7 +257,12 @@ typedef struct voxconv_handle voxconv_handle_t;
 /* desc == NULL means all defaults (AUTO backend). */
 VOXCONV_API voxconv_status_t voxconv_create(voxconv_handle_t **handle,
                                             const voxconv_handle_desc_t *desc);
-/* destroy(NULL) is a no-op. */
+/* destroy(NULL) is a no-op. Destroy waits for the handle's stream. Kernel
+ * maps the handle built may outlive it: use and destroy them through
+ * another handle of the same device. With the built-in allocator their
+ * buffers stay in the destroyed handle's memory pool, which the library
+ * frees once the last of them is destroyed (the memory goes back to the
+ * driver at the next synchronisation). */
 VOXCONV_API voxconv_status_t voxconv_destroy(voxconv_handle_t *handle);
 VOXCONV_API voxconv_status_t voxconv_get_backend(const voxconv_handle_t *h,
                                                  voxconv_backend_t *backend);

@@ -463,6 +463,10 @@ voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
 #endif
   vc_kmap_free_buffers(h, kmap);
   vc_capture_scope_end(h);
+#ifdef VOXCONV_HAVE_CUDA
+  if (kmap->backend == VOXCONV_BACKEND_CUDA)
+    vc_cuda_reap_pools(); /* its buffers may be a destroyed handle's last */
+#endif
   free(kmap);
   return VOXCONV_STATUS_SUCCESS;
 }

@@ -176,6 +176,7 @@ extern "C" size_t vc_smem_limit_from_env(const char *text, size_t device) {
 
 /* ---- handle ------------------------------------------------------------- */
 static voxconv_status_t vc_cuda_handle_init_body(voxconv_handle_t *h);
+static void vc_pool_retire(cudaMemPool_t pool);
 
 /* A handle may be created while some stream of the thread is being
  * captured into a CUDA graph (PyTorch makes one per stream, so the first
@@ -188,6 +189,7 @@ extern "C" voxconv_status_t vc_cuda_handle_init(voxconv_handle_t *h) {
   cudaThreadExchangeStreamCaptureMode(&mode);
   const voxconv_status_t st = vc_cuda_handle_init_body(h);
   cudaThreadExchangeStreamCaptureMode(&mode);
+  vc_cuda_reap_pools();
   return st;
 }
 
@@ -275,12 +277,79 @@ extern "C" void vc_cuda_handle_fini(voxconv_handle_t *h) {
     cudaFreeHost(s->host_status);
   if (s->wait_event)
     cudaEventDestroy(s->wait_event);
-  /* Returns immediately; memory still allocated from the pool (kernel maps
-   * the caller has not destroyed) keeps it alive until freed. */
-  cudaMemPoolDestroy(s->pool);
+  vc_pool_retire(s->pool);
+  vc_cuda_reap_pools(); /* others whose maps have gone meanwhile */
   (void)cudaGetLastError();
   free(s);
   h->cuda = NULL;
+}
+
+/* ---- pools that outlive their handle ------------------------------------
+ * Kernel maps may outlive the handle that built them (voxconv.h), and
+ * their buffers come from that handle's pool. cudaMemPoolDestroy allows
+ * that (the pool is "released automatically once there are no more
+ * outstanding allocations"), but on the H100 with the CUDA 13 driver that
+ * path corrupted the driver: a handle destroyed with 6 live maps, the maps
+ * freed later through another handle, and within two such rounds a later
+ * cuMemAllocFromPoolAsync or cuStreamSynchronize of the process died with
+ * SIGSEGV inside libcuda (6 of 6 processes; 0 of 6 when the maps were
+ * freed before the handle; docs/perf-notes.md item 99). So a pool is only
+ * ever destroyed empty: a retired pool that still holds memory waits in
+ * this list (its release threshold 0, so freed memory goes back to the
+ * driver at the next synchronisation) until a later check finds it empty. The checks run when a handle is
+ * created or destroyed and after a map is destroyed; with no retired pool
+ * waiting they cost one atomic load. */
+#define VC_RETIRED_MAX 256
+static cudaMemPool_t g_retired[VC_RETIRED_MAX];
+static int g_n_retired; /* read without the lock as a hint */
+static std::mutex g_retired_lock;
+
+/* Destroys `pool` if it holds no memory: trimmed, nothing reserved (an
+ * allocation still in use, or a free not yet run on its stream, keeps
+ * memory reserved). Relaxed capture mode: a map may be destroyed while
+ * some stream of the thread is being captured. */
+static int vc_pool_destroy_if_empty(cudaMemPool_t pool) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaMemPoolTrimTo(pool, 0);
+  uint64_t reserved = 1;
+  const cudaError_t e = cudaMemPoolGetAttribute(
+      pool, cudaMemPoolAttrReservedMemCurrent, &reserved);
+  const int empty = e == cudaSuccess && reserved == 0;
+  if (empty)
+    cudaMemPoolDestroy(pool);
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  (void)cudaGetLastError();
+  return empty;
+}
+
+static void vc_pool_retire(cudaMemPool_t pool) {
+  if (vc_pool_destroy_if_empty(pool))
+    return;
+  uint64_t zero = 0;
+  cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &zero);
+  std::lock_guard<std::mutex> guard(g_retired_lock);
+  /* A full list leaks the pool object; its memory still goes back. */
+  if (g_n_retired < VC_RETIRED_MAX) {
+    g_retired[g_n_retired] = pool;
+    __atomic_store_n(&g_n_retired, g_n_retired + 1, __ATOMIC_RELEASE);
+  }
+}
+
+extern "C" void vc_cuda_reap_pools(void) {
+  if (__atomic_load_n(&g_n_retired, __ATOMIC_ACQUIRE) == 0)
+    return;
+  std::lock_guard<std::mutex> guard(g_retired_lock);
+  int kept = 0;
+  for (int i = 0; i < g_n_retired; i++)
+    if (!vc_pool_destroy_if_empty(g_retired[i]))
+      g_retired[kept++] = g_retired[i];
+  __atomic_store_n(&g_n_retired, kept, __ATOMIC_RELEASE);
+}
+
+extern "C" int vc_cuda_retired_pools(void) {
+  std::lock_guard<std::mutex> guard(g_retired_lock);
+  return g_n_retired;
 }
 
 /* ---- memory --------------------------------------------------------------

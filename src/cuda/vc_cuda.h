@@ -63,6 +63,12 @@ voxconv_status_t vc_cuda_kmap_order(voxconv_handle_t *h,
  * invalidate a capture another thread runs meanwhile). */
 void vc_cuda_thread_init(const voxconv_handle_t *h);
 void vc_cuda_kmap_free_priv(voxconv_handle_t *h, voxconv_kmap_t *kmap);
+/* Pools of destroyed handles that still held memory (maps outliving their
+ * handle; cuda_runtime.cu) are destroyed once empty: reap checks them (one
+ * atomic load when there are none; called after a map is destroyed and at
+ * handle creation and destruction), retired_pools counts them (tests). */
+void vc_cuda_reap_pools(void);
+int vc_cuda_retired_pools(void);
 /* Completes an asynchronous build when it has finished (wait = 0: never
  * blocks; 1: waits for the build's event) and returns its verdict
  * (cuda_kmap_async.cu; vc_kmap_poll / vc_kmap_wait in vc_kmap.h). */
