@@ -628,30 +628,6 @@ VOXCONV_API voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h
  * stream or during a stream capture. */
 VOXCONV_API voxconv_status_t voxconv_kmap_order(voxconv_handle_t *h,
                                                 const voxconv_kmap_t *kmap);
-/* Builds now, on h's stream, the tables of the map that the mask_gemm
- * algorithms (row_order 1) otherwise build at their first use of it: the
- * rows sorted by neighbour mask and each tile's offsets, for the output
- * rows (VOXCONV_KMAP_PREPARE_FORWARD: conv forward) and / or the input rows
- * (VOXCONV_KMAP_PREPARE_BACKWARD: conv dgrad). Results do not change (an op
- * builds the same tables, deterministically); what moves is when and where
- * the work is issued. With h's build worker on (and h's stream not being
- * captured) the work is queued for the worker after the map's build, and
- * this call returns at once: the first op then finds the tables built,
- * instead of issuing ~15 runtime calls and allocations on the caller's
- * thread (the Python package prepares the maps it builds ahead).
- * Like the build, the tables are written on h's stream: an op on another
- * stream needs ordering after this call (voxconv_kmap_order after it does
- * that when h built the map). Does nothing on the CPU backend (no such
- * tables), while h's stream is being captured, and for the FORWARD tables
- * of a deferred STRIDED map whose output count is not yet known. A failure
- * on the worker is not reported (the op builds the tables itself then);
- * the map's own build failure is. `what`: a non-empty combination of the
- * two flags, else INVALID_ARGUMENT. */
-#define VOXCONV_KMAP_PREPARE_FORWARD 1
-#define VOXCONV_KMAP_PREPARE_BACKWARD 2
-VOXCONV_API voxconv_status_t voxconv_kmap_prepare(voxconv_handle_t *h,
-                                                  voxconv_kmap_t *kmap,
-                                                  int what);
 /* Output coordinates [n_out][4] in backend memory, owned by the map. */
 VOXCONV_API voxconv_status_t voxconv_kmap_out_coords(const voxconv_kmap_t *kmap,
                                                      const int32_t **coords);

@@ -16,12 +16,7 @@
  *     every time, naming the cause; bad coordinates from the wait as for
  *     any asynchronous build;
  *  5. while hm's stream is being captured, the build is captured inline;
- *  6. the worker turned off and on again: 1 and 2 again;
- *  7. voxconv_kmap_prepare: the worker builds the map's mask_gemm tables
- *     (the inline prepare's bytes), an op's stream waits for them on the
- *     GPU (behind a 300 ms hold), ops give the inline map's bits; a queued
- *     prepare is cancelled by the op that needs the tables (the worker
- *     held in an allocation), bad `what` values are refused.
+ *  6. the worker turned off and on again: 1 and 2 again.
  * Needs a GPU (exit 77 = skipped without one). */
 #include "gpu_test_util.h"
 
@@ -29,8 +24,6 @@
 #include <string.h>
 
 #ifdef VC_TEST_CUDA_RUNTIME
-#include "coords/vc_kmap.h"
-#include "cuda/vc_cuda.h"
 #include "cuda_test_util.h"
 
 #define C 32
@@ -426,149 +419,6 @@ static void test_errors(rig_t *R) {
   cudaFree(dfar);
 }
 
-/* 7. A handle whose allocator sleeps once when asked (the worker is then
- * held inside a build while the caller goes on). */
-static int g_block_alloc;
-static void *slow_alloc(void *ctx, size_t bytes, void *stream) {
-  (void)ctx;
-  if (__atomic_exchange_n(&g_block_alloc, 0, __ATOMIC_ACQ_REL))
-    usleep(200 * 1000);
-  void *p = NULL;
-  return cudaMallocAsync(&p, bytes, (cudaStream_t)stream) == cudaSuccess ? p
-                                                                         : NULL;
-}
-static void slow_free(void *ctx, void *ptr, void *stream) {
-  (void)ctx;
-  cudaFreeAsync(ptr, (cudaStream_t)stream);
-}
-
-/* n int32 of device memory, compared with another copy. */
-static void expect_same_table(const char *what, const int32_t *a,
-                              const int32_t *b, int64_t n) {
-  uint16_t *ha = a ? dev_download_u16(a, 2 * n) : NULL;
-  uint16_t *hb = b ? dev_download_u16(b, 2 * n) : NULL;
-  VC_EXPECT(ha && hb, "%s: table missing", what);
-  if (ha && hb)
-    expect_same_u16(what, ha, hb, 2 * n);
-  free(ha), free(hb);
-}
-
-static void test_prepare(rig_t *R) {
-  const int both = VOXCONV_KMAP_PREPARE_FORWARD | VOXCONV_KMAP_PREPARE_BACKWARD;
-  const voxconv_kmap_desc_t ds = desc3(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
-  const voxconv_coords_t in = {R->P.coords, R->P.n, {1, 1, 1}};
-  voxconv_kmap_t *mi = NULL, *mw = NULL;
-  VC_REQUIRE_VOID(voxconv_kmap_build(R->P.h, &ds, &in, NULL, &mi) ==
-                          VOXCONV_STATUS_SUCCESS &&
-                      voxconv_kmap_prepare(R->P.h, mi, both) ==
-                          VOXCONV_STATUS_SUCCESS,
-                  "inline build and prepare: %s",
-                  voxconv_get_last_error(R->P.h));
-  cudaStreamSynchronize(R->P.stream);
-
-  /* The worker's prepare, behind a held stream. */
-  cudaLaunchHostFunc(R->sm, hold_stream, NULL);
-  VC_REQUIRE_VOID(voxconv_kmap_build(R->hm, &ds, &in, NULL, &mw) ==
-                          VOXCONV_STATUS_SUCCESS &&
-                      voxconv_kmap_prepare(R->hm, mw, both) ==
-                          VOXCONV_STATUS_SUCCESS,
-                  "worker build and prepare: %s", voxconv_get_last_error(R->hm));
-  voxconv_kmap_order(R->hm, mw); /* a call on hm: drains its worker */
-  VC_EXPECT(!mw->preparing && mw->row_order_out && mw->row_order_in &&
-                mw->tile_mask_out && mw->tile_mask_in,
-            "the worker's prepare left preparing %d, tables %p %p %p %p",
-            mw->preparing, (void *)mw->row_order_out, (void *)mw->row_order_in,
-            (void *)mw->tile_mask_out, (void *)mw->tile_mask_in);
-  /* hc's stream must wait for them (the hold keeps them unwritten). */
-  const double t0 = now_ms();
-  VC_EXPECT(vc_cuda_kmap_tables_use(R->hc, mw) == VOXCONV_STATUS_SUCCESS,
-            "tables_use: %s", voxconv_get_last_error(R->hc));
-  cudaStreamSynchronize(R->P.stream);
-  const double waited = now_ms() - t0;
-  VC_EXPECT(waited > 100.0, "hc's stream did not wait for the prepared "
-            "tables behind the 300 ms hold (%.1f ms)", waited);
-  expect_same_table("prepared row order (out)", mw->row_order_out,
-                    mi->row_order_out, R->P.n);
-  expect_same_table("prepared row order (in)", mw->row_order_in,
-                    mi->row_order_in, R->P.n);
-  outs_t ref, got;
-  const voxconv_status_t s0 = run_passes(R, R->P.h, mi, &ref);
-  const voxconv_status_t s1 = voxconv_kmap_order(R->hc, mw) ==
-                                      VOXCONV_STATUS_SUCCESS
-                                  ? run_passes(R, R->hc, mw, &got)
-                                  : VOXCONV_STATUS_INTERNAL;
-  VC_EXPECT(s0 == VOXCONV_STATUS_SUCCESS && s1 == VOXCONV_STATUS_SUCCESS,
-            "passes on the prepared maps: %s", voxconv_get_last_error(R->hc));
-  if (s0 == VOXCONV_STATUS_SUCCESS && s1 == VOXCONV_STATUS_SUCCESS) {
-    expect_outs("ops on the worker's prepared map", R, &ref, &got);
-    free_outs(&got);
-  }
-
-  /* Refused values; a deferred STRIDED map's forward tables wait for its
-   * count (nothing queued). */
-  VC_EXPECT(voxconv_kmap_prepare(R->hm, mw, 0) ==
-                    VOXCONV_STATUS_INVALID_ARGUMENT &&
-                voxconv_kmap_prepare(R->hm, mw, 4) ==
-                    VOXCONV_STATUS_INVALID_ARGUMENT &&
-                voxconv_kmap_prepare(R->hm, NULL, 1) ==
-                    VOXCONV_STATUS_NULL_POINTER,
-            "bad prepare arguments accepted");
-  const voxconv_kmap_desc_t dt = desc3(VOXCONV_KMAP_STRIDED, 2, 2);
-  voxconv_kmap_t *mt = NULL;
-  VC_EXPECT(voxconv_kmap_build_async(R->hm, &dt, &in, NULL, &mt) ==
-                    VOXCONV_STATUS_SUCCESS &&
-                voxconv_kmap_prepare(R->hm, mt, VOXCONV_KMAP_PREPARE_FORWARD) ==
-                    VOXCONV_STATUS_SUCCESS &&
-                !mt->preparing && !mt->prep_job,
-            "deferred strided FORWARD prepare: %s (preparing %d)",
-            voxconv_get_last_error(R->hm), mt ? mt->preparing : -1);
-  voxconv_kmap_destroy(R->hm, mt);
-
-  /* Cancelled: the worker is held in the build's first allocation while
-   * the caller queues the prepare and claims the tables. */
-  const voxconv_allocator_t alloc = {slow_alloc, slow_free, NULL};
-  voxconv_handle_desc_t d = {VOXCONV_BACKEND_CUDA, 0, R->sm, &alloc, 0, 1};
-  voxconv_handle_t *hb = NULL;
-  voxconv_kmap_t *mb = NULL;
-  VC_REQUIRE_VOID(voxconv_create(&hb, &d) == VOXCONV_STATUS_SUCCESS &&
-                      voxconv_handle_set_build_worker(hb, 1) ==
-                          VOXCONV_STATUS_SUCCESS,
-                  "slow-allocator handle");
-  __atomic_store_n(&g_block_alloc, 1, __ATOMIC_RELEASE);
-  VC_EXPECT(voxconv_kmap_build(hb, &ds, &in, NULL, &mb) ==
-                    VOXCONV_STATUS_SUCCESS &&
-                voxconv_kmap_prepare(hb, mb, both) == VOXCONV_STATUS_SUCCESS,
-            "build and prepare on the held worker: %s",
-            voxconv_get_last_error(hb));
-  if (mb) {
-    const int queued = mb->preparing && mb->prep_job != NULL;
-    vc_kmap_prepare_claim(mb);
-    voxconv_kmap_order(hb, mb); /* drains hb's worker */
-    VC_EXPECT(queued && !mb->preparing && !mb->row_order_out &&
-                  !mb->row_order_in,
-              "the claimed prepare should have been cancelled while queued "
-              "(queued %d, preparing %d, tables %p %p)", queued,
-              mb->preparing, (void *)mb->row_order_out,
-              (void *)mb->row_order_in);
-    const voxconv_status_t s2 = voxconv_kmap_order(R->hc, mb) ==
-                                        VOXCONV_STATUS_SUCCESS
-                                    ? run_passes(R, R->hc, mb, &got)
-                                    : VOXCONV_STATUS_INTERNAL;
-    VC_EXPECT(s2 == VOXCONV_STATUS_SUCCESS, "passes on the cancelled map: %s",
-              voxconv_get_last_error(R->hc));
-    if (s0 == VOXCONV_STATUS_SUCCESS && s2 == VOXCONV_STATUS_SUCCESS) {
-      expect_outs("ops after a cancelled prepare", R, &ref, &got);
-      free_outs(&got);
-    }
-  }
-  if (s0 == VOXCONV_STATUS_SUCCESS)
-    free_outs(&ref);
-  voxconv_kmap_destroy(hb, mb);
-  voxconv_destroy(hb);
-  voxconv_kmap_destroy(R->hm, mw);
-  voxconv_kmap_destroy(R->P.h, mi);
-}
-
 /* 5. */
 static void test_capture(rig_t *R) {
   const voxconv_kmap_desc_t d = desc3(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
@@ -632,7 +482,6 @@ int main(void) {
     if (!env_is_1("VC_TEST_ASYNC_NO_GRAPH"))
       test_capture(&R);
   }
-  test_prepare(&R);
   VC_EXPECT(voxconv_handle_set_build_worker(R.hm, 2) ==
                 VOXCONV_STATUS_INVALID_ARGUMENT,
             "enable = 2 accepted: %s", voxconv_get_last_error(R.hm));

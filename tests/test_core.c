@@ -177,27 +177,6 @@ static void test_streams(void) {
                      VOXCONV_STATUS_SUCCESS);
     VC_EXPECT_STATUS(h, voxconv_kmap_order(h, NULL),
                      VOXCONV_STATUS_NULL_POINTER);
-    /* voxconv_kmap_prepare: the CPU has no such tables (nothing to do),
-     * but the arguments are checked as on CUDA. */
-    VC_EXPECT_STATUS(h, voxconv_kmap_prepare(h, NULL, 1),
-                     VOXCONV_STATUS_NULL_POINTER);
-    const int32_t pts[3][4] = {{0, 0, 0, 0}, {0, 1, 0, 0}, {0, 5, 5, 5}};
-    const voxconv_coords_t in = {&pts[0][0], 3, {1, 1, 1}};
-    const voxconv_kmap_desc_t kd = {.mode = VOXCONV_KMAP_SUBMANIFOLD,
-                                    .kernel_size = {3, 3, 3},
-                                    .stride = {1, 1, 1},
-                                    .dilation = {1, 1, 1}};
-    voxconv_kmap_t *km = NULL;
-    VC_EXPECT_STATUS(h, voxconv_kmap_build(h, &kd, &in, NULL, &km),
-                     VOXCONV_STATUS_SUCCESS);
-    for (int what = -1; what <= 4; what++)
-      VC_EXPECT_STATUS(h, voxconv_kmap_prepare(h, km, what),
-                       what >= 1 && what <= 3
-                           ? VOXCONV_STATUS_SUCCESS
-                           : VOXCONV_STATUS_INVALID_ARGUMENT);
-    VC_EXPECT(strstr(voxconv_get_last_error(h), "what = 4") != NULL,
-              "prepare's message: %s", voxconv_get_last_error(h));
-    voxconv_kmap_destroy(h, km);
     VC_EXPECT_STATUS(h, voxconv_stream_create(h, NULL),
                      VOXCONV_STATUS_NULL_POINTER);
     VC_EXPECT_STATUS(h, voxconv_stream_create(h, &s), VOXCONV_STATUS_SUCCESS);

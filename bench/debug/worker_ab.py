@@ -1,14 +1,11 @@
 """The map stream's build worker, A/B in one process (issue 20, docs/
-perf-notes.md items 98 and 100): workload A's network from PyTorch (as
-torch_bench makes it), forward (no_grad) and forward + backward, timed with
-CUDA events in blocks that alternate the modes --rounds times, each block
-after its own warm-up, with the host probe per block (the lent host's speed
-drifts; alternating blocks puts every mode in every state). Modes: off (no
-worker), on (worker, no voxconv_kmap_prepare), prepare (worker and the
-prefetched maps' tables prepared by it). A diagnostic.
+perf-notes.md item 98): workload A's network from PyTorch (as torch_bench
+makes it), forward (no_grad) and forward + backward, timed with CUDA
+events in blocks that alternate the worker off and on --rounds times, each block after its own warm-up, with the host probe
+per block (the lent host's speed drifts; alternating blocks puts every mode
+in every state). A diagnostic.
 
     python3 bench/debug/worker_ab.py [--data-dir D] [--rounds 4] [--runs 15]
-                                     [--modes off,on,prepare]
 """
 import argparse, os, statistics, sys
 import torch
@@ -20,7 +17,7 @@ import torch_bench as tb  # noqa: E402
 import voxconv  # noqa: E402
 from voxconv import kmap  # noqa: E402
 
-MODES = {"off": (False, "0"), "on": (True, "0"), "prepare": (True, "1")}
+MODES = {"off": False, "on": True}
 
 
 def main():
@@ -28,9 +25,7 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--runs", type=int, default=15)
-    ap.add_argument("--modes", default="off,on,prepare")
     args = ap.parse_args()
-    modes = {m: MODES[m] for m in args.modes.split(",")}
     dev = torch.device("cuda")
     net, coords, feats, counts = load_a_network(args.data_dir, tb.DTYPES["f16"], dev)
     leaf = feats.detach().clone().requires_grad_()
@@ -47,11 +42,10 @@ def main():
         y.feats.backward(dy)
         return y
 
-    results = {m: {"fwd": [], "fb": []} for m in modes}
+    results = {m: {"fwd": [], "fb": []} for m in MODES}
     for r in range(args.rounds):
-        for name, (worker, prepare) in modes.items():
-            kmap._set_map_worker(dev, worker)
-            os.environ["VOXCONV_MAP_PREPARE"] = prepare
+        for name, mode in MODES.items():
+            kmap._set_map_worker(dev, mode)
             for fn, key in ((forward, "fwd"), (forward_backward, "fb")):
                 for _ in range(3):
                     timer.run(fn)
@@ -61,7 +55,7 @@ def main():
                 print(f"round {r} worker {name:8s} {key:3s} median {med:.3f} ms "
                       f"(min {min(runs):.3f}) probe {tb.host_probe_us():.0f} us", flush=True)
     print("\nmedian of the blocks' medians (ms):")
-    for name in modes:
+    for name in MODES:
         f, b = results[name]["fwd"], results[name]["fb"]
         print(f"  worker {name:8s} forward {statistics.median(f):.3f} "
               f"[{min(f):.3f}-{max(f):.3f}]  forward+backward {statistics.median(b):.3f} "

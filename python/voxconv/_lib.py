@@ -27,7 +27,6 @@ DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F64 = 0, 1, 2, 3
 DTYPE_I8, DTYPE_I32 = 4, 5  # int8 ops only (voxconv_conv_forward_int8, ...)
 MEMCPY_HOST_TO_BACKEND, MEMCPY_BACKEND_TO_HOST, MEMCPY_BACKEND_TO_BACKEND = 0, 1, 2
 KMAP_SUBMANIFOLD, KMAP_STRIDED, KMAP_TRANSPOSED, KMAP_GENERATIVE = 0, 1, 2, 3
-KMAP_PREPARE_FORWARD, KMAP_PREPARE_BACKWARD = 1, 2  # voxconv_kmap_prepare
 OFFSET_ORDER_X_SLOWEST, OFFSET_ORDER_X_FASTEST = 0, 1  # desc offset_order
 UNSET, FALSE, TRUE = 0, 1, 2
 POOL_MAX, POOL_AVG, POOL_SUM = 0, 1, 2
@@ -176,7 +175,6 @@ _SIGNATURES = {
     "voxconv_kmap_destroy": (_st, [_p, _p]),
     "voxconv_kmap_wait": (_st, [_p, _p]),
     "voxconv_kmap_order": (_st, [_p, _p]),
-    "voxconv_kmap_prepare": (_st, [_p, _p, ctypes.c_int]),
     "voxconv_handle_set_build_worker": (_st, [_p, ctypes.c_int]),
     "voxconv_kmap_get_info": (_st, [_p, _P(KmapInfo)]),
     "voxconv_kmap_out_coords": (_st, [_p, _P(_p)]),

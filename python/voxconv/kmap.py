@@ -565,13 +565,6 @@ class _MapStream:
             atexit.register(_stop_worker, self.handle)
 
 
-def _prepare_enabled():
-    """VOXCONV_MAP_PREPARE (default on): prefetched maps' tables are built
-    by the build worker (CoordinateManager._prepare)."""
-    return os.environ.get("VOXCONV_MAP_PREPARE", "1").lower() not in ("0", "false", "off",
-                                                                      "no")
-
-
 def _map_worker_enabled():
     """VOXCONV_MAP_WORKER (default on; docs/perf-notes.md item 98)."""
     return os.environ.get("VOXCONV_MAP_WORKER", "1").lower() not in ("0", "false", "off",
@@ -847,7 +840,6 @@ class CoordinateManager:
         # issued it (strided first: item 98's first try, slower).
         sub_first = ms.handle.worker
         plan = sorted(plan, key=lambda kv: (kv[1][0] == _lib.KMAP_STRIDED) != sub_first)
-        prepare = _prepare_enabled() and ms.handle.worker
         with self.lock:
             ordered = False
             for key, (mode, kernel_size, stride, dilation, padding, out_shape, order), stamp \
@@ -867,26 +859,6 @@ class CoordinateManager:
                     return
                 km.mark_ready(ms.stream)
                 s.prefetched[key] = (km, stamp)
-                if prepare and mode == _lib.KMAP_SUBMANIFOLD and km._lib_order:
-                    self._prepare(ms, km)
-
-    @staticmethod
-    def _prepare(ms, km):
-        """Queues a prefetched submanifold map's mask_gemm tables for the
-        build worker, right after its build (before the set's strided
-        build: the level's first convolution comes first): the
-        convolutions then find them built instead of issuing them on the
-        caller's thread; one that comes while the job is still queued
-        cancels it and builds them itself, as without it
-        (voxconv_kmap_prepare; docs/perf-notes.md item 100). The backward
-        ones only when autograd is recording."""
-        what = _lib.KMAP_PREPARE_FORWARD
-        if torch.is_grad_enabled():
-            what |= _lib.KMAP_PREPARE_BACKWARD
-        try:
-            ms.handle.call("voxconv_kmap_prepare", ctypes.c_void_p(km.ptr), what)
-        except errors.VoxconvError:
-            pass  # only an optimisation: the map's first op reports its failure
 
     def _adopt(self, ms, km, in_set, mode, stride, key):
         """A prefetched map at its first request: (km, output set). A strided

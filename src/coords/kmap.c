@@ -443,45 +443,6 @@ voxconv_status_t voxconv_kmap_order(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-voxconv_status_t voxconv_kmap_prepare(voxconv_handle_t *h,
-                                      voxconv_kmap_t *kmap, int what) {
-  static const char *const func = "voxconv_kmap_prepare";
-  const int all = VOXCONV_KMAP_PREPARE_FORWARD | VOXCONV_KMAP_PREPARE_BACKWARD;
-  VC_CHECK_NULL(NULL, h, "handle");
-  /* No wait for the build worker yet: a prepare it takes only queues. */
-  vc_clear_error_only(h);
-  VC_CHECK_NULL(h, kmap, "kmap");
-  if (what < 1 || what > all)
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: what = %d is not a non-empty combination of "
-                   "VOXCONV_KMAP_PREPARE_FORWARD (1) and _BACKWARD (2)",
-                   func, what);
-  VC_CHECK(check_owner(h, func, kmap));
-#ifdef VOXCONV_HAVE_CUDA
-  if (h->backend != VOXCONV_BACKEND_CUDA || vc_stream_capturing(h))
-    return VOXCONV_STATUS_SUCCESS;
-  if (kmap->n_out < 0) /* a deferred STRIDED map: no output rows yet */
-    what &= ~VOXCONV_KMAP_PREPARE_FORWARD;
-  if (!what)
-    return VOXCONV_STATUS_SUCCESS;
-  if (h->worker) {
-    /* After the map's build, in the worker's order; a build still with
-     * another handle's worker first leaves it. */
-    if (kmap->issuer != h->worker)
-      vc_kmap_issue_wait(kmap);
-    if (kmap->issue_status != VOXCONV_STATUS_SUCCESS)
-      return vc_kmap_issued(h, kmap, func);
-    return vc_build_worker_submit_prepare(h, kmap, what);
-  }
-  VC_CHECK(vc_kmap_issued(h, kmap, func));
-  vc_kmap_prepare_claim(kmap); /* another handle's worker may have one */
-  return vc_cuda_kmap_prepare(h, kmap, what);
-#else
-  (void)what;
-  return VOXCONV_STATUS_SUCCESS;
-#endif
-}
-
 voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
                                       voxconv_kmap_t *kmap) {
   if (!kmap)
@@ -492,7 +453,6 @@ voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
    * pointers to free() (or host pointers to cudaFree). */
   VC_CHECK(check_owner(h, "voxconv_kmap_destroy", kmap));
   vc_kmap_issue_wait(kmap); /* built by another handle's worker */
-  vc_kmap_prepare_claim(kmap);
   free(kmap->issue_msg);
   /* Each freed block asks the allocation cache whether the stream is
    * being captured: one query for the map's ~9 blocks (perf-notes 96). */

@@ -22,11 +22,6 @@
  *  - The worker builds on a copy of the handle with its own error buffer;
  *    a build that fails there leaves its status and message in the map,
  *    and every later call on the map returns them.
- *  - voxconv_kmap_prepare on such a handle queues the map's tables for
- *    the worker (m->preparing). An op that needs them first claims them
- *    (vc_kmap_prepare_claim): a job still queued is cancelled (the op
- *    builds the tables itself, as without it), a running one waited for;
- *    the op's stream then waits for the prepare's event on the GPU.
  *  - The caller's buffers (the input coordinates) must stay valid until
  *    the build has been issued: until voxconv_kmap_order, a use of the map,
  *    or any call on the handle returns. */
@@ -45,7 +40,6 @@ typedef struct vc_build_job {
   voxconv_kmap_t *m;
   voxconv_coords_t in;
   int flags;
-  int prepare; /* 0: build m; else voxconv_kmap_prepare's `what` */
   struct vc_build_job *next;
 } vc_build_job_t;
 
@@ -66,9 +60,7 @@ struct vc_build_worker {
 static void finish_job(struct vc_build_worker *w, vc_build_job_t *job,
                        voxconv_status_t st) {
   voxconv_kmap_t *m = job->m;
-  /* A failed prepare leaves the map as it was: the tables are built at
-   * their first use instead (which reports its own failure). */
-  if (st != VOXCONV_STATUS_SUCCESS && !job->prepare) {
+  if (st != VOXCONV_STATUS_SUCCESS) {
     /* The map stays (the caller holds it) without buffers, and reports
      * this from now on. */
     const size_t len = strlen(w->shadow.last_error);
@@ -81,10 +73,9 @@ static void finish_job(struct vc_build_worker *w, vc_build_job_t *job,
 #endif
     vc_kmap_free_buffers(&w->shadow, m);
   }
-  const int prepare = job->prepare;
   free(job);
   pthread_mutex_lock(&w->lock);
-  __atomic_store_n(prepare ? &m->preparing : &m->issuing, 0, __ATOMIC_RELEASE);
+  __atomic_store_n(&m->issuing, 0, __ATOMIC_RELEASE);
   w->unissued--;
   pthread_cond_broadcast(&w->done);
   pthread_mutex_unlock(&w->lock);
@@ -105,8 +96,6 @@ static void *worker_main(void *arg) {
     w->head = job->next;
     if (!w->head)
       w->tail = NULL;
-    if (job->prepare)
-      job->m->prep_job = NULL; /* running: no longer cancellable */
     pthread_mutex_unlock(&w->lock);
     /* h is the caller's while it waits for no build: the fields the
      * builds read are only changed by calls that drained first. */
@@ -117,11 +106,8 @@ static void *worker_main(void *arg) {
     voxconv_status_t st = VOXCONV_STATUS_UNSUPPORTED;
 #ifdef VOXCONV_HAVE_CUDA
     vc_capture_scope_begin(&w->shadow);
-    if (!job->prepare)
-      st = vc_cuda_kmap_build(&w->shadow, job->m, &job->in, NULL,
-                              job->flags | VC_BUILD_PRESET);
-    else if (job->m->issue_status == VOXCONV_STATUS_SUCCESS)
-      st = vc_cuda_kmap_prepare(&w->shadow, job->m, job->prepare);
+    st = vc_cuda_kmap_build(&w->shadow, job->m, &job->in, NULL,
+                            job->flags | VC_BUILD_PRESET);
     vc_capture_scope_end(&w->shadow);
 #endif
     finish_job(w, job, st);
@@ -157,9 +143,22 @@ void vc_build_worker_stop(voxconv_handle_t *h) {
   free(w);
 }
 
-/* Appends a job (lock held). */
-static void enqueue(struct vc_build_worker *w, vc_build_job_t *job) {
+voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                        const voxconv_coords_t *in,
+                                        int flags) {
+  struct vc_build_worker *w = h->worker;
+  vc_build_job_t *job = (vc_build_job_t *)malloc(sizeof *job);
+  if (!job)
+    return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
+                   "voxconv_kmap_build: out of host memory (%zu bytes)",
+                   sizeof *job);
+  job->m = m;
+  job->in = *in;
+  job->flags = flags;
   job->next = NULL;
+  m->issuer = w;
+  m->issuing = 1; /* published to other threads with the map pointer */
+  pthread_mutex_lock(&w->lock);
   if (w->tail)
     w->tail->next = job;
   else
@@ -167,87 +166,8 @@ static void enqueue(struct vc_build_worker *w, vc_build_job_t *job) {
   w->tail = job;
   w->unissued++;
   pthread_cond_signal(&w->wake);
-}
-
-static vc_build_job_t *new_job(voxconv_handle_t *h, voxconv_kmap_t *m,
-                               const char *func) {
-  vc_build_job_t *job = (vc_build_job_t *)calloc(1, sizeof *job);
-  if (!job)
-    vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
-            "%s: out of host memory (%zu bytes)", func, sizeof *job);
-  else
-    job->m = m;
-  return job;
-}
-
-voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
-                                        const voxconv_coords_t *in,
-                                        int flags) {
-  struct vc_build_worker *w = h->worker;
-  vc_build_job_t *job = new_job(h, m, "voxconv_kmap_build");
-  if (!job)
-    return VOXCONV_STATUS_ALLOC_FAILED;
-  job->in = *in;
-  job->flags = flags;
-  m->issuer = w;
-  m->issuing = 1; /* published to other threads with the map pointer */
-  pthread_mutex_lock(&w->lock);
-  enqueue(w, job);
   pthread_mutex_unlock(&w->lock);
   return VOXCONV_STATUS_SUCCESS;
-}
-
-voxconv_status_t vc_build_worker_submit_prepare(voxconv_handle_t *h,
-                                                voxconv_kmap_t *m, int what) {
-  struct vc_build_worker *w = h->worker;
-  pthread_mutex_lock(&w->lock);
-  if (m->prep_job && m->prep_worker == w) { /* still queued: it does both */
-    m->prep_job->prepare |= what;
-    pthread_mutex_unlock(&w->lock);
-    return VOXCONV_STATUS_SUCCESS;
-  }
-  pthread_mutex_unlock(&w->lock);
-  /* One prepare of a map at a time: a running one is waited for, one
-   * queued on another worker cancelled. (Maps are prepared from one
-   * thread at a time, as they are built.) */
-  vc_kmap_prepare_claim(m);
-  vc_build_job_t *job = new_job(h, m, "voxconv_kmap_prepare");
-  if (!job)
-    return VOXCONV_STATUS_ALLOC_FAILED;
-  job->prepare = what;
-  pthread_mutex_lock(&w->lock);
-  m->prep_worker = w;
-  m->prep_job = job;
-  __atomic_store_n(&m->preparing, 1, __ATOMIC_RELEASE);
-  enqueue(w, job);
-  pthread_mutex_unlock(&w->lock);
-  return VOXCONV_STATUS_SUCCESS;
-}
-
-void vc_kmap_prepare_claim(voxconv_kmap_t *m) {
-  if (!__atomic_load_n(&m->preparing, __ATOMIC_ACQUIRE))
-    return;
-  struct vc_build_worker *w = m->prep_worker;
-  if (pthread_equal(pthread_self(), w->thread))
-    return; /* the prepare itself, building the tables */
-  pthread_mutex_lock(&w->lock);
-  vc_build_job_t *job = m->prep_job;
-  if (job) { /* not started: the caller builds what it needs itself */
-    vc_build_job_t **at = &w->head, *prev = NULL;
-    while (*at != job)
-      prev = *at, at = &(*at)->next;
-    *at = job->next;
-    if (w->tail == job)
-      w->tail = prev;
-    free(job);
-    m->prep_job = NULL;
-    w->unissued--;
-    __atomic_store_n(&m->preparing, 0, __ATOMIC_RELEASE);
-    pthread_cond_broadcast(&w->done);
-  }
-  while (__atomic_load_n(&m->preparing, __ATOMIC_ACQUIRE))
-    pthread_cond_wait(&w->done, &w->lock);
-  pthread_mutex_unlock(&w->lock);
 }
 
 void vc_kmap_issue_wait(const voxconv_kmap_t *m) {

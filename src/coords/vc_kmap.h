@@ -113,12 +113,6 @@ struct voxconv_kmap {
   struct vc_build_worker *issuer;
   voxconv_status_t issue_status;
   char *issue_msg;
-  /* voxconv_kmap_prepare's job on a build worker: `preparing` is 1 while it
-   * is queued (`prep_job`, cancellable) or running (prep_job NULL), both
-   * under prep_worker's lock. Only vc_kmap_prepare_claim ends it early. */
-  int preparing;
-  struct vc_build_job *prep_job;
-  struct vc_build_worker *prep_worker;
 };
 
 /* Waits until m's build has been issued (no-op unless a build worker has
@@ -128,17 +122,10 @@ voxconv_status_t vc_kmap_issued(voxconv_handle_t *h, const voxconv_kmap_t *m,
                                 const char *func);
 /* Only the wait. */
 void vc_kmap_issue_wait(const voxconv_kmap_t *m);
-/* Before reading or writing the tables voxconv_kmap_prepare builds (and
- * before destroying m): a prepare job of m still queued on a worker is
- * cancelled, a running one waited for. No-op (one atomic load) without. */
-void vc_kmap_prepare_claim(voxconv_kmap_t *m);
-/* Queues the build of m (validated, shape preset) on h's build worker;
- * _prepare queues voxconv_kmap_prepare's tables of m (`what`). */
+/* Queues the build of m (validated, shape preset) on h's build worker. */
 voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
                                         const voxconv_coords_t *in,
                                         int flags);
-voxconv_status_t vc_build_worker_submit_prepare(voxconv_handle_t *h,
-                                                voxconv_kmap_t *m, int what);
 
 /* Asynchronous builds (no-ops on complete maps; `func` prefixes messages).
  *   vc_kmap_poll  never waits: completes the map when its build has

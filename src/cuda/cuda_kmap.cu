@@ -100,8 +100,6 @@ extern "C" void vc_cuda_kmap_free_priv(voxconv_handle_t *h,
     p->ready = NULL; /* the pool destroys it once the copy has landed */
   if (p->ready)
     cudaEventDestroy(p->ready);
-  if (p->prepared)
-    cudaEventDestroy(p->prepared);
   vc_free(h, p->d_status);
   free(p->verdict_msg);
   pthread_mutex_destroy(&p->lock);

@@ -293,35 +293,3 @@ extern "C" voxconv_status_t vc_cuda_kmap_order(voxconv_handle_t *h,
     return vc_cuda_fail(h, err, "cudaStreamWaitEvent", "voxconv_kmap_order");
   return VOXCONV_STATUS_SUCCESS;
 }
-
-/* ---- voxconv_kmap_prepare's tables -------------------------------------- */
-extern "C" voxconv_status_t
-vc_cuda_kmap_mark_prepared(voxconv_handle_t *h, const voxconv_kmap_t *m) {
-  VcKmapPriv *p = (VcKmapPriv *)m->backend_priv;
-  if (!p)
-    return VOXCONV_STATUS_SUCCESS;
-  if (!p->prepared)
-    VC_CUDA_TRY(h, cudaEventCreateWithFlags(&p->prepared,
-                                            cudaEventDisableTiming));
-  p->prepared_stream = vc_cuda_stream(h);
-  VC_CUDA_TRY(h, cudaEventRecord(p->prepared, p->prepared_stream));
-  return VOXCONV_STATUS_SUCCESS;
-}
-
-extern "C" voxconv_status_t vc_cuda_kmap_tables_use(voxconv_handle_t *h,
-                                                    voxconv_kmap_t *m) {
-  vc_kmap_prepare_claim(m);
-  VcKmapPriv *p = (VcKmapPriv *)m->backend_priv;
-  if (!p || !p->prepared || p->prepared_stream == vc_cuda_stream(h))
-    return VOXCONV_STATUS_SUCCESS;
-  if (!vc_stream_capturing(h)) {
-    VC_CUDA_TRY(h, cudaStreamWaitEvent(vc_cuda_stream(h), p->prepared, 0));
-    return VOXCONV_STATUS_SUCCESS;
-  }
-  /* A capture must not depend on an event recorded outside it: the host
-   * waits instead (relaxed, so the capture stays valid). */
-  const cudaError_t e = vc_relaxed([&] { return cudaEventSynchronize(p->prepared); });
-  if (e != cudaSuccess)
-    return vc_cuda_fail(h, e, "cudaEventSynchronize", "mask_gemm tables");
-  return VOXCONV_STATUS_SUCCESS;
-}

@@ -73,11 +73,6 @@ struct VcKmapPriv {
   char *verdict_msg;
   /* Completion may be asked for by two threads that share the map. */
   pthread_mutex_t lock;
-  /* voxconv_kmap_prepare: recorded on `prepared_stream` after the tables
-   * it built; an op on another stream waits for it before using them
-   * (vc_cuda_kmap_tables_use). NULL when nothing was prepared. */
-  cudaEvent_t prepared;
-  cudaStream_t prepared_stream;
 };
 
 /* Pinned status slots (process-wide pool, cuda_kmap_async.cu). A slot whose

@@ -578,7 +578,6 @@ static int row_key_begin_bit(int bits, int n) {
  * first time a map is used by this algorithm. */
 voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
                                   bool dgrad, const int32_t **order) {
-  VC_CHECK(vc_cuda_kmap_tables_use(h, m)); /* voxconv_kmap_prepare's */
   int32_t **slot = dgrad ? &m->row_order_in : &m->row_order_out;
   if (*slot) {
     *order = *slot;
@@ -1062,19 +1061,6 @@ voxconv_status_t vc_mask_gemm::sorted_rows(voxconv_handle_t *h,
     VC_CHECK(ensure_tile_masks(h, (voxconv_kmap_t *)m, dgrad, *order,
                                tile_mask));
   return VOXCONV_STATUS_SUCCESS;
-}
-
-extern "C" voxconv_status_t vc_cuda_kmap_prepare(voxconv_handle_t *h,
-                                                 voxconv_kmap_t *m, int what) {
-  VC_CUDA_DEVICE_GUARD(h);
-  VC_CHECK(vc_cuda_kmap_order(h, m));
-  const int32_t *order = NULL;
-  const unsigned *mask = NULL;
-  if (what & VOXCONV_KMAP_PREPARE_FORWARD)
-    VC_CHECK(vc_mask_gemm::sorted_rows(h, m, false, &order, &mask));
-  if (what & VOXCONV_KMAP_PREPARE_BACKWARD)
-    VC_CHECK(vc_mask_gemm::sorted_rows(h, m, true, &order, &mask));
-  return vc_cuda_kmap_mark_prepared(h, m);
 }
 
 /* ---- kernel table for `voxconv info --kernels` -------------------------- */

@@ -55,18 +55,6 @@ voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
  * 0 (nothing set) otherwise. */
 int vc_cuda_kmap_preset_async(voxconv_handle_t *h, voxconv_kmap_t *kmap,
                               int flags);
-/* voxconv_kmap_prepare's work (cuda_mask_gemm.cu): h's stream ordered
- * after the build, the sorted rows and tile masks `what` names, then the
- * map's `prepared` event recorded on h's stream (mark_prepared,
- * cuda_kmap_async.cu). tables_use, before an op reads those tables: claims
- * a worker's prepare (vc_kmap_prepare_claim) and makes h's stream wait for
- * the event when the tables were prepared on another stream. */
-voxconv_status_t vc_cuda_kmap_prepare(voxconv_handle_t *h, voxconv_kmap_t *kmap,
-                                      int what);
-voxconv_status_t vc_cuda_kmap_mark_prepared(voxconv_handle_t *h,
-                                            const voxconv_kmap_t *kmap);
-voxconv_status_t vc_cuda_kmap_tables_use(voxconv_handle_t *h,
-                                         voxconv_kmap_t *kmap);
 /* h's stream waits on the GPU for kmap's build (voxconv_kmap_order). */
 voxconv_status_t vc_cuda_kmap_order(voxconv_handle_t *h,
                                     const voxconv_kmap_t *kmap);

@@ -140,9 +140,7 @@ def test_build_worker_matches_inline_builds(cuda, monkeypatch):
     and requested submanifold and deferred strided builds off the caller's
     thread, and those maps are ordered through the library: three forward
     + backward passes with it give the bits of the same passes with the
-    worker off, and its maps really came from the worker. The same with
-    the worker's voxconv_kmap_prepare of the prefetched maps' tables
-    (VOXCONV_MAP_PREPARE, on by default) and without it."""
+    worker off, and its maps really came from the worker."""
     monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
     monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "1")
     coords = ref.rand_coords(30000, 64, 2).to(cuda)
@@ -150,8 +148,7 @@ def test_build_worker_matches_inline_builds(cuda, monkeypatch):
     results = []
     vk = voxconv.kmap
     try:
-        for on, prepare in ((True, "1"), (True, "0"), (False, "1")):
-            monkeypatch.setenv("VOXCONV_MAP_PREPARE", prepare)
+        for on in (True, False):
             vk._set_map_worker(cuda, on)
             vk._plan.plans.clear()
             net = _pool_net(cuda)
@@ -162,8 +159,7 @@ def test_build_worker_matches_inline_builds(cuda, monkeypatch):
             results.append(res)
     finally:
         vk._set_map_worker(cuda, vk._map_worker_enabled())
-    for other in results[1:]:
-        _assert_same_results(results[0], other)
+    _assert_same_results(*results)
 
 
 def _forward_backward(net, coords, feats):
