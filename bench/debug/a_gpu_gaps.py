@@ -66,11 +66,14 @@ def main():
             forward()
     print(f"host probe {tb.host_probe_us():.0f} us")
     ev = prof.events()
-    fwd = sorted((e.time_range.start, e.time_range.end) for e in ev if e.name == "forward")
+    fwd = sorted((e.time_range.start, e.time_range.end) for e in ev if e.name == "forward"
+                 and e.device_type == torch.autograd.DeviceType.CPU)
     mods = sorted((e.time_range.start, e.time_range.end, e.name[4:]) for e in ev
                   if e.name.startswith("mod:"))
+    # (the record_function ranges have GPU-side copies too: not work)
     gpu = sorted((e.time_range.start, e.time_range.end, e.name) for e in ev
-                 if e.device_type == torch.autograd.DeviceType.CUDA)
+                 if e.device_type == torch.autograd.DeviceType.CUDA
+                 and e.name != "forward" and not e.name.startswith("mod:"))
     sums, n_fwd = {}, 0
     for i, (f0, f1) in enumerate(fwd):
         nxt = fwd[i + 1][0] if i + 1 < len(fwd) else float("inf")
