@@ -1,5 +1,5 @@
 """Debug: why does a held forward differ from an unheld one?"""
-import os, sys, torch, voxconv
+import sys, torch, voxconv
 from voxconv import nn as vnn
 sys.path.insert(0, "tests/python")
 import ref

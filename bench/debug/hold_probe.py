@@ -1,5 +1,5 @@
 """Probe the side-stream ordering on a held stream."""
-import sys, torch, voxconv
+import sys, torch
 from voxconv import kmap as K
 sys.path.insert(0, "bench/debug")
 orig = K.KernelMap._first_use

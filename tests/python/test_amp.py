@@ -11,7 +11,6 @@ import torch
 import voxconv
 from voxconv import nn as vnn
 
-from conftest import DEVICES
 import ref
 
 

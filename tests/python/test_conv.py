@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as tF
 
 import voxconv
-from voxconv import functional as VF
 
 import ref
 
