@@ -295,8 +295,10 @@ VOXCONV_API voxconv_status_t voxconv_synchronize(voxconv_handle_t *h);
  * a map, including those a convolution adds to it (mask_gemm's row
  * orders), is freed through the destroying handle's allocator on its
  * stream: handles that share maps must share one allocator (the built-in
- * one, or the same custom one), and the destroying stream must be ordered
- * after every use. */
+ * one, or the same custom one: equal alloc, free and ctx), and the
+ * destroying stream must be ordered after every use. An op, wait, order,
+ * inverse or destroy of a map through a handle with another allocator
+ * returns INVALID_ARGUMENT and leaves the map as it was. */
 VOXCONV_API voxconv_status_t voxconv_stream_create(voxconv_handle_t *h,
                                                    void **stream);
 VOXCONV_API voxconv_status_t voxconv_stream_destroy(voxconv_handle_t *h,

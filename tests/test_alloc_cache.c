@@ -7,7 +7,9 @@
  *  - the sizes asked are the documented classes (recomputed here);
  *  - release / destroy give every block back; the idle bound holds;
  *  - a failing allocator makes the handle give its idle blocks back and
- *    retry. */
+ *    retry;
+ *  - handles that share a kernel map must share its allocator: another
+ *    one (or the built-in one) is refused with a named status. */
 #include "vc_test.h"
 
 #include <stdlib.h>
@@ -134,6 +136,72 @@ static void check_address_reuse_across_handles(void) {
   for (int i = 0; i < r->n; ++i)
     free(r->stack[i]);
   free(r);
+}
+
+/* Handles that share kernel maps must share one allocator (voxconv.h): a
+ * map used or destroyed through a handle with another one (the built-in
+ * one, or another ctx) is refused, and freed once, by its own. */
+static void check_maps_need_one_allocator(const int32_t *coords, int64_t n) {
+  counting_t *c = (counting_t *)calloc(1, sizeof *c);
+  counting_t *other = (counting_t *)calloc(1, sizeof *other);
+  const voxconv_allocator_t a = {c_alloc, c_free, c};
+  const voxconv_allocator_t b = {c_alloc, c_free, other};
+  voxconv_handle_t *h1 = make_handle_with(a), *h2 = make_handle_with(a);
+  voxconv_handle_t *hb = make_handle_with(b), *hn = NULL;
+  voxconv_handle_desc_t d;
+  memset(&d, 0, sizeof d);
+  d.backend = VOXCONV_BACKEND_CPU;
+  VC_EXPECT(h1 && h2 && hb && voxconv_create(&hn, &d) == VOXCONV_STATUS_SUCCESS,
+            "create failed");
+  voxconv_kmap_desc_t desc;
+  memset(&desc, 0, sizeof desc);
+  desc.mode = VOXCONV_KMAP_SUBMANIFOLD;
+  desc.kernel_size[0] = desc.kernel_size[1] = desc.kernel_size[2] = 3;
+  const voxconv_coords_t in = {coords, n, {1, 1, 1}};
+  voxconv_kmap_t *m = NULL, *mn = NULL;
+  if (h1 && h2 && hb && hn &&
+      voxconv_kmap_build(h1, &desc, &in, NULL, &m) == VOXCONV_STATUS_SUCCESS &&
+      voxconv_kmap_build(hn, &desc, &in, NULL, &mn) == VOXCONV_STATUS_SUCCESS) {
+    float *x = (float *)calloc((size_t)n * 4, sizeof(float));
+    float *w = (float *)calloc(27 * 4 * 4, sizeof(float));
+    float *y = (float *)calloc((size_t)n * 4, sizeof(float));
+    const voxconv_feats_t fx = {x, n, 4, VOXCONV_DTYPE_F32};
+    const voxconv_weights_t fw = {w, 27, 4, 4, VOXCONV_DTYPE_F32};
+    const voxconv_feats_t fy = {y, n, 4, VOXCONV_DTYPE_F32};
+    VC_EXPECT_STATUS(h2, voxconv_conv_forward(h2, m, &fx, &fw, &fy, NULL),
+                     VOXCONV_STATUS_SUCCESS);
+    voxconv_handle_t *wrong[2] = {hn, hb};
+    for (int i = 0; i < 2; i++) {
+      voxconv_handle_t *h = wrong[i];
+      VC_EXPECT_STATUS(h, voxconv_conv_forward(h, m, &fx, &fw, &fy, NULL),
+                       VOXCONV_STATUS_INVALID_ARGUMENT);
+      VC_EXPECT(strstr(voxconv_get_last_error(h), "share one allocator") != NULL,
+                "message: %s", voxconv_get_last_error(h));
+      VC_EXPECT_STATUS(h, voxconv_kmap_wait(h, m),
+                       VOXCONV_STATUS_INVALID_ARGUMENT);
+      VC_EXPECT_STATUS(h, voxconv_kmap_destroy(h, m),
+                       VOXCONV_STATUS_INVALID_ARGUMENT);
+    }
+    /* A built-in allocator's map through a custom one. */
+    VC_EXPECT_STATUS(h1, voxconv_conv_forward(h1, mn, &fx, &fw, &fy, NULL),
+                     VOXCONV_STATUS_INVALID_ARGUMENT);
+    VC_EXPECT_STATUS(h1, voxconv_kmap_destroy(h1, mn),
+                     VOXCONV_STATUS_INVALID_ARGUMENT);
+    VC_EXPECT(other->allocs == 0 && other->frees == 0,
+              "the other allocator saw %lld allocs, %lld frees",
+              (long long)other->allocs, (long long)other->frees);
+    VC_EXPECT_STATUS(h2, voxconv_kmap_destroy(h2, m), VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(hn, voxconv_kmap_destroy(hn, mn), VOXCONV_STATUS_SUCCESS);
+    free(x), free(w), free(y);
+  }
+  voxconv_destroy(h1);
+  voxconv_destroy(h2);
+  voxconv_destroy(hb);
+  voxconv_destroy(hn);
+  VC_EXPECT(c->live == 0, "%lld blocks of the shared allocator left live",
+            (long long)c->live);
+  free(c);
+  free(other);
 }
 
 static voxconv_handle_t *make_handle(counting_t *c) {
@@ -311,6 +379,7 @@ int main(void) {
   }
   unsetenv("VOXCONV_ALLOC_CACHE_MB");
   check_address_reuse_across_handles();
+  check_maps_need_one_allocator(coords, n);
   free(off);
   free(on);
   free(small);

@@ -113,26 +113,43 @@ class Handle:
         return f"<voxconv handle {self.device} stream={self.stream:#x}>"
 
 
+_allocators = {}  # device index -> its voxconv_allocator_t (never freed)
+_allocators_lock = threading.Lock()
+
+
 def _torch_cuda_allocator(device_index):
-    """A voxconv_allocator_t whose callbacks use torch's caching allocator.
-    Exceptions never cross into C: a failure returns NULL and the library
-    reports VOXCONV_STATUS_ALLOC_FAILED with its own context."""
+    """The voxconv_allocator_t of a device, whose callbacks use torch's
+    caching allocator: one per device, shared by all its handles (the
+    library requires handles that share kernel maps to have the same
+    alloc, free and ctx). Exceptions never cross into C: a failure returns
+    NULL and the library reports VOXCONV_STATUS_ALLOC_FAILED with its own
+    context."""
+    with _allocators_lock:
+        a = _allocators.get(device_index)
+        if a is None:
+            a = _allocators[device_index] = _make_torch_cuda_allocator(device_index)
+        return a
+
+
+def _make_torch_cuda_allocator(device_index):
 
     # The library calls these with its handle's device current (it sets it
     # around every call), so torch's raw entry points, which allocate on the
     # current device, are used directly: the public wrappers add a device
     # guard and argument checks that cost more than the allocation. The
     # library also keeps freed blocks for reuse (voxconv_allocator_t), so
-    # these run mostly while a workload warms up.
-    raw_alloc = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_alloc", None)
-    raw_delete = getattr(torch._C, "_cuda_cudaCachingAllocator_raw_delete", None)
-    get_device = getattr(torch._C, "_cuda_getDevice", None)
-    fast = raw_alloc is not None and raw_delete is not None and get_device is not None
+    # these run mostly while a workload warms up. The entry points are
+    # looked up at each call (the allocator lives as long as the process,
+    # and tests count the calls by replacing them).
+    C = torch._C
+    fast = all(hasattr(C, n) for n in ("_cuda_cudaCachingAllocator_raw_alloc",
+                                       "_cuda_cudaCachingAllocator_raw_delete",
+                                       "_cuda_getDevice"))
 
     def alloc(_ctx, nbytes, stream):
         try:
-            if fast and get_device() == device_index:
-                return raw_alloc(max(int(nbytes), 1), stream or 0)
+            if fast and C._cuda_getDevice() == device_index:
+                return C._cuda_cudaCachingAllocator_raw_alloc(max(int(nbytes), 1), stream or 0)
             return torch.cuda.caching_allocator_alloc(
                 max(int(nbytes), 1), device=device_index, stream=stream or 0)
         except Exception:  # noqa: BLE001 - OOM and friends become NULL
@@ -142,7 +159,7 @@ def _torch_cuda_allocator(device_index):
         try:
             if ptr:
                 if fast:
-                    raw_delete(ptr)
+                    C._cuda_cudaCachingAllocator_raw_delete(ptr)
                 else:
                     torch.cuda.caching_allocator_delete(ptr)
         except Exception:  # noqa: BLE001 - nothing sensible to do in a free

@@ -106,6 +106,26 @@ static int same_backend(const voxconv_handle_t *h, const voxconv_kmap_t *m) {
          (h->backend != VOXCONV_BACKEND_CUDA || h->device == m->device);
 }
 
+voxconv_status_t vc_kmap_check_allocator(voxconv_handle_t *h, const char *func,
+                                         const voxconv_kmap_t *m) {
+  if (h->has_allocator == m->has_allocator &&
+      (!m->has_allocator || (h->allocator.alloc == m->allocator.alloc &&
+                             h->allocator.free == m->allocator.free &&
+                             h->allocator.ctx == m->allocator.ctx)))
+    return VOXCONV_STATUS_SUCCESS;
+  /* Freeing the map's blocks through another allocator would hand them to
+   * code that never gave them out (a crash, or a corrupted pool). */
+  return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                 "%s: the map was built by a handle with %s allocator, this "
+                 "handle has %s: handles that share kernel maps must share "
+                 "one allocator (the built-in one, or one voxconv_allocator_t "
+                 "with the same alloc, free and ctx)",
+                 func, m->has_allocator ? "a custom" : "the built-in",
+                 !h->has_allocator ? "the built-in one"
+                 : m->has_allocator ? "another"
+                                    : "a custom one");
+}
+
 static voxconv_status_t check_owner(voxconv_handle_t *h, const char *func,
                                     const voxconv_kmap_t *m) {
   if (!same_backend(h, m))
@@ -115,7 +135,13 @@ static voxconv_status_t check_owner(voxconv_handle_t *h, const char *func,
         "device %d",
         func, m->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU", m->device,
         h->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU", h->device);
-  return VOXCONV_STATUS_SUCCESS;
+  return vc_kmap_check_allocator(h, func, m);
+}
+
+/* A new map records its building handle's allocator. */
+static void take_allocator(voxconv_kmap_t *m, const voxconv_handle_t *h) {
+  m->allocator = h->allocator;
+  m->has_allocator = h->has_allocator;
 }
 
 /* A map whose build (or inversion) failed: everything it holds is freed
@@ -277,6 +303,7 @@ static voxconv_status_t kmap_build(voxconv_handle_t *h,
                    sizeof *m);
   m->backend = h->backend;
   m->device = h->device;
+  take_allocator(m, h);
   m->desc = d;
   vc_kmap_fill_offsets(m);
   m->n_in = in->n;
@@ -362,6 +389,7 @@ voxconv_status_t voxconv_kmap_inverse(voxconv_handle_t *h,
                    sizeof *m);
   m->backend = fwd->backend;
   m->device = fwd->device;
+  take_allocator(m, h);
   /* The TRANSPOSED map of the same geometry pairs exactly the reversed
    * relation (o' = s*i' + off_k is fwd's i = s*o + off_k), so that is what
    * the inverse reports (and how the tuner keys it). */

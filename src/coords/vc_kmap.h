@@ -84,6 +84,12 @@ struct voxconv_kmap {
    * NULL until then. */
   uint32_t *tile_mask_out; /* [ceil(n_out / 128)] */
   uint32_t *tile_mask_in;  /* [ceil(n_in / 128)] */
+  /* The allocator of the handle that built the map (has_allocator 0: the
+   * built-in one). Every handle that uses or destroys the map frees and
+   * adds its buffers through its own allocator, so it must be this one
+   * (voxconv.h; vc_kmap_check_allocator). */
+  voxconv_allocator_t allocator;
+  int has_allocator;
   /* host memory */
   int64_t *pair_offsets; /* [kvol+1], pairs of offset k in [po[k], po[k+1]) */
   void *backend_priv;    /* CUDA extras, freed by the CUDA backend */
@@ -115,6 +121,10 @@ struct voxconv_kmap {
   char *issue_msg;
 };
 
+/* INVALID_ARGUMENT ("func: ...") unless h's allocator is the one m was
+ * built with (the built-in one on both, or the same alloc, free and ctx). */
+voxconv_status_t vc_kmap_check_allocator(voxconv_handle_t *h, const char *func,
+                                         const voxconv_kmap_t *m);
 /* Waits until m's build has been issued (no-op unless a build worker has
  * it), then returns the worker's failure, if the build failed there, as a
  * failure on h ("func: ..."). */

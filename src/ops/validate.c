@@ -134,6 +134,9 @@ voxconv_status_t vc_check_kmap_usable(voxconv_handle_t *h, const char *fn,
                    "%s: kmap lives on CUDA device %d but the handle uses "
                    "device %d",
                    fn, kmap->device, h->device);
+  /* Ops add buffers to the map (mask_gemm's row orders) that its
+   * destroyer frees. */
+  VC_CHECK(vc_kmap_check_allocator(h, fn, kmap));
   /* A deferred STRIDED map (voxconv_kmap_build_async) whose output count
    * has not reached the host yet: the row checks and the launch need it,
    * so wait for the build (once per map; voxconv.h). Otherwise an

@@ -64,8 +64,9 @@ def cuda():
 def torch_allocator_calls(monkeypatch):
     """Counts the calls of torch's raw caching-allocator entry points, which
     the library's allocator callbacks use (_runtime._torch_cuda_allocator):
-    {"alloc": n, "free": n}. Only handles made after the fixture see the
-    counting functions (a handle binds them when it is made)."""
+    {"alloc": n, "free": n}. Every handle sees them (the callbacks look the
+    entry points up at each call); a handle made for the test starts with
+    no idle blocks of its own."""
     calls = {"alloc": 0, "free": 0}
     raw_alloc = torch._C._cuda_cudaCachingAllocator_raw_alloc
     raw_delete = torch._C._cuda_cudaCachingAllocator_raw_delete
