@@ -144,4 +144,41 @@ static inline voxconv_kmap_desc_t desc3(voxconv_kmap_mode_t mode, int k,
   return d;
 }
 
+/* A map built by h while its stream `s` is being captured into a CUDA
+ * graph, the graph instantiated and replayed once (synchronised): the
+ * build, the end of the capture, the instantiation and the replay are each
+ * checked (`what` names the case). Returns the map (NULL if the build
+ * failed; destroy it through h) and in *exec the executable graph to
+ * destroy after the map's last use (NULL when a step failed: the map's
+ * tables were then never written). */
+static inline voxconv_kmap_t *
+captured_build_replayed(const char *what, voxconv_handle_t *h, cudaStream_t s,
+                        const voxconv_kmap_desc_t *d,
+                        const voxconv_coords_t *in, cudaGraphExec_t *exec) {
+  voxconv_kmap_t *m = NULL;
+  cudaGraph_t graph = NULL;
+  *exec = NULL;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal) != cudaSuccess) {
+    VC_EXPECT(0, "%s: begin capture", what);
+    return NULL;
+  }
+  const voxconv_status_t sb = voxconv_kmap_build(h, d, in, NULL, &m);
+  const cudaError_t ec = cudaStreamEndCapture(s, &graph);
+  VC_EXPECT(sb == VOXCONV_STATUS_SUCCESS && ec == cudaSuccess && graph,
+            "%s: build while capturing: %s (%s), end capture %s", what,
+            voxconv_status_string(sb), voxconv_get_last_error(h),
+            cudaGetErrorString(ec));
+  if (graph && m) {
+    VC_EXPECT(cudaGraphInstantiate(exec, graph, 0) == cudaSuccess,
+              "%s: instantiate the captured build", what);
+    if (*exec)
+      VC_EXPECT(cudaGraphLaunch(*exec, s) == cudaSuccess &&
+                    cudaStreamSynchronize(s) == cudaSuccess,
+                "%s: replay", what);
+  }
+  if (graph)
+    cudaGraphDestroy(graph); /* the executable graph stays valid */
+  return m;
+}
+
 #endif

@@ -430,31 +430,17 @@ static void test_capture(rig_t *R) {
   const voxconv_status_t s0 = run_passes(R, R->P.h, mi, &ref);
   VC_REQUIRE_VOID(s0 == VOXCONV_STATUS_SUCCESS, "reference passes");
   cudaStreamSynchronize(R->sm);
-  CUDA_OK_VOID(cudaStreamBeginCapture(R->sm, cudaStreamCaptureModeGlobal));
-  const voxconv_status_t sb = voxconv_kmap_build(R->hm, &d, &in, NULL, &mc);
-  cudaGraph_t graph = NULL;
-  const cudaError_t ec = cudaStreamEndCapture(R->sm, &graph);
-  VC_EXPECT(sb == VOXCONV_STATUS_SUCCESS && ec == cudaSuccess && graph,
-            "build on the worker handle while capturing: %s (%s), end "
-            "capture %s", voxconv_status_string(sb),
-            voxconv_get_last_error(R->hm), cudaGetErrorString(ec));
-  if (graph && mc) {
-    cudaGraphExec_t exec = NULL;
-    VC_EXPECT(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess,
-              "instantiate the captured build");
-    if (exec) {
-      cudaGraphLaunch(exec, R->sm);
-      cudaStreamSynchronize(R->sm);
-      const voxconv_status_t s1 = run_passes(R, R->hm, mc, &got);
-      VC_EXPECT(s1 == VOXCONV_STATUS_SUCCESS, "passes on the captured map: %s",
-                voxconv_get_last_error(R->hm));
-      expect_outs("captured build on the worker handle", R, &ref, &got);
-      free_outs(&got);
-      cudaGraphExecDestroy(exec);
-    }
+  cudaGraphExec_t exec = NULL;
+  mc = captured_build_replayed("the worker handle", R->hm, R->sm, &d, &in,
+                               &exec);
+  if (exec) {
+    const voxconv_status_t s1 = run_passes(R, R->hm, mc, &got);
+    VC_EXPECT(s1 == VOXCONV_STATUS_SUCCESS, "passes on the captured map: %s",
+              voxconv_get_last_error(R->hm));
+    expect_outs("captured build on the worker handle", R, &ref, &got);
+    free_outs(&got);
+    cudaGraphExecDestroy(exec);
   }
-  if (graph)
-    cudaGraphDestroy(graph);
   free_outs(&ref);
   voxconv_kmap_destroy(R->hm, mc);
   voxconv_kmap_destroy(R->P.h, mi);

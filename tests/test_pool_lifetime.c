@@ -120,31 +120,19 @@ static void captured_build(conv_problem_t *P, int round,
                            const uint16_t *ref_y) {
   const voxconv_kmap_desc_t ds = desc3(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
   const voxconv_coords_t in = {P->coords, P->n, {1, 1, 1}};
-  voxconv_kmap_t *mc = NULL;
-  cudaGraph_t graph = NULL;
+  char what[32];
+  snprintf(what, sizeof what, "round %d", round);
   cudaGraphExec_t exec = NULL;
-  CUDA_OK_VOID(cudaStreamBeginCapture(P->stream, cudaStreamCaptureModeGlobal));
-  const voxconv_status_t sb = voxconv_kmap_build(P->h, &ds, &in, NULL, &mc);
-  const cudaError_t ec = cudaStreamEndCapture(P->stream, &graph);
-  VC_EXPECT(sb == VOXCONV_STATUS_SUCCESS && ec == cudaSuccess,
-            "round %d: captured build: %s, end capture: %s", round,
-            voxconv_get_last_error(P->h), cudaGetErrorString(ec));
-  if (graph && mc && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
-    VC_EXPECT(cudaGraphLaunch(exec, P->stream) == cudaSuccess &&
-                  cudaStreamSynchronize(P->stream) == cudaSuccess,
-              "round %d: replay", round);
+  voxconv_kmap_t *mc =
+      captured_build_replayed(what, P->h, P->stream, &ds, &in, &exec);
+  if (exec) {
     uint16_t *y = forward_bits(P, P->h, mc);
     if (y)
       expect_same_u16("forward on the replayed map", y, ref_y, P->n * C);
     free(y);
-  } else {
-    VC_EXPECT(0, "round %d: instantiate the captured build", round);
+    cudaGraphExecDestroy(exec);
   }
   voxconv_kmap_destroy(P->h, mc);
-  if (exec)
-    cudaGraphExecDestroy(exec);
-  if (graph)
-    cudaGraphDestroy(graph);
 }
 
 int main(void) {

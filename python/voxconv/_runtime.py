@@ -132,7 +132,6 @@ def _torch_cuda_allocator(device_index):
 
 
 def _make_torch_cuda_allocator(device_index):
-
     # The library calls these with its handle's device current (it sets it
     # around every call), so torch's raw entry points, which allocate on the
     # current device, are used directly: the public wrappers add a device

@@ -296,9 +296,9 @@ extern "C" void vc_cuda_handle_fini(voxconv_handle_t *h) {
  * freed before the handle; docs/perf-notes.md item 99). So a pool is only
  * ever destroyed empty: a retired pool that still holds memory waits in
  * this list (its release threshold 0, so freed memory goes back to the
- * driver at the next synchronisation) until a later check finds it empty. The checks run when a handle is
- * created or destroyed and after a map is destroyed; with no retired pool
- * waiting they cost one atomic load. */
+ * driver at the next synchronisation) until a later check finds it empty.
+ * The checks run when a handle is created or destroyed and after a map is
+ * destroyed; with no retired pool waiting they cost one atomic load. */
 #define VC_RETIRED_MAX 256
 static cudaMemPool_t g_retired[VC_RETIRED_MAX];
 static int g_n_retired; /* read without the lock as a hint */
