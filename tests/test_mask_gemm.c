@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coords/vc_kmap.h"
 #include "core/vc_core.h"
 #include "ops/vc_algo.h"
 
@@ -645,6 +646,199 @@ static void print_worst(void) {
     }
 }
 
+/* ---- 4. dgrad's row order shared with the forward ----------------------
+ * On a submanifold map with centred odd offsets dgrad uses the forward's
+ * row order instead of sorting its own (cuda_mask_gemm.cu,
+ * dgrad_shares_forward_order); elsewhere each direction has its own. The
+ * order changes dgrad's rounding (up to an ulp here and there: a tile sums
+ * the offsets its rows have together), so it must not depend on which pass
+ * made it: dgrad on a map whose order dgrad made is bitwise equal to dgrad
+ * on a twin map whose order the forward made. (Its accuracy is checked by
+ * sections 1-2, whose dgrad cases run after the forward's.) The shared
+ * order must be freed once: the maps here live on a handle whose allocator
+ * (over g_gpu's memory) counts a pointer it does not hold. */
+#define SO_MAX 4096
+typedef struct {
+  void *live[SO_MAX], *freed[SO_MAX];
+  int n, n_freed, bad_frees;
+} so_alloc_t;
+
+static void *so_alloc(void *ctx, size_t bytes, void *stream) {
+  (void)stream;
+  so_alloc_t *c = (so_alloc_t *)ctx;
+  void *p = NULL;
+  if (c->n >= SO_MAX || voxconv_malloc(g_gpu, bytes, &p) != VOXCONV_STATUS_SUCCESS)
+    return NULL;
+  c->live[c->n++] = p;
+  return p;
+}
+
+static void so_free(void *ctx, void *ptr, void *stream) {
+  (void)stream;
+  so_alloc_t *c = (so_alloc_t *)ctx;
+  for (int i = 0; i < c->n; i++)
+    if (c->live[i] == ptr) {
+      c->live[i] = c->live[--c->n];
+      /* given back to g_gpu after the handle is destroyed (its stream's
+       * work may still read the block now) */
+      if (c->n_freed < SO_MAX)
+        c->freed[c->n_freed++] = ptr;
+      return;
+    }
+  c->bad_frees++;
+}
+
+/* One pass of algo on handle h into a poisoned output; the host copy of
+ * the output (NULL after a failed check). */
+static void *run_raw(voxconv_handle_t *h, const vc_algo_t *algo,
+                     voxconv_kmap_t *kg, voxconv_pass_t pass, int64_t cin,
+                     int64_t cout, vc_algo_params_t prm, const void *a,
+                     const void *b, const char *label) {
+  const voxconv_dtype_t dt = VOXCONV_DTYPE_F16;
+  voxconv_kmap_info_t info;
+  voxconv_kmap_get_info(kg, &info);
+  int64_t na, nb, nc;
+  pass_sizes(&info, pass, cin, cout, &na, &nb, &nc);
+  void *out = malloc((size_t)nc * 2);
+  vc_poison(out, dt, nc);
+  void *d_a = gpu_upload(a, (size_t)na * 2), *d_b = gpu_upload(b, (size_t)nb * 2);
+  void *d_c = gpu_upload(out, (size_t)nc * 2);
+  voxconv_synchronize(g_gpu); /* the uploads are on g_gpu's stream */
+  vc_conv_problem_t p = vc_conv_problem_make(pass, kg, dt, cin, cout, d_a, d_b, d_c);
+  p.deterministic = 1;
+  voxconv_status_t st = algo->run(h, &p, &prm, NULL);
+  if (st == VOXCONV_STATUS_SUCCESS)
+    st = voxconv_synchronize(h);
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s: %s %s", label,
+            voxconv_status_string(st), voxconv_get_last_error(h));
+  voxconv_memcpy(g_gpu, out, d_c, (size_t)nc * 2, VOXCONV_MEMCPY_BACKEND_TO_HOST);
+  VC_EXPECT(vc_count_poison(out, dt, nc) == 0, "%s: outputs not written", label);
+  voxconv_free(g_gpu, d_a);
+  voxconv_free(g_gpu, d_b);
+  voxconv_free(g_gpu, d_c);
+  if (st != VOXCONV_STATUS_SUCCESS) {
+    free(out);
+    return NULL;
+  }
+  return out;
+}
+
+static voxconv_kmap_t *so_map(voxconv_handle_t *h, const coordset_t *cs, int k) {
+  voxconv_kmap_desc_t geo = {.mode = VOXCONV_KMAP_SUBMANIFOLD,
+                             .kernel_size = {k, k, k}};
+  int32_t *d = (int32_t *)gpu_upload(cs->coords, (size_t)cs->n * 16);
+  voxconv_coords_t in = {d, cs->n, {1, 1, 1}};
+  voxconv_kmap_t *m = NULL;
+  voxconv_status_t st = vc_test_kmap_build(h, &geo, &in, NULL, &m);
+  voxconv_synchronize(h);
+  voxconv_free(g_gpu, d);
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "shared order: %d^3 map: %s", k,
+            voxconv_get_last_error(h));
+  return st == VOXCONV_STATUS_SUCCESS ? m : NULL;
+}
+
+static void shared_order_cases(const coordset_t *cs) {
+  so_alloc_t *c = (so_alloc_t *)calloc(1, sizeof *c);
+  voxconv_allocator_t al = {so_alloc, so_free, c};
+  voxconv_handle_desc_t dg = {0};
+  dg.backend = VOXCONV_BACKEND_CUDA;
+  dg.allocator = &al;
+  voxconv_handle_t *h = NULL;
+  if (voxconv_create(&h, &dg) != VOXCONV_STATUS_SUCCESS) {
+    VC_EXPECT(0, "shared order: handle: %s", voxconv_get_last_error(NULL));
+    free(c);
+    return;
+  }
+  const int64_t cin = 40, cout = 24; /* dgrad reads cout, writes cin */
+  const vc_algo_t *algos[2] = {vc_algo_find("mask_gemm"),
+                               vc_algo_find("mask_gemm_wgmma")};
+  voxconv_kmap_t *m3 = so_map(h, cs, 3), *t3 = so_map(h, cs, 3);
+  voxconv_kmap_t *m2 = so_map(h, cs, 2);
+  if (m3 && t3 && m2) {
+    voxconv_kmap_info_t info;
+    voxconv_kmap_get_info(m3, &info);
+    const int64_t ndy = info.n_out * cout, nw = (int64_t)info.kernel_volume * cin * cout;
+    const int64_t nx = info.n_in * cin;
+    void *dy = malloc((size_t)ndy * 2), *w = malloc((size_t)nw * 2);
+    void *x = malloc((size_t)nx * 2);
+    vc_fill_normal(dy, VOXCONV_DTYPE_F16, ndy);
+    vc_fill_normal(w, VOXCONV_DTYPE_F16, nw);
+    vc_fill_normal(x, VOXCONV_DTYPE_F16, nx);
+    /* the twin's order comes from a forward (weights [K][cin][cout]) */
+    const vc_algo_params_t sorted0 = {{0, 32, 1, 0}};
+    free(run_raw(h, algos[0], t3, VOXCONV_PASS_CONV_FWD, cin, cout, sorted0, x, w,
+                 "shared order: twin forward"));
+    VC_EXPECT(t3->row_order_out && !t3->row_order_in,
+              "shared order: the twin's forward made no order (%p) or a dgrad one",
+              (void *)t3->row_order_out);
+    for (int ai = 0; ai < 2; ai++) {
+      const vc_algo_t *algo = algos[ai];
+      if (!algo || (ai == 1 && !algo_runs_here(algo, m3, VOXCONV_PASS_CONV_DGRAD,
+                                               VOXCONV_DTYPE_F16, cin, cout)))
+        continue;
+      for (int tile = 0; tile < 2; tile++) {
+        const vc_algo_params_t sorted = {{tile, 32, 1, 0}};
+        char label[96];
+        snprintf(label, sizeof label, "shared order: %s dgrad tile %d",
+                 algo->info.name, tile);
+        /* on m3 the first of these makes the forward's order and shares it */
+        void *s = run_raw(h, algo, m3, VOXCONV_PASS_CONV_DGRAD, cin, cout, sorted,
+                          dy, w, label);
+        VC_EXPECT(m3->row_order_out && m3->row_order_in == m3->row_order_out,
+                  "%s: 3^3 submanifold map: dgrad order %p, forward %p", label,
+                  (void *)m3->row_order_in, (void *)m3->row_order_out);
+        void *t = run_raw(h, algo, t3, VOXCONV_PASS_CONV_DGRAD, cin, cout, sorted,
+                          dy, w, label);
+        VC_EXPECT(t3->row_order_in == t3->row_order_out,
+                  "%s: the twin's dgrad did not share the forward's order", label);
+        if (s && t) {
+          int64_t diff = -1;
+          for (int64_t e = 0; e < nx && diff < 0; e++)
+            if (((const uint16_t *)s)[e] != ((const uint16_t *)t)[e])
+              diff = e;
+          VC_EXPECT(diff < 0, "%s: dgrad-made and forward-made orders give "
+                    "different results at %lld (0x%04x vs 0x%04x)", label,
+                    (long long)diff, diff < 0 ? 0 : ((const uint16_t *)s)[diff],
+                    diff < 0 ? 0 : ((const uint16_t *)t)[diff]);
+        }
+        free(s);
+        free(t);
+      }
+    }
+    free(x);
+    /* an even kernel: offsets not centred, each direction sorts its own */
+    voxconv_kmap_get_info(m2, &info);
+    const int64_t n2dy = info.n_out * cout, n2w = (int64_t)info.kernel_volume * cin * cout;
+    void *dy2 = malloc((size_t)n2dy * 2), *w2 = malloc((size_t)n2w * 2);
+    vc_fill_normal(dy2, VOXCONV_DTYPE_F16, n2dy);
+    vc_fill_normal(w2, VOXCONV_DTYPE_F16, n2w);
+    const vc_algo_params_t sorted = {{0, 32, 1, 0}};
+    free(run_raw(h, algos[0], m2, VOXCONV_PASS_CONV_DGRAD, cin, cout, sorted, dy2,
+                 w2, "shared order: 2^3 dgrad"));
+    free(run_raw(h, algos[0], m2, VOXCONV_PASS_CONV_FWD, cout, cin, sorted, dy2,
+                 w2, "shared order: 2^3 forward"));
+    VC_EXPECT(m2->row_order_in && m2->row_order_out &&
+                  m2->row_order_in != m2->row_order_out,
+              "2^3 submanifold map: dgrad order %p, forward %p (must differ)",
+              (void *)m2->row_order_in, (void *)m2->row_order_out);
+    free(dy);
+    free(w);
+    free(dy2);
+    free(w2);
+  }
+  voxconv_kmap_destroy(h, m3);
+  voxconv_kmap_destroy(h, t3);
+  voxconv_kmap_destroy(h, m2);
+  voxconv_destroy(h); /* gives the handle's idle blocks back */
+  VC_EXPECT(c->bad_frees == 0, "shared order: %d frees of blocks the allocator "
+            "did not hold (a shared order freed twice?)", c->bad_frees);
+  VC_EXPECT(c->n == 0, "shared order: %d blocks never freed", c->n);
+  printf("shared order: %d bad frees, %d blocks left\n", c->bad_frees, c->n);
+  for (int i = 0; i < c->n_freed; i++)
+    voxconv_free(g_gpu, c->freed[i]);
+  free(c);
+}
+
 static int build_maps(const coordset_t *cs, voxconv_kmap_t **kg,
                       voxconv_kmap_t **kc) {
   voxconv_kmap_desc_t geo = {.mode = VOXCONV_KMAP_SUBMANIFOLD,
@@ -786,6 +980,7 @@ int main(int argc, char **argv) {
     }
     free(wa.coords);
   }
+  shared_order_cases(&rnd);
   print_worst();
   /* after the GPU part, so that the inputs a seed draws for each GPU case
    * do not depend on it; skipped in the reduced and one-case reruns */

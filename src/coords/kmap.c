@@ -56,7 +56,8 @@ void vc_kmap_free_buffers(voxconv_handle_t *h, voxconv_kmap_t *kmap) {
   vc_free(h, kmap->row_mask_in);
   kmap->row_mask_out = kmap->row_mask_in = NULL;
   vc_free(h, kmap->row_order_out);
-  vc_free(h, kmap->row_order_in);
+  if (kmap->row_order_in != kmap->row_order_out) /* dgrad may share it */
+    vc_free(h, kmap->row_order_in);
   kmap->row_order_out = kmap->row_order_in = NULL;
   vc_free(h, kmap->tile_mask_out);
   vc_free(h, kmap->tile_mask_in);

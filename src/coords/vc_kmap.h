@@ -77,7 +77,8 @@ struct voxconv_kmap {
    * tensor-core algorithm the first time it needs them and kept with the
    * map so every later layer reuses them; NULL until then. */
   int32_t *row_order_out; /* [n_out] */
-  int32_t *row_order_in;  /* [n_in] */
+  int32_t *row_order_in;  /* [n_in]; may be row_order_out (submanifold maps
+                             with symmetric offsets, cuda_mask_gemm.cu) */
   /* For kvol <= 32, with those orders: bit k of tile_mask_*[t] is set when
    * a row of 128-row tile t needs offset k (built with the orders, so a
    * tile's blocks read one word instead of scanning 128 x kvol entries);

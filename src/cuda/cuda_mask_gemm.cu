@@ -572,15 +572,40 @@ static int row_key_begin_bit(int bits, int n) {
   return bits > keep ? bits - keep : 0;
 }
 
+/* Whether dgrad on m may use the forward's row order. A submanifold map's
+ * input and output rows are the same voxels, and with a point-symmetric
+ * offset set (offsets[K-1-k] == -offsets[k]: every odd kernel size) row r's
+ * dgrad neighbour mask is its forward mask mirrored (bit k <-> bit K-1-k).
+ * Rows grouped by one mask are grouped by the other, so every 128-row tile
+ * needs exactly as many offsets either way, and the backward's key pass and
+ * 2-3 pass radix sort per map (host and GPU time in every training step;
+ * docs/perf-notes.md item 103) buy nothing. The tile masks stay per
+ * direction (built from the dgrad row masks over the shared order). The
+ * order moves dgrad's rounding a little (which rows share a tile changes
+ * how a tile's sums are grouped: at most an ulp here and there, within the
+ * format bound test_mask_gemm checks); it is the forward's whichever pass
+ * comes first, so a map's dgrad result does not depend on call order. */
+static bool dgrad_shares_forward_order(const voxconv_kmap_t *m) {
+  return m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && m->n_in == m->n_out &&
+         vc_kmap_offsets_symmetric(&m->desc);
+}
+
 /* Rows sorted (stably, so deterministically) by that key, cached on the
  * map: the map is logically const to callers but owns this cache, like the
  * rest of its derived tables. Costs one key pass and one radix sort the
- * first time a map is used by this algorithm. */
+ * first time a map is used by this algorithm (per direction, except where
+ * dgrad shares the forward's: above; vc_kmap_free_buffers frees a shared
+ * order once). */
 voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
                                   bool dgrad, const int32_t **order) {
   int32_t **slot = dgrad ? &m->row_order_in : &m->row_order_out;
   if (*slot) {
     *order = *slot;
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  if (dgrad && dgrad_shares_forward_order(m)) {
+    VC_CHECK(ensure_row_order(h, m, false, order));
+    *slot = (int32_t *)*order;
     return VOXCONV_STATUS_SUCCESS;
   }
   const int n = (int)(dgrad ? m->n_in : m->n_out);
