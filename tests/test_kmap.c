@@ -1364,10 +1364,44 @@ static void test_voxelize_errors(voxconv_handle_t *h) {
   }
 }
 
+/* A map of another backend or device: every call that takes a map with a
+ * handle refuses it with one message (vc_kmap_check_handle) before doing
+ * anything -- destroy included, which would otherwise free the map's
+ * buffers through the wrong backend. The fakes are copies of a real CPU
+ * map with the backend or device changed by hand. */
+static void test_foreign_maps(voxconv_handle_t *h) {
+  int32_t rows[3 * 4] = {0, 0, 0, 0, 0, 1, 0, 0, 0, 5, 5, 5};
+  voxconv_coords_t in = {rows, 3, {1, 1, 1}};
+  voxconv_kmap_desc_t st = desc_of(VOXCONV_KMAP_STRIDED, 2, 2);
+  voxconv_kmap_t *m = NULL;
+  VC_EXPECT_STATUS(h, voxconv_kmap_build(h, &st, &in, NULL, &m),
+                   VOXCONV_STATUS_SUCCESS);
+  if (!m)
+    return;
+  voxconv_kmap_t cuda = *m, dev1 = *m;
+  cuda.backend = VOXCONV_BACKEND_CUDA;
+  dev1.device = 1; /* ignored on the CPU backend, checked on CUDA */
+  int64_t po[9] = {0};
+  voxconv_kmap_t *inv = NULL;
+  EXPECT_FAIL(h, voxconv_kmap_wait(h, &cuda), VOXCONV_STATUS_INVALID_ARGUMENT,
+              "voxconv_kmap_wait: kmap was built on the CUDA backend but the "
+              "handle is CPU");
+  EXPECT_FAIL(h, voxconv_kmap_get_pairs(h, &cuda, po, NULL, NULL),
+              VOXCONV_STATUS_INVALID_ARGUMENT, "CUDA backend");
+  EXPECT_FAIL(h, voxconv_kmap_inverse(h, &cuda, &inv),
+              VOXCONV_STATUS_INVALID_ARGUMENT, "CUDA backend");
+  EXPECT_FAIL(h, voxconv_kmap_destroy(h, &cuda), VOXCONV_STATUS_INVALID_ARGUMENT,
+              "CUDA backend");
+  VC_EXPECT(inv == NULL, "a refused inverse returned a map");
+  VC_EXPECT_STATUS(h, voxconv_kmap_wait(h, &dev1), VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(h, voxconv_kmap_destroy(h, m), VOXCONV_STATUS_SUCCESS);
+}
+
 int main(void) {
   vc_test_init("test_kmap");
   voxconv_handle_t *h = make_handle(2);
   test_bad_inputs(h);
+  test_foreign_maps(h);
   test_random_maps(h);
   test_large_and_threads();
   test_allocator();

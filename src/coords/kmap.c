@@ -102,13 +102,8 @@ static voxconv_status_t tensor_stride_of(voxconv_handle_t *h, const char *func,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-static int same_backend(const voxconv_handle_t *h, const voxconv_kmap_t *m) {
-  return h->backend == m->backend &&
-         (h->backend != VOXCONV_BACKEND_CUDA || h->device == m->device);
-}
-
-voxconv_status_t vc_kmap_check_allocator(voxconv_handle_t *h, const char *func,
-                                         const voxconv_kmap_t *m) {
+static voxconv_status_t check_allocator(voxconv_handle_t *h, const char *func,
+                                       const voxconv_kmap_t *m) {
   if (h->has_allocator == m->has_allocator &&
       (!m->has_allocator || (h->allocator.alloc == m->allocator.alloc &&
                              h->allocator.free == m->allocator.free &&
@@ -127,16 +122,23 @@ voxconv_status_t vc_kmap_check_allocator(voxconv_handle_t *h, const char *func,
                                     : "a custom one");
 }
 
-static voxconv_status_t check_owner(voxconv_handle_t *h, const char *func,
-                                    const voxconv_kmap_t *m) {
-  if (!same_backend(h, m))
-    return vc_fail(
-        h, VOXCONV_STATUS_INVALID_ARGUMENT,
-        "%s: the map was built on %s device %d, the handle is %s "
-        "device %d",
-        func, m->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU", m->device,
-        h->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU", h->device);
-  return vc_kmap_check_allocator(h, func, m);
+static const char *backend_name(voxconv_backend_t b) {
+  return b == VOXCONV_BACKEND_CUDA ? "CUDA" : b == VOXCONV_BACKEND_CPU ? "CPU" : "AUTO";
+}
+
+voxconv_status_t vc_kmap_check_handle(voxconv_handle_t *h, const char *func,
+                                      const voxconv_kmap_t *m) {
+  if (m->backend != h->backend)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: kmap was built on the %s backend but the handle is "
+                   "%s (build the map with a handle of the same backend)",
+                   func, backend_name(m->backend), backend_name(h->backend));
+  if (h->backend == VOXCONV_BACKEND_CUDA && m->device != h->device)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: kmap lives on CUDA device %d but the handle uses "
+                   "device %d",
+                   func, m->device, h->device);
+  return check_allocator(h, func, m);
 }
 
 /* A new map records its building handle's allocator. */
@@ -368,7 +370,7 @@ voxconv_status_t voxconv_kmap_inverse(voxconv_handle_t *h,
   VC_CHECK_NULL(h, inv, "inv");
   *inv = NULL;
   VC_CHECK_NULL(h, fwd, "fwd");
-  VC_CHECK(check_owner(h, func, fwd));
+  VC_CHECK(vc_kmap_check_handle(h, func, fwd));
   if (fwd->desc.mode != VOXCONV_KMAP_STRIDED &&
       fwd->desc.mode != VOXCONV_KMAP_EXPANDING)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
@@ -453,7 +455,7 @@ voxconv_status_t voxconv_kmap_wait(voxconv_handle_t *h,
   VC_CHECK_NULL(NULL, h, "handle");
   vc_clear_error(h);
   VC_CHECK_NULL(h, kmap, "kmap");
-  VC_CHECK(check_owner(h, "voxconv_kmap_wait", kmap));
+  VC_CHECK(vc_kmap_check_handle(h, "voxconv_kmap_wait", kmap));
   return vc_kmap_wait(h, kmap, "voxconv_kmap_wait");
 }
 
@@ -463,7 +465,7 @@ voxconv_status_t voxconv_kmap_order(voxconv_handle_t *h,
   VC_CHECK_NULL(NULL, h, "handle");
   vc_clear_error(h);
   VC_CHECK_NULL(h, kmap, "kmap");
-  VC_CHECK(check_owner(h, func, kmap));
+  VC_CHECK(vc_kmap_check_handle(h, func, kmap));
   VC_CHECK(vc_kmap_issued(h, kmap, func));
 #ifdef VOXCONV_HAVE_CUDA
   if (h->backend == VOXCONV_BACKEND_CUDA)
@@ -480,7 +482,7 @@ voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
   vc_clear_error(h);
   /* Freeing through a handle of another backend would hand device
    * pointers to free() (or host pointers to cudaFree). */
-  VC_CHECK(check_owner(h, "voxconv_kmap_destroy", kmap));
+  VC_CHECK(vc_kmap_check_handle(h, "voxconv_kmap_destroy", kmap));
   vc_kmap_issue_wait(kmap); /* built by another handle's worker */
   free(kmap->issue_msg);
   /* Each freed block asks the allocation cache whether the stream is
@@ -552,7 +554,7 @@ voxconv_status_t voxconv_kmap_get_pairs(voxconv_handle_t *h,
   VC_CHECK_NULL(NULL, h, "handle");
   vc_clear_error(h);
   VC_CHECK_NULL(h, kmap, "kmap");
-  VC_CHECK(check_owner(h, "voxconv_kmap_get_pairs", kmap));
+  VC_CHECK(vc_kmap_check_handle(h, "voxconv_kmap_get_pairs", kmap));
   VC_CHECK(vc_kmap_wait(h, kmap, "voxconv_kmap_get_pairs"));
   if (offsets)
     memcpy(offsets, kmap->pair_offsets,
@@ -573,7 +575,7 @@ voxconv_status_t voxconv_kmap_verify(voxconv_handle_t *h,
   vc_clear_error(h);
   VC_CHECK_NULL(h, kmap, "kmap");
   VC_CHECK_NULL(h, in, "in");
-  VC_CHECK(check_owner(h, func, kmap));
+  VC_CHECK(vc_kmap_check_handle(h, func, kmap));
   VC_CHECK(vc_kmap_wait(h, kmap, func));
   if (in->n != kmap->n_in)
     return vc_fail(h, VOXCONV_STATUS_KMAP_MISMATCH,

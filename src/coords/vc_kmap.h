@@ -88,7 +88,7 @@ struct voxconv_kmap {
   /* The allocator of the handle that built the map (has_allocator 0: the
    * built-in one). Every handle that uses or destroys the map frees and
    * adds its buffers through its own allocator, so it must be this one
-   * (voxconv.h; vc_kmap_check_allocator). */
+   * (voxconv.h; vc_kmap_check_handle). */
   voxconv_allocator_t allocator;
   int has_allocator;
   /* host memory */
@@ -122,10 +122,12 @@ struct voxconv_kmap {
   char *issue_msg;
 };
 
-/* INVALID_ARGUMENT ("func: ...") unless h's allocator is the one m was
- * built with (the built-in one on both, or the same alloc, free and ctx). */
-voxconv_status_t vc_kmap_check_allocator(voxconv_handle_t *h, const char *func,
-                                         const voxconv_kmap_t *m);
+/* INVALID_ARGUMENT ("func: ...") unless h may use and free m: the same
+ * backend (and CUDA device) as m's builder, and the allocator m was built
+ * with (the built-in one on both, or the same alloc, free and ctx). Every
+ * call that takes a map with a handle checks this first. */
+voxconv_status_t vc_kmap_check_handle(voxconv_handle_t *h, const char *func,
+                                      const voxconv_kmap_t *m);
 /* Waits until m's build has been issued (no-op unless a build worker has
  * it), then returns the worker's failure, if the build failed there, as a
  * failure on h ("func: ..."). */

@@ -124,19 +124,9 @@ static voxconv_status_t check_dtypes_backend(voxconv_handle_t *h,
 
 voxconv_status_t vc_check_kmap_usable(voxconv_handle_t *h, const char *fn,
                                       const voxconv_kmap_t *kmap) {
-  if (kmap->backend != h->backend)
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: kmap was built on the %s backend but the handle is "
-                   "%s (build the map with a handle of the same backend)",
-                   fn, backend_name(kmap->backend), backend_name(h->backend));
-  if (h->backend == VOXCONV_BACKEND_CUDA && kmap->device != h->device)
-    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "%s: kmap lives on CUDA device %d but the handle uses "
-                   "device %d",
-                   fn, kmap->device, h->device);
-  /* Ops add buffers to the map (mask_gemm's row orders) that its
-   * destroyer frees. */
-  VC_CHECK(vc_kmap_check_allocator(h, fn, kmap));
+  /* (the allocator too: ops add buffers to the map, mask_gemm's row
+   * orders, that its destroyer frees) */
+  VC_CHECK(vc_kmap_check_handle(h, fn, kmap));
   /* A deferred STRIDED map (voxconv_kmap_build_async) whose output count
    * has not reached the host yet: the row checks and the launch need it,
    * so wait for the build (once per map; voxconv.h). Otherwise an
