@@ -462,17 +462,27 @@ class CoordinateSet:
                 _plan.forget(self.path, [(k, v[1]) for k, v in self.prefetched.items()])
             except Exception:  # noqa: BLE001 - at interpreter shutdown
                 pass
+        # Every set's maps go now, before its attributes do: the parent
+        # reference is released with them, and a parent that goes then
+        # must find its children's maps already dropped. (Left to the
+        # attributes' release, a derived set's maps went after its
+        # parent's, so a dropped forward's deeper levels waited in
+        # _dropped for the next flush, inside the next forward: 11 of
+        # workload A's 13 maps, 90-140 us of its host time, and more once
+        # maps keep one another alive; docs/perf-notes.md item 105.)
+        try:
+            self.kmaps.clear()
+            self.prefetched.clear()
+        except Exception:  # noqa: BLE001 - at interpreter shutdown
+            pass
         # A set without a parent goes last of its family (every derived set
-        # holds its parent): the end of a dropped forward. Its maps go now
-        # and the family's batch is freed here, when the caller drops its
-        # output, not at the start of its next forward (where the host
-        # time would delay that forward's first launch).
-        if getattr(self, "parent", 1) is None and _dropped is not None:
+        # holds its parent): the end of a dropped forward. The family's
+        # batch is freed here, when the caller drops its output, not at the
+        # start of its next forward (where the host time would delay that
+        # forward's first launch).
+        if getattr(self, "parent", 1) is None and _dropped:
             try:
-                self.kmaps.clear()
-                self.prefetched.clear()
-                if _dropped:
-                    flush_dropped()
+                flush_dropped()
             except Exception:  # noqa: BLE001 - at interpreter shutdown
                 pass
 

@@ -469,6 +469,43 @@ def test_dropped_maps_are_freed_in_one_batch(cuda, monkeypatch):
             waits.clear()
 
 
+def test_a_deep_forward_frees_every_map_when_dropped(cuda, monkeypatch):
+    """A forward down three levels (its output on the coarsest set, which
+    holds the finer ones through its parents): dropping the output frees
+    every map of the forward at once, none left queued for a later flush
+    (which used to run inside the next forward: each derived set's maps
+    were released after its parent had already freed the batch;
+    docs/perf-notes.md item 105). No gc.collect(): reference counting
+    alone must do it."""
+    from voxconv import kmap as vkmap
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
+    destroyed = []
+    monkeypatch.setattr(vkmap, "lib", _CountingLib(vkmap.lib, destroyed))
+    torch.manual_seed(7)
+    net = torch.nn.Sequential(
+        vnn.SparseConv3d(8, 8, 3), vnn.SparseMaxPool3d(2, 2),
+        vnn.SparseConv3d(8, 8, 3), vnn.SparseMaxPool3d(2, 2),
+        vnn.SparseConv3d(8, 8, 3), vnn.SparseMaxPool3d(2, 2),
+        vnn.SparseConv3d(8, 8, 3)).to(cuda).half()
+    coords = ref.rand_coords(20000, 64, 2).to(cuda)
+    feats = torch.randn(len(coords), 8, device=cuda, dtype=torch.float16)
+    with torch.no_grad():
+        for _ in range(3):  # from the second on, maps are prefetched too
+            y = net(voxconv.SparseTensor(feats, coords))
+            sets, s = [], y.coordinate_set
+            while s is not None:
+                sets.append(s)
+                s = s.parent
+            ptrs = {km.ptr for st in sets for km, _ in st.kmaps.values()}
+            del s, sets
+            vkmap.flush_dropped()
+            destroyed.clear()
+            del y
+            assert len(ptrs) >= 7, len(ptrs)  # 4 submanifold + 3 pooling maps
+            assert not vkmap._dropped, f"{len(vkmap._dropped)} maps left for a later flush"
+            assert ptrs <= set(destroyed), (len(ptrs), len(set(destroyed) & ptrs))
+
+
 def test_dropped_maps_wait_while_their_stream_is_captured(cuda, monkeypatch):
     """A map dropped during a CUDA graph capture of a stream that used it:
     flushes during the capture free nothing (an event recorded there would
