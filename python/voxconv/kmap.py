@@ -266,21 +266,14 @@ class KernelMap:
             handle.call("voxconv_kmap_inverse", ctypes.c_void_p(inverse_of.ptr),
                         ctypes.byref(ptr))
         else:
-            desc = _lib.KmapDesc(mode, _lib.c_int32_3(*kernel_size),
-                                 _lib.c_int32_3(*stride), _lib.c_int32_3(*dilation))
-            if padding is not None:  # None: centred offsets (padded = 0)
-                desc.padded = 1
-                desc.padding = _lib.c_int32_3(*padding)
-            if out_shape is not None:
-                desc.out_shape = _lib.c_int32_3(*out_shape)
-            desc.offset_order = order  # 0 x slowest, 1 x fastest (ME)
+            desc = _desc_ref(mode, kernel_size, stride, dilation, padding, out_shape, order)
             cin = _runtime.coords_struct(in_coords, in_tensor_stride)
             cout = (_runtime.coords_struct(out_coords, out_tensor_stride)
                     if out_coords is not None else None)
             # defer: voxconv_kmap_build_async (a CUDA STRIDED build does
             # not wait for its output count; n_out waits when first read)
             handle.call("voxconv_kmap_build_async" if defer else "voxconv_kmap_build",
-                        ctypes.byref(desc), ctypes.byref(cin),
+                        desc, ctypes.byref(cin),
                         ctypes.byref(cout) if cout is not None else None,
                         ctypes.byref(ptr))
         self.ptr = ptr.value
@@ -413,6 +406,34 @@ class KernelMap:
         return (f"KernelMap({MODE_NAMES.get(self.mode, self.mode)}, kernel={self.kernel_size}, "
                 f"stride={self.stride}, dilation={self.dilation}{extra}, n_in={self.n_in}, "
                 f"n_out={n_out}, pairs={pairs}, device={self.device})")
+
+
+_descs = {}  # geometry -> byref(voxconv_kmap_desc_t), see _desc_ref
+_DESCS_MAX = 256
+
+
+def _desc_ref(mode, kernel_size, stride, dilation, padding, out_shape, order):
+    """byref(voxconv_kmap_desc_t) of a geometry, made once per distinct one:
+    the library copies the desc at the build call (the build worker reads
+    the map's copy), so one struct serves every build of that geometry
+    instead of ~4 us of ctypes construction per map (CPU-measured)."""
+    key = (mode, tuple(kernel_size), tuple(stride), tuple(dilation),
+           None if padding is None else tuple(padding),
+           None if out_shape is None else tuple(out_shape), order)
+    ref = _descs.get(key)
+    if ref is None:
+        desc = _lib.KmapDesc(mode, _lib.c_int32_3(*kernel_size),
+                             _lib.c_int32_3(*stride), _lib.c_int32_3(*dilation))
+        if padding is not None:  # None: centred offsets (padded = 0)
+            desc.padded = 1
+            desc.padding = _lib.c_int32_3(*padding)
+        if out_shape is not None:
+            desc.out_shape = _lib.c_int32_3(*out_shape)
+        desc.offset_order = order  # 0 x slowest, 1 x fastest (ME)
+        if len(_descs) >= _DESCS_MAX:
+            _descs.clear()
+        ref = _descs[key] = ctypes.byref(desc)  # the byref keeps desc alive
+    return ref
 
 
 def kmap_by_id(kmap_id):
