@@ -11,7 +11,8 @@ much of that was the library calls (dgrad, wgrad, pool backward), so the
 small levels' host time per node can be set beside the tool's GPU time per
 op. Median over --repeat backward passes. Also, per module of the forward
 (with autograd), its host span and the library calls inside it (the map
-waits and orders, the ops). A diagnostic.
+waits and orders, the ops), and Python's cyclic collections (gc) where
+they fall. A diagnostic.
 
     python3 bench/debug/a_bwd_host.py [--data-dir D] [--repeat 20]
 """
@@ -97,7 +98,7 @@ def forward_split(fmarks):
         elif mk[0] == "end":
             rows.append((cur, mk[2] - t_in, dict(lib)))
             cur = None
-        elif cur is not None and mk[0].startswith(("lib.", "py.")):
+        elif cur is not None and mk[0].startswith(("lib.", "py.", "gc")):
             lib[mk[0]] += mk[2] - mk[1]
     return rows
 
@@ -151,7 +152,7 @@ def main():
     fwd = []
     for p in net.parameters():  # when the engine hands each weight its grad
         p.register_post_accumulate_grad_hook(lambda _p: marks.append(("acc", clock(), clock())))
-    runs, walls = [], []
+    runs, walls, gcs = [], [], []
     for i in range(args.repeat + 3):
         leaf = feats.detach().clone().requires_grad_()
         marks.clear()
@@ -173,7 +174,11 @@ def main():
         for p in net.parameters():
             p.grad = None
         if i >= 3:
-            runs.append([(lab, s - t0, e - t0) for lab, s, e in marks] + [("end", t1 - t0, t1 - t0)])
+            # collections happen at no fixed point: apart, so that the
+            # nodes of every run line up
+            gcs.append([(lab, s - t0, e - t0) for lab, s, e in marks if lab.startswith("gc")])
+            runs.append([(lab, s - t0, e - t0) for lab, s, e in marks
+                         if not lab.startswith("gc")] + [("end", t1 - t0, t1 - t0)])
             walls.append(e0.elapsed_time(e1))
     # node i of every run lines up (same graph each time)
     n = min(len(r) for r in runs)
@@ -195,6 +200,10 @@ def main():
                 libs[n_].append(v)
         print(f"  {lab:10s} {span:7.1f} | " + ", ".join(
             f"{n_} {1e6 * statistics.median(v):.1f}" for n_, v in libs.items()))
+    with_gc = [g for g in gcs if g]
+    print(f"cyclic collections during the backward: in {len(with_gc)} of {len(gcs)} runs"
+          + (", e.g. " + ", ".join(f"{lab} at +{1e6 * a:.0f} us for {1e6 * (b - a):.0f} us"
+                                   for lab, a, b in with_gc[0]) if with_gc else ""))
     tot = collections.defaultdict(list)
     for r in runs:
         acc = collections.defaultdict(float)
