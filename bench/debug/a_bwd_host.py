@@ -114,15 +114,19 @@ class _Ident(torch.autograd.Function):
         return g
 
 
-def engine_start_us(dev, repeat):
+def engine_start_us(dev, repeat, idle_s=0.0):
     """Time from backward() to a one-node graph's backward on this host
-    (torch's own start latency, for the network's first node beside it)."""
+    (torch's own start latency, for the network's first node beside it),
+    back to back or after the engine's device thread idled idle_s (as it
+    does through a forward: a sleeping thread may wake slowly)."""
     x = torch.ones(8, device=dev, requires_grad=True)
     g = torch.ones(8, device=dev)
     out = []
     for _ in range(repeat + 3):
         y = _Ident.apply(x)
         torch.cuda.synchronize()
+        if idle_s:
+            time.sleep(idle_s)
         marks.clear()
         t0 = clock()
         y.backward(g)
@@ -142,7 +146,8 @@ def main():
     g = torch.Generator(device=dev).manual_seed(1)
     dy = (torch.rand(counts[-1], tb.LEVEL_CHANNELS[-1], device=dev, generator=g) * 2 - 1
           ).to(feats.dtype)
-    print(f"torch's start latency (a one-node graph): {engine_start_us(dev, args.repeat):.1f} us")
+    print(f"torch's start latency (a one-node graph): {engine_start_us(dev, args.repeat):.1f} us "
+          f"back to back, {engine_start_us(dev, args.repeat, 0.005):.1f} us after 5 ms idle")
     instrument()
     import gc
     gc.callbacks.append(_gc_mark)
