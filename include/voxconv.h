@@ -297,9 +297,9 @@ VOXCONV_API voxconv_status_t voxconv_synchronize(voxconv_handle_t *h);
  * stream: handles that share maps must share one allocator (the built-in
  * one, or the same custom one: equal alloc, free and ctx), and the
  * destroying stream must be ordered after every use. Any call that takes
- * the map with a handle (an op, wait, order, get_pairs, inverse, destroy)
- * through a handle with another allocator returns INVALID_ARGUMENT and
- * leaves the map as it was. */
+ * the map with a handle (an op, wait, order, get_pairs, verify, inverse,
+ * destroy) through a handle with another allocator (or of another backend
+ * or CUDA device) returns INVALID_ARGUMENT and leaves the map as it was. */
 VOXCONV_API voxconv_status_t voxconv_stream_create(voxconv_handle_t *h,
                                                    void **stream);
 VOXCONV_API voxconv_status_t voxconv_stream_destroy(voxconv_handle_t *h,

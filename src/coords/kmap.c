@@ -122,17 +122,14 @@ static voxconv_status_t check_allocator(voxconv_handle_t *h, const char *func,
                                     : "a custom one");
 }
 
-static const char *backend_name(voxconv_backend_t b) {
-  return b == VOXCONV_BACKEND_CUDA ? "CUDA" : b == VOXCONV_BACKEND_CPU ? "CPU" : "AUTO";
-}
-
 voxconv_status_t vc_kmap_check_handle(voxconv_handle_t *h, const char *func,
                                       const voxconv_kmap_t *m) {
   if (m->backend != h->backend)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                    "%s: kmap was built on the %s backend but the handle is "
                    "%s (build the map with a handle of the same backend)",
-                   func, backend_name(m->backend), backend_name(h->backend));
+                   func, vc_backend_name(m->backend),
+                   vc_backend_name(h->backend));
   if (h->backend == VOXCONV_BACKEND_CUDA && m->device != h->device)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                    "%s: kmap lives on CUDA device %d but the handle uses "

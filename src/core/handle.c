@@ -364,6 +364,17 @@ voxconv_status_t vc_host_alloc(const voxconv_handle_t *h, size_t bytes,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+const char *vc_backend_name(voxconv_backend_t b) {
+  switch (b) {
+  case VOXCONV_BACKEND_CPU:
+    return "CPU";
+  case VOXCONV_BACKEND_CUDA:
+    return "CUDA";
+  default:
+    return "AUTO";
+  }
+}
+
 voxconv_status_t vc_alloc(voxconv_handle_t *h, size_t bytes, void **ptr,
                           const char *what) {
   *ptr = NULL;

@@ -61,6 +61,9 @@ struct voxconv_handle {
 void vc_build_worker_drain(voxconv_handle_t *h);
 void vc_build_worker_stop(voxconv_handle_t *h);
 
+/* "CPU", "CUDA" or "AUTO", for messages. */
+const char *vc_backend_name(voxconv_backend_t b);
+
 typedef struct vc_alloc_cache vc_alloc_cache_t;
 /* alloc_cache.c: init at handle creation, destroy at handle destruction,
  * release = give every idle block back to the caller's allocator; get/put

@@ -53,17 +53,6 @@ int64_t vc_feats_elems(const voxconv_feats_t *f) {
   return f->rows * f->channels;
 }
 
-static const char *backend_name(voxconv_backend_t b) {
-  switch (b) {
-  case VOXCONV_BACKEND_CPU:
-    return "CPU";
-  case VOXCONV_BACKEND_CUDA:
-    return "CUDA";
-  default:
-    return "AUTO";
-  }
-}
-
 static int tristate_valid(voxconv_tristate_t t) {
   return t == VOXCONV_UNSET || t == VOXCONV_FALSE || t == VOXCONV_TRUE;
 }
@@ -118,7 +107,7 @@ static voxconv_status_t check_dtypes_backend(voxconv_handle_t *h,
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
                    "%s: f64 is the CPU reference path; the %s backend runs "
                    "f32, f16 and bf16",
-                   fn, backend_name(h->backend));
+                   fn, vc_backend_name(h->backend));
   return vc_check_kmap_usable(h, fn, kmap);
 }
 

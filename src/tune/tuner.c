@@ -1261,7 +1261,7 @@ static voxconv_status_t pool_algos(tune_call_t *tc) {
                    tc->ns, voxconv_dtype_name(p->dtype), (long long)p->cin,
                    (long long)p->cout,
                    p->deterministic ? " deterministically" : "",
-                   h->backend == VOXCONV_BACKEND_CUDA ? "CUDA" : "CPU");
+                   vc_backend_name(h->backend));
   return VOXCONV_STATUS_SUCCESS;
 }
 
