@@ -6,6 +6,14 @@ per block (the lent host's speed drifts; alternating blocks puts every mode
 in every state). A diagnostic.
 
     python3 bench/debug/worker_ab.py [--data-dir D] [--rounds 4] [--runs 15]
+                                     [--switch worker|rows|spin|order]
+
+--switch rows: the worker stays on; what alternates is how a pooled level's
+coordinates are made (kmap._rows_view: the map's own rows, or a copy;
+VOXCONV_DERIVED_ROWS, perf-notes item 107). --switch spin: the worker is
+restarted with VOXCONV_WORKER_WAIT_SPIN_US / _IDLE_SPIN_US set to
+--spin-wait-us / --spin-idle-us ("on") or 0 ("off") (item 108). --switch
+order: "on" is kmap._prefetch_rank, "off" the opposite order (item 108).
 """
 import argparse, os, statistics, sys
 import torch
@@ -18,6 +26,23 @@ import voxconv  # noqa: E402
 from voxconv import kmap  # noqa: E402
 
 MODES = {"off": False, "on": True}
+RANK = kmap._prefetch_rank
+
+
+def set_mode(args, dev, on):
+    if args.switch == "worker":
+        kmap._set_map_worker(dev, on)
+    elif args.switch == "order":
+        kmap._set_map_worker(dev, True)
+        kmap._prefetch_rank = RANK if on else (lambda mode, worker: not RANK(mode, worker))
+    elif args.switch == "rows":
+        kmap._set_map_worker(dev, True)
+        kmap._rows_view = on
+    else:  # the worker reads these when it starts
+        os.environ["VOXCONV_WORKER_WAIT_SPIN_US"] = str(args.spin_wait_us if on else 0)
+        os.environ["VOXCONV_WORKER_IDLE_SPIN_US"] = str(args.spin_idle_us if on else 0)
+        kmap._set_map_worker(dev, False)
+        kmap._set_map_worker(dev, True)
 
 
 def main():
@@ -25,6 +50,9 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--runs", type=int, default=15)
+    ap.add_argument("--switch", choices=("worker", "rows", "spin", "order"), default="worker")
+    ap.add_argument("--spin-wait-us", type=float, default=1000)
+    ap.add_argument("--spin-idle-us", type=float, default=2000)
     args = ap.parse_args()
     dev = torch.device("cuda")
     net, coords, feats, counts = load_a_network(args.data_dir, tb.DTYPES["f16"], dev)
@@ -45,19 +73,19 @@ def main():
     results = {m: {"fwd": [], "fb": []} for m in MODES}
     for r in range(args.rounds):
         for name, mode in MODES.items():
-            kmap._set_map_worker(dev, mode)
+            set_mode(args, dev, mode)
             for fn, key in ((forward, "fwd"), (forward_backward, "fb")):
                 for _ in range(3):
                     timer.run(fn)
                 runs = [timer.run(fn)[0] for _ in range(args.runs)]
                 med = statistics.median(runs)
                 results[name][key].append(med)
-                print(f"round {r} worker {name:8s} {key:3s} median {med:.3f} ms "
+                print(f"round {r} {args.switch} {name:8s} {key:3s} median {med:.3f} ms "
                       f"(min {min(runs):.3f}) probe {tb.host_probe_us():.0f} us", flush=True)
     print("\nmedian of the blocks' medians (ms):")
     for name in MODES:
         f, b = results[name]["fwd"], results[name]["fb"]
-        print(f"  worker {name:8s} forward {statistics.median(f):.3f} "
+        print(f"  {args.switch} {name:8s} forward {statistics.median(f):.3f} "
               f"[{min(f):.3f}-{max(f):.3f}]  forward+backward {statistics.median(b):.3f} "
               f"[{min(b):.3f}-{max(b):.3f}]")
 

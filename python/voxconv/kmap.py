@@ -57,8 +57,14 @@ convolutions (docs/perf-notes.md item 98). Such a map has no ``ready``
 event: its first use on another stream orders that stream through the
 library (voxconv_kmap_order, which waits on the host only until the
 worker has issued the build), and the map keeps its input coordinates
-alive until it is destroyed (the worker reads them when it issues the
-build, which may be after the set that held them is gone).
+alive until its first use (the worker reads them when it issues the
+build, which may be after the set that held them is gone; a use returns
+only once the build is issued).
+
+Derived rows. A set a strided (expanding, generative) map made on the map
+stream takes the map's own output rows as its coordinates, without a copy
+(``_MapRows``: the tensor keeps the map alive), unless
+``VOXCONV_DERIVED_ROWS=copy`` (docs/perf-notes.md items 104 and 107).
 """
 
 import atexit
@@ -290,9 +296,13 @@ class KernelMap:
         self._lib_order = (handle.worker and inverse_of is None
                            and (mode == _lib.KMAP_SUBMANIFOLD
                                 or (defer and mode == _lib.KMAP_STRIDED)))
-        keep = in_coords if self._lib_order else None
+        # Held in a list the map empties once the worker has issued the
+        # build (_issued): a later call returns only after that, and then
+        # the coordinates may go. Kept to the map's end they chained a
+        # pooled level's rows to the map that made them, level after level.
+        self._keep = [in_coords] if self._lib_order else None
         self._finalizer = weakref.finalize(self, _destroy_kmap, handle, self.ptr, self._users,
-                                           keep)
+                                           self._keep)
         self._finalizer.atexit = False
         v = _info_values(self.ptr)
         self.mode = v[_I_MODE] if inverse_of is not None else mode
@@ -335,6 +345,7 @@ class KernelMap:
         completes it: n_out and n_pairs are known afterwards. Raises the
         build's error if its coordinates were bad."""
         self.handle.call("voxconv_kmap_wait", ctypes.c_void_p(self.ptr))
+        self._issued()
         v = _info_values(self.ptr)
         self._n_out, self._n_pairs = v[_I_N_OUT], v[_I_N_PAIRS]
 
@@ -353,6 +364,13 @@ class KernelMap:
             _handle_stream(handle).wait_event(self.ready)
         elif self._lib_order:
             handle.call("voxconv_kmap_order", ctypes.c_void_p(self.ptr))
+            self._issued()
+
+    def _issued(self):
+        """The worker has issued the build (a use of the map returned):
+        its input coordinates need not stay (voxconv_handle_set_build_worker)."""
+        if self._keep:
+            self._keep.clear()
 
     def mark_ready(self, stream):
         """Records ``ready`` on the building stream `stream` after the build
@@ -577,6 +595,27 @@ _plan = _MapPlan()
 _PREFETCH_MODES = (_lib.KMAP_SUBMANIFOLD, _lib.KMAP_STRIDED)
 
 
+def _prefetch_rank(mode, worker):
+    """The sort key of a plan's maps in CoordinateManager._prefetch (the
+    lower first), as measured on workload A (docs/perf-notes.md item 108):
+
+    * with the build worker, strided maps first. The pooling layer at the
+      level's end waits for the strided map's count, and while the host
+      waits there the GPU runs out of work; queued behind the submanifold
+      map, the strided build's issue (~250-450 us on the worker) overlapped
+      the level's convolutions instead of preceding them, and the count
+      came late: level 0's pooling layer waited 570-715 us and the forward
+      took ~0.6 ms longer (s30 call 4); submanifold first on pooled levels
+      only still made level 1's pooling layer wait ~240 us and forward +
+      backward no faster (call 5). The price: each level's first
+      convolution waits ~80-250 us for the worker to issue its
+      submanifold map behind the strided one.
+    * without the worker, submanifold maps first (the order since the map
+      plan came; not measured against the other)."""
+    strided = mode == _lib.KMAP_STRIDED
+    return not strided if worker else strided
+
+
 def _prefetch_enabled():
     return os.environ.get("VOXCONV_MAP_PREFETCH", "1").lower() not in ("0", "false", "off",
                                                                         "no")
@@ -685,6 +724,46 @@ def plain_map_key(kernel_size, stride, dilation):
     Normalised 3-tuples."""
     mode = _lib.KMAP_SUBMANIFOLD if tuple(stride) == (1, 1, 1) else _lib.KMAP_STRIDED
     return _map_key(mode, kernel_size, stride, dilation, None, None, None, 0)
+
+
+def _rows_view_enabled():
+    """VOXCONV_DERIVED_ROWS: "view" (default) or "copy" (see the module doc)."""
+    return os.environ.get("VOXCONV_DERIVED_ROWS", "view").lower() != "copy"
+
+
+_rows_view = _rows_view_enabled()
+
+
+class _MapRows:
+    """A map's output rows as a tensor without a copy: torch.as_tensor over
+    this object's __cuda_array_interface__ (no stream: torch neither waits
+    nor synchronises; the caller orders the readers) keeps the object, and
+    with it the map that owns the rows, alive as long as the tensor (and
+    its views) live. Saves the copy a pooling layer made of every new level
+    (a stream switch, an allocation, a memcpy call: docs/perf-notes.md
+    item 107)."""
+
+    __slots__ = ("km", "__cuda_array_interface__")
+
+    def __init__(self, km, ptr, n):
+        self.km = km
+        self.__cuda_array_interface__ = {"shape": (n, 4), "typestr": "<i4",
+                                         "data": (ptr, False), "version": 2}
+
+    @classmethod
+    def tensor(cls, km, consumer):
+        """km's n_out output rows (int32 [n_out, 4], km's device), read on
+        `consumer` too: the map is freed only after that stream's work
+        queued until then (see _destroy_batch)."""
+        n = km.n_out
+        if not n:
+            return torch.empty((0, 4), dtype=torch.int32, device=km.device)
+        src = ctypes.c_void_p()
+        _lib.call("voxconv_kmap_out_coords", km.ptr, ctypes.byref(src))
+        raw = consumer.cuda_stream
+        if raw not in km._users:
+            km._users.append(raw)
+        return torch.as_tensor(cls(km, src.value, n), device=km.device)
 
 
 class CoordinateManager:
@@ -864,13 +943,8 @@ class CoordinateManager:
         ms = map_stream(self.device)
         if ms is None:
             return
-        # Without the build worker, strided maps first: the host waits for
-        # their counts (at the pooling layer), the submanifold maps only
-        # order the GPU. With it, submanifold maps first: the level's first
-        # convolution needs one right away and waits until the worker has
-        # issued it (strided first: item 98's first try, slower).
-        sub_first = ms.handle.worker
-        plan = sorted(plan, key=lambda kv: (kv[1][0] == _lib.KMAP_STRIDED) != sub_first)
+        worker = ms.handle.worker
+        plan = sorted(plan, key=lambda kv: _prefetch_rank(kv[1][0], worker))
         with self.lock:
             ordered = False
             for key, (mode, kernel_size, stride, dilation, padding, out_shape, order), stamp \
@@ -952,9 +1026,13 @@ class CoordinateManager:
 
     @staticmethod
     def _derived_coords(km, consumer):
-        c = km.out_coords()
+        if consumer is not None and _rows_view:
+            c = _MapRows.tensor(km, consumer)
+        else:
+            c = km.out_coords()
+            if consumer is not None:
+                c.record_stream(consumer)  # read there: not reused before it is done
         if consumer is not None:
-            c.record_stream(consumer)  # read there: not reused before it is done
             # ...and valid there: SparseTensor.coords hands this tensor to
             # the caller's code (.cpu(), printing, indexing) on the consumer
             # stream, which nothing else ordered after the copy just queued

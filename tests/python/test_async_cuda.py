@@ -6,6 +6,7 @@ bit; maps built on the side stream give the same bits as maps built in line
 (VOXCONV_MAP_STREAM=0); a forward's maps are prefetched for the next one
 (kmap._MapPlan) and give the same bits as maps built on request."""
 
+import ctypes
 import gc
 import time
 
@@ -201,6 +202,51 @@ def test_prefetched_maps_match_maps_built_on_request(cuda, monkeypatch):
     _assert_same_results(*results)
 
 
+def test_prefetch_queues_what_is_needed_first(cuda, monkeypatch):
+    """The order in which a new set's maps are queued on the map stream
+    (the order of its `prefetched` dict), as measured best on workload A
+    (docs/perf-notes.md item 108): with the build worker, the strided map
+    first at every level (the pooling layer waits for its count; queued
+    second, it made A's forward ~0.6 ms slower); without the worker, the
+    submanifold map first. (The code's comment had said the opposite of
+    both since the worker came, 7ba40f3.)"""
+    from voxconv import kmap as vkmap
+    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "1")
+    ms = vkmap.map_stream(torch.device(cuda))
+    was = ms.handle.worker
+    torch.manual_seed(3)
+    net = torch.nn.Sequential(
+        vnn.SparseConv3d(16, 16, 3), vnn.SparseMaxPool3d(2, 2),
+        vnn.SparseConv3d(16, 16, 3), vnn.SparseMaxPool3d(2, 2),
+        vnn.SparseConv3d(16, 16, 3)).to(cuda).half()
+    coords = ref.rand_coords(20000, 64, 2).to(cuda)
+    feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
+    queued = []
+    orig = vkmap.CoordinateManager._prefetch
+
+    def recorded(self, s):
+        orig(self, s)
+        if s.prefetched:
+            queued.append((s.parent is None, [km.mode for km, _ in s.prefetched.values()]))
+
+    monkeypatch.setattr(vkmap.CoordinateManager, "_prefetch", recorded)
+    sub, strided = voxconv._lib.KMAP_SUBMANIFOLD, voxconv._lib.KMAP_STRIDED
+    try:
+        for worker, want in ((True, [(True, [strided, sub]), (False, [strided, sub])]),
+                             (False, [(True, [sub, strided]), (False, [sub, strided])])):
+            vkmap._set_map_worker(cuda, worker)
+            vkmap._plan.plans.clear()
+            with torch.no_grad():
+                for _ in range(2):  # the plan learns the maps
+                    net(voxconv.SparseTensor(feats, coords))
+                queued.clear()
+                net(voxconv.SparseTensor(feats, coords))
+            # the input set, then level 1 (level 2's set has no strided map)
+            assert queued[:2] == want, (worker, queued)
+    finally:
+        vkmap._set_map_worker(cuda, was)
+
+
 def test_deferred_strided_map_reads_its_count_when_asked(cuda):
     coords = ref.rand_coords(5000, 32, 2).to(cuda)
     h = voxconv.kmap.map_stream(torch.device(cuda)).handle
@@ -389,32 +435,85 @@ def test_coordinates_outlive_queued_map_builds(cuda, monkeypatch):
     assert torch.equal(got[1].cpu(), want[1].cpu()) and torch.equal(got[2].cpu(), want[2].cpu())
 
 
-def test_derived_coordinates_are_ordered_for_the_caller(cuda, monkeypatch):
-    """A strided map's output coordinates are copied out on the map stream;
-    the caller's stream must be ordered after that copy before the caller
-    can read them (y.coords.cpu() read them unwritten before: a flaky
-    transposed-conv reference in test_conv, H100, 2026-11-27). The copy is
-    delayed here by a ~25 ms spin queued before it on the map stream: the
-    caller's stream must still be busy right after kernel_map returns, and
-    the coordinates read there must be the reference's."""
+@pytest.mark.parametrize("rows", ["view", "copy"])
+def test_derived_coordinates_are_ordered_for_the_caller(cuda, monkeypatch, rows):
+    """A strided map's output coordinates are written on the map stream
+    (copied out of the map, or the map's own rows); the caller's stream
+    must be ordered after that before the caller can read them
+    (y.coords.cpu() read them unwritten before: a flaky transposed-conv
+    reference in test_conv, H100, 2026-11-27). The map stream's work is
+    delayed here by a ~25 ms spin queued on it where the rows are taken:
+    the caller's stream must still be busy right after kernel_map returns,
+    and the coordinates read there must be the reference's."""
     from voxconv import kmap as vkmap
-    orig = vkmap.KernelMap.out_coords
+    monkeypatch.setattr(vkmap, "_rows_view", rows == "view")
+    # Built on request: a prefetched map's build may be issued by the build
+    # worker after the spin below, and reading its count then waits for
+    # the spin on the host (s30 call 2), which leaves nothing to check.
+    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "0")
+    if rows == "copy":
+        orig = vkmap.KernelMap.out_coords
 
-    def late_copy(self):
-        torch.cuda._sleep(50_000_000)  # on the current (map) stream
-        return orig(self)
+        def late_copy(self):
+            torch.cuda._sleep(50_000_000)  # on the current (map) stream
+            return orig(self)
 
-    monkeypatch.setattr(vkmap.KernelMap, "out_coords", late_copy)
+        monkeypatch.setattr(vkmap.KernelMap, "out_coords", late_copy)
+    else:
+        orig_rows = vkmap._MapRows.tensor
+
+        def late_rows(km, consumer):
+            torch.cuda._sleep(50_000_000)  # on the current (map) stream
+            return orig_rows(km, consumer)
+
+        monkeypatch.setattr(vkmap._MapRows, "tensor", late_rows)
     fine = ref.rand_coords(3000, 24, 2)
     x = voxconv.SparseTensor(torch.zeros(len(fine), 1, device=cuda), fine.to(cuda))
+    # The copy's allocation on the map stream must come from torch's pool:
+    # a first one there (the map stream's first, when pooled rows are
+    # views) calls cudaMalloc, which waited for the GPU, spin included
+    # (s30 call 1: the copy variant then saw its stream idle).
+    with torch.cuda.stream(vkmap.map_stream(torch.device(cuda)).stream):
+        torch.empty((len(fine), 4), dtype=torch.int32, device=cuda)
     torch.cuda.synchronize()
-    _, coarse = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_STRIDED,
-                                     (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    km, coarse = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_STRIDED,
+                                      (2, 2, 2), (2, 2, 2), (1, 1, 1))
     after = torch.cuda.Event()
     after.record()
     assert not after.query(), "the caller's stream does not wait for the coordinates"
     want, _ = ref.kernel_pairs("strided", fine, (2, 2, 2), (2, 2, 2), (1, 1, 1))
     assert torch.equal(coarse.coords.cpu(), want)
+    src = ctypes.c_void_p()
+    voxconv._lib.call("voxconv_kmap_out_coords", km.ptr, ctypes.byref(src))
+    # the view is the map's own rows; the copy is not
+    assert (coarse.coords.data_ptr() == src.value) == (rows == "view")
+
+
+def test_pooled_rows_keep_their_map(cuda, monkeypatch):
+    """A pooled level's coordinates are the strided map's own rows (item
+    107): the tensor keeps the map (and so its rows) alive after every
+    other reference to the map and the sets has gone; the map is freed once
+    the tensor goes."""
+    from voxconv import kmap as vkmap
+    monkeypatch.setattr(vkmap, "_rows_view", True)
+    destroyed = []
+    monkeypatch.setattr(vkmap, "lib", _CountingLib(vkmap.lib, destroyed))
+    fine = ref.rand_coords(5000, 32, 2)
+    want, _ = ref.kernel_pairs("strided", fine, (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    pool = vnn.SparseMaxPool3d(2, 2)
+    y = pool(voxconv.SparseTensor(torch.ones(len(fine), 4, device=cuda), fine.to(cuda)))
+    km = next(k for k, _ in y.coordinate_set.parent.kmaps.values()
+              if k.mode == voxconv._lib.KMAP_STRIDED)
+    ptr = km.ptr
+    rows = y.coords
+    del km, y
+    vkmap.flush_dropped()
+    assert ptr not in destroyed, "the map went while its rows were still in use"
+    torch.cuda.synchronize()
+    assert torch.equal(rows.cpu(), want)
+    del rows
+    vkmap.flush_dropped()
+    assert ptr in destroyed, "the map outlived its rows"
 
 
 class _CountingLib:
@@ -469,16 +568,21 @@ def test_dropped_maps_are_freed_in_one_batch(cuda, monkeypatch):
             waits.clear()
 
 
-def test_a_deep_forward_frees_every_map_when_dropped(cuda, monkeypatch):
+@pytest.mark.parametrize("rows", ["view", "copy"])
+def test_a_deep_forward_frees_every_map_when_dropped(cuda, monkeypatch, rows):
     """A forward down three levels (its output on the coarsest set, which
     holds the finer ones through its parents): dropping the output frees
     every map of the forward at once, none left queued for a later flush
     (which used to run inside the next forward: each derived set's maps
     were released after its parent had already freed the batch;
     docs/perf-notes.md item 105). No gc.collect(): reference counting
-    alone must do it."""
+    alone must do it. With the pooled levels' coordinates as views of the
+    maps' rows too (item 107: a map kept its input coordinates, the last
+    level's rows, to its end, so the levels' maps went one flush at a
+    time)."""
     from voxconv import kmap as vkmap
     monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
+    monkeypatch.setattr(vkmap, "_rows_view", rows == "view")
     destroyed = []
     monkeypatch.setattr(vkmap, "lib", _CountingLib(vkmap.lib, destroyed))
     torch.manual_seed(7)
