@@ -29,6 +29,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,8 +41,22 @@ typedef struct vc_build_job {
   voxconv_kmap_t *m;
   voxconv_coords_t in;
   int flags;
+  double queued_ms;
   struct vc_build_job *next;
 } vc_build_job_t;
+
+/* VOXCONV_WORKER_TRACE=1 (a diagnostic, docs/perf-notes.md item 108): the
+ * worker keeps, per job, how long it sat queued and how long issuing it
+ * took, and per waiting use of a map how long the caller waited and how
+ * long after the issue it woke; a summary goes to stderr when the worker
+ * stops. Up to TRACE_MAX of each. */
+#define TRACE_MAX 4096
+typedef struct vc_worker_trace {
+  int n_jobs, n_waits;
+  float queued_us[TRACE_MAX], issue_us[TRACE_MAX];
+  int mode[TRACE_MAX];
+  float wait_us[TRACE_MAX], wake_us[TRACE_MAX];
+} vc_worker_trace_t;
 
 struct vc_build_worker {
   voxconv_handle_t *h;
@@ -52,14 +67,62 @@ struct vc_build_worker {
   vc_build_job_t *head, *tail;
   int unissued; /* queued or being issued */
   int stop;
+  /* How long a waiting use of a map spins before it sleeps, and how long
+   * the worker spins for its next job after one (ms; 0: sleep at once):
+   * VOXCONV_WORKER_WAIT_SPIN_US, VOXCONV_WORKER_IDLE_SPIN_US, read when the
+   * worker starts (item 108). A sleeping thread's wake-up took longer than
+   * the issue itself on the lent host. */
+  double wait_spin_ms, idle_spin_ms;
+  vc_worker_trace_t *trace; /* NULL unless VOXCONV_WORKER_TRACE */
   /* The handle the builds run on: h's fields but the error buffer, taken
    * afresh for each job (h's settings may change between drains). */
   voxconv_handle_t shadow;
 };
 
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static int cmp_float(const void *a, const void *b) {
+  const float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+/* "median / p90 / max" of v[0..n) (sorted in place). */
+static void trace_line(const char *what, float *v, int n) {
+  if (n <= 0)
+    return;
+  qsort(v, (size_t)n, sizeof *v, cmp_float);
+  fprintf(stderr, "voxconv: build worker: %-32s n %5d  median %8.1f  p90 %8.1f  max %8.1f us\n",
+          what, n, v[n / 2], v[(n * 9) / 10], v[n - 1]);
+}
+
+static void trace_report(struct vc_build_worker *w) {
+  vc_worker_trace_t *t = w->trace;
+  static float q[TRACE_MAX], is[TRACE_MAX];
+  for (int pass = 0; pass < 2; pass++) {
+    const int mode = pass ? VOXCONV_KMAP_STRIDED : VOXCONV_KMAP_SUBMANIFOLD;
+    int n = 0;
+    for (int i = 0; i < t->n_jobs; i++)
+      if (t->mode[i] == mode) {
+        q[n] = t->queued_us[i];
+        is[n++] = t->issue_us[i];
+      }
+    trace_line(pass ? "strided: queued" : "submanifold: queued", q, n);
+    trace_line(pass ? "strided: issuing" : "submanifold: issuing", is, n);
+  }
+  trace_line("use of a map: waited", t->wait_us, t->n_waits);
+  trace_line("use of a map: woke after the issue", t->wake_us, t->n_waits);
+}
+
 static void finish_job(struct vc_build_worker *w, vc_build_job_t *job,
                        voxconv_status_t st) {
   voxconv_kmap_t *m = job->m;
+  m->issued_ms = vc_monotonic_ms();
   if (st != VOXCONV_STATUS_SUCCESS) {
     /* The map stays (the caller holds it) without buffers, and reports
      * this from now on. */
@@ -88,6 +151,15 @@ static void *worker_main(void *arg) {
 #endif
   pthread_mutex_lock(&w->lock);
   for (;;) {
+    if (!w->head && !w->stop && w->idle_spin_ms > 0) {
+      pthread_mutex_unlock(&w->lock);
+      const double until = vc_monotonic_ms() + w->idle_spin_ms;
+      while (!__atomic_load_n(&w->head, __ATOMIC_ACQUIRE) &&
+             !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE) &&
+             vc_monotonic_ms() < until)
+        cpu_relax();
+      pthread_mutex_lock(&w->lock);
+    }
     while (!w->head && !w->stop)
       pthread_cond_wait(&w->wake, &w->lock);
     if (!w->head)
@@ -104,12 +176,19 @@ static void *worker_main(void *arg) {
     w->shadow.capture_depth = 0;
     w->shadow.last_error[0] = '\0';
     voxconv_status_t st = VOXCONV_STATUS_UNSUPPORTED;
+    const double t0 = w->trace ? vc_monotonic_ms() : 0;
 #ifdef VOXCONV_HAVE_CUDA
     vc_capture_scope_begin(&w->shadow);
     st = vc_cuda_kmap_build(&w->shadow, job->m, &job->in, NULL,
                             job->flags | VC_BUILD_PRESET);
     vc_capture_scope_end(&w->shadow);
 #endif
+    if (w->trace && w->trace->n_jobs < TRACE_MAX) {
+      vc_worker_trace_t *t = w->trace;
+      t->queued_us[t->n_jobs] = (float)((t0 - job->queued_ms) * 1e3);
+      t->issue_us[t->n_jobs] = (float)((vc_monotonic_ms() - t0) * 1e3);
+      t->mode[t->n_jobs++] = job->m->desc.mode;
+    }
     finish_job(w, job, st);
     pthread_mutex_lock(&w->lock);
   }
@@ -132,11 +211,15 @@ void vc_build_worker_stop(voxconv_handle_t *h) {
   if (!w)
     return;
   pthread_mutex_lock(&w->lock);
-  w->stop = 1;
+  __atomic_store_n(&w->stop, 1, __ATOMIC_RELEASE);
   pthread_cond_signal(&w->wake);
   pthread_mutex_unlock(&w->lock);
   pthread_join(w->thread, NULL); /* it issues what is queued first */
   h->worker = NULL;
+  if (w->trace) {
+    trace_report(w);
+    free(w->trace);
+  }
   pthread_cond_destroy(&w->wake);
   pthread_cond_destroy(&w->done);
   pthread_mutex_destroy(&w->lock);
@@ -155,14 +238,15 @@ voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
   job->m = m;
   job->in = *in;
   job->flags = flags;
+  job->queued_ms = w->trace ? vc_monotonic_ms() : 0;
   job->next = NULL;
   m->issuer = w;
   m->issuing = 1; /* published to other threads with the map pointer */
   pthread_mutex_lock(&w->lock);
   if (w->tail)
     w->tail->next = job;
-  else
-    w->head = job;
+  else /* (read without the lock by the worker's idle spin) */
+    __atomic_store_n(&w->head, job, __ATOMIC_RELEASE);
   w->tail = job;
   w->unissued++;
   pthread_cond_signal(&w->wake);
@@ -174,9 +258,22 @@ void vc_kmap_issue_wait(const voxconv_kmap_t *m) {
   if (!__atomic_load_n(&m->issuing, __ATOMIC_ACQUIRE))
     return;
   struct vc_build_worker *w = m->issuer;
+  const double t0 = (w->trace || w->wait_spin_ms > 0) ? vc_monotonic_ms() : 0;
+  if (w->wait_spin_ms > 0) {
+    const double until = t0 + w->wait_spin_ms;
+    while (__atomic_load_n(&m->issuing, __ATOMIC_ACQUIRE) &&
+           vc_monotonic_ms() < until)
+      cpu_relax();
+  }
   pthread_mutex_lock(&w->lock);
   while (__atomic_load_n(&m->issuing, __ATOMIC_ACQUIRE))
     pthread_cond_wait(&w->done, &w->lock);
+  if (w->trace && w->trace->n_waits < TRACE_MAX) {
+    vc_worker_trace_t *t = w->trace;
+    const double now = vc_monotonic_ms();
+    t->wait_us[t->n_waits] = (float)((now - t0) * 1e3);
+    t->wake_us[t->n_waits++] = (float)((now - m->issued_ms) * 1e3);
+  }
   pthread_mutex_unlock(&w->lock);
 }
 
@@ -216,6 +313,12 @@ voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
                    "%s: out of host memory (%zu bytes)", func, sizeof *w);
   w->h = h;
+  const char *e_wait = vc_getenv("VOXCONV_WORKER_WAIT_SPIN_US");
+  const char *e_idle = vc_getenv("VOXCONV_WORKER_IDLE_SPIN_US");
+  w->wait_spin_ms = e_wait ? atof(e_wait) * 1e-3 : 0;
+  w->idle_spin_ms = e_idle ? atof(e_idle) * 1e-3 : 0;
+  if (vc_parse_bool(vc_getenv("VOXCONV_WORKER_TRACE")) == 1)
+    w->trace = (vc_worker_trace_t *)calloc(1, sizeof *w->trace);
   pthread_mutex_init(&w->lock, NULL);
   pthread_cond_init(&w->wake, NULL);
   pthread_cond_init(&w->done, NULL);
@@ -224,6 +327,7 @@ voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,
     pthread_cond_destroy(&w->wake);
     pthread_cond_destroy(&w->done);
     pthread_mutex_destroy(&w->lock);
+    free(w->trace);
     free(w);
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
                    "%s: cannot start the worker thread (error %d)", func, e);
