@@ -103,7 +103,9 @@ static void trace_line(const char *what, float *v, int n) {
 
 static void trace_report(struct vc_build_worker *w) {
   vc_worker_trace_t *t = w->trace;
-  static float q[TRACE_MAX], is[TRACE_MAX];
+  float *q = (float *)malloc(2 * TRACE_MAX * sizeof *q), *is = q + TRACE_MAX;
+  if (!q)
+    return;
   for (int pass = 0; pass < 2; pass++) {
     const int mode = pass ? VOXCONV_KMAP_STRIDED : VOXCONV_KMAP_SUBMANIFOLD;
     int n = 0;
@@ -115,6 +117,7 @@ static void trace_report(struct vc_build_worker *w) {
     trace_line(pass ? "strided: queued" : "submanifold: queued", q, n);
     trace_line(pass ? "strided: issuing" : "submanifold: issuing", is, n);
   }
+  free(q);
   trace_line("use of a map: waited", t->wait_us, t->n_waits);
   trace_line("use of a map: woke after the issue", t->wake_us, t->n_waits);
 }
