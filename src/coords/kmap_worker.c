@@ -97,7 +97,9 @@ static void trace_line(const char *what, float *v, int n) {
   if (n <= 0)
     return;
   qsort(v, (size_t)n, sizeof *v, cmp_float);
-  fprintf(stderr, "voxconv: build worker: %-32s n %5d  median %8.1f  p90 %8.1f  max %8.1f us\n",
+  fprintf(stderr,
+          "voxconv: build worker: %-32s n %5d  median %8.1f  p90 %8.1f  "
+          "max %8.1f us\n",
           what, n, v[n / 2], v[(n * 9) / 10], v[n - 1]);
 }
 
