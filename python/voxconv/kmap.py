@@ -62,9 +62,11 @@ build, which may be after the set that held them is gone; a use returns
 only once the build is issued).
 
 Derived rows. A set a strided (expanding, generative) map made on the map
-stream takes the map's own output rows as its coordinates, without a copy
-(``_MapRows``: the tensor keeps the map alive), unless
-``VOXCONV_DERIVED_ROWS=copy`` (docs/perf-notes.md items 104 and 107).
+stream gets a copy of the map's output rows as its coordinates; with
+``VOXCONV_DERIVED_ROWS=view`` it takes the map's own rows instead, without
+the copy (``_MapRows``: the tensor keeps the whole map alive, ~50x the
+rows' size, as long as anyone holds the coordinates; docs/perf-notes.md
+items 104 and 107).
 """
 
 import atexit
@@ -727,8 +729,8 @@ def plain_map_key(kernel_size, stride, dilation):
 
 
 def _rows_view_enabled():
-    """VOXCONV_DERIVED_ROWS: "view" (default) or "copy" (see the module doc)."""
-    return os.environ.get("VOXCONV_DERIVED_ROWS", "view").lower() != "copy"
+    """VOXCONV_DERIVED_ROWS: "copy" (default) or "view" (see the module doc)."""
+    return os.environ.get("VOXCONV_DERIVED_ROWS", "copy").lower() == "view"
 
 
 _rows_view = _rows_view_enabled()
@@ -739,9 +741,11 @@ class _MapRows:
     this object's __cuda_array_interface__ (no stream: torch neither waits
     nor synchronises; the caller orders the readers) keeps the object, and
     with it the map that owns the rows, alive as long as the tensor (and
-    its views) live. Saves the copy a pooling layer made of every new level
-    (a stream switch, an allocation, a memcpy call: docs/perf-notes.md
-    item 107)."""
+    its views) live. Saves the copy a pooling layer makes of every new
+    level (an allocation and a memcpy call, 25-30 us of host time on the
+    lent host), but a caller who keeps a pooled level's coordinates keeps
+    its whole map (~90 MB for workload A's level 1 against 2 MB of rows),
+    so it is opt-in (docs/perf-notes.md item 107)."""
 
     __slots__ = ("km", "__cuda_array_interface__")
 
