@@ -105,9 +105,10 @@ static void trace_line(const char *what, float *v, int n) {
 
 static void trace_report(struct vc_build_worker *w) {
   vc_worker_trace_t *t = w->trace;
-  float *q = (float *)malloc(2 * TRACE_MAX * sizeof *q), *is = q + TRACE_MAX;
+  float *q = (float *)malloc(2 * TRACE_MAX * sizeof *q);
   if (!q)
     return;
+  float *is = q + TRACE_MAX;
   for (int pass = 0; pass < 2; pass++) {
     const int mode = pass ? VOXCONV_KMAP_STRIDED : VOXCONV_KMAP_SUBMANIFOLD;
     int n = 0;
@@ -127,7 +128,8 @@ static void trace_report(struct vc_build_worker *w) {
 static void finish_job(struct vc_build_worker *w, vc_build_job_t *job,
                        voxconv_status_t st) {
   voxconv_kmap_t *m = job->m;
-  m->issued_ms = vc_monotonic_ms();
+  if (w->trace) /* read by a traced wait after `issuing` drops */
+    m->issued_ms = vc_monotonic_ms();
   if (st != VOXCONV_STATUS_SUCCESS) {
     /* The map stays (the caller holds it) without buffers, and reports
      * this from now on. */

@@ -118,7 +118,7 @@ struct voxconv_kmap {
    * later call on the map. */
   int issuing;
   struct vc_build_worker *issuer;
-  double issued_ms; /* when the worker finished issuing it (its trace) */
+  double issued_ms; /* when the worker issued it (set only while tracing) */
   voxconv_status_t issue_status;
   char *issue_msg;
 };
