@@ -584,6 +584,46 @@ VOXCONV_API voxconv_status_t voxconv_kmap_build_async(
     voxconv_handle_t *h, const voxconv_kmap_desc_t *desc,
     const voxconv_coords_t *in, const voxconv_coords_t *out,
     voxconv_kmap_t **kmap);
+/* The least and greatest value of each field (batch, x, y, z) over the
+ * rows of a coordinate set: lo[f] <= row[f] <= hi[f] for every row. */
+typedef struct voxconv_coords_bounds {
+  int32_t lo[4];
+  int32_t hi[4];
+} voxconv_coords_bounds_t;
+
+/* A STRIDED build (defer 0: as voxconv_kmap_build, 1: as
+ * voxconv_kmap_build_async) told the bounds of its input rows. The map is
+ * the same, bit for bit, as without them; what changes is the cost. The
+ * build sorts the inputs' strided cells to make its outputs (sorted by
+ * (b, x, y, z)); without bounds it sorts 64-bit keys over every bit a
+ * coordinate may use, with them (on CUDA) it sorts keys of only the bits
+ * the bounds' extent needs -- 32-bit keys when that is <= 31 bits, e.g.
+ * 1024 x 1024 x 64 cells of one batch -- in about half the radix passes
+ * and a quarter of the bytes (docs/perf-notes.md item 109). Where the
+ * bounds come from: voxconv_kmap_out_bounds of the map whose outputs the
+ * rows are (a network's pooled levels), or the caller's own knowledge of
+ * its points (the host copy of a scan, a voxel grid's size). They must
+ * hold: lo[0] in 0..VOXCONV_BATCH_MAX, lo[1..3] >= VOXCONV_COORD_MIN,
+ * hi[1..3] <= VOXCONV_COORD_MAX, lo <= hi (else INVALID_ARGUMENT), and
+ * every row inside them: a row outside is OUT_OF_RANGE, reported the way
+ * the build reports out-of-range coordinates (at once on the CPU and by a
+ * synchronous build; by voxconv_kmap_wait or the map's first op for a
+ * deferred one, whose results up to then are meaningless but never
+ * out-of-bounds accesses). in_bounds NULL is the plain build.
+ * INVALID_ARGUMENT for other modes (only a strided build sorts). */
+VOXCONV_API voxconv_status_t voxconv_kmap_build_bounded(
+    voxconv_handle_t *h, const voxconv_kmap_desc_t *desc,
+    const voxconv_coords_t *in, const voxconv_coords_bounds_t *in_bounds,
+    int defer, voxconv_kmap_t **kmap);
+/* The bounds of a STRIDED map's output rows, as voxconv_kmap_build_bounded
+ * takes them for the next level's strided build: computed by the build
+ * with its output count (no extra pass, no wait). Needs the count: for a
+ * deferred map whose count has not arrived (info.n_out -1) this is
+ * INVALID_ARGUMENT (voxconv_kmap_wait first); never waits. A map with no
+ * outputs gives lo = 0, hi = -1 (an empty range). INVALID_ARGUMENT for
+ * other modes. */
+VOXCONV_API voxconv_status_t voxconv_kmap_out_bounds(
+    const voxconv_kmap_t *kmap, voxconv_coords_bounds_t *bounds);
 VOXCONV_API voxconv_status_t voxconv_kmap_destroy(voxconv_handle_t *h,
                                                   voxconv_kmap_t *kmap);
 /* Waits until the map's build has finished on the GPU (only the build: work

@@ -783,9 +783,21 @@ static int build_map(bench_t *B, voxconv_handle_t *h, int l,
   snprintf(what, sizeof what, "voxconv_kmap_build (level %d %s)", l,
            pool ? "pool 2/2" : "subm3");
   *ms = 0;
+  /* A pooled level's rows are the last pool map's outputs, whose bounds
+   * that build computed: the strided build sorts compact keys with them
+   * (voxconv_kmap_build_bounded; the Python package does the same).
+   * VOXCONV_STRIDED_BOUNDS=0 builds without (the same maps). */
+  voxconv_coords_bounds_t bounds;
+  const char *use = getenv("VOXCONV_STRIDED_BOUNDS");
+  const int bounded = pool && l > 0 && B->lv[l - 1].pool &&
+                      !(use && strcmp(use, "0") == 0) &&
+                      voxconv_kmap_out_bounds(B->lv[l - 1].pool, &bounds) ==
+                          VOXCONV_STATUS_SUCCESS;
   if (timed && (rc = clock_start(B, &B->t_op)))
     return rc;
-  TRY_ON(h, what, voxconv_kmap_build(h, &d, &c, NULL, map));
+  TRY_ON(h, what,
+         bounded ? voxconv_kmap_build_bounded(h, &d, &c, &bounds, 0, map)
+                 : voxconv_kmap_build(h, &d, &c, NULL, map));
   if (timed && (rc = clock_stop(B, &B->t_op, ms)))
     return rc;
   voxconv_kmap_info_t info;

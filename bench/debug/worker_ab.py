@@ -6,7 +6,7 @@ per block (the lent host's speed drifts; alternating blocks puts every mode
 in every state). A diagnostic.
 
     python3 bench/debug/worker_ab.py [--data-dir D] [--rounds 4] [--runs 15]
-                                     [--switch worker|rows|spin|order]
+                                     [--switch worker|rows|spin|order|bounds]
 
 --switch rows: the worker stays on; what alternates is how a pooled level's
 coordinates are made (kmap._rows_view: the map's own rows, or a copy;
@@ -14,6 +14,8 @@ VOXCONV_DERIVED_ROWS, perf-notes item 107). --switch spin: the worker is
 restarted with VOXCONV_WORKER_WAIT_SPIN_US / _IDLE_SPIN_US set to
 --spin-wait-us / --spin-idle-us ("on") or 0 ("off") (item 108). --switch
 order: "on" is kmap._prefetch_rank, "off" the opposite order (item 108).
+--switch bounds: "on" gives pooled levels' strided builds their rows'
+bounds (kmap._pass_bounds: compact sort keys), "off" does not (item 109).
 """
 import argparse, os, statistics, sys
 import torch
@@ -35,6 +37,8 @@ def set_mode(args, dev, on):
     elif args.switch == "order":
         kmap._set_map_worker(dev, True)
         kmap._prefetch_rank = RANK if on else (lambda mode, worker: not RANK(mode, worker))
+    elif args.switch == "bounds":
+        kmap._pass_bounds = on
     elif args.switch == "rows":
         kmap._set_map_worker(dev, True)
         kmap._rows_view = on
@@ -50,7 +54,7 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--runs", type=int, default=15)
-    ap.add_argument("--switch", choices=("worker", "rows", "spin", "order"), default="worker")
+    ap.add_argument("--switch", choices=("worker", "rows", "spin", "order", "bounds"), default="worker")
     ap.add_argument("--spin-wait-us", type=float, default=1000)
     ap.add_argument("--spin-idle-us", type=float, default=2000)
     args = ap.parse_args()

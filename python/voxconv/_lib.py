@@ -72,6 +72,11 @@ class Coords(ctypes.Structure):
                 ("tensor_stride", c_int32_3)]
 
 
+class CoordsBounds(ctypes.Structure):
+    """voxconv_coords_bounds_t: per field (batch, x, y, z) lo <= row <= hi."""
+    _fields_ = [("lo", ctypes.c_int32 * 4), ("hi", ctypes.c_int32 * 4)]
+
+
 class Feats(ctypes.Structure):
     _fields_ = [("data", ctypes.c_void_p), ("rows", ctypes.c_int64),
                 ("channels", ctypes.c_int64), ("dtype", ctypes.c_int)]
@@ -178,6 +183,9 @@ _SIGNATURES = {
     "voxconv_handle_set_build_worker": (_st, [_p, ctypes.c_int]),
     "voxconv_kmap_get_info": (_st, [_p, _P(KmapInfo)]),
     "voxconv_kmap_out_coords": (_st, [_p, _P(_p)]),
+    "voxconv_kmap_build_bounded": (_st, [_p, _P(KmapDesc), _P(Coords), _P(CoordsBounds),
+                                         ctypes.c_int, _P(_p)]),
+    "voxconv_kmap_out_bounds": (_st, [_p, _P(CoordsBounds)]),
     "voxconv_kmap_get_pairs": (_st, [_p, _p, _p, _p, _p]),
     "voxconv_kmap_verify": (_st, [_p, _p, _P(Coords)]),
     "voxconv_kmap_inverse": (_st, [_p, _p, _P(_p)]),

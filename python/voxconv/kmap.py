@@ -265,7 +265,8 @@ class KernelMap:
 
     def __init__(self, handle, mode, kernel_size, stride, dilation,
                  in_coords, in_tensor_stride, out_coords=None, out_tensor_stride=None,
-                 padding=None, out_shape=None, inverse_of=None, defer=False, order=0):
+                 padding=None, out_shape=None, inverse_of=None, defer=False, order=0,
+                 in_bounds=None):
         ptr = ctypes.c_void_p()
         if inverse_of is not None:
             # voxconv_kmap_inverse: built from the forward map's tables
@@ -280,10 +281,16 @@ class KernelMap:
                     if out_coords is not None else None)
             # defer: voxconv_kmap_build_async (a CUDA STRIDED build does
             # not wait for its output count; n_out waits when first read)
-            handle.call("voxconv_kmap_build_async" if defer else "voxconv_kmap_build",
-                        desc, ctypes.byref(cin),
-                        ctypes.byref(cout) if cout is not None else None,
-                        ctypes.byref(ptr))
+            if in_bounds is not None:
+                # a strided build told its rows' bounds sorts compact keys
+                # (voxconv_kmap_build_bounded; perf-notes item 109)
+                handle.call("voxconv_kmap_build_bounded", desc, ctypes.byref(cin),
+                            ctypes.byref(in_bounds), 1 if defer else 0, ctypes.byref(ptr))
+            else:
+                handle.call("voxconv_kmap_build_async" if defer else "voxconv_kmap_build",
+                            desc, ctypes.byref(cin),
+                            ctypes.byref(cout) if cout is not None else None,
+                            ctypes.byref(ptr))
         self.ptr = ptr.value
         self.handle = handle
         self.device = handle.device
@@ -323,6 +330,17 @@ class KernelMap:
         self.out_tensor_stride = v[_I_OUT_TS:_I_OUT_TS + 3]
         self.id = next(_ids)
         _registry[self.id] = self
+
+    def out_bounds(self):
+        """A strided map's output bounds (voxconv_kmap_out_bounds, a
+        ``_lib.CoordsBounds``), read after its count (which waits for a
+        deferred build, as ``n_out`` does); None for other modes."""
+        if self.mode != _lib.KMAP_STRIDED:
+            return None
+        self.n_out  # noqa: B018 -- the count first (the bounds come with it)
+        b = _lib.CoordsBounds()
+        _lib.call("voxconv_kmap_out_bounds", self.ptr, ctypes.byref(b))
+        return b
 
     @property
     def n_pairs(self):
@@ -491,6 +509,10 @@ class CoordinateSet:
         # the plan entry's stamp then))
         self.path = path
         self.prefetched = {}
+        # Its rows' bounds (_lib.CoordsBounds) when the set is a strided
+        # map's outputs, which that map's build computed: the set's own
+        # strided builds then sort compact keys (item 109). None otherwise.
+        self.bounds = None
 
     def __len__(self):
         return self.coords.shape[0]
@@ -728,6 +750,17 @@ def plain_map_key(kernel_size, stride, dilation):
     return _map_key(mode, kernel_size, stride, dilation, None, None, None, 0)
 
 
+def _bounds_enabled():
+    """VOXCONV_STRIDED_BOUNDS: "1" (default) gives a strided map's output
+    bounds to the strided builds on its outputs; "0" does not (the A/B of
+    docs/perf-notes.md item 109: the maps are the same either way)."""
+    return os.environ.get("VOXCONV_STRIDED_BOUNDS", "1").lower() not in ("0", "false", "off",
+                                                                         "no")
+
+
+_pass_bounds = _bounds_enabled()
+
+
 def _rows_view_enabled():
     """VOXCONV_DERIVED_ROWS: "copy" (default) or "view" (see the module doc)."""
     return os.environ.get("VOXCONV_DERIVED_ROWS", "copy").lower() == "view"
@@ -961,7 +994,8 @@ class CoordinateManager:
                 try:
                     km = KernelMap(ms.handle, mode, kernel_size, stride, dilation, s.coords,
                                    s.tensor_stride, padding=padding, out_shape=out_shape,
-                                   defer=mode == _lib.KMAP_STRIDED, order=order)
+                                   defer=mode == _lib.KMAP_STRIDED, order=order,
+                                   in_bounds=s.bounds if mode == _lib.KMAP_STRIDED else None)
                 except errors.VoxconvError:
                     # Only an optimisation: the request builds the map
                     # again and raises there, where the caller expects it.
@@ -997,7 +1031,8 @@ class CoordinateManager:
             return km, out_set
         km = KernelMap(handle, mode, kernel_size, stride, dilation,
                        in_set.coords, in_set.tensor_stride, padding=padding,
-                       out_shape=out_shape, order=order)
+                       out_shape=out_shape, order=order,
+                       in_bounds=in_set.bounds if mode == _lib.KMAP_STRIDED else None)
         made_on = handle.stream if consumer is not None else None
         return km, self._derive(km, consumer, in_set, mode, stride, made_on, key)
 
@@ -1016,6 +1051,8 @@ class CoordinateManager:
                 out_set = self.add(self._derived_coords(km, consumer),
                                    km.out_tensor_stride, stream=made_on, _parent=in_set,
                                    _path=path)
+                if _pass_bounds:
+                    out_set.bounds = km.out_bounds()
                 in_set.children[ckey] = out_set
             return out_set
         if mode == _lib.KMAP_GENERATIVE:

@@ -157,10 +157,61 @@ static voxconv_status_t discard_failed(voxconv_handle_t *h, voxconv_kmap_t *m,
   return st;
 }
 
+/* voxconv_kmap_build_bounded's bounds: in range and ordered. */
+static voxconv_status_t check_bounds_arg(voxconv_handle_t *h, const char *func,
+                                        const voxconv_coords_bounds_t *b) {
+  static const char *const names[4] = {"batch", "x", "y", "z"};
+  for (int f = 0; f < 4; f++) {
+    const int32_t least = f == 0 ? 0 : VOXCONV_COORD_MIN;
+    const int32_t most = f == 0 ? VOXCONV_BATCH_MAX : VOXCONV_COORD_MAX;
+    if (b->lo[f] < least || b->hi[f] > most || b->lo[f] > b->hi[f])
+      return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                     "%s: in_bounds %s lo=%d hi=%d: needs %d <= lo <= hi <= "
+                     "%d",
+                     func, names[f], (int)b->lo[f], (int)b->hi[f], (int)least,
+                     (int)most);
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* CPU maps: the declared bounds hold for every input row (checked after
+ * the build, so that out-of-range and duplicate rows are reported first,
+ * as the CUDA build does), and the outputs' bounds. */
+static voxconv_status_t cpu_bounds(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                   const voxconv_coords_t *in) {
+  if (m->has_in_bounds)
+    for (int64_t i = 0; i < in->n; i++)
+      if (!vc_row_in_bounds(in->data + 4 * i, &m->in_bounds)) {
+        char msg[VC_ERROR_MAX];
+        const voxconv_status_t st = vc_bounds_violation(
+            msg, sizeof msg, (unsigned long long)i, in->data + 4 * i,
+            &m->in_bounds);
+        return vc_fail(h, st, "%s", msg);
+      }
+  if (m->desc.mode != VOXCONV_KMAP_STRIDED)
+    return VOXCONV_STATUS_SUCCESS;
+  voxconv_coords_bounds_t *o = &m->out_bounds;
+  for (int f = 0; f < 4; f++) {
+    o->lo[f] = 0;
+    o->hi[f] = -1;
+  }
+  for (int64_t i = 0; i < m->n_out; i++)
+    for (int f = 0; f < 4; f++) {
+      const int32_t v = m->out_coords[4 * i + f];
+      if (i == 0 || v < o->lo[f])
+        o->lo[f] = v;
+      if (i == 0 || v > o->hi[f])
+        o->hi[f] = v;
+    }
+  m->has_out_bounds = 1;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 static voxconv_status_t kmap_build(voxconv_handle_t *h,
                                    const voxconv_kmap_desc_t *desc,
                                    const voxconv_coords_t *in,
                                    const voxconv_coords_t *out,
+                                   const voxconv_coords_bounds_t *in_bounds,
                                    voxconv_kmap_t **kmap, int defer) {
   static const char *const func = "voxconv_kmap_build";
   VC_CHECK_NULL(NULL, h, "handle");
@@ -254,6 +305,13 @@ static voxconv_status_t kmap_build(voxconv_handle_t *h,
   VC_CHECK(check_coords_arg(h, func, "in", in));
   if (out)
     VC_CHECK(check_coords_arg(h, func, "out", out));
+  if (in_bounds && d.mode != VOXCONV_KMAP_STRIDED)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: in_bounds are for STRIDED builds (the only ones that "
+                   "sort their outputs); this is %s: pass NULL",
+                   func, vc_kmap_mode_name(d.mode));
+  if (in_bounds)
+    VC_CHECK(check_bounds_arg(h, func, in_bounds));
 
   int32_t in_ts[3], out_ts[3];
   VC_CHECK(tensor_stride_of(h, func, "in", in, in_ts));
@@ -309,6 +367,10 @@ static voxconv_status_t kmap_build(voxconv_handle_t *h,
   m->n_in = in->n;
   memcpy(m->in_ts, in_ts, sizeof in_ts);
   memcpy(m->out_ts, out_ts, sizeof out_ts);
+  if (in_bounds) {
+    m->has_in_bounds = 1;
+    m->in_bounds = *in_bounds;
+  }
 
   voxconv_status_t st;
 #ifdef VOXCONV_HAVE_CUDA
@@ -334,6 +396,8 @@ static voxconv_status_t kmap_build(voxconv_handle_t *h,
   {
     (void)defer; /* CPU builds are synchronous */
     st = vc_cpu_kmap_build(h, m, in, out);
+    if (st == VOXCONV_STATUS_SUCCESS)
+      st = cpu_bounds(h, m, in);
   }
   if (st != VOXCONV_STATUS_SUCCESS)
     return discard_failed(h, m, st);
@@ -347,7 +411,7 @@ voxconv_status_t voxconv_kmap_build(voxconv_handle_t *h,
                                     const voxconv_coords_t *in,
                                     const voxconv_coords_t *out,
                                     voxconv_kmap_t **kmap) {
-  return kmap_build(h, desc, in, out, kmap, 0);
+  return kmap_build(h, desc, in, out, NULL, kmap, 0);
 }
 
 voxconv_status_t voxconv_kmap_build_async(voxconv_handle_t *h,
@@ -355,7 +419,21 @@ voxconv_status_t voxconv_kmap_build_async(voxconv_handle_t *h,
                                           const voxconv_coords_t *in,
                                           const voxconv_coords_t *out,
                                           voxconv_kmap_t **kmap) {
-  return kmap_build(h, desc, in, out, kmap, 1);
+  return kmap_build(h, desc, in, out, NULL, kmap, 1);
+}
+
+voxconv_status_t voxconv_kmap_build_bounded(
+    voxconv_handle_t *h, const voxconv_kmap_desc_t *desc,
+    const voxconv_coords_t *in, const voxconv_coords_bounds_t *in_bounds,
+    int defer, voxconv_kmap_t **kmap) {
+  if (h && defer != 0 && defer != 1) {
+    vc_clear_error(h);
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "voxconv_kmap_build_bounded: defer = %d is not 0 "
+                   "(voxconv_kmap_build) or 1 (voxconv_kmap_build_async)",
+                   defer);
+  }
+  return kmap_build(h, desc, in, NULL, in_bounds, kmap, defer);
 }
 
 voxconv_status_t voxconv_kmap_inverse(voxconv_handle_t *h,
@@ -515,6 +593,28 @@ voxconv_status_t voxconv_kmap_get_info(const voxconv_kmap_t *kmap,
   info->n_pairs = pending ? -1 : kmap->n_pairs;
   memcpy(info->in_tensor_stride, kmap->in_ts, sizeof kmap->in_ts);
   memcpy(info->out_tensor_stride, kmap->out_ts, sizeof kmap->out_ts);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t voxconv_kmap_out_bounds(const voxconv_kmap_t *kmap,
+                                         voxconv_coords_bounds_t *bounds) {
+  static const char *const func = "voxconv_kmap_out_bounds";
+  vc_clear_error(NULL);
+  VC_CHECK_NULL(NULL, kmap, "kmap");
+  VC_CHECK_NULL(NULL, bounds, "bounds");
+  if (kmap->desc.mode != VOXCONV_KMAP_STRIDED)
+    return vc_fail(NULL, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: a %s map; only STRIDED maps record their outputs' "
+                   "bounds",
+                   func, vc_kmap_mode_name(kmap->desc.mode));
+  /* Set with n_out (vc_cuda_kmap_poll publishes both before `pending`). */
+  if (__atomic_load_n(&kmap->pending, __ATOMIC_ACQUIRE) ||
+      !kmap->has_out_bounds)
+    return vc_fail(NULL, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: the map's output count has not arrived yet "
+                   "(voxconv_kmap_wait first; this call never waits)",
+                   func);
+  *bounds = kmap->out_bounds;
   return VOXCONV_STATUS_SUCCESS;
 }
 

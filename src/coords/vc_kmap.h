@@ -7,6 +7,8 @@
 
 #include "../core/vc_core.h"
 
+#include <stdio.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -45,6 +47,31 @@ static inline uint64_t vc_fingerprint_mix(uint64_t i, uint64_t key) {
   return z ^ (z >> 31);
 }
 
+/* The error of a row outside the bounds declared for a build
+ * (voxconv_kmap_build_bounded), worded alike by both backends. */
+static inline voxconv_status_t vc_bounds_violation(char *msg, size_t size,
+                                                   unsigned long long row,
+                                                   const int32_t r[4],
+                                                   const voxconv_coords_bounds_t *b) {
+  snprintf(msg, size,
+           "voxconv_kmap_build: in coords row %llu (b,x,y,z) = (%d,%d,%d,%d) "
+           "lies outside the declared in_bounds lo (%d,%d,%d,%d) hi "
+           "(%d,%d,%d,%d)",
+           row, (int)r[0], (int)r[1], (int)r[2], (int)r[3], (int)b->lo[0],
+           (int)b->lo[1], (int)b->lo[2], (int)b->lo[3], (int)b->hi[0],
+           (int)b->hi[1], (int)b->hi[2], (int)b->hi[3]);
+  return VOXCONV_STATUS_OUT_OF_RANGE;
+}
+
+/* Whether row r lies inside b. */
+static inline int vc_row_in_bounds(const int32_t r[4],
+                                   const voxconv_coords_bounds_t *b) {
+  for (int f = 0; f < 4; f++)
+    if (r[f] < b->lo[f] || r[f] > b->hi[f])
+      return 0;
+  return 1;
+}
+
 struct voxconv_kmap {
   voxconv_backend_t backend;
   int device;
@@ -57,6 +84,12 @@ struct voxconv_kmap {
   /* STRIDED / EXPANDING: fingerprint of out_coords (the inverse map's
    * in_fingerprint, so voxconv_kmap_inverse needs no pass over them). */
   uint64_t out_fingerprint;
+  /* STRIDED maps: the input rows' bounds the caller declared
+   * (voxconv_kmap_build_bounded; the CUDA build sorts compact keys with
+   * them), and the output rows' bounds, set with n_out (from the device
+   * status on CUDA: voxconv_kmap_out_bounds). */
+  int has_in_bounds, has_out_bounds;
+  voxconv_coords_bounds_t in_bounds, out_bounds;
   /* backend memory */
   int32_t *out_coords; /* [n_out][4] (a copy of the input for SUBMANIFOLD) */
   /* STRIDED / EXPANDING: a copy of the input coordinates (the outputs of

@@ -276,25 +276,30 @@ static voxconv_status_t vc_scan_counts(VcWorkspace &ws, voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-/* Sorted unique keys of keys[n] into uniq (n_unique on the device). The
- * input keys are consumed (sorted in a scratch copy). */
+/* Sorted unique keys of keys[n] into uniq (n_unique on the device), by
+ * the keys' bits [0, end_bit): the bits above must be 0, except in the
+ * all-ones "no key" of a row the build rejects (its place in the order
+ * does not matter then: the build fails). The input keys are consumed
+ * (sorted in a scratch copy). */
+template <typename KeyT>
 static voxconv_status_t vc_sort_unique(VcWorkspace &ws, voxconv_handle_t *h,
-                                       const unsigned long long *keys,
-                                       int64_t n, unsigned long long *uniq,
-                                       long long *n_unique) {
-  unsigned long long *sorted = NULL;
-  VC_CHECK(ws.get<unsigned long long>(n, &sorted, "sorted output keys"));
+                                       const KeyT *keys, int64_t n, KeyT *uniq,
+                                       long long *n_unique,
+                                       int end_bit = 8 * (int)sizeof(KeyT)) {
+  KeyT *sorted = NULL;
+  VC_CHECK(ws.get<KeyT>(n, &sorted, "sorted output keys"));
   size_t sort_bytes = 0, uniq_bytes = 0;
   VC_CUDA_TRY(h, cub::DeviceRadixSort::SortKeys(NULL, sort_bytes, keys, sorted,
-                                                n, 0, 64, vc_cuda_stream(h)));
+                                                n, 0, end_bit,
+                                                vc_cuda_stream(h)));
   VC_CUDA_TRY(h, cub::DeviceSelect::Unique(NULL, uniq_bytes, sorted, uniq,
                                            n_unique, n, vc_cuda_stream(h)));
   const size_t tmp_bytes = sort_bytes > uniq_bytes ? sort_bytes : uniq_bytes;
   unsigned char *tmp = NULL;
   VC_CHECK(ws.get<unsigned char>((int64_t)tmp_bytes, &tmp, "CUB sort workspace"));
   size_t b = tmp_bytes;
-  VC_CUDA_TRY(h, cub::DeviceRadixSort::SortKeys(tmp, b, keys, sorted, n, 0, 64,
-                                                vc_cuda_stream(h)));
+  VC_CUDA_TRY(h, cub::DeviceRadixSort::SortKeys(tmp, b, keys, sorted, n, 0,
+                                                end_bit, vc_cuda_stream(h)));
   b = tmp_bytes;
   VC_CUDA_TRY(h, cub::DeviceSelect::Unique(tmp, b, sorted, uniq, n_unique, n,
                                            vc_cuda_stream(h)));
@@ -554,6 +559,14 @@ static voxconv_status_t vc_check_status(VcBuild &b, const VcKmapStatus *st,
                          (int64_t)st->dup_out_row);
   if (st->gen_bad != VC_NO_ROW)
     return vc_report_generative(h, b.m, b.in->data, st->gen_bad);
+  if (st->bounds_bad_row != VC_NO_ROW) {
+    int32_t r[4];
+    char msg[VC_ERROR_MAX];
+    VC_CHECK(vc_copy_row(h, b.in->data, (int64_t)st->bounds_bad_row, r));
+    const voxconv_status_t e = vc_bounds_violation(
+        msg, sizeof msg, st->bounds_bad_row, r, &b.m->in_bounds);
+    return vc_fail(h, e, "%s", msg);
+  }
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -816,6 +829,76 @@ static voxconv_status_t vc_attempt_derived(VcBuild &b, VcWorkspace &ws,
                         m->out_rows);
 }
 
+/* Floor division for s >= 1 (kmap_cpu.c's floor_div). */
+static int32_t vc_floor_div(int32_t a, int32_t s) {
+  return a >= 0 ? a / s : -((-a + s - 1) / s);
+}
+
+/* The compact keys of a STRIDED build told its inputs' bounds (see
+ * VcCompact): the box of strided cells those bounds allow, and the bits
+ * each field needs. Full keys without bounds, or when the box needs 64
+ * bits (then "no key" could not be told from a key). */
+static VcCompact vc_compact_plan(const voxconv_kmap_t *m) {
+  VcCompact cp;
+  memset(&cp, 0, sizeof cp);
+  if (!m->has_in_bounds)
+    return cp;
+  int shift = 0;
+  for (int f = 3; f >= 0; f--) { /* z lowest, batch highest: the full key's order */
+    const int32_t s = f == 0 ? 1 : m->desc.stride[f - 1];
+    const int32_t lo = vc_floor_div(m->in_bounds.lo[f], s);
+    const int32_t hi = vc_floor_div(m->in_bounds.hi[f], s);
+    int w = 0;
+    while (w < 32 && ((uint64_t)(hi - lo) >> w) != 0)
+      w++;
+    cp.in_lo[f] = m->in_bounds.lo[f];
+    cp.in_hi[f] = m->in_bounds.hi[f];
+    cp.lo[f] = lo;
+    cp.width[f] = w;
+    cp.shift[f] = shift;
+    shift += w;
+  }
+  cp.bits = shift;
+  cp.compact = cp.bits < 64;
+  return cp;
+}
+
+/* A STRIDED build's output keys: the sorted unique strided cells of the
+ * inputs, as full keys in `uniq` (n_out on the device), their fingerprint
+ * and bounds in the status. KeyT: 32-bit compact keys, or 64-bit ones
+ * (compact or full). */
+template <typename KeyT>
+static voxconv_status_t vc_strided_unique(VcBuild &b, VcWorkspace &ws,
+                                          VcKmapStatus *d_st,
+                                          const unsigned long long *in_keys,
+                                          const VcCompact &cp,
+                                          unsigned long long *uniq) {
+  voxconv_handle_t *h = b.h;
+  const cudaStream_t stream = vc_cuda_stream(h);
+  const int64_t n = b.in->n;
+  KeyT *cand = NULL, *sorted_uniq = NULL;
+  VC_CHECK(ws.get<KeyT>(n, &cand, "strided output keys"));
+  /* 64-bit keys need no conversion: the sort writes the map's keys. */
+  const bool convert = sizeof(KeyT) < sizeof(unsigned long long) || cp.compact;
+  if (convert)
+    VC_CHECK(ws.get<KeyT>(n, &sorted_uniq, "strided compact unique keys"));
+  else
+    sorted_uniq = (KeyT *)uniq;
+  vc_strided_keys_kernel<KeyT><<<vc_grid_rows(h, n), kBlock, 0, stream>>>(
+      in_keys, n, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]), cp, cand,
+      &d_st->bounds_bad_row);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_strided_keys_kernel");
+  /* At least one bit: a box of one cell still sorts (trivially). */
+  const int end_bit = cp.compact ? (cp.bits > 0 ? cp.bits : 1)
+                                 : 8 * (int)sizeof(KeyT);
+  VC_CHECK(vc_sort_unique<KeyT>(ws, h, cand, n, sorted_uniq, &d_st->n_out,
+                                end_bit));
+  vc_strided_out_kernel<KeyT><<<vc_grid_rows(h, n), kBlock, 0, stream>>>(
+      sorted_uniq, n, &d_st->n_out, cp, uniq, d_st);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_strided_out_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 static voxconv_status_t vc_build_attempt(VcBuild &b) {
   voxconv_handle_t *h = b.h;
   voxconv_kmap_t *m = b.m;
@@ -886,23 +969,19 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
                                "kernel-map row_mask_out"));
     mask_out = m->row_mask_out;
   } else { /* STRIDED */
-    unsigned long long *cand = NULL;
-    VC_CHECK(ws.get<unsigned long long>(n_in, &cand, "strided output keys"));
     VC_CHECK(ws.get<unsigned long long>(n_in, &strided_uniq,
                                         "strided unique keys"));
     if (n_in > 0) {
-      vc_strided_keys_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
-          in_keys, n_in, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]), cand);
-      VC_CUDA_LAUNCH_CHECK(h, "vc_strided_keys_kernel");
-      VC_CHECK(vc_sort_unique(ws, h, cand, n_in, strided_uniq, &d_st->n_out));
+      const VcCompact cp = vc_compact_plan(m);
+      if (cp.compact && cp.bits < 32)
+        VC_CHECK(vc_strided_unique<uint32_t>(b, ws, d_st, in_keys, cp,
+                                             strided_uniq));
+      else
+        VC_CHECK(vc_strided_unique<unsigned long long>(b, ws, d_st, in_keys,
+                                                       cp, strided_uniq));
     }
     n_out_dev = &d_st->n_out;
     out_keys = strided_uniq;
-    if (n_in > 0) {
-      vc_keys_fingerprint_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
-          strided_uniq, n_in, n_out_dev, &d_st->out_fingerprint);
-      VC_CUDA_LAUNCH_CHECK(h, "vc_keys_fingerprint_kernel");
-    }
     VC_CHECK(vc_make_hash(ws, h, b.cap_out, &out_hash, "output coordinate hash"));
     if (n_in > 0) {
       vc_insert_rows_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
@@ -999,6 +1078,7 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   m->out_fingerprint = hs->out_fingerprint;
   const int64_t n_out = mode == VOXCONV_KMAP_STRIDED ? hs->n_out : n_out_bound;
   m->n_out = n_out;
+  vc_take_out_bounds(m, hs);
   VC_CHECK(vc_host_pair_offsets(h, m));
   for (int k = 0; k <= K; k++)
     m->pair_offsets[k] = hs->pair_offsets[k];

@@ -122,7 +122,6 @@ voxconv_status_t vc_kmap_status_message(const voxconv_kmap_t *m,
                                         const VcKmapStatus *st, char *msg,
                                         size_t size) {
   static const char *const names[4] = {"batch", "x", "y", "z"};
-  (void)m;
   if (st->bad_in_row != VC_NO_ROW) {
     const int32_t *r = st->bad_in_coords;
     if (r[0] < 0 || r[0] > VOXCONV_BATCH_MAX) {
@@ -154,6 +153,9 @@ voxconv_status_t vc_kmap_status_message(const voxconv_kmap_t *m,
              (int)r[3]);
     return VOXCONV_STATUS_DUPLICATE_COORDS;
   }
+  if (st->bounds_bad_row != VC_NO_ROW)
+    return vc_bounds_violation(msg, size, st->bounds_bad_row,
+                               st->bounds_bad_coords, &m->in_bounds);
   if (st->overflow_in || st->overflow_out) {
     /* Asynchronous builds size their tables for every key, so an insert
      * cannot run out of slots; this would be a bug. */
@@ -183,6 +185,7 @@ static voxconv_status_t vc_complete_locked(voxconv_kmap_t *m, VcKmapPriv *p) {
   if (m->n_out < 0) { /* a deferred STRIDED build: its count arrives now */
     m->n_out = st->n_out;
     m->out_fingerprint = st->out_fingerprint;
+    vc_take_out_bounds(m, st);
   }
   p->verdict = vc_kmap_status_message(m, st, msg, sizeof msg);
   if (p->verdict != VOXCONV_STATUS_SUCCESS) {

@@ -118,8 +118,13 @@ __global__ void vc_status_init_kernel(VcKmapStatus *st) {
     st->dup_prev_row = -1;
     /* Copied to the host whole (asynchronous builds): written even when no
      * error fills them (compute-sanitizer initcheck). */
-    for (int i = 0; i < 4; i++)
+    st->bounds_bad_row = VC_NO_ROW;
+    for (int i = 0; i < 4; i++) {
       st->bad_in_coords[i] = st->dup_in_coords[i] = 0;
+      st->bounds_bad_coords[i] = 0;
+      st->out_lo[i] = INT32_MAX;
+      st->out_hi[i] = INT32_MIN;
+    }
   }
 }
 
@@ -142,6 +147,11 @@ __global__ void vc_status_detail_kernel(VcKmapStatus *st,
     st->dup_in_coords[0] = r.x, st->dup_in_coords[1] = r.y;
     st->dup_in_coords[2] = r.z, st->dup_in_coords[3] = r.w;
     st->dup_prev_row = vc_dev_hash_find(table, keys[st->dup_in_row]);
+  }
+  if (st->bounds_bad_row != VC_NO_ROW) {
+    const int4 r = reinterpret_cast<const int4 *>(coords)[st->bounds_bad_row];
+    st->bounds_bad_coords[0] = r.x, st->bounds_bad_coords[1] = r.y;
+    st->bounds_bad_coords[2] = r.z, st->bounds_bad_coords[3] = r.w;
   }
 }
 
@@ -208,22 +218,131 @@ __global__ void vc_insert_rows_kernel(const unsigned long long *__restrict__ key
   }
 }
 
-/* STRIDED output candidates: floor(c / s) per input. */
+/* A STRIDED build's sort keys. Without declared input bounds: the full
+ * packed key of each strided cell. With them (voxconv_kmap_build_bounded)
+ * the cells lie in a known box, so each field minus the box's least value
+ * fits in `width` bits, packed batch-most-significant like the full key:
+ * the same order in fewer bits (32-bit keys when they fit), so fewer radix
+ * passes. All ones is "no key" in either form (a compact key leaves at
+ * least one bit unused: VcCompact.bits < the key's width). */
+struct VcCompact {
+  int compact;                /* 0: full keys (no bounds) */
+  int32_t in_lo[4], in_hi[4]; /* the declared input bounds */
+  int32_t lo[4];              /* the box's least strided cell */
+  int32_t width[4], shift[4]; /* bits and position of each field */
+  int bits;                   /* the sum of the widths */
+};
+
+static __device__ __forceinline__ bool vc_dev_in_box(const VcCoord &c,
+                                                     const VcCompact &cp) {
+  return c.b >= cp.in_lo[0] && c.b <= cp.in_hi[0] && c.x >= cp.in_lo[1] &&
+         c.x <= cp.in_hi[1] && c.y >= cp.in_lo[2] && c.y <= cp.in_hi[2] &&
+         c.z >= cp.in_lo[3] && c.z <= cp.in_hi[3];
+}
+
+/* STRIDED output candidates: floor(c / s) per input, as KeyT keys (see
+ * VcCompact). A row outside the declared bounds gets no key and is
+ * reported (the lowest such row). */
+template <typename KeyT>
 __global__ void vc_strided_keys_kernel(const unsigned long long *__restrict__ in_keys,
-                                       int64_t n, int3 s,
-                                       unsigned long long *__restrict__ out) {
+                                       int64_t n, int3 s, VcCompact cp,
+                                       KeyT *__restrict__ out,
+                                       unsigned long long *bounds_bad_row) {
+  const KeyT none = (KeyT)~(KeyT)0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const uint64_t key = in_keys[i];
     if (key == VC_KEY_EMPTY) {
-      out[i] = VC_KEY_EMPTY;
+      out[i] = none;
       continue;
     }
     const VcCoord c = vc_dev_unpack(key);
-    out[i] = vc_dev_pack_key(c.b, vc_dev_floor_div(c.x, s.x),
-                             vc_dev_floor_div(c.y, s.y),
-                             vc_dev_floor_div(c.z, s.z));
+    const int32_t v[4] = {c.b, vc_dev_floor_div(c.x, s.x),
+                          vc_dev_floor_div(c.y, s.y),
+                          vc_dev_floor_div(c.z, s.z)};
+    if (!cp.compact) {
+      out[i] = (KeyT)vc_dev_pack_key(v[0], v[1], v[2], v[3]);
+      continue;
+    }
+    if (!vc_dev_in_box(c, cp)) {
+      atomicMin(bounds_bad_row, (unsigned long long)i);
+      out[i] = none;
+      continue;
+    }
+    KeyT k = 0;
+    for (int f = 0; f < 4; f++)
+      k |= (KeyT)(uint32_t)(v[f] - cp.lo[f]) << cp.shift[f];
+    out[i] = k;
   }
+}
+
+/* Min / max of a warp's values, then one atomic per warp and field. */
+static __device__ __forceinline__ void vc_dev_warp_bounds(int32_t lo[4],
+                                                          int32_t hi[4],
+                                                          int32_t *dst_lo,
+                                                          int32_t *dst_hi) {
+  for (int f = 0; f < 4; f++)
+    for (int d = 16; d > 0; d >>= 1) {
+      lo[f] = min(lo[f], __shfl_down_sync(0xFFFFFFFFu, lo[f], d));
+      hi[f] = max(hi[f], __shfl_down_sync(0xFFFFFFFFu, hi[f], d));
+    }
+  if ((threadIdx.x & 31) == 0)
+    for (int f = 0; f < 4; f++) {
+      if (lo[f] != INT32_MAX)
+        atomicMin(dst_lo + f, lo[f]);
+      if (hi[f] != INT32_MIN)
+        atomicMax(dst_hi + f, hi[f]);
+    }
+}
+
+/* A STRIDED build's sorted unique keys [0, *n_dev) -> the full keys (into
+ * `full`, for compact keys; full keys are left where they are), their
+ * fingerprint (vc_keys_fingerprint_kernel's value) and the outputs'
+ * bounds per field. */
+template <typename KeyT>
+__global__ void vc_strided_out_kernel(const KeyT *__restrict__ uniq,
+                                      int64_t n_max, const long long *n_dev,
+                                      VcCompact cp,
+                                      unsigned long long *__restrict__ full,
+                                      VcKmapStatus *st) {
+  const int64_t n = *n_dev < n_max ? (int64_t)*n_dev : n_max;
+  const KeyT none = (KeyT)~(KeyT)0;
+  unsigned long long fp = 0;
+  int32_t lo[4] = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX};
+  int32_t hi[4] = {INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN};
+  const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+  /* The same trip count for the whole warp (the shuffles below). */
+  for (int64_t base = (int64_t)blockIdx.x * blockDim.x; base < n;
+       base += stride) {
+    const int64_t i = base + threadIdx.x;
+    if (i >= n)
+      continue;
+    const KeyT k = uniq[i];
+    uint64_t key = k;
+    if (cp.compact) {
+      if (k == none) {
+        key = VC_KEY_EMPTY;
+      } else {
+        int32_t v[4];
+        for (int f = 0; f < 4; f++)
+          v[f] = cp.lo[f] + (int32_t)((k >> cp.shift[f]) &
+                                      (((KeyT)1 << cp.width[f]) - 1));
+        key = vc_dev_pack_key(v[0], v[1], v[2], v[3]);
+      }
+      full[i] = key;
+    }
+    fp += vc_dev_fingerprint_mix((uint64_t)i, key);
+    if (key != VC_KEY_EMPTY) {
+      const VcCoord c = vc_dev_unpack(key);
+      const int32_t v[4] = {c.b, c.x, c.y, c.z};
+      for (int f = 0; f < 4; f++) {
+        lo[f] = min(lo[f], v[f]);
+        hi[f] = max(hi[f], v[f]);
+      }
+    }
+  }
+  vc_dev_warp_add_u64(&st->out_fingerprint, fp);
+  vc_dev_warp_bounds(lo, hi, st->out_lo, st->out_hi);
 }
 
 /* GENERATIVE output candidates for every (i, k), flat index i*K + k:

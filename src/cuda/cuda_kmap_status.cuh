@@ -39,8 +39,25 @@ struct VcKmapStatus {
   int32_t bad_in_coords[4];
   int32_t dup_in_coords[4];
   long long dup_prev_row;
+  /* STRIDED with declared input bounds: the lowest row outside them and
+   * its coordinates (asynchronous builds); the outputs' bounds per field
+   * (INT32_MAX / INT32_MIN while there are none). */
+  unsigned long long bounds_bad_row;
+  int32_t bounds_bad_coords[4];
+  int32_t out_lo[4], out_hi[4];
   long long pair_offsets[VOXCONV_KERNEL_VOLUME_MAX + 1];
 };
+
+/* A STRIDED map's output bounds from its status (with n_out). */
+static inline void vc_take_out_bounds(voxconv_kmap_t *m, const VcKmapStatus *st) {
+  if (m->desc.mode != VOXCONV_KMAP_STRIDED)
+    return;
+  for (int f = 0; f < 4; f++) {
+    m->out_bounds.lo[f] = st->n_out > 0 ? st->out_lo[f] : 0;
+    m->out_bounds.hi[f] = st->n_out > 0 ? st->out_hi[f] : -1;
+  }
+  m->has_out_bounds = 1;
+}
 
 /* Bytes of a status block up to and including pair_offsets[K]. */
 static inline size_t vc_kmap_status_bytes(int K) {

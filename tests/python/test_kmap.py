@@ -143,3 +143,66 @@ def test_dropped_map_queue_loses_nothing_across_threads(monkeypatch):
         w.join()
     kmap.flush_dropped()
     assert sorted(freed) == list(range(per * threads))
+
+
+def _pairs(km):
+    """(offsets, in_rows, out_rows) of a map, on the CPU."""
+    km.n_pairs  # completes a pending build
+    h = _runtime.handle_for(km.device)
+    offsets = (ctypes.c_int64 * (km.kernel_volume + 1))()
+    rows = [torch.empty(max(km.n_pairs, 1), dtype=torch.int32, device=km.device)
+            for _ in range(2)]
+    h.call("voxconv_kmap_get_pairs", ctypes.c_void_p(km.ptr), offsets,
+           _runtime.ptr(rows[0]), _runtime.ptr(rows[1]))
+    return list(offsets), [r[:km.n_pairs].cpu() for r in rows]
+
+
+def _pyramid(device, coords, monkeypatch, bounds):
+    """Three strided 2/2 levels over coords; (level sets, level maps, the
+    names of the library's build calls)."""
+    monkeypatch.setattr(kmap, "_pass_bounds", bounds)
+    calls = []
+    real = _runtime.Handle.call
+
+    def spy(self, name, *args):
+        calls.append(name)
+        return real(self, name, *args)
+
+    monkeypatch.setattr(_runtime.Handle, "call", spy)
+    x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords)
+    mgr, s = x.manager, x.coordinate_set
+    sets, maps = [s], []
+    for _ in range(3):
+        km, s = mgr.kernel_map(s, _lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2), (1, 1, 1))
+        sets.append(s)
+        maps.append(km)
+    monkeypatch.setattr(_runtime.Handle, "call", real)
+    return x, sets, maps, calls
+
+
+def test_strided_levels_pass_their_bounds(device, monkeypatch):
+    """A strided map's output set carries the bounds its build computed
+    (voxconv_kmap_out_bounds: the least and greatest field of its rows),
+    the next strided build on that set takes them
+    (voxconv_kmap_build_bounded), and the maps are those built without
+    bounds, row for row and pair for pair (perf-notes item 109)."""
+    coords = ref.rand_coords(3000, 40, 3).to(device)
+    coords[:, 1:] -= 17  # negative coordinates too
+    _, sets, maps, calls = _pyramid(device, coords, monkeypatch, True)
+    assert sets[0].bounds is None  # the caller's rows: not known
+    for s in sets[1:]:
+        c = s.coords.cpu()
+        b = s.bounds
+        assert b is not None
+        assert list(b.lo) == c.min(0).values.tolist()
+        assert list(b.hi) == c.max(0).values.tolist()
+    assert calls.count("voxconv_kmap_build_bounded") == 2  # levels 2 and 3
+    x2, sets2, maps2, calls2 = _pyramid(device, coords, monkeypatch, False)
+    assert "voxconv_kmap_build_bounded" not in calls2
+    assert all(s.bounds is None for s in sets2)
+    for a, b in zip(sets[1:], sets2[1:]):
+        assert torch.equal(a.coords.cpu(), b.coords.cpu())
+    for a, b in zip(maps, maps2):
+        oa, ra = _pairs(a)
+        ob, rb = _pairs(b)
+        assert oa == ob and all(torch.equal(p, q) for p, q in zip(ra, rb))
