@@ -151,10 +151,6 @@ static voxconv_status_t hash_rows(voxconv_handle_t *h, const char *func,
 }
 
 /* ---- output coordinates ---------------------------------------------- */
-static int32_t floor_div(int32_t a, int32_t s) {
-  return a >= 0 ? a / s : -((-a + s - 1) / s);
-}
-
 typedef struct {
   const int32_t *in;
   const int32_t *stride;
@@ -166,9 +162,9 @@ static void strided_keys_task(void *ctx, int64_t begin, int64_t end, int tid) {
   const strided_ctx_t *c = (const strided_ctx_t *)ctx;
   for (int64_t i = begin; i < end; i++) {
     const int32_t *r = c->in + 4 * i;
-    c->keys[i] = vc_pack_key(r[0], floor_div(r[1], c->stride[0]),
-                             floor_div(r[2], c->stride[1]),
-                             floor_div(r[3], c->stride[2]));
+    c->keys[i] = vc_pack_key(r[0], vc_floor_div(r[1], c->stride[0]),
+                             vc_floor_div(r[2], c->stride[1]),
+                             vc_floor_div(r[3], c->stride[2]));
   }
 }
 

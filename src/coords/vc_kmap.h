@@ -47,6 +47,12 @@ static inline uint64_t vc_fingerprint_mix(uint64_t i, uint64_t key) {
   return z ^ (z >> 31);
 }
 
+/* Floor division for s >= 1: the strided output cell of a coordinate
+ * (the CPU build, and the CUDA build's compact-key box). */
+static inline int32_t vc_floor_div(int32_t a, int32_t s) {
+  return a >= 0 ? a / s : -((-a + s - 1) / s);
+}
+
 /* The error of a row outside the bounds declared for a build
  * (voxconv_kmap_build_bounded), worded alike by both backends. */
 static inline voxconv_status_t vc_bounds_violation(char *msg, size_t size,

@@ -829,11 +829,6 @@ static voxconv_status_t vc_attempt_derived(VcBuild &b, VcWorkspace &ws,
                         m->out_rows);
 }
 
-/* Floor division for s >= 1 (kmap_cpu.c's floor_div). */
-static int32_t vc_floor_div(int32_t a, int32_t s) {
-  return a >= 0 ? a / s : -((-a + s - 1) / s);
-}
-
 /* The compact keys of a STRIDED build told its inputs' bounds (see
  * VcCompact): the box of strided cells those bounds allow, and the bits
  * each field needs. Full keys without bounds, or when the box needs 64

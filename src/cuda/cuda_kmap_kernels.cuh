@@ -56,7 +56,7 @@ static __device__ __forceinline__ bool vc_dev_row_valid(int4 r) {
          vc_dev_in_range(r.z) && vc_dev_in_range(r.w);
 }
 
-/* Floor division for s >= 1 (kmap_cpu.c floor_div). */
+/* vc_floor_div (vc_kmap.h) on the device. */
 static __device__ __forceinline__ int32_t vc_dev_floor_div(int32_t a,
                                                            int32_t s) {
   return a >= 0 ? a / s : -((-a + s - 1) / s);
