@@ -7,7 +7,12 @@ with the kernels they launched, per call of that function, beside the
 host time of a call under the profiler. What a host-cost reduction would
 have to remove (docs/perf-notes.md item 96). A diagnostic.
 
-    python3 bench/debug/a_launches.py [--data-dir D] [--runs 3]
+    python3 bench/debug/a_launches.py [--data-dir D] [--runs 3] [--backward]
+
+--backward: forward with autograd and backward (a random output gradient
+for the input features and every weight, as torch_bench's forward +
+backward row), so the backward's library calls (dgrad, wgrad, pooling
+backward, on the autograd thread) are counted too.
 """
 import argparse, bisect, collections, gc, os, sys
 import torch
@@ -34,6 +39,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--backward", action="store_true")
     args = ap.parse_args()
     net, coords, feats, _ = load_a_network(args.data_dir, tb.DTYPES["f16"],
                                            torch.device("cuda"))
@@ -46,9 +52,13 @@ def main():
                     return _fn(*a)
             setattr(lib, name, wrapped)
 
+    x = feats.clone().requires_grad_(args.backward)
+
     def forward():
-        with torch.no_grad():
-            y = net(voxconv.SparseTensor(feats, coords))
+        with torch.set_grad_enabled(args.backward):
+            y = net(voxconv.SparseTensor(x, coords))
+        if args.backward:
+            y.feats.backward(torch.randn_like(y.feats))
         torch.cuda.synchronize()
         del y
         gc.collect()

@@ -894,184 +894,217 @@ static voxconv_status_t vc_strided_unique(VcBuild &b, VcWorkspace &ws,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-static voxconv_status_t vc_build_attempt(VcBuild &b) {
+/* What one attempt's steps hand each other: device arrays, most of them
+ * in the attempt's workspace. */
+struct VcSides {
+  /* steps 1-2 */
+  unsigned long long *in_keys;
+  VcGpuHash in_hash;
+  int fused_dup_check; /* the query checks duplicates (odd submanifold) */
+  /* step 3: the outputs, known before the sync (on the host or, for
+   * STRIDED, as a device count) */
+  int64_t n_out_bound;
+  const long long *n_out_dev;
+  unsigned long long *out_keys;
+  VcGpuHash out_hash;
+  int32_t *nbr_out;   /* the map's array, or an upper-bound temp */
+  uint32_t *mask_out; /* likewise for its row masks */
+  unsigned long long *strided_uniq;
+  /* step 4 */
+  long long *counts; /* [K * nb + 1] */
+  int64_t nb;
+};
+
+/* Steps 1-2: input keys, range checks, fingerprint, hash; the duplicate
+ * check unless the query does it. */
+static voxconv_status_t vc_input_side(VcBuild &b, VcWorkspace &ws,
+                                      VcKmapStatus *d_st, VcSides &s) {
+  voxconv_handle_t *h = b.h;
+  const int64_t n_in = b.in->n;
+  VC_CHECK(ws.get<unsigned long long>(n_in, &s.in_keys,
+                                      "input coordinate keys"));
+  VC_CHECK(vc_make_hash(ws, h, b.cap_in, &s.in_hash, "input coordinate hash"));
+  VC_CHECK(vc_pack_coords(h, b.in->data, n_in, s.in_keys, s.in_hash,
+                          &d_st->bad_in_row, &d_st->overflow_in,
+                          &d_st->fingerprint));
+  /* Odd submanifold maps detect duplicates inside the neighbour query. */
+  s.fused_dup_check = b.m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD &&
+                      vc_offsets_symmetric(b.m);
+  if (!s.fused_dup_check)
+    VC_CHECK(vc_dup_check(h, s.in_keys, n_in, s.in_hash, &d_st->dup_in_row));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* Step 3 for STRIDED: the sorted unique strided cells (n_out on the
+ * device), their hash, and nbr_out / row masks sized for n_in outputs --
+ * the map's own arrays when deferred (no copy to the exact size, which
+ * would need n_out on the host), temporaries otherwise. */
+static voxconv_status_t vc_strided_outputs(VcBuild &b, VcWorkspace &ws,
+                                           VcKmapStatus *d_st, VcSides &s) {
+  voxconv_handle_t *h = b.h;
+  voxconv_kmap_t *m = b.m;
+  const int64_t n_in = b.in->n;
+  const int K = m->kvol;
+  VC_CHECK(ws.get<unsigned long long>(n_in, &s.strided_uniq,
+                                      "strided unique keys"));
+  if (n_in > 0) {
+    const VcCompact cp = vc_compact_plan(m);
+    if (cp.compact && cp.bits < 32)
+      VC_CHECK(vc_strided_unique<uint32_t>(b, ws, d_st, s.in_keys, cp,
+                                           s.strided_uniq));
+    else
+      VC_CHECK(vc_strided_unique<unsigned long long>(b, ws, d_st, s.in_keys,
+                                                     cp, s.strided_uniq));
+  }
+  s.n_out_dev = &d_st->n_out;
+  s.out_keys = s.strided_uniq;
+  VC_CHECK(vc_make_hash(ws, h, b.cap_out, &s.out_hash, "output coordinate hash"));
+  if (n_in > 0) {
+    vc_insert_rows_kernel<<<vc_grid_rows(h, n_in), kBlock, 0,
+                            vc_cuda_stream(h)>>>(s.strided_uniq, n_in,
+                                                 s.n_out_dev, s.out_hash,
+                                                 &d_st->overflow_out);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_insert_rows_kernel");
+  }
+  if (b.async) {
+    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_out,
+                                      "kernel-map nbr_out"));
+    s.nbr_out = m->nbr_out;
+    VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_out,
+                               "kernel-map row_mask_out"));
+    s.mask_out = m->row_mask_out;
+  } else {
+    VC_CHECK(ws.get<int32_t>(n_in * K, &s.nbr_out, "upper-bound nbr_out"));
+    if (K <= 32)
+      VC_CHECK(ws.get<uint32_t>(n_in > 0 ? n_in : 1, &s.mask_out,
+                                "upper-bound row_mask_out"));
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* Step 3 for SUBMANIFOLD (outputs = inputs), TRANSPOSED (the given
+ * outputs, checked and hashed) and STRIDED. */
+static voxconv_status_t vc_output_side(VcBuild &b, VcWorkspace &ws,
+                                       VcKmapStatus *d_st, VcSides &s) {
+  voxconv_handle_t *h = b.h;
+  voxconv_kmap_t *m = b.m;
+  const int K = m->kvol;
+  s.n_out_bound = b.in->n;
+  if (m->desc.mode == VOXCONV_KMAP_STRIDED)
+    return vc_strided_outputs(b, ws, d_st, s);
+  if (m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD) {
+    s.out_keys = s.in_keys;
+    s.out_hash = s.in_hash;
+  } else { /* TRANSPOSED */
+    s.n_out_bound = b.out->n;
+    VC_CHECK(ws.get<unsigned long long>(s.n_out_bound, &s.out_keys,
+                                        "output coordinate keys"));
+    VC_CHECK(vc_make_hash(ws, h, b.cap_out, &s.out_hash,
+                          "output coordinate hash"));
+    VC_CHECK(vc_pack_coords(h, b.out->data, s.n_out_bound, s.out_keys,
+                            s.out_hash, &d_st->bad_out_row,
+                            &d_st->overflow_out, NULL));
+    VC_CHECK(vc_dup_check(h, s.out_keys, s.n_out_bound, s.out_hash,
+                          &d_st->dup_out_row));
+  }
+  VC_CHECK(vc_cuda_alloc_n<int32_t>(h, s.n_out_bound * K, &m->nbr_out,
+                                    "kernel-map nbr_out"));
+  s.nbr_out = m->nbr_out;
+  VC_CHECK(vc_alloc_row_mask(h, m, s.n_out_bound, &m->row_mask_out,
+                             "kernel-map row_mask_out"));
+  s.mask_out = m->row_mask_out;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* Step 4: the neighbour tables of both directions, their row masks, and
+ * each (offset, row tile)'s pair count. */
+static voxconv_status_t vc_neighbours(VcBuild &b, VcWorkspace &ws,
+                                      VcKmapStatus *d_st, VcSides &s) {
   voxconv_handle_t *h = b.h;
   voxconv_kmap_t *m = b.m;
   const cudaStream_t stream = vc_cuda_stream(h);
   const int K = m->kvol;
   const int64_t n_in = b.in->n;
   const voxconv_kmap_mode_t mode = m->desc.mode;
-  VcWorkspace ws(h);
-  b.overflowed = b.keys_overflowed = 0;
-
-  VcKmapStatus *d_st = ((VcKmapPriv *)m->backend_priv)->d_status;
-  vc_status_init_kernel<<<1, 32, 0, stream>>>(d_st);
-  VC_CUDA_LAUNCH_CHECK(h, "vc_status_init_kernel");
-
-  /* 1-2: input keys, checks, hash. */
-  unsigned long long *in_keys = NULL;
-  VC_CHECK(ws.get<unsigned long long>(n_in, &in_keys, "input coordinate keys"));
-  VcGpuHash in_hash;
-  VC_CHECK(vc_make_hash(ws, h, b.cap_in, &in_hash, "input coordinate hash"));
-  VC_CHECK(vc_pack_coords(h, b.in->data, n_in, in_keys, in_hash,
-                          &d_st->bad_in_row, &d_st->overflow_in,
-                          &d_st->fingerprint));
-  /* Odd submanifold maps detect duplicates inside the neighbour query. */
-  const int fused_dup_check =
-      mode == VOXCONV_KMAP_SUBMANIFOLD && vc_offsets_symmetric(m);
-  if (!fused_dup_check)
-    VC_CHECK(vc_dup_check(h, in_keys, n_in, in_hash, &d_st->dup_in_row));
-
-  VcGpuHash out_hash = {NULL, NULL, 0};
-  unsigned long long *out_keys = NULL;
-  VcKmapStatus *hs = NULL;
-  VcQuery q;
-  memset(&q, 0, sizeof q);
-  q.center_k = -1;
-
-  if (mode == VOXCONV_KMAP_GENERATIVE || mode == VOXCONV_KMAP_EXPANDING)
-    return vc_attempt_derived(b, ws, d_st, in_keys, in_hash);
-
-  /* SUBMANIFOLD, STRIDED, TRANSPOSED: outputs known before the sync (on
-   * the host or, for STRIDED, as a device count). */
-  int64_t n_out_bound = n_in;
-  const long long *n_out_dev = NULL;
-  int32_t *nbr_out = NULL; /* the map's array, or an upper-bound temp */
-  uint32_t *mask_out = NULL; /* likewise for its row masks */
-  unsigned long long *strided_uniq = NULL;
-  if (mode == VOXCONV_KMAP_SUBMANIFOLD) {
-    out_keys = in_keys;
-    out_hash = in_hash;
-    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_out,
-                                      "kernel-map nbr_out"));
-    nbr_out = m->nbr_out;
-    VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_out,
-                               "kernel-map row_mask_out"));
-    mask_out = m->row_mask_out;
-  } else if (mode == VOXCONV_KMAP_TRANSPOSED) {
-    n_out_bound = b.out->n;
-    VC_CHECK(ws.get<unsigned long long>(n_out_bound, &out_keys,
-                                        "output coordinate keys"));
-    VC_CHECK(vc_make_hash(ws, h, b.cap_out, &out_hash, "output coordinate hash"));
-    VC_CHECK(vc_pack_coords(h, b.out->data, n_out_bound, out_keys, out_hash,
-                            &d_st->bad_out_row, &d_st->overflow_out, NULL));
-    VC_CHECK(vc_dup_check(h, out_keys, n_out_bound, out_hash,
-                          &d_st->dup_out_row));
-    VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out_bound * K, &m->nbr_out,
-                                      "kernel-map nbr_out"));
-    nbr_out = m->nbr_out;
-    VC_CHECK(vc_alloc_row_mask(h, m, n_out_bound, &m->row_mask_out,
-                               "kernel-map row_mask_out"));
-    mask_out = m->row_mask_out;
-  } else { /* STRIDED */
-    VC_CHECK(ws.get<unsigned long long>(n_in, &strided_uniq,
-                                        "strided unique keys"));
-    if (n_in > 0) {
-      const VcCompact cp = vc_compact_plan(m);
-      if (cp.compact && cp.bits < 32)
-        VC_CHECK(vc_strided_unique<uint32_t>(b, ws, d_st, in_keys, cp,
-                                             strided_uniq));
-      else
-        VC_CHECK(vc_strided_unique<unsigned long long>(b, ws, d_st, in_keys,
-                                                       cp, strided_uniq));
-    }
-    n_out_dev = &d_st->n_out;
-    out_keys = strided_uniq;
-    VC_CHECK(vc_make_hash(ws, h, b.cap_out, &out_hash, "output coordinate hash"));
-    if (n_in > 0) {
-      vc_insert_rows_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
-          strided_uniq, n_in, n_out_dev, out_hash, &d_st->overflow_out);
-      VC_CUDA_LAUNCH_CHECK(h, "vc_insert_rows_kernel");
-    }
-    if (b.async) {
-      /* Deferred: the map keeps the upper-bound arrays (no copy to the
-       * exact size, which would need n_out on the host). */
-      VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_out,
-                                        "kernel-map nbr_out"));
-      nbr_out = m->nbr_out;
-      VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_out,
-                                 "kernel-map row_mask_out"));
-      mask_out = m->row_mask_out;
-    } else {
-      VC_CHECK(ws.get<int32_t>(n_in * K, &nbr_out, "upper-bound nbr_out"));
-      if (K <= 32)
-        VC_CHECK(ws.get<uint32_t>(n_in > 0 ? n_in : 1, &mask_out,
-                                  "upper-bound row_mask_out"));
-    }
-  }
-
-  /* 4: neighbour tables and counts. */
-  const int64_t nb = vc_ceil_div<int64_t>(n_out_bound, VC_ROWS_PER_BLOCK);
-  long long *counts = NULL;
-  VC_CHECK(ws.get<long long>((int64_t)K * nb + 1, &counts, "pair counts"));
+  s.nb = vc_ceil_div<int64_t>(s.n_out_bound, VC_ROWS_PER_BLOCK);
+  VC_CHECK(ws.get<long long>((int64_t)K * s.nb + 1, &s.counts, "pair counts"));
   /* Blocks past a device-side n_out still write their (zero) counts; only
    * the extra total slot needs clearing. */
-  VC_CUDA_TRY(h, cudaMemsetAsync(counts + (int64_t)K * nb, 0, sizeof(long long),
-                                 stream));
+  VC_CUDA_TRY(h, cudaMemsetAsync(s.counts + (int64_t)K * s.nb, 0,
+                                 sizeof(long long), stream));
   VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_in, "kernel-map nbr_in"));
   VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_in,
                              "kernel-map row_mask_in"));
-  const int mirror = mode == VOXCONV_KMAP_SUBMANIFOLD && vc_offsets_symmetric(m);
   if (vc_strided_direct(m)) {
     /* One lookup per input row (see the kernel); then the counts and masks
      * the query would have produced. */
     if (n_in > 0) {
-      VC_CUDA_TRY(h, cudaMemsetAsync(nbr_out, 0xFF,
-                                     (size_t)n_out_bound * K * sizeof(int32_t),
+      VC_CUDA_TRY(h, cudaMemsetAsync(s.nbr_out, 0xFF,
+                                     (size_t)s.n_out_bound * K * sizeof(int32_t),
                                      stream));
       vc_strided_direct_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
-          in_keys, n_in, out_hash, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]),
-          make_int3(b.g.ks[0], b.g.ks[1], b.g.ks[2]), K, b.g.order, m->nbr_in, nbr_out,
-          m->row_mask_in);
+          s.in_keys, n_in, s.out_hash, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]),
+          make_int3(b.g.ks[0], b.g.ks[1], b.g.ks[2]), K, b.g.order, m->nbr_in,
+          s.nbr_out, m->row_mask_in);
       VC_CUDA_LAUNCH_CHECK(h, "vc_strided_direct_kernel");
-      vc_nbr_counts_kernel<<<vc_grid_rows(h, nb * 32), kBlock, 0, stream>>>(
-          nbr_out, n_out_bound, n_out_dev, K, counts, nb, mask_out);
+      vc_nbr_counts_kernel<<<vc_grid_rows(h, s.nb * 32), kBlock, 0, stream>>>(
+          s.nbr_out, s.n_out_bound, s.n_out_dev, K, s.counts, s.nb, s.mask_out);
       VC_CUDA_LAUNCH_CHECK(h, "vc_nbr_counts_kernel");
     }
-  } else {
-    q.src_keys = out_keys;
-    q.n_src = n_out_bound;
-    q.n_dev = n_out_dev;
-    q.dst = in_hash;
-    q.nbr = nbr_out;
-    q.mirror = mirror ? m->nbr_in : NULL;
-    q.mask = mask_out;
-    q.mirror_mask = mirror ? m->row_mask_in : NULL;
-    q.counts = counts;
-    q.n_blocks = nb;
-    if (fused_dup_check) {
-      q.center_k = (K - 1) / 2;
-      q.dup_row = &d_st->dup_in_row;
-    }
-    /* out -> in: SUBMANIFOLD o + off, STRIDED s*o + off (MULADD, s = 1 for
-     * submanifold); TRANSPOSED (o - off) / s. */
-    VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_SUBDIV : VC_Q_MULADD,
-                      q, b.g));
-    if (!mirror) {
-      /* in -> out: SUBMANIFOLD i - off, STRIDED (i - off) / s (SUBDIV);
-       * TRANSPOSED s*i + off. The hit count of each direction is the same
-       * pair set, so only the first one counts. */
-      VC_CHECK(vc_query_in_rows(
-          h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_MULADD : VC_Q_SUBDIV,
-          in_keys, n_in, out_hash, m, b.g));
-    }
+    return VOXCONV_STATUS_SUCCESS;
   }
-  /* 5: positions. */
-  VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
-  if (b.async)
-    return vc_finish_async(b, d_st, in_keys, in_hash, counts, nb, nbr_out,
-                           strided_uniq);
+  const int mirror = mode == VOXCONV_KMAP_SUBMANIFOLD && vc_offsets_symmetric(m);
+  VcQuery q;
+  memset(&q, 0, sizeof q);
+  q.center_k = -1;
+  q.src_keys = s.out_keys;
+  q.n_src = s.n_out_bound;
+  q.n_dev = s.n_out_dev;
+  q.dst = s.in_hash;
+  q.nbr = s.nbr_out;
+  q.mirror = mirror ? m->nbr_in : NULL;
+  q.mask = s.mask_out;
+  q.mirror_mask = mirror ? m->row_mask_in : NULL;
+  q.counts = s.counts;
+  q.n_blocks = s.nb;
+  if (s.fused_dup_check) {
+    q.center_k = (K - 1) / 2;
+    q.dup_row = &d_st->dup_in_row;
+  }
+  /* out -> in: SUBMANIFOLD o + off, STRIDED s*o + off (MULADD, s = 1 for
+   * submanifold); TRANSPOSED (o - off) / s. */
+  VC_CHECK(vc_query(h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_SUBDIV : VC_Q_MULADD,
+                    q, b.g));
+  if (!mirror) {
+    /* in -> out: SUBMANIFOLD i - off, STRIDED (i - off) / s (SUBDIV);
+     * TRANSPOSED s*i + off. The hit count of each direction is the same
+     * pair set, so only the first one counts. */
+    VC_CHECK(vc_query_in_rows(
+        h, mode == VOXCONV_KMAP_TRANSPOSED ? VC_Q_MULADD : VC_Q_SUBDIV,
+        s.in_keys, n_in, s.out_hash, m, b.g));
+  }
+  return VOXCONV_STATUS_SUCCESS;
+}
 
-  /* The one sync. */
+/* The synchronous end of a build: THE one wait (the status), the checks,
+ * then step 6 -- exact-size arrays and the pair lists, all asynchronous. */
+static voxconv_status_t vc_finish_sync(VcBuild &b, VcKmapStatus *d_st,
+                                       const VcSides &s) {
+  voxconv_handle_t *h = b.h;
+  voxconv_kmap_t *m = b.m;
+  const cudaStream_t stream = vc_cuda_stream(h);
+  const int K = m->kvol;
+  const voxconv_kmap_mode_t mode = m->desc.mode;
+  VcKmapStatus *hs = NULL;
   VC_CHECK(vc_read_status(h, d_st, K, &hs));
   if (hs->overflow_in || hs->overflow_out) {
     b.overflowed = 1;
     return VOXCONV_STATUS_SUCCESS;
   }
-  VC_CHECK(vc_check_status(b, hs, in_keys, in_hash, out_keys, out_hash));
+  VC_CHECK(vc_check_status(b, hs, s.in_keys, s.in_hash, s.out_keys, s.out_hash));
   m->in_fingerprint = hs->fingerprint;
   m->out_fingerprint = hs->out_fingerprint;
-  const int64_t n_out = mode == VOXCONV_KMAP_STRIDED ? hs->n_out : n_out_bound;
+  const int64_t n_out = mode == VOXCONV_KMAP_STRIDED ? hs->n_out : s.n_out_bound;
   m->n_out = n_out;
   vc_take_out_bounds(m, hs);
   VC_CHECK(vc_host_pair_offsets(h, m));
@@ -1083,19 +1116,19 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * 4, &m->out_coords,
                                     "kernel-map output coords"));
   if (mode == VOXCONV_KMAP_STRIDED) {
-    VC_CHECK(vc_unpack_keys(h, strided_uniq, n_out, m->out_coords));
+    VC_CHECK(vc_unpack_keys(h, s.strided_uniq, n_out, m->out_coords));
     VC_CHECK(vc_keep_in_coords(h, m, b.in));
     VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * K, &m->nbr_out,
                                       "kernel-map nbr_out"));
     if (n_out > 0)
-      VC_CUDA_TRY(h, cudaMemcpyAsync(m->nbr_out, nbr_out,
+      VC_CUDA_TRY(h, cudaMemcpyAsync(m->nbr_out, s.nbr_out,
                                      (size_t)n_out * K * sizeof(int32_t),
                                      cudaMemcpyDeviceToDevice, stream));
-    if (mask_out) {
+    if (s.mask_out) {
       VC_CHECK(vc_alloc_row_mask(h, m, n_out, &m->row_mask_out,
                                  "kernel-map row_mask_out"));
       if (n_out > 0)
-        VC_CUDA_TRY(h, cudaMemcpyAsync(m->row_mask_out, mask_out,
+        VC_CUDA_TRY(h, cudaMemcpyAsync(m->row_mask_out, s.mask_out,
                                        (size_t)n_out * sizeof(uint32_t),
                                        cudaMemcpyDeviceToDevice, stream));
     }
@@ -1107,8 +1140,37 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
                                    cudaMemcpyDeviceToDevice, stream));
   }
   VC_CHECK(vc_alloc_pair_lists(h, m));
-  return vc_write_pairs(h, nbr_out, n_out, K, counts, nb, m->in_rows,
+  return vc_write_pairs(h, s.nbr_out, n_out, K, s.counts, s.nb, m->in_rows,
                         m->out_rows);
+}
+
+/* One attempt at a build (the caller retries with larger tables when one
+ * overflowed): steps 1-5, then the asynchronous or the synchronous end;
+ * GENERATIVE and EXPANDING go their own way after step 2. */
+static voxconv_status_t vc_build_attempt(VcBuild &b) {
+  voxconv_handle_t *h = b.h;
+  voxconv_kmap_t *m = b.m;
+  const voxconv_kmap_mode_t mode = m->desc.mode;
+  VcWorkspace ws(h);
+  b.overflowed = b.keys_overflowed = 0;
+
+  VcKmapStatus *d_st = ((VcKmapPriv *)m->backend_priv)->d_status;
+  vc_status_init_kernel<<<1, 32, 0, vc_cuda_stream(h)>>>(d_st);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_status_init_kernel");
+
+  VcSides s;
+  memset(&s, 0, sizeof s);
+  VC_CHECK(vc_input_side(b, ws, d_st, s));
+  if (mode == VOXCONV_KMAP_GENERATIVE || mode == VOXCONV_KMAP_EXPANDING)
+    return vc_attempt_derived(b, ws, d_st, s.in_keys, s.in_hash);
+  VC_CHECK(vc_output_side(b, ws, d_st, s));
+  VC_CHECK(vc_neighbours(b, ws, d_st, s));
+  /* 5: positions. */
+  VC_CHECK(vc_scan_counts(ws, h, s.counts, s.nb, m->kvol, d_st->pair_offsets));
+  if (b.async)
+    return vc_finish_async(b, d_st, s.in_keys, s.in_hash, s.counts, s.nb,
+                           s.nbr_out, s.strided_uniq);
+  return vc_finish_sync(b, d_st, s);
 }
 
 /* INVALID_ARGUMENT when c's rows are pageable host memory, which the GPU
