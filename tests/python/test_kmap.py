@@ -206,3 +206,22 @@ def test_strided_levels_pass_their_bounds(device, monkeypatch):
         oa, ra = _pairs(a)
         ob, rb = _pairs(b)
         assert oa == ob and all(torch.equal(p, q) for p, q in zip(ra, rb))
+
+
+def test_rows_moved_outside_their_bounds_are_named(device, monkeypatch):
+    """A pooled level's bounds are a promise about its rows: a caller who
+    moves them in place (outside what the map computed) gets
+    OutOfRangeError naming the declared bounds from the next strided map
+    -- at once on the CPU, at the map's first use on CUDA -- not a
+    silently different map."""
+    monkeypatch.setattr(kmap, "_pass_bounds", True)
+    coords = ref.rand_coords(2000, 30, 2).to(device)
+    x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords)
+    mgr = x.manager
+    _, level1 = mgr.kernel_map(x.coordinate_set, _lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2),
+                               (1, 1, 1))
+    assert level1.bounds is not None
+    level1.coords[0, 1] = level1.bounds.hi[1] + 5  # still a valid coordinate
+    with pytest.raises(voxconv.errors.OutOfRangeError, match="in_bounds"):
+        km, _ = mgr.kernel_map(level1, _lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2), (1, 1, 1))
+        km.n_pairs  # a CUDA build reports at its first use
