@@ -640,9 +640,14 @@ def _prefetch_rank(mode, worker):
     return not strided if worker else strided
 
 
+def _env_on(name):
+    """An on-by-default switch: off when the variable reads 0, false, off
+    or no (any case)."""
+    return os.environ.get(name, "1").lower() not in ("0", "false", "off", "no")
+
+
 def _prefetch_enabled():
-    return os.environ.get("VOXCONV_MAP_PREFETCH", "1").lower() not in ("0", "false", "off",
-                                                                        "no")
+    return _env_on("VOXCONV_MAP_PREFETCH")
 
 
 class _MapStream:
@@ -661,8 +666,7 @@ class _MapStream:
 
 def _map_worker_enabled():
     """VOXCONV_MAP_WORKER (default on; docs/perf-notes.md item 98)."""
-    return os.environ.get("VOXCONV_MAP_WORKER", "1").lower() not in ("0", "false", "off",
-                                                                     "no")
+    return _env_on("VOXCONV_MAP_WORKER")
 
 
 def _set_map_worker(device, on):
@@ -690,7 +694,7 @@ _map_streams_lock = threading.Lock()
 
 
 def _map_stream_enabled():
-    return os.environ.get("VOXCONV_MAP_STREAM", "1").lower() not in ("0", "false", "off", "no")
+    return _env_on("VOXCONV_MAP_STREAM")
 
 
 def map_stream(device):
@@ -754,8 +758,7 @@ def _bounds_enabled():
     """VOXCONV_STRIDED_BOUNDS: "1" (default) gives a strided map's output
     bounds to the strided builds on its outputs; "0" does not (the A/B of
     docs/perf-notes.md item 109: the maps are the same either way)."""
-    return os.environ.get("VOXCONV_STRIDED_BOUNDS", "1").lower() not in ("0", "false", "off",
-                                                                         "no")
+    return _env_on("VOXCONV_STRIDED_BOUNDS")
 
 
 _pass_bounds = _bounds_enabled()
