@@ -83,6 +83,9 @@ void vt_bench_usage(FILE *out) {
       "f32)\n"
       "  --peak-tbps X         bandwidth ceiling (default 4.27, H200)\n"
       "\n"
+      "Pooled levels' strided maps are built with the last level's output\n"
+      "bounds (compact sort keys; the same maps): VOXCONV_STRIDED_BOUNDS=0\n"
+      "builds them without.\n"
       "Data folder: $VOXCONV_DATA_DIR, else %s\n",
       VOXCONV_DEFAULT_DATA_DIR);
 }
