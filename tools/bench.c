@@ -113,6 +113,10 @@ typedef struct bench {
   row_t rows[MAX_ROWS];
   int n_rows;
   double *fwd_total, *bwd_total; /* [repeat] end-to-end */
+  /* [repeat] forward then backward between one pair of events (CUDA,
+   * training networks): what a training step runs, and what PyTorch's
+   * forward + backward row times (docs/perf-notes.md item 112) */
+  double *fb_total;
   /* Timers in flight (see clock_start), freed by bench_cleanup when a call
    * between start and stop fails. */
   voxconv_timer_t *t_op, *t_total;
@@ -1016,7 +1020,8 @@ static int plan_network(bench_t *B) {
   } while (0)
 
 /* Forward from coordinates + features. per_layer: sync after every op and
- * record rows into run rep; otherwise only the end-to-end time. overlap
+ * record rows into run rep; otherwise only the end-to-end time (total
+ * NULL: the caller times the run). overlap
  * (end to end only): maps are built on B->hm, on B->map_stream, and the
  * convolution stream waits for each map just before its first use, so a
  * level's pool map and the next level's submanifold map are built while
@@ -1027,7 +1032,7 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
   overlap = overlap && !per_layer && B->hm;
   voxconv_handle_t *hm = overlap ? B->hm : B->h;
   int r = 0, rc;
-  if ((rc = clock_start(B, &B->t_total)))
+  if (total && (rc = clock_start(B, &B->t_total)))
     return rc;
   /* Map work starts after the start event (and after the last run's use of
    * the map stream's memory). */
@@ -1077,12 +1082,14 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
           voxconv_kmap_out_coords(L->pool, &coords));
     }
   }
-  return clock_stop(B, &B->t_total, total);
+  return total ? clock_stop(B, &B->t_total, total) : 0;
 }
 
-/* Backward through the maps the forward of this run built. */
+/* Backward through the maps the forward of this run built (total NULL:
+ * the caller times the run). */
 static int net_backward(bench_t *B, int rep, int per_layer, double *total) {
-  *total = 0;
+  if (total)
+    *total = 0;
   if (forward_only(B))
     return 0;
   const int rec = per_layer ? rep : -1;
@@ -1090,7 +1097,7 @@ static int net_backward(bench_t *B, int rep, int per_layer, double *total) {
   while (r < B->n_rows && B->rows[r].phase == 0)
     r++;
   int rc;
-  if ((rc = clock_start(B, &B->t_total)))
+  if (total && (rc = clock_start(B, &B->t_total)))
     return rc;
   for (int l = NET_LEVELS - 1; l >= 0; l--) {
     net_level_t *L = &B->lv[l];
@@ -1121,6 +1128,20 @@ static int net_backward(bench_t *B, int rep, int per_layer, double *total) {
     TIMED_OP(B, r, rec, per_layer, "voxconv_conv_wgrad (conv1)",
              voxconv_conv_wgrad(B->h, L->subm, &x, &ga, &dw1, &B->conv_opt));
   }
+  return total ? clock_stop(B, &B->t_total, total) : 0;
+}
+
+/* One forward + backward end to end between one pair of events: the two
+ * back to back, as a training step runs them, without the idle GPU and the
+ * synchronisation between the separate series (whose sum is not the same
+ * load: under the power cap, and with the backward's start no longer
+ * waiting on the host). */
+static int net_forward_backward(bench_t *B, double *total) {
+  int rc;
+  if ((rc = clock_start(B, &B->t_total)) ||
+      (rc = net_forward(B, -1, 0, 1, NULL)) ||
+      (rc = net_backward(B, -1, 0, NULL)))
+    return rc;
   return clock_stop(B, &B->t_total, total);
 }
 
@@ -1172,6 +1193,18 @@ static int run_network(bench_t *B) {
       progress(B, "run %d/%d (end to end): forward %.2f ms, backward %.2f ms",
                i + 1, B->repeat, B->fwd_total[i], B->bwd_total[i]);
     }
+  if (cuda && !forward_only(B)) {
+    B->fb_total = (double *)calloc((size_t)B->repeat, sizeof(double));
+    if (!B->fb_total)
+      return VT_EXIT_FAIL;
+    for (int i = 0; i < B->repeat; i++) {
+      if ((rc = net_forward_backward(B, &B->fb_total[i])))
+        return rc;
+      release_maps(B);
+      progress(B, "run %d/%d (back to back): forward + backward %.2f ms",
+               i + 1, B->repeat, B->fb_total[i]);
+    }
+  }
   return 0;
 }
 
@@ -1475,6 +1508,12 @@ static void print_human(const bench_t *B, FILE *f) {
               "GFLOP useful, %.2f %s\n",
               bm, min_of(B->bwd_total, B->repeat), sum[1], fl[1] / 1e9,
               bm > 0 ? fl[1] / (bm * 1e-3) / unit : 0.0, uname);
+    if (B->fb_total)
+      fprintf(f,
+              "fwd+bwd  : %10.3f ms (min %.3f) back to back, one pair of "
+              "events (the two series above sum to %.3f)\n",
+              median(B->fb_total, B->repeat), min_of(B->fb_total, B->repeat),
+              fm + bm);
   } else if (B->o.workload == 'C' && forward_only(B)) {
     for (int i = 0; i < B->n_rows; i++)
       fprintf(f, "%-8s: forward %.3f ms\n", B->rows[i].name,
@@ -1594,6 +1633,13 @@ static void print_json(const bench_t *B, FILE *f) {
     for (int i = 0; i < B->repeat && !forward_only(B); i++)
       fprintf(f, "%s%.6g", i ? ", " : "", B->bwd_total[i]);
     fprintf(f, "]");
+    if (B->fb_total) {
+      fprintf(f, ",\n  \"fwd_bwd_ms\": %.6g,\n  \"fwd_bwd_runs_ms\": [",
+              median(B->fb_total, B->repeat));
+      for (int i = 0; i < B->repeat; i++)
+        fprintf(f, "%s%.6g", i ? ", " : "", B->fb_total[i]);
+      fprintf(f, "]");
+    }
   } else if (B->o.workload == 'D' && B->n_rows) {
     fprintf(f, ",\n  \"kmap_ms\": %.6g,\n  \"pairs\": %lld",
             median(B->rows[0].ms, B->repeat), (long long)B->rows[0].pairs);
@@ -1609,6 +1655,7 @@ static void bench_cleanup(bench_t *B) {
     free(B->rows[i].ms);
   free(B->fwd_total);
   free(B->bwd_total);
+  free(B->fb_total);
   if (B->h) {
     voxconv_timer_discard(B->h, B->t_op);
     voxconv_timer_discard(B->h, B->t_total);

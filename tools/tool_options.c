@@ -22,6 +22,8 @@ void vt_bench_usage(FILE *out) {
       "convolutions of a level share one kernel map. Forward starts from\n"
       "coordinates and features (maps are built inside the timed region);\n"
       "backward = dgrad + wgrad of every convolution and the pool backward.\n"
+      "On CUDA, \"fwd+bwd\" also times the two back to back between one pair\n"
+      "of events, as a training step (and PyTorch) runs them.\n"
       "\n"
       "input (default: built-in synthetic lidar scene):\n"
       "  --size tiny|small|medium|large  synthetic scene size (default: small\n"

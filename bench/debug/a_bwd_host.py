@@ -114,11 +114,12 @@ class _Ident(torch.autograd.Function):
         return g
 
 
-def engine_start_us(dev, repeat, idle_s=0.0):
+def engine_start_us(dev, repeat, idle_s=0.0, caller=False):
     """Time from backward() to a one-node graph's backward on this host
     (torch's own start latency, for the network's first node beside it),
     back to back or after the engine's device thread idled idle_s (as it
-    does through a forward: a sleeping thread may wake slowly)."""
+    does through a forward: a sleeping thread may wake slowly); caller:
+    the backward on the calling thread (set_multithreading_enabled(False))."""
     x = torch.ones(8, device=dev, requires_grad=True)
     g = torch.ones(8, device=dev)
     out = []
@@ -129,7 +130,8 @@ def engine_start_us(dev, repeat, idle_s=0.0):
             time.sleep(idle_s)
         marks.clear()
         t0 = clock()
-        y.backward(g)
+        with torch.autograd.set_multithreading_enabled(not caller):
+            y.backward(g)
         out.append((marks[0][1] - t0) * 1e6)
     return statistics.median(out[3:])
 
@@ -140,6 +142,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--python", action="store_true",
                     help="also time the Python around the maps (adds its own overhead)")
+    ap.add_argument("--caller", action="store_true",
+                    help="run the backward on the calling thread "
+                         "(torch.autograd.set_multithreading_enabled(False); item 112)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     net, coords, feats, counts = load_a_network(args.data_dir, tb.DTYPES["f16"], dev)
@@ -147,7 +152,9 @@ def main():
     dy = (torch.rand(counts[-1], tb.LEVEL_CHANNELS[-1], device=dev, generator=g) * 2 - 1
           ).to(feats.dtype)
     print(f"torch's start latency (a one-node graph): {engine_start_us(dev, args.repeat):.1f} us "
-          f"back to back, {engine_start_us(dev, args.repeat, 0.005):.1f} us after 5 ms idle")
+          f"back to back, {engine_start_us(dev, args.repeat, 0.005):.1f} us after 5 ms idle; "
+          f"on the calling thread {engine_start_us(dev, args.repeat, caller=True):.1f} / "
+          f"{engine_start_us(dev, args.repeat, 0.005, caller=True):.1f} us")
     instrument()
     import gc
     gc.callbacks.append(_gc_mark)
@@ -172,7 +179,8 @@ def main():
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
         t0 = clock()
-        y.feats.backward(dy)
+        with torch.autograd.set_multithreading_enabled(not args.caller):
+            y.feats.backward(dy)
         t1 = clock()
         e1.record()
         e1.synchronize()

@@ -6,7 +6,7 @@ per block (the lent host's speed drifts; alternating blocks puts every mode
 in every state). A diagnostic.
 
     python3 bench/debug/worker_ab.py [--data-dir D] [--rounds 4] [--runs 15]
-                                     [--switch worker|rows|spin|order|bounds]
+                                     [--switch worker|rows|spin|order|bounds|caller]
 
 --switch rows: the worker stays on; what alternates is how a pooled level's
 coordinates are made (kmap._rows_view: the map's own rows, or a copy;
@@ -16,6 +16,9 @@ restarted with VOXCONV_WORKER_WAIT_SPIN_US / _IDLE_SPIN_US set to
 order: "on" is kmap._prefetch_rank, "off" the opposite order (item 108).
 --switch bounds: "on" gives pooled levels' strided builds their rows'
 bounds (kmap._pass_bounds: compact sort keys), "off" does not (item 109).
+--switch caller: "on" runs the backward on the calling thread
+(torch.autograd.set_multithreading_enabled(False)), "off" on torch's CUDA
+device thread, which must first wake up (item 112).
 """
 import argparse, os, statistics, sys
 import torch
@@ -29,6 +32,7 @@ from voxconv import kmap  # noqa: E402
 
 MODES = {"off": False, "on": True}
 RANK = kmap._prefetch_rank
+CALLER = [False]  # --switch caller: the backward on the calling thread
 
 
 def set_mode(args, dev, on):
@@ -39,6 +43,8 @@ def set_mode(args, dev, on):
         kmap._prefetch_rank = RANK if on else (lambda mode, worker: not RANK(mode, worker))
     elif args.switch == "bounds":
         kmap._pass_bounds = on
+    elif args.switch == "caller":
+        CALLER[0] = on
     elif args.switch == "rows":
         kmap._set_map_worker(dev, True)
         kmap._rows_view = on
@@ -54,7 +60,7 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--runs", type=int, default=15)
-    ap.add_argument("--switch", choices=("worker", "rows", "spin", "order", "bounds"), default="worker")
+    ap.add_argument("--switch", choices=("worker", "rows", "spin", "order", "bounds", "caller"), default="worker")
     ap.add_argument("--spin-wait-us", type=float, default=1000)
     ap.add_argument("--spin-idle-us", type=float, default=2000)
     args = ap.parse_args()
@@ -71,7 +77,8 @@ def main():
     def forward_backward():
         leaf.grad = None
         y = net(voxconv.SparseTensor(leaf, coords))
-        y.feats.backward(dy)
+        with torch.autograd.set_multithreading_enabled(not CALLER[0]):
+            y.feats.backward(dy)
         return y
 
     results = {m: {"fwd": [], "fb": []} for m in MODES}
