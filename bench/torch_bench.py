@@ -26,7 +26,10 @@ same device, in one run, for workloads A, B and C.
   (fwd_bwd_ms: forward then backward between one pair of events, as
   PyTorch runs them; a tool without it falls back to the sum), the sum of
   its separate forward and backward series kept as fwd_bwd_sum_ms
-  (docs/perf-notes.md item 112). Workload B: the same network on spconv-basic's voxels
+  (docs/perf-notes.md item 112). Where torch has the switch (2.0 and
+  later, CUDA), the forward + backward is timed again with the backward on
+  the calling thread (voxconv.caller_thread_backward; row "fwd+bwd,
+  caller-thread bwd"). Workload B: the same network on spconv-basic's voxels
   ((b, z, y, x) rows reordered to (b, x, y, z), as the tool does). Workload
   C: one SparseConv3d subm 3^3 per channel count on A's level-0
   coordinates, one SparseTensor reused across calls (map cached): forward,
@@ -435,6 +438,12 @@ def torch_network(args, timer, coords, feats):
         y.feats.backward(dy)
         return y
 
+    def forward_backward_caller():  # the backward on this thread (item 112)
+        y = net(voxconv.SparseTensor(leaf, coords))
+        with voxconv.caller_thread_backward():
+            y.feats.backward(dy)
+        return y
+
     def clear_grads():  # outside the timed region: no accumulation into old grads
         leaf.grad = None
         for p in net.parameters():
@@ -442,7 +451,11 @@ def torch_network(args, timer, coords, feats):
 
     fwd = measure(timer, forward, args, "forward")
     fb = measure(timer, forward_backward, args, "forward+backward", before=clear_grads)
-    return counts, fwd, fb
+    fbc = None
+    if timer.cuda and hasattr(torch.autograd, "set_multithreading_enabled"):
+        fbc = measure(timer, forward_backward_caller, args,
+                      "forward+backward (backward on the calling thread)", before=clear_grads)
+    return counts, fwd, fb, fbc
 
 
 def torch_layer(args, timer, coords, channels):
@@ -752,17 +765,19 @@ def main(argv=None):
                                    "tool_json": tj}
                 if tj["input"]["voxels"] != len(coords):
                     check_counts(w, [len(coords)], [tj["input"]["voxels"]])
-            counts, fwd, fb = torch_network(args, timer, coords, feats)
+            counts, fwd, fb, fbc = torch_network(args, timer, coords, feats)
             entry["levels"] = counts
             if tj is not None:
                 check_counts(w, counts, tool_level_counts(tj))
-            entry["torch"] = {"forward": fwd, "fwd_bwd": fb}
+            entry["torch"] = {"forward": fwd, "fwd_bwd": fb, "fwd_bwd_caller": fbc}
             rec["workloads"][w] = entry
             c = entry.get("c_path", {})
             add_row(f"{w} forward", c.get("forward_ms"), fwd)
             add_row(f"{w} forward+backward", c.get("fwd_bwd_ms"), fb)
             if c.get("fwd_bwd_sum_ms") != c.get("fwd_bwd_ms"):
                 add_row(f"{w} fwd+bwd vs the tool's sum", c.get("fwd_bwd_sum_ms"), fb)
+            if fbc is not None:
+                add_row(f"{w} fwd+bwd, caller-thread bwd", c.get("fwd_bwd_ms"), fbc)
         else:  # C
             if a_coords is None:
                 _, a_coords, _ = load_a()

@@ -355,6 +355,9 @@ def build_parser():
     ap.add_argument("--half", action="store_true",
                     help="model.half() and float16 input features (no loss scaling)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--backward-thread", choices=["caller", "torch"], default="caller",
+                    help="run each backward on this thread (voxconv.caller_thread_backward, "
+                         "default) or on torch's CUDA device thread")
     ap.add_argument("--settle-ms", type=int, default=0,
                     help="idle this long after the first step before the others (a GPU "
                          "runs at a lowered clock right after the autotuner's burst; "
@@ -422,12 +425,15 @@ def main(argv=None):
             # float32 logits for the loss: --half would otherwise take the
             # log-softmax in float16 (autocast does this cast by itself).
             loss = loss_fn(model(x).float(), target)
+        # the backward on this thread, not torch's CUDA device thread,
+        # which must first wake (python/README.md, "The backward on your
+        # own thread")
+        with voxconv.caller_thread_backward(args.backward_thread == "caller"):
+            (scaler.scale(loss) if scaler is not None else loss).backward()
         if scaler is not None:
-            scaler.scale(loss).backward()
             scaler.step(opt)
             scaler.update()
         else:
-            loss.backward()
             opt.step()
         sched.step()
         clock.stop()

@@ -5,6 +5,7 @@ python/README.md for installation, where the library is looked for, and a
 tour of the API.
 """
 
+import contextlib
 import re
 from dataclasses import dataclass
 
@@ -124,6 +125,28 @@ def empty_cache():
     _runtime.empty_cache()
 
 
+def caller_thread_backward(enabled=True):
+    """A context manager that runs a backward on the thread that calls it:
+    ``with voxconv.caller_thread_backward(): loss.backward()``.
+
+    PyTorch runs the backward of CUDA tensors on a device thread of its
+    own, which sits idle through the forward: on the lent H200's host it
+    took ~200 us to wake after 5 ms idle (27-44 us back to back), and the
+    nodes ran slower there than on the caller's thread. Workload A's
+    forward + backward from voxconv.nn measured 12.60 ms with this against
+    13.12 ms without (5 rounds alternated in one process; docs/perf-
+    notes.md item 112). Made of ``torch.autograd.set_multithreading_enabled
+    (False)``, so it is thread-local and is undone on exit. Use it where one
+    process drives one GPU (a single-GPU loop, DDP's one process per GPU):
+    the backwards of several devices in one process would run one after
+    the other instead of in parallel. A no-op where torch lacks the switch
+    (before 2.0) or ``enabled`` is False."""
+    switch = getattr(torch.autograd, "set_multithreading_enabled", None)
+    if switch is None or not enabled:
+        return contextlib.nullcontext()
+    return switch(False)
+
+
 def custom_ops_enabled():
     """True when the ops are registered as torch.ops.voxconv.* (torch >= 2.4)."""
     return _ops.custom_ops_enabled()
@@ -229,7 +252,7 @@ def missing_features():
 
 
 __all__ = [
-    "empty_cache",
+    "empty_cache", "caller_thread_backward",
     "SparseTensor", "CoordinateManager", "KernelMap", "voxelize", "merge_duplicates", "cat",
     "spatially_sparse_conv", "spatially_sparse_depthwise_conv", "sparse_max_pool",
     "sparse_avg_pool", "sparse_sum_pool", "sparse_unpool", "global_avg_pool",

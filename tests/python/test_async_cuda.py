@@ -43,6 +43,38 @@ def _step(layer, coords, feats, gout):
     return y.feats
 
 
+def test_caller_thread_backward_gives_the_same_bits(cuda):
+    """The backward on the calling thread (voxconv.caller_thread_backward)
+    runs the same nodes: a conv + pool + conv network's gradients are
+    bitwise those of torch's device-thread backward, and the switch is off
+    only inside the block."""
+    if not hasattr(torch.autograd, "set_multithreading_enabled"):
+        pytest.skip("torch < 2.0 has no set_multithreading_enabled")
+    torch.manual_seed(5)
+    net = vnn.Sequential(
+        vnn.SparseConv3d(32, 32, 3, bias=False, fwd_algo=ALGO, bwd_algo=ALGO,
+                         deterministic=True),
+        vnn.SparseMaxPool3d(2, 2),
+        vnn.SparseConv3d(32, 48, 3, bias=False, fwd_algo=ALGO, bwd_algo=ALGO,
+                         deterministic=True)).to(cuda).half()
+    coords, feats, _ = _data(cuda, 32)
+    grads = []
+    for caller in (False, True, False):
+        leaf = feats.detach().clone().requires_grad_()
+        y = net(voxconv.SparseTensor(leaf, coords))
+        g = torch.ones_like(y.feats)
+        with voxconv.caller_thread_backward(caller):
+            assert torch._C._is_multithreading_enabled() is not caller
+            y.feats.backward(g)
+        assert torch._C._is_multithreading_enabled()
+        grads.append([leaf.grad.clone()] + [p.grad.clone() for p in net.parameters()])
+        net.zero_grad(set_to_none=True)
+    for a, b in zip(grads[0], grads[1]):
+        assert torch.equal(a, b)
+    for a, b in zip(grads[0], grads[2]):
+        assert torch.equal(a, b)
+
+
 def test_host_does_not_wait(cuda):
     layer = _layer(cuda)
     coords, feats, gout = _data(cuda)

@@ -80,6 +80,36 @@ def _env(**extra):
     return env
 
 
+def test_caller_thread_backward_switches_torch_and_restores(monkeypatch):
+    """caller_thread_backward is torch's set_multithreading_enabled(False)
+    where torch has it (a stand-in here records the calls, so the test runs
+    with any torch), and a no-op context without it or when disabled."""
+    calls = []
+
+    class Switch:
+        def __init__(self, mode):
+            calls.append(("set", mode))
+
+        def __enter__(self):
+            calls.append("enter")
+
+        def __exit__(self, *exc):
+            calls.append("exit")
+
+    monkeypatch.setattr(torch.autograd, "set_multithreading_enabled", Switch, raising=False)
+    with voxconv.caller_thread_backward():
+        assert calls == [("set", False), "enter"]
+    assert calls[-1] == "exit"
+    calls.clear()
+    with voxconv.caller_thread_backward(enabled=False):
+        pass
+    assert calls == []
+    monkeypatch.delattr(torch.autograd, "set_multithreading_enabled")
+    with voxconv.caller_thread_backward():  # an old torch: nothing to switch
+        pass
+    assert calls == []
+
+
 def test_library_not_found_is_an_import_error():
     p = subprocess.run([sys.executable, "-c", "import voxconv"], capture_output=True, text=True,
                        env=_env(VOXCONV_LIBRARY="/nonexistent/libvoxconv.so",
