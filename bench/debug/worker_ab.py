@@ -16,11 +16,14 @@ restarted with VOXCONV_WORKER_WAIT_SPIN_US / _IDLE_SPIN_US set to
 order: "on" is kmap._prefetch_rank, "off" the opposite order (item 108).
 --switch bounds: "on" gives pooled levels' strided builds their rows'
 bounds (kmap._pass_bounds: compact sort keys), "off" does not (item 109).
+--switch gc: "on" disables Python's cyclic garbage collector for the
+block (gc.disable()), "off" leaves it on; every block also counts the
+collections per run by generation (item 113).
 --switch caller: "on" runs the backward on the calling thread
 (torch.autograd.set_multithreading_enabled(False)), "off" on torch's CUDA
 device thread, which must first wake up (item 112).
 """
-import argparse, os, statistics, sys
+import argparse, gc, os, statistics, sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -45,6 +48,12 @@ def set_mode(args, dev, on):
         kmap._pass_bounds = on
     elif args.switch == "caller":
         CALLER[0] = on
+    elif args.switch == "gc":
+        gc.collect()
+        if on:
+            gc.disable()
+        else:
+            gc.enable()
     elif args.switch == "rows":
         kmap._set_map_worker(dev, True)
         kmap._rows_view = on
@@ -60,7 +69,7 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--runs", type=int, default=15)
-    ap.add_argument("--switch", choices=("worker", "rows", "spin", "order", "bounds", "caller"), default="worker")
+    ap.add_argument("--switch", choices=("worker", "rows", "spin", "order", "bounds", "caller", "gc"), default="worker")
     ap.add_argument("--spin-wait-us", type=float, default=1000)
     ap.add_argument("--spin-idle-us", type=float, default=2000)
     args = ap.parse_args()
@@ -81,6 +90,12 @@ def main():
             y.feats.backward(dy)
         return y
 
+    collections_ = [0, 0, 0]
+
+    def count(phase, info):
+        if phase == "start":
+            collections_[info["generation"]] += 1
+    gc.callbacks.append(count)
     results = {m: {"fwd": [], "fb": []} for m in MODES}
     for r in range(args.rounds):
         for name, mode in MODES.items():
@@ -88,11 +103,15 @@ def main():
             for fn, key in ((forward, "fwd"), (forward_backward, "fb")):
                 for _ in range(3):
                     timer.run(fn)
+                collections_[:] = [0, 0, 0]
                 runs = [timer.run(fn)[0] for _ in range(args.runs)]
                 med = statistics.median(runs)
                 results[name][key].append(med)
+                per = "/".join(f"{c / args.runs:.2f}" for c in collections_)
                 print(f"round {r} {args.switch} {name:8s} {key:3s} median {med:.3f} ms "
-                      f"(min {min(runs):.3f}) probe {tb.host_probe_us():.0f} us", flush=True)
+                      f"(min {min(runs):.3f}, max {max(runs):.3f}) probe "
+                      f"{tb.host_probe_us():.0f} us; gc gen0/1/2 per run {per}", flush=True)
+    gc.enable()
     print("\nmedian of the blocks' medians (ms):")
     for name in MODES:
         f, b = results[name]["fwd"], results[name]["fb"]
