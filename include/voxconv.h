@@ -664,8 +664,10 @@ VOXCONV_API voxconv_status_t voxconv_kmap_get_info(const voxconv_kmap_t *kmap,
  * Read when the worker starts: VOXCONV_WORKER_WAIT_SPIN_US (a use of a map
  * the worker has not issued yet spins up to that long before it sleeps),
  * VOXCONV_WORKER_IDLE_SPIN_US (the worker spins that long for its next
- * job before it sleeps), both 0 by default: spinning spares a sleeping
- * thread's wake-up at the price of a busy core; VOXCONV_WORKER_TRACE=1
+ * job before it sleeps), both in microseconds and 0 by default (a value
+ * that is not a number >= 0 is named in a warning on stderr and means 0):
+ * spinning spares a sleeping thread's wake-up at the price of a busy
+ * core; VOXCONV_WORKER_TRACE=1
  * (per build, how long it sat queued and took to issue; per waiting use,
  * how long it waited; a summary on stderr when the worker stops). */
 VOXCONV_API voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,

@@ -406,6 +406,44 @@ static void test_threads(void) {
   voxconv_destroy(h);
 }
 
+/* The environment parsers: booleans, and the non-negative numbers of the
+ * spin knobs (VOXCONV_WORKER_*_SPIN_US), which must refuse what atof
+ * would half-read. */
+static void test_env_parsers(void) {
+  static const struct {
+    const char *s;
+    int want;
+  } bools[] = {{"1", 1},     {" TRUE ", 1}, {"yes", 1}, {"On", 1},
+               {"0", 0},     {"false", 0},  {"no", 0},  {" off", 0},
+               {"2", -1},    {"tru", -1},   {"", -1},   {"onx", -1},
+               {"1 0", -1}};
+  for (size_t i = 0; i < sizeof bools / sizeof bools[0]; i++)
+    VC_EXPECT(vc_parse_bool(bools[i].s) == bools[i].want,
+              "vc_parse_bool('%s') = %d, want %d", bools[i].s,
+              vc_parse_bool(bools[i].s), bools[i].want);
+  VC_EXPECT(vc_parse_bool(NULL) == -1, "vc_parse_bool(NULL)");
+  static const struct {
+    const char *s;
+    double want; /* < 0: malformed */
+  } nums[] = {{"0", 0},      {"300", 300},  {"2.5", 2.5},  {"1e3", 1000},
+              {" 40 ", 40},  {"-1", -1},    {"abc", -1},   {"12us", -1},
+              {"", -1},      {"nan", -1},   {"inf", -1},   {"1e999", -1}};
+  for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+    double got = -7;
+    const int rc = vc_parse_nonneg(nums[i].s, &got);
+    if (nums[i].want < 0)
+      VC_EXPECT(rc == -1 && got == -7, "vc_parse_nonneg('%s') accepted %g",
+                nums[i].s, got);
+    else
+      VC_EXPECT(rc == 0 && got == nums[i].want,
+                "vc_parse_nonneg('%s') = %d, %g; want %g", nums[i].s, rc, got,
+                nums[i].want);
+  }
+  double untouched = 5;
+  VC_EXPECT(vc_parse_nonneg(NULL, &untouched) == -1 && untouched == 5,
+            "vc_parse_nonneg(NULL)");
+}
+
 int main(void) {
   vc_test_init("test_core");
   VC_EXPECT(voxconv_version_number() == VOXCONV_VERSION_NUMBER &&
@@ -417,5 +455,6 @@ int main(void) {
   test_streams();
   test_dtypes();
   test_threads();
+  test_env_parsers();
   return vc_test_finish();
 }

@@ -775,6 +775,17 @@ static void release_maps(bench_t *B) {
  * level's size. Timed into *ms when `timed` (else *ms = 0); checks the size
  * against the plan when `check` (maps are deterministic, so a change is a
  * bug). */
+/* An on-by-default switch: off when the variable reads 0, false, off or
+ * no (any case), the words the Python package's switches take. */
+static int env_on(const char *name) {
+  const char *v = getenv(name);
+  static const char *const off[] = {"0", "false", "off", "no"};
+  for (size_t i = 0; v && i < sizeof off / sizeof off[0]; i++)
+    if (strcasecmp(v, off[i]) == 0)
+      return 0;
+  return 1;
+}
+
 static int build_map(bench_t *B, voxconv_handle_t *h, int l,
                      const int32_t *coords, int64_t n, int pool, int check,
                      int timed, double *ms) {
@@ -792,9 +803,8 @@ static int build_map(bench_t *B, voxconv_handle_t *h, int l,
    * (voxconv_kmap_build_bounded; the Python package does the same).
    * VOXCONV_STRIDED_BOUNDS=0 builds without (the same maps). */
   voxconv_coords_bounds_t bounds;
-  const char *use = getenv("VOXCONV_STRIDED_BOUNDS");
   const int bounded = pool && l > 0 && B->lv[l - 1].pool &&
-                      !(use && strcmp(use, "0") == 0) &&
+                      env_on("VOXCONV_STRIDED_BOUNDS") &&
                       voxconv_kmap_out_bounds(B->lv[l - 1].pool, &bounds) ==
                           VOXCONV_STATUS_SUCCESS;
   if (timed && (rc = clock_start(B, &B->t_op)))

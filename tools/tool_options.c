@@ -87,7 +87,7 @@ void vt_bench_usage(FILE *out) {
       "\n"
       "Pooled levels' strided maps are built with the last level's output\n"
       "bounds (compact sort keys; the same maps): VOXCONV_STRIDED_BOUNDS=0\n"
-      "builds them without.\n"
+      "(or false, off, no) builds them without.\n"
       "Data folder: $VOXCONV_DATA_DIR, else %s\n",
       VOXCONV_DEFAULT_DATA_DIR);
 }

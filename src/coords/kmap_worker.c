@@ -26,6 +26,7 @@
  *    the build has been issued: until voxconv_kmap_order, a use of the map,
  *    or any call on the handle returns. */
 #include "vc_kmap.h"
+#include "../tune/vc_tune.h"
 
 #include <pthread.h>
 #include <stddef.h>
@@ -295,6 +296,22 @@ voxconv_status_t vc_kmap_issued(voxconv_handle_t *h, const voxconv_kmap_t *m,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* A spin knob in microseconds (unset: 0). A malformed or negative value
+ * is named in a warning and means 0, the default, rather than whatever a
+ * partial parse would give. */
+static double env_spin_ms(const char *name) {
+  const char *v = vc_getenv(name);
+  double us = 0;
+  if (v && vc_parse_nonneg(v, &us) != 0) {
+    vc_tune_warn_once(name,
+                      "%s='%s' is not a number of microseconds >= 0; "
+                      "using 0 (no spin)",
+                      name, v);
+    us = 0;
+  }
+  return us * 1e-3;
+}
+
 voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,
                                                  int enable) {
   static const char *const func = "voxconv_handle_set_build_worker";
@@ -320,10 +337,8 @@ voxconv_status_t voxconv_handle_set_build_worker(voxconv_handle_t *h,
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
                    "%s: out of host memory (%zu bytes)", func, sizeof *w);
   w->h = h;
-  const char *e_wait = vc_getenv("VOXCONV_WORKER_WAIT_SPIN_US");
-  const char *e_idle = vc_getenv("VOXCONV_WORKER_IDLE_SPIN_US");
-  w->wait_spin_ms = e_wait ? atof(e_wait) * 1e-3 : 0;
-  w->idle_spin_ms = e_idle ? atof(e_idle) * 1e-3 : 0;
+  w->wait_spin_ms = env_spin_ms("VOXCONV_WORKER_WAIT_SPIN_US");
+  w->idle_spin_ms = env_spin_ms("VOXCONV_WORKER_IDLE_SPIN_US");
   if (vc_parse_bool(vc_getenv("VOXCONV_WORKER_TRACE")) == 1)
     w->trace = (vc_worker_trace_t *)calloc(1, sizeof *w->trace);
   pthread_mutex_init(&w->lock, NULL);

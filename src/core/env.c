@@ -2,6 +2,7 @@
 #include "vc_core.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -28,4 +29,17 @@ int vc_parse_bool(const char *s) {
       return 0;
   }
   return -1;
+}
+
+int vc_parse_nonneg(const char *s, double *out) {
+  if (!s)
+    return -1;
+  char *end = NULL;
+  const double v = strtod(s, &end);
+  while (end && isspace((unsigned char)*end))
+    end++;
+  if (end == s || !end || *end != '\0' || !isfinite(v) || v < 0)
+    return -1;
+  *out = v;
+  return 0;
 }

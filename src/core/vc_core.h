@@ -178,6 +178,9 @@ const char *vc_getenv(const char *name);
 /* Parses true/false/1/0/yes/no/on/off (case-insensitive, spaces trimmed):
  * 1, 0, or -1 when malformed. */
 int vc_parse_bool(const char *s);
+/* Parses a finite number >= 0 (strtod, spaces after it allowed) into *out:
+ * 0, or -1 when malformed (*out untouched). */
+int vc_parse_nonneg(const char *s, double *out);
 
 #ifdef __cplusplus
 }
