@@ -208,15 +208,14 @@ def test_strided_levels_pass_their_bounds(device, monkeypatch):
         assert oa == ob and all(torch.equal(p, q) for p, q in zip(ra, rb))
 
 
-def test_rows_moved_outside_their_bounds_are_named(device, monkeypatch):
-    """A pooled level's bounds are a promise about its rows: a caller who
-    moves them in place (outside what the map computed) gets
-    OutOfRangeError naming the declared bounds from the next strided map
-    -- at once on the CPU, at the map's first use on CUDA -- not a
-    silently different map."""
+def test_rows_outside_their_declared_bounds_are_named(device, monkeypatch):
+    """A set's bounds are a promise about its rows: rows outside what the
+    set declares get OutOfRangeError naming the declared bounds from the
+    next strided map -- at once on the CPU, at the map's first use on CUDA
+    -- not a silently different map. (Rows moved in place are caught
+    before that, by the version check below; a set made with wrong bounds
+    reaches the library's check.)"""
     monkeypatch.setattr(kmap, "_pass_bounds", True)
-    # built on request, after the rows moved (a plan learned by an earlier
-    # test would queue the level's strided map as soon as it exists)
     monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "0")
     coords = ref.rand_coords(2000, 30, 2).to(device)
     x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords)
@@ -224,9 +223,51 @@ def test_rows_moved_outside_their_bounds_are_named(device, monkeypatch):
     _, level1 = mgr.kernel_map(x.coordinate_set, _lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2),
                                (1, 1, 1))
     assert level1.bounds is not None
-    level1.coords[0, 1] = level1.bounds.hi[1] + 5  # still a valid coordinate
-    if device.type == "cuda":
-        torch.cuda.synchronize()  # the write is the caller's; maps read on their stream
+    moved = level1.coords.clone()
+    moved[0, 1] = level1.bounds.hi[1] + 5  # still a valid coordinate
+    wrong = mgr.add(moved, level1.tensor_stride, register=False)
+    wrong.bounds = level1.bounds  # what the set claims about its rows
     with pytest.raises(voxconv.errors.OutOfRangeError, match="in_bounds"):
-        km, _ = mgr.kernel_map(level1, _lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2), (1, 1, 1))
+        km, _ = mgr.kernel_map(wrong, _lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2), (1, 1, 1))
         km.n_pairs  # a CUDA build reports at its first use
+
+
+def test_coordinates_modified_in_place_are_refused(device):
+    """A sparse tensor's maps describe the rows it was made with: after an
+    in-place write to its coordinates (a moved row, a reused buffer's
+    copy_) every map lookup -- a module call, a pooling layer, the
+    manager's kernel_map -- raises KmapMismatchError instead of using maps
+    of the old rows; a new SparseTensor from the new rows works."""
+    coords = ref.rand_coords(1500, 24, 2).to(device)
+    feats = torch.randn(len(coords), 8, device=device)
+    conv = voxconv.nn.SparseConv3d(8, 8, 3, bias=False).to(device)
+    pool = voxconv.nn.SparseMaxPool3d(2, 2)
+    def move_row(c):  # past every row in x: no duplicate made
+        c[0, 1] = int(c[:, 1].max()) + 2
+
+    for write in (move_row, lambda c: c.copy_(c.flip(0))):
+        x = voxconv.SparseTensor(feats, coords.clone())
+        with torch.no_grad():
+            conv(x)  # the map is cached now
+        write(x.coords)
+        for call in (lambda: conv(x), lambda: pool(x),
+                     lambda: x.manager.kernel_map(x.coordinate_set, _lib.KMAP_SUBMANIFOLD,
+                                                  (3, 3, 3), (1, 1, 1), (1, 1, 1))):
+            with pytest.raises(voxconv.errors.KmapMismatchError, match="modified in place"):
+                with torch.no_grad():
+                    call()
+        # the new rows through a new tensor: the convolution of those rows
+        fresh = voxconv.SparseTensor(feats, x.coords)
+        with torch.no_grad():
+            got = conv(fresh).feats
+        c = fresh.coords.cpu()
+        _, pairs = ref.kernel_pairs("submanifold", c, (3, 3, 3), (1, 1, 1), (1, 1, 1))
+        want = ref.conv(feats, conv.weight, len(c), pairs)
+        absx = ref.conv(feats.abs(), conv.weight.abs(), len(c), pairs)
+        ref.assert_at_fp_bound(got, want, absx, 27 * 8, torch.float32)
+    # rows made under inference_mode keep no version counter: not checked,
+    # and no error from reading one
+    with torch.inference_mode():
+        xi = voxconv.SparseTensor(feats, coords.clone())
+        assert xi.coordinate_set.version is None
+        pool(conv(xi))
