@@ -11,6 +11,7 @@
  * stream once, which on the convolutions' stream would drain their queue
  * at every level. */
 #include "bench.h"
+#include "bench_state.h"
 
 #include "scan_io.h"
 #include "synth_scene.h"
@@ -22,10 +23,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#define NET_LEVELS 7
-#define MAX_ROWS 128
-#define MAX_ALLOCS 256
-
 /* BENCHMARKS.md workload A: the channels of the 7 levels. */
 static const int64_t k_level_channels[NET_LEVELS] = {64,  96,  128, 160,
                                                      192, 224, 256};
@@ -36,17 +33,6 @@ static const int64_t k_workload_b_voxels = 125562;
 
 /* ---- options ----------------------------------------------------------- */
 
-typedef enum input_kind {
-  INPUT_SYNTHETIC = 0,
-  INPUT_SCAN,
-  INPUT_WORKLOAD_A,
-  INPUT_WORKLOAD_B
-} input_kind_t;
-
-/* The parsed options (tool_options.h: parsing lives there, apart from
- * running, so that it can be fuzzed on its own). */
-typedef vt_bench_opts_t bench_opts_t;
-
 /* The command being run: "bench", or "tune", which hands its options to
  * bench; messages name what the user typed. */
 static const char *g_cmd = "bench";
@@ -55,76 +41,6 @@ int vt_bench_algo_known(const char *cmd, const char *option, const char *spec) {
   return vt_bench_algo_check(stderr, cmd, option, spec);
 }
 
-/* ---- state ------------------------------------------------------------- */
-
-typedef struct row {
-  char name[40];
-  char op[24];
-  int phase; /* 0 forward, 1 backward */
-  int64_t n_in, n_out, cin, cout, pairs;
-  double flops; /* useful: 2 * pairs * cin * cout for convolutions */
-  double bytes; /* compulsory traffic (each tensor read/written once) */
-  double *ms;   /* [repeat] */
-} row_t;
-
-typedef struct net_level {
-  int64_t n, cin, c;
-  int64_t pairs_subm, pairs_pool, n_next;
-  void *x; /* level input [n][cin]: the features, or the previous pool out */
-  void *a, *b;
-  void *w1, *w2, *dw1, *dw2;
-  void *gx, *ga, *gb;
-  /* --dtype i8: the weights' scales as per-channel device arrays [c] */
-  void *ws1, *ws2;
-  voxconv_kmap_t *subm, *pool;
-} net_level_t;
-
-typedef struct bench {
-  bench_opts_t o;
-  voxconv_handle_t *h;
-  /* --maps overlap on CUDA: the handle and stream the end-to-end forward
-   * builds its kernel maps on (NULL otherwise). */
-  voxconv_handle_t *hm;
-  void *map_stream;
-  voxconv_backend_t backend;
-  char device_name[300];
-  int n_threads_shown;
-  voxconv_dtype_t dtype;
-  size_t esize;
-  /* --dtype i8 (inference: forward only): every activation's scale, the
-   * input features' (the benchmark's weights keep magnitudes, so each
-   * conv's output gets its input's scale and pooling keeps it) */
-  float act_scale;
-  int repeat, warmup;
-  int settle_ms;
-  int warming; /* in a warm-up run (not in the timed ones) */
-  int tuned;   /* an op of the current warm-up ran the autotuner */
-  voxconv_conv_options_t conv_opt;
-  FILE *human; /* table destination, NULL when quiet */
-  /* input */
-  char input_desc[10240]; /* holds paths of up to 4096 bytes */
-  char input_kind[32];
-  int64_t n_points, n_voxels;
-  double voxel_size;
-  int32_t *coords; /* backend [n][4] */
-  void *feats;     /* backend [n][3] dtype */
-  /* network */
-  net_level_t lv[NET_LEVELS];
-  row_t rows[MAX_ROWS];
-  int n_rows;
-  double *fwd_total, *bwd_total; /* [repeat] end-to-end */
-  /* [repeat] forward then backward between one pair of events (CUDA,
-   * training networks): what a training step runs, and what PyTorch's
-   * forward + backward row times (docs/perf-notes.md item 112) */
-  double *fb_total;
-  /* Timers in flight (see clock_start), freed by bench_cleanup when a call
-   * between start and stop fails. */
-  voxconv_timer_t *t_op, *t_total;
-  double peak_flops, peak_bw;
-  void *allocs[MAX_ALLOCS];
-  int n_allocs;
-  size_t bytes_allocated;
-} bench_t;
 
 /* A failed library call, with the message the library kept on the handle
  * it was made through (h; NULL: the calling thread's, as for create). */
@@ -298,32 +214,6 @@ static int upload_random(bench_t *B, void *dst, int64_t n, double scale,
   free(conv);
   TRY(B, "voxconv_memcpy (upload)", st);
   return 0;
-}
-
-static double median(const double *v, int n) {
-  double *s = (double *)malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-  if (!s || n <= 0) {
-    free(s);
-    return 0.0;
-  }
-  memcpy(s, v, (size_t)n * sizeof(double));
-  for (int i = 1; i < n; i++) /* n is small: insertion sort */
-    for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
-      const double t = s[j];
-      s[j] = s[j - 1];
-      s[j - 1] = t;
-    }
-  const double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-  free(s);
-  return m;
-}
-
-static double min_of(const double *v, int n) {
-  double m = n > 0 ? v[0] : 0.0;
-  for (int i = 1; i < n; i++)
-    if (v[i] < m)
-      m = v[i];
-  return m;
 }
 
 static row_t *add_row(bench_t *B, const char *name, const char *op, int phase,
@@ -869,10 +759,6 @@ static int upload_scales(bench_t *B, int64_t c, float q, void **dst) {
   return 0;
 }
 
-/* --dtype i8 is inference: no backward rows or runs. */
-static int forward_only(const bench_t *B) {
-  return B->dtype == VOXCONV_DTYPE_I8;
-}
 
 /* One convolution's forward: the float op, or with --dtype i8 the int8 op
  * with an int8 output at the activations' scale (ws: the weights' scales).
@@ -929,7 +815,7 @@ static int plan_network(bench_t *B) {
         (rc = balloc(B, wbytes1, &L->w1, "weights")) ||
         (rc = balloc(B, wbytes2, &L->w2, "weights")))
       return rc;
-    if (!forward_only(B) &&
+    if (!bench_forward_only(B) &&
         ((rc = balloc(B, wbytes1, &L->dw1, "weight gradients")) ||
          (rc = balloc(B, wbytes2, &L->dw2, "weight gradients")) ||
          (rc = balloc(B, in, &L->gx, "gradients")) ||
@@ -959,7 +845,7 @@ static int plan_network(bench_t *B) {
   }
   /* The random output gradient of the last level. */
   net_level_t *last = &B->lv[NET_LEVELS - 1];
-  if (!forward_only(B) &&
+  if (!bench_forward_only(B) &&
       (rc = upload_random(B, last->gb, last->n * last->c, 1.0, &rng, NULL)))
     return rc;
 
@@ -989,7 +875,7 @@ static int plan_network(bench_t *B) {
         return VT_EXIT_FAIL;
     }
   }
-  for (int l = NET_LEVELS - 1; l >= 0 && !forward_only(B); l--) {
+  for (int l = NET_LEVELS - 1; l >= 0 && !bench_forward_only(B); l--) {
     net_level_t *L = &B->lv[l];
     if (l + 1 < NET_LEVELS) {
       snprintf(name, sizeof name, "L%d.maxpool", l);
@@ -1100,7 +986,7 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
 static int net_backward(bench_t *B, int rep, int per_layer, double *total) {
   if (total)
     *total = 0;
-  if (forward_only(B))
+  if (bench_forward_only(B))
     return 0;
   const int rec = per_layer ? rep : -1;
   int r = 0;
@@ -1203,7 +1089,7 @@ static int run_network(bench_t *B) {
       progress(B, "run %d/%d (end to end): forward %.2f ms, backward %.2f ms",
                i + 1, B->repeat, B->fwd_total[i], B->bwd_total[i]);
     }
-  if (cuda && !forward_only(B)) {
+  if (cuda && !bench_forward_only(B)) {
     B->fb_total = (double *)calloc((size_t)B->repeat, sizeof(double));
     if (!B->fb_total)
       return VT_EXIT_FAIL;
@@ -1339,7 +1225,7 @@ static int run_workload_c(bench_t *B) {
      * backward) asks of the GPU, power state included. Under the H200 /
      * H100 power cap three separately timed series sum to less than the
      * same work run back to back (docs/perf-notes.md item 87). */
-    const int passes = forward_only(B) ? 1 : 4;
+    const int passes = bench_forward_only(B) ? 1 : 4;
     if (!add_row(B, name, "conv_fwd", 0, L->n, L->n, C, C, L->pairs_subm) ||
         (passes > 1 &&
          (!add_row(B, name, "conv_dgrad", 1, L->n, L->n, C, C,
@@ -1362,7 +1248,7 @@ static int run_workload_c(bench_t *B) {
       B->warming = 0;
       progress(B, "C=%lld %s: median %.3f ms", (long long)C,
                B->rows[r0 + pass].op,
-               median(B->rows[r0 + pass].ms, B->repeat));
+               bench_median(B->rows[r0 + pass].ms, B->repeat));
     }
     /* Free this C's buffers before the next (they are the last ones). */
     while (B->n_allocs > first_alloc) {
@@ -1400,261 +1286,6 @@ static int run_workload_d(bench_t *B) {
       B->rows[0].ms[i] = ms;
   }
   return 0;
-}
-
-/* ---- reporting ----------------------------------------------------------- */
-
-static const char *backend_name(voxconv_backend_t b) {
-  return b == VOXCONV_BACKEND_CUDA ? "cuda" : "cpu";
-}
-
-/* How the end-to-end forward builds its maps (NULL: no network run). */
-static const char *maps_schedule(const bench_t *B) {
-  if (B->o.workload == 'C' || B->o.workload == 'D')
-    return NULL;
-  return B->hm ? "overlap" : B->backend == VOXCONV_BACKEND_CUDA ? "serial"
-                                                                : "inline";
-}
-
-static double row_rate(const row_t *r, double ms) {
-  return ms > 0 ? r->flops / (ms * 1e-3) : 0.0; /* FLOP/s */
-}
-
-static void print_human(const bench_t *B, FILE *f) {
-  const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
-  fprintf(f, "voxconv bench %s (library %s)\n", VOXCONV_VERSION_STRING,
-          voxconv_version_string());
-  fprintf(f, "backend   : %s\n", B->device_name);
-  fprintf(f, "dtype     : %s; algo: %s%s%s\n", voxconv_dtype_name(B->dtype),
-          B->o.algo ? B->o.algo : "default (auto)",
-          B->o.deterministic ? "; deterministic" : "",
-          B->o.fp16_accum == 1   ? "; fp16 accumulators on"
-          : B->o.fp16_accum == 0 ? "; fp16 accumulators off"
-                                 : "");
-  fprintf(f, "input     : %s\n", B->input_desc);
-  fprintf(f, "voxels    : %lld\n", (long long)B->n_voxels);
-  fprintf(f, "timing    : median of %d run%s after %d warm-up%s; %s\n",
-          B->repeat, B->repeat == 1 ? "" : "s", B->warmup,
-          B->warmup == 1 ? "" : "s",
-          cuda ? "rows: CUDA events around each op (voxconv_timer_*); "
-                 "totals: separate end-to-end runs, one event pair"
-               : "CPU monotonic clock");
-  if (cuda && B->settle_ms > 0)
-    fprintf(f, "            %d ms idle after a warm-up in which the autotuner "
-               "ran (--settle-ms)\n", B->settle_ms);
-  if (cuda && maps_schedule(B))
-    fprintf(f, "maps      : %s%s\n", maps_schedule(B),
-            B->hm ? (B->o.map_normal
-                         ? " (end-to-end forward: maps built on a second "
-                           "stream, normal priority, while the previous "
-                           "convolutions run; rows in line)"
-                         : " (end-to-end forward: maps built on a second "
-                           "stream, high priority, while the previous "
-                           "convolutions run; rows in line)")
-                  : " (on the convolutions' stream)");
-  if (cuda)
-    fprintf(f,
-            "ceilings  : %.0f TFLOP/s, %.2f TB/s%s\n",
-            B->peak_flops / 1e12, B->peak_bw / 1e12,
-            (B->o.peak_tflops > 0 || B->o.peak_tbps > 0)
-                ? " (from --peak-tflops/--peak-tbps)"
-                : " = ceilings of the H200 (BENCHMARKS.md), not necessarily "
-                  "this device's");
-  fprintf(f, "\n%-14s %-14s %21s %11s %11s %10s %10s%s\n", "layer", "op",
-          "N_in -> N_out", "Cin->Cout", "pairs", "ms",
-          cuda ? "TFLOP/s" : "GFLOP/s", cuda ? "  %peak  %roof" : "");
-  for (int i = 0; i < B->n_rows; i++) {
-    const row_t *r = &B->rows[i];
-    const double ms = median(r->ms, B->repeat);
-    char nn[48], cc[24], rate[24] = "-", pct[32] = "";
-    snprintf(nn, sizeof nn, "%lld -> %lld", (long long)r->n_in,
-             (long long)r->n_out);
-    if (r->cin)
-      snprintf(cc, sizeof cc, "%lld->%lld", (long long)r->cin,
-               (long long)r->cout);
-    else
-      snprintf(cc, sizeof cc, "-");
-    if (r->flops > 0)
-      snprintf(rate, sizeof rate, cuda ? "%.2f" : "%.1f",
-               row_rate(r, ms) / (cuda ? 1e12 : 1e9));
-    if (cuda && ms > 0) {
-      const double t_floor =
-          fmax(r->flops / B->peak_flops, r->bytes / B->peak_bw);
-      if (r->flops > 0)
-        snprintf(pct, sizeof pct, "  %5.1f  %5.1f",
-                 100.0 * row_rate(r, ms) / B->peak_flops,
-                 100.0 * t_floor / (ms * 1e-3));
-      else
-        snprintf(pct, sizeof pct, "      -  %5.1f",
-                 100.0 * t_floor / (ms * 1e-3));
-    }
-    fprintf(f, "%-14s %-14s %21s %11s %11lld %10.3f %10s%s\n", r->name, r->op,
-            nn, cc, (long long)r->pairs, ms, rate, pct);
-    if (B->fwd_total && i + 1 < B->n_rows &&
-        r->phase != B->rows[i + 1].phase)
-      fprintf(f, "\n"); /* forward block, then backward block */
-  }
-  double fl[2] = {0, 0}, sum[2] = {0, 0};
-  for (int i = 0; i < B->n_rows; i++) {
-    fl[B->rows[i].phase] += B->rows[i].flops;
-    sum[B->rows[i].phase] += median(B->rows[i].ms, B->repeat);
-  }
-  fprintf(f, "\n");
-  if (B->fwd_total) {
-    const double fm = median(B->fwd_total, B->repeat);
-    const double bm = median(B->bwd_total, B->repeat);
-    const double unit = cuda ? 1e12 : 1e9;
-    const char *uname = cuda ? "TFLOP/s" : "GFLOP/s";
-    fprintf(f,
-            "forward  : %10.3f ms (min %.3f; layer rows sum %.3f), %.3g "
-            "GFLOP useful, %.2f %s\n",
-            fm, min_of(B->fwd_total, B->repeat), sum[0], fl[0] / 1e9,
-            fm > 0 ? fl[0] / (fm * 1e-3) / unit : 0.0, uname);
-    if (forward_only(B))
-      fprintf(f, "backward : none (--dtype i8 is inference)\n");
-    else
-      fprintf(f,
-              "backward : %10.3f ms (min %.3f; layer rows sum %.3f), %.3g "
-              "GFLOP useful, %.2f %s\n",
-              bm, min_of(B->bwd_total, B->repeat), sum[1], fl[1] / 1e9,
-              bm > 0 ? fl[1] / (bm * 1e-3) / unit : 0.0, uname);
-    if (B->fb_total)
-      fprintf(f,
-              "fwd+bwd  : %10.3f ms (min %.3f) back to back, one pair of "
-              "events (the two series above sum to %.3f)\n",
-              median(B->fb_total, B->repeat), min_of(B->fb_total, B->repeat),
-              fm + bm);
-  } else if (B->o.workload == 'C' && forward_only(B)) {
-    for (int i = 0; i < B->n_rows; i++)
-      fprintf(f, "%-8s: forward %.3f ms\n", B->rows[i].name,
-              median(B->rows[i].ms, B->repeat));
-  } else if (B->o.workload == 'C') {
-    for (int i = 0; i + 3 < B->n_rows; i += 4)
-      fprintf(f,
-              "%-8s: forward %.3f ms, fwd+bwd %.3f ms back to back (the "
-              "three rows sum to %.3f)\n",
-              B->rows[i].name, median(B->rows[i].ms, B->repeat),
-              median(B->rows[i + 3].ms, B->repeat),
-              median(B->rows[i].ms, B->repeat) +
-                  median(B->rows[i + 1].ms, B->repeat) +
-                  median(B->rows[i + 2].ms, B->repeat));
-  } else if (B->o.workload == 'D' && B->n_rows) {
-    fprintf(f, "kernel map: %.3f ms (min %.3f) for %lld voxels, %lld pairs\n",
-            median(B->rows[0].ms, B->repeat), min_of(B->rows[0].ms, B->repeat),
-            (long long)B->rows[0].n_in, (long long)B->rows[0].pairs);
-  }
-}
-
-static void print_json(const bench_t *B, FILE *f) {
-  const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
-  fprintf(f, "{\n  \"tool\": \"voxconv bench\",\n  \"version\": ");
-  vt_json_string(f, voxconv_version_string());
-  fprintf(f, ",\n  \"backend\": \"%s\",\n  \"device\": ",
-          backend_name(B->backend));
-  vt_json_string(f, B->device_name);
-  fprintf(f, ",\n  \"dtype\": \"%s\",\n  \"algo\": ",
-          voxconv_dtype_name(B->dtype));
-  vt_json_string(f, B->o.algo ? B->o.algo : "auto");
-  fprintf(f, ",\n  \"deterministic\": %s,\n",
-          B->o.deterministic ? "true" : "false");
-  if (B->o.threads)
-    fprintf(f, "  \"threads\": %d,\n", B->o.threads);
-  if (B->o.workload)
-    fprintf(f, "  \"workload\": \"%c\",\n", B->o.workload);
-  else
-    fprintf(f, "  \"workload\": \"network-A\",\n");
-  fprintf(f, "  \"input\": {\"kind\": ");
-  vt_json_string(f, B->input_kind);
-  fprintf(f, ", \"description\": ");
-  vt_json_string(f, B->input_desc);
-  fprintf(f, ", \"points\": %lld, \"voxels\": %lld, \"voxel_size\": %g},\n",
-          (long long)B->n_points, (long long)B->n_voxels, B->voxel_size);
-  fprintf(f, "  \"repeat\": %d,\n  \"warmup\": %d,\n", B->repeat, B->warmup);
-  /* absent in older results: no rest after a tuning warm-up then */
-  fprintf(f, "  \"settle_ms\": %d,\n", B->settle_ms);
-  if (B->o.pass_idle_ms > 0) /* absent: no idle between workload C passes */
-    fprintf(f, "  \"pass_idle_ms\": %d,\n", B->o.pass_idle_ms);
-  if (B->o.pass_preheat_ms > 0) /* absent: no preheat */
-    fprintf(f, "  \"pass_preheat_ms\": %d,\n", B->o.pass_preheat_ms);
-  /* How the times were taken (results recorded before this key existed
-   * used the host clock with a synchronize after each op). */
-  fprintf(f, "  \"clock\": \"%s\",\n", cuda ? "cuda_events" : "monotonic");
-  if (maps_schedule(B)) /* absent in older results: "serial" then */
-    fprintf(f, "  \"maps\": \"%s\",\n", maps_schedule(B));
-  if (B->hm) /* absent in older results: "normal" then */
-    fprintf(f, "  \"map_priority\": \"%s\",\n",
-            B->o.map_normal ? "normal" : "high");
-  if (cuda)
-    fprintf(f,
-            "  \"ceilings\": {\"tflops\": %g, \"tbps\": %g, \"source\": "
-            "\"%s\"},\n",
-            B->peak_flops / 1e12, B->peak_bw / 1e12,
-            (B->o.peak_tflops > 0 || B->o.peak_tbps > 0)
-                ? "command line"
-                : "H200, BENCHMARKS.md");
-  fprintf(f, "  \"layers\": [\n");
-  double fl[2] = {0, 0};
-  for (int i = 0; i < B->n_rows; i++) {
-    const row_t *r = &B->rows[i];
-    const double ms = median(r->ms, B->repeat);
-    fl[r->phase] += r->flops;
-    fprintf(f, "    {\"layer\": ");
-    vt_json_string(f, r->name);
-    fprintf(f,
-            ", \"op\": \"%s\", \"phase\": \"%s\", \"n_in\": %lld, \"n_out\": "
-            "%lld, \"cin\": %lld, \"cout\": %lld, \"pairs\": %lld, \"ms\": "
-            "%.6g, \"ms_min\": %.6g, \"flops\": %.6g, \"gflops_per_s\": %.6g",
-            r->op, r->phase ? "backward" : "forward", (long long)r->n_in,
-            (long long)r->n_out, (long long)r->cin, (long long)r->cout,
-            (long long)r->pairs, ms, min_of(r->ms, B->repeat), r->flops,
-            row_rate(r, ms) / 1e9);
-    if (cuda && ms > 0) {
-      const double t_floor =
-          fmax(r->flops / B->peak_flops, r->bytes / B->peak_bw);
-      fprintf(f, ", \"pct_peak_flops\": %.4g, \"pct_roofline\": %.4g",
-              100.0 * row_rate(r, ms) / B->peak_flops,
-              100.0 * t_floor / (ms * 1e-3));
-    }
-    /* Every timed run, in order: a drift across the runs (clocks settling
-     * after the tuner's burst) shows here and not in the median. */
-    fprintf(f, ", \"runs_ms\": [");
-    for (int k = 0; k < B->repeat; k++)
-      fprintf(f, "%s%.6g", k ? ", " : "", r->ms[k]);
-    fprintf(f, "]}%s\n", i + 1 < B->n_rows ? "," : "");
-  }
-  fprintf(f, "  ]");
-  if (B->fwd_total) {
-    const double fm = median(B->fwd_total, B->repeat);
-    const double bm = median(B->bwd_total, B->repeat);
-    fprintf(f, ",\n  \"forward_ms\": %.6g,\n  \"forward_ms_min\": %.6g,\n",
-            fm, min_of(B->fwd_total, B->repeat));
-    if (forward_only(B)) /* --dtype i8: no backward */
-      fprintf(f, "  \"backward_ms\": null,\n  \"backward_ms_min\": null,\n");
-    else
-      fprintf(f, "  \"backward_ms\": %.6g,\n  \"backward_ms_min\": %.6g,\n",
-              bm, min_of(B->bwd_total, B->repeat));
-    fprintf(f,
-            "  \"forward_gflop\": %.6g,\n  \"backward_gflop\": %.6g,\n"
-            "  \"forward_runs_ms\": [",
-            fl[0] / 1e9, fl[1] / 1e9);
-    for (int i = 0; i < B->repeat; i++)
-      fprintf(f, "%s%.6g", i ? ", " : "", B->fwd_total[i]);
-    fprintf(f, "],\n  \"backward_runs_ms\": [");
-    for (int i = 0; i < B->repeat && !forward_only(B); i++)
-      fprintf(f, "%s%.6g", i ? ", " : "", B->bwd_total[i]);
-    fprintf(f, "]");
-    if (B->fb_total) {
-      fprintf(f, ",\n  \"fwd_bwd_ms\": %.6g,\n  \"fwd_bwd_runs_ms\": [",
-              median(B->fb_total, B->repeat));
-      for (int i = 0; i < B->repeat; i++)
-        fprintf(f, "%s%.6g", i ? ", " : "", B->fb_total[i]);
-      fprintf(f, "]");
-    }
-  } else if (B->o.workload == 'D' && B->n_rows) {
-    fprintf(f, ",\n  \"kmap_ms\": %.6g,\n  \"pairs\": %lld",
-            median(B->rows[0].ms, B->repeat), (long long)B->rows[0].pairs);
-  }
-  fprintf(f, "\n}\n");
 }
 
 /* ---- main ---------------------------------------------------------------- */
@@ -1803,9 +1434,9 @@ int vt_bench_main(int argc, char **argv) {
   if (rc)
     goto out;
   if (B->human)
-    print_human(B, B->human);
+    bench_print_human(B, B->human);
   if (B->o.json)
-    print_json(B, stdout);
+    bench_print_json(B, stdout);
 out:
   bench_cleanup(B);
   free(B);
