@@ -28,7 +28,7 @@
 
 #include <stdio.h>
 
-#define N_TILES 19 /* cuda_int8.cu VC_I8_TILES */
+#define N_TILES 21 /* cuda_int8.cu VC_I8_TILES */
 
 static voxconv_handle_t *g_cpu, *g_gpu;
 static int g_quick, g_race;

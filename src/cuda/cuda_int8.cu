@@ -350,16 +350,22 @@ __global__ void __launch_bounds__(TL::THREADS)
  * 32 bytes as an f16 k-step (16 halves), so the f16 descriptors and
  * swizzle helpers (cuda_mask_gemm_sm90.cuh) apply unchanged. Each stage
  * carries twice the multiply-adds of an f16 stage of the same bytes. */
-template <int BN_, int STAGES_, int BK_, int MIN_BLOCKS_ = 1>
+template <int BN_, int STAGES_, int BK_, int MIN_BLOCKS_ = 1, int WGN_ = 1>
 struct I8WgTile {
   static constexpr int BM = 128, BN = BN_, BK = BK_, STAGES = STAGES_;
-  static constexpr int THREADS = 256, MIN_BLOCKS = MIN_BLOCKS_;
+  /* warpgroups along N: WGN = 2 gives each of the 4 warpgroups 64 rows x
+   * BN / 2 columns, so a block's gathered rows feed BN columns with 64
+   * accumulators a thread (tiles 19-20; item 114) */
+  static constexpr int WGN = WGN_, WN = BN / WGN_;
+  static constexpr int THREADS = 256 * WGN_, MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;
   /* + 1024: the stages start 1024-aligned (the swizzle reads address bits
    * 4-9) */
   static constexpr int SMEM = STAGES * (A_STAGE + B_STAGE) + 1024;
   static constexpr int SWZ = BK / 2; /* the f16 helpers' row length */
-  static constexpr int ACC = BN / 2; /* int32 accumulators per thread */
+  static constexpr int ACC = WN / 2; /* int32 accumulators per thread */
+  static_assert(WN * WGN == BN && (WN == 64 || WN == 128 || WN == 256),
+                "warpgroups of a wgmma N each");
   static constexpr bool WG = true;
   static_assert(BK == 64 || BK == 128, "64- or 128-byte swizzled rows");
   /* (also a use of SWZ where the kernel body is compiled out: the non-90a
@@ -401,7 +407,8 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const int8_t *A = static_cast<const int8_t *>(args.a);
   const int8_t *W = static_cast<const int8_t *>(args.w);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wg = warp >> 2, wq = warp & 3;
+  /* warpgroup wg: rows 64 wm.., columns WN wn.. of the tile */
+  const int wg = warp >> 2, wq = warp & 3, wm = wg & 1, wn = wg >> 1;
   const int kvol = args.kvol, ka = args.ka, nb = args.nb;
   const int64_t wsk = (int64_t)ka * nb;
   const TileSpan span = begin_tile<TL>(args, tile);
@@ -468,8 +475,10 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   for (int i = 0; i < TL::ACC; i++)
     acc[i] = 0u;
   constexpr uint64_t dhi = (uint64_t)wg_desc_hi<TL::SWZ>() << 32;
-  const unsigned da0 = wg_desc_lo(sa_base + wg * 64 * TL::BK);
-  const unsigned db0 = wg_desc_lo(sb_base);
+  const unsigned da0 = wg_desc_lo(sa_base + wm * 64 * TL::BK);
+  /* B rows are output columns; WN of them (a multiple of the swizzle's
+   * 8-row atom) start the warpgroup's part */
+  const unsigned db0 = wg_desc_lo(sb_base + wn * TL::WN * TL::BK);
   wg_pipeline<TL::STAGES, 0>(
       iters, load_stage,
       [&](int stage) {
@@ -478,7 +487,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
         wgmma_fence();
 #pragma unroll
         for (int ks = 0; ks < TL::BK / 32; ks++) /* 32 bytes a k-step */
-          WgmmaI8<TL::BN>::run(acc, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
+          WgmmaI8<TL::WN>::run(acc, dhi | (da + 2 * ks), dhi | (db + 2 * ks));
         wgmma_commit();
       },
       [] {});
@@ -488,7 +497,8 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   cp_async_wait<0>();
 
   /* D of m64nN: per 8 columns j, registers 4j + 2h + e hold row
-   * 16 wq + g + 8h, column 8j + 2t + e of the warpgroup's 64 rows */
+   * 16 wq + g + 8h, column 8j + 2t + e of the warpgroup's 64 rows and WN
+   * columns */
   const I8Staging<(TL::ACC <= 64)> stg(
       smem_raw + (sa_base - raw), args, ep, TL::BM, TL::BN,
       TL::STAGES * (TL::A_STAGE + TL::B_STAGE));
@@ -496,10 +506,10 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     __syncthreads(); /* both warpgroups' wgmma are done with the stages */
   const int g = lane >> 2, t4 = lane & 3;
 #pragma unroll
-  for (int j = 0; j < TL::BN / 8; j++)
+  for (int j = 0; j < TL::WN / 8; j++)
 #pragma unroll
     for (int e = 0; e < 2; e++) {
-      const int c = j * 8 + t4 * 2 + e;
+      const int c = wn * TL::WN + j * 8 + t4 * 2 + e;
       if (n0 + c >= nb)
         continue;
       float m = 0.0f, b = 0.0f;
@@ -507,7 +517,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
         i8_column(ep, n0 + c, m, b);
 #pragma unroll
       for (int h = 0; h < 2; h++) {
-        const int r = wg * 64 + wq * 16 + g + h * 8;
+        const int r = wm * 64 + wq * 16 + g + h * 8;
         if (r < rows)
           stg.put(ep, args, tile.rows, n0, r, c,
                   (int32_t)acc[4 * j + 2 * h + e], m, b);
@@ -728,7 +738,12 @@ typedef I8WgTile<256, 4, 128> Q17;    /* 2 in flight of 48 KB */
 /* 18: cin <= 4 (kvol <= 28) runs i8_im2col_fwd_kernel; any other problem
  * runs pick_tile's tile (so the tuner and the tests may run 18 anywhere) */
 #define VC_I8_IM2COL_TILE 18
-#define VC_I8_TILES 19
+/* 128 x 256 tiles of 4 warpgroups (2 along N), 64 accumulators a thread:
+ * each gathered row feeds 256 columns (tile 9 gathers it once per 128),
+ * one block a SM of 16 warps (item 114) */
+typedef I8WgTile<256, 4, 128, 1, 2> Q19; /* 193 KB */
+typedef I8WgTile<256, 6, 64, 1, 2> Q20;  /* 145 KB, 4 stages in flight */
+#define VC_I8_TILES 21
 
 template <typename TL> auto kernel_of() {
   if constexpr (TL::WG)
@@ -775,7 +790,8 @@ const TileRow &tile_info(int t) {
       tile_row<Q4>(), tile_row<Q5>(), tile_row<Q6>(), tile_row<Q7>(),
       tile_row<Q8>(), tile_row<Q9>(), tile_row<Q10>(), tile_row<Q11>(),
       tile_row<Q12>(), tile_row<Q13>(), tile_row<Q14>(), tile_row<Q15>(),
-      tile_row<Q16>(), tile_row<Q17>(), im2col_row()};
+      tile_row<Q16>(), tile_row<Q17>(), im2col_row(),  tile_row<Q19>(),
+      tile_row<Q20>()};
   return rows[t];
 }
 
