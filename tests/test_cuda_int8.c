@@ -1,6 +1,6 @@
 /* int8 sparse convolution on the GPU (voxconv_conv_forward_int8,
  * voxconv_depthwise_forward_int8 on a CUDA handle; src/cuda/cuda_int8.cu):
- *   1. every tensor-core tile (VOXCONV_INT8_TILE = 0..7) and the default
+ *   1. every tile (VOXCONV_INT8_TILE = 0..N_TILES-1) and the default
  *      choice, every output dtype (I32 raw sums, F32, F16, BF16, I8), with
  *      and without bias / ReLU: bitwise against the independent model of
  *      tests/int8_model.h (int64 sums over the GPU map's own pairs, the
