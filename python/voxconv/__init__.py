@@ -130,12 +130,13 @@ def caller_thread_backward(enabled=True):
     ``with voxconv.caller_thread_backward(): loss.backward()``.
 
     PyTorch runs the backward of CUDA tensors on a device thread of its
-    own, which sits idle through the forward: on the lent H200's host it
-    took ~200 us to wake after 5 ms idle (27-44 us back to back), and the
-    nodes ran slower there than on the caller's thread. Workload A's
-    forward + backward from voxconv.nn measured 12.60 ms with this against
-    13.12 ms without (5 rounds alternated in one process; docs/perf-
-    notes.md item 112). Made of ``torch.autograd.set_multithreading_enabled
+    own, which sits idle through the forward: on the lent H200's host a
+    one-node backward started 203 us after backward() once that thread had
+    idled 5 ms (44 us back to back), against 134 / 27 us on the calling
+    thread, and every node ran slower there. Workload A's forward +
+    backward from voxconv.nn measured 12.60 ms with this against 13.12 ms
+    without (5 rounds alternated in one process; again 12.61 against
+    13.04 in another session's call; docs/perf-notes.md item 112). Made of ``torch.autograd.set_multithreading_enabled
     (False)``, so it is thread-local and is undone on exit. Use it where one
     process drives one GPU (a single-GPU loop, DDP's one process per GPU):
     the backwards of several devices in one process would run one after
