@@ -136,8 +136,9 @@ def caller_thread_backward(enabled=True):
     thread, and every node ran slower there. Workload A's forward +
     backward from voxconv.nn measured 12.60 ms with this against 13.12 ms
     without (5 rounds alternated in one process; again 12.61 against
-    13.04 in a later call; docs/perf-notes.md item 112). Made of ``torch.autograd.set_multithreading_enabled
-    (False)``, so it is thread-local and is undone on exit. Use it where one
+    13.04 in a later call; docs/perf-notes.md item 112). Made of
+    ``torch.autograd.set_multithreading_enabled(False)``, so it is
+    thread-local and is undone on exit. Use it where one
     process drives one GPU (a single-GPU loop, DDP's one process per GPU):
     the backwards of several devices in one process would run one after
     the other instead of in parallel. A no-op where torch lacks the switch
