@@ -433,14 +433,10 @@ def torch_network(args, timer, coords, feats):
         with torch.no_grad():
             return net(voxconv.SparseTensor(feats, coords))
 
-    def forward_backward():
+    def forward_backward(caller=False):
+        """caller: the backward on this thread (item 112)"""
         y = net(voxconv.SparseTensor(leaf, coords))
-        y.feats.backward(dy)
-        return y
-
-    def forward_backward_caller():  # the backward on this thread (item 112)
-        y = net(voxconv.SparseTensor(leaf, coords))
-        with voxconv.caller_thread_backward():
+        with voxconv.caller_thread_backward(caller):
             y.feats.backward(dy)
         return y
 
@@ -453,7 +449,7 @@ def torch_network(args, timer, coords, feats):
     fb = measure(timer, forward_backward, args, "forward+backward", before=clear_grads)
     fbc = None
     if timer.cuda and hasattr(torch.autograd, "set_multithreading_enabled"):
-        fbc = measure(timer, forward_backward_caller, args,
+        fbc = measure(timer, lambda: forward_backward(caller=True), args,
                       "forward+backward (backward on the calling thread)", before=clear_grads)
     return counts, fwd, fb, fbc
 

@@ -130,7 +130,7 @@ def engine_start_us(dev, repeat, idle_s=0.0, caller=False):
             time.sleep(idle_s)
         marks.clear()
         t0 = clock()
-        with torch.autograd.set_multithreading_enabled(not caller):
+        with tb.voxconv.caller_thread_backward(caller):
             y.backward(g)
         out.append((marks[0][1] - t0) * 1e6)
     return statistics.median(out[3:])
@@ -179,7 +179,7 @@ def main():
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         e0.record()
         t0 = clock()
-        with torch.autograd.set_multithreading_enabled(not args.caller):
+        with tb.voxconv.caller_thread_backward(args.caller):
             y.feats.backward(dy)
         t1 = clock()
         e1.record()

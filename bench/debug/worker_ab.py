@@ -86,7 +86,7 @@ def main():
     def forward_backward():
         leaf.grad = None
         y = net(voxconv.SparseTensor(leaf, coords))
-        with torch.autograd.set_multithreading_enabled(not CALLER[0]):
+        with voxconv.caller_thread_backward(CALLER[0]):
             y.feats.backward(dy)
         return y
 

@@ -494,7 +494,7 @@ class CoordinateSet:
         # torch's in-place counter of the rows when the set was made: a
         # later in-place write (coords[:, 1] += 1, a reused buffer's copy_)
         # would leave every cached and prefetched map describing the old
-        # rows, so a lookup checks it (_modified). Inference tensors keep
+        # rows, so a lookup checks it (_check_rows). Inference tensors keep
         # no counter (None: not checked; torch refuses their in-place
         # writes outside inference mode).
         self.version = None if coords.is_inference() else coords._version
@@ -745,12 +745,16 @@ def _map_key(mode, kernel_size, stride, dilation, out_id, padding, out_shape, or
     return key
 
 
-def _modified(in_set):
-    raise errors.KmapMismatchError(
-        f"voxconv: the coordinates of this sparse tensor ({len(in_set)} rows) were "
-        "modified in place after it was made (torch's version counter "
-        f"{in_set.version} -> {in_set.coords._version}); its kernel maps describe the "
-        "old rows. Make a new SparseTensor from the new coordinates instead.")
+def _check_rows(in_set):
+    """Raises KmapMismatchError when in_set's rows were written in place
+    after the set was made (torch's version counter moved): its maps
+    describe the old rows."""
+    if in_set.version is not None and in_set.coords._version != in_set.version:
+        raise errors.KmapMismatchError(
+            f"voxconv: the coordinates of this sparse tensor ({len(in_set)} rows) were "
+            "modified in place after it was made (torch's version counter "
+            f"{in_set.version} -> {in_set.coords._version}); its kernel maps describe the "
+            "old rows. Make a new SparseTensor from the new coordinates instead.")
 
 
 def cached_plain_map(in_set, key):
@@ -759,8 +763,7 @@ def cached_plain_map(in_set, key):
     CoordinateManager.kernel_map without its key building, for callers
     that computed the key once (the conv modules). Raises
     KmapMismatchError when the set's rows were modified in place."""
-    if in_set.version is not None and in_set.coords._version != in_set.version:
-        _modified(in_set)
+    _check_rows(in_set)
     return _live(in_set.kmaps.get(key))
 
 
@@ -891,8 +894,7 @@ class CoordinateManager:
         without them are unchanged). ``order``: the desc's offset_order (0
         voxconv's, 1 MinkowskiEngine's x-fastest numbering of the same
         pairs), in the key when not 0."""
-        if in_set.version is not None and in_set.coords._version != in_set.version:
-            _modified(in_set)
+        _check_rows(in_set)
         key = _map_key(mode, kernel_size, stride, dilation,
                        id(out_set) if out_set is not None else None, padding, out_shape, order)
         hit = _live(in_set.kmaps.get(key))  # dict reads are atomic: no lock on a hit
@@ -933,8 +935,7 @@ class CoordinateManager:
         SparseInverseConv3d). Returns (inverse kmap, in_set); cached in
         in_set next to the forward map. The forward map is the cached one
         (built now if the forward convolution has not run)."""
-        if in_set.version is not None and in_set.coords._version != in_set.version:
-            _modified(in_set)
+        _check_rows(in_set)
         fkey = _map_key(mode, kernel_size, stride, dilation, None, padding, out_shape, order)
         key = ("inverse",) + fkey
         hit = _live(in_set.kmaps.get(key))

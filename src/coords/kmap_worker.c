@@ -302,13 +302,11 @@ voxconv_status_t vc_kmap_issued(voxconv_handle_t *h, const voxconv_kmap_t *m,
 static double env_spin_ms(const char *name) {
   const char *v = vc_getenv(name);
   double us = 0;
-  if (v && vc_parse_nonneg(v, &us) != 0) {
+  if (v && vc_parse_nonneg(v, &us) != 0) /* us stays 0 */
     vc_tune_warn_once(name,
                       "%s='%s' is not a number of microseconds >= 0; "
                       "using 0 (no spin)",
                       name, v);
-    us = 0;
-  }
   return us * 1e-3;
 }
 
