@@ -72,33 +72,6 @@ __device__ __forceinline__ void i8_column(const I8Epilogue &e, int c, float &m,
   b = e.bias ? __ldg(e.bias + c) : 0.0f;
 }
 
-/* Steps 3-5 for one element, written to p in y's type. */
-__device__ __forceinline__ void i8_value_to(const I8Epilogue &e, void *p,
-                                            int32_t acc, float m, float b) {
-  if (e.dtype == VOXCONV_DTYPE_I32) {
-    *static_cast<int32_t *>(p) = acc;
-    return;
-  }
-  float v = __fmaf_rn(__int2float_rn(acc), m, b);
-  if (e.relu && v < 0.0f)
-    v = 0.0f;
-  switch (e.dtype) {
-  case VOXCONV_DTYPE_F32:
-    *static_cast<float *>(p) = v;
-    break;
-  case VOXCONV_DTYPE_F16:
-    *static_cast<__half *>(p) = __float2half_rn(v);
-    break;
-  case VOXCONV_DTYPE_BF16:
-    *static_cast<__nv_bfloat16 *>(p) = __float2bfloat16_rn(v);
-    break;
-  default: { /* I8: round half to even, clamp to [-127, 127] */
-    const int r = __float2int_rn(i8_quotient(e, v)); /* cvt.rni */
-    *static_cast<int8_t *>(p) = (int8_t)max(-127, min(127, r));
-  }
-  }
-}
-
 __device__ __forceinline__ int i8_esz(int dtype) {
   return dtype == VOXCONV_DTYPE_I8
              ? 1
@@ -106,22 +79,14 @@ __device__ __forceinline__ int i8_esz(int dtype) {
                                                                          : 4);
 }
 
-/* y[i] (element index) from its int32 sum. */
-__device__ __forceinline__ void i8_store(const I8Epilogue &e, void *y,
-                                         int64_t i, int32_t acc, float m,
-                                         float b) {
-  i8_value_to(e, static_cast<unsigned char *>(y) + i * i8_esz(e.dtype), acc,
-              m, b);
-}
-
 /* ---- the epilogue with y's type known at compile time -------------------
- * i8_value_to decides y's type, the ReLU and the staging for every element;
- * unrolled over a tile's accumulators that was ~40 instructions an element
- * and 36-41% of the int8 kernels' instructions (ncu, H200: tile 11 at C =
- * 64, tile 19 at C = 256), against 8% for the f16 kernels' epilogue. The
- * kernels now branch on y's type once (i8_by_dtype) and write adjacent
- * columns as one pair. Same arithmetic, element for element, as
- * i8_value_to: the steps of voxconv.h, each rounded as there. */
+ * Deciding y's type, the ReLU and the staging for every element, unrolled
+ * over a tile's accumulators, cost ~40 instructions an element: 36-41% of
+ * the int8 kernels' instructions (ncu, H200: tile 11 at C = 64, tile 19 at
+ * C = 256) against 8% for the f16 kernels' epilogue. The kernels branch on
+ * y's type once (i8_by_dtype) and write a fragment's adjacent columns as
+ * one pair (docs/perf-notes.md item 116). Each element follows the steps
+ * of voxconv.h, each rounded as there. */
 template <int DT> struct I8Out;
 template <> struct I8Out<VOXCONV_DTYPE_F32> {
   typedef float T;
@@ -191,6 +156,28 @@ template <int DT> struct I8ColPair {
   }
 };
 
+/* y[row][c] and y[row][c + 1] (c even; the second only where c + 1 < nb)
+ * straight to global memory, as one store when `pair` (nb even and y
+ * aligned to two elements). */
+template <int DT>
+__device__ __forceinline__ void i8_put2_direct(const I8Epilogue &e, void *out,
+                                               int64_t row, int nb, int c,
+                                               bool pair,
+                                               const I8ColPair<DT> &k,
+                                               int32_t a0, int32_t a1) {
+  typedef I8Out<DT> O;
+  typename O::T *y = static_cast<typename O::T *>(out) + row * nb + c;
+  const typename O::T y0 = i8_typed<DT>(e, a0, k.m0, k.b0);
+  if (pair) {
+    *reinterpret_cast<typename O::T2 *>(y) =
+        O::two(y0, i8_typed<DT>(e, a1, k.m1, k.b1));
+    return;
+  }
+  y[0] = y0;
+  if (c + 1 < nb)
+    y[1] = i8_typed<DT>(e, a1, k.m1, k.b1);
+}
+
 template <int DT> struct I8Dtype {
   static constexpr int value = DT;
 };
@@ -248,20 +235,15 @@ template <bool ENABLE> struct I8Staging {
                                        int r, int c, const I8ColPair<DT> &k,
                                        int32_t a0, int32_t a1) const {
     typedef I8Out<DT> O;
-    const typename O::T y0 = i8_typed<DT>(e, a0, k.m0, k.b0);
     if (on) {
       *reinterpret_cast<typename O::T2 *>(buf + r * pitch +
                                           c * (int)sizeof(typename O::T)) =
-          O::two(y0, i8_typed<DT>(e, a1, k.m1, k.b1));
+          O::two(i8_typed<DT>(e, a0, k.m0, k.b0),
+                 i8_typed<DT>(e, a1, k.m1, k.b1));
       return;
     }
-    if (r >= nrows)
-      return;
-    typename O::T *y =
-        static_cast<typename O::T *>(a.out) + (int64_t)rows[r] * a.nb + n0 + c;
-    y[0] = y0;
-    if (n0 + c + 1 < a.nb)
-      y[1] = i8_typed<DT>(e, a1, k.m1, k.b1);
+    if (r < nrows)
+      i8_put2_direct<DT>(e, a.out, rows[r], a.nb, n0 + c, false, k, a0, a1);
   }
   /* after every put of the block and a barrier */
   template <int THREADS>
@@ -752,24 +734,27 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
       }
     }
     __syncthreads(); /* a_s is gathered into again (next tile) */
+    i8_by_dtype(ep.dtype, [&](auto dt) {
+      constexpr int DT = decltype(dt)::value;
+      /* a fragment's two adjacent columns as one store */
+      const bool pair =
+          (nb & 1) == 0 &&
+          ((uintptr_t)args.out & (2 * sizeof(typename I8Out<DT>::T) - 1)) == 0;
 #pragma unroll
-    for (int j = 0; j < TL::BN / 8; j++)
-#pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const int c = n0 + j * 8 + t4 * 2 + e;
+      for (int j = 0; j < TL::BN / 8; j++) {
+        const int c = n0 + j * 8 + t4 * 2;
         if (c >= nb)
           continue;
-        float m = 0.0f, b = 0.0f;
-        if (ep.dtype != VOXCONV_DTYPE_I32)
-          i8_column(ep, c, m, b);
+        const I8ColPair<DT> k(ep, c, nb);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
           const int row = m0 + warp * 16 + g + h * 8;
           if (row < args.n_dst)
-            i8_store(ep, args.out, (int64_t)row * nb + c, acc[j][2 * h + e],
-                     m, b);
+            i8_put2_direct<DT>(ep, args.out, row, nb, c, pair, k,
+                               acc[j][2 * h], acc[j][2 * h + 1]);
         }
       }
+    });
   }
   cp_async_wait<0>(); /* a block with no tile: nothing in flight at exit */
 }
@@ -810,13 +795,18 @@ __global__ void i8_dw_kernel(const int8_t *__restrict__ x,
         s[0] += (int32_t)x[(int64_t)src * C + c] * (int32_t)w[(int64_t)k * C + c];
       }
     }
+    i8_by_dtype(ep.dtype, [&](auto dt) {
+      constexpr int DT = decltype(dt)::value;
+      typename I8Out<DT>::T *yr =
+          static_cast<typename I8Out<DT>::T *>(y) + r * C + c;
 #pragma unroll
-    for (int v = 0; v < VEC; v++) {
-      float m = 0.0f, b = 0.0f;
-      if (ep.dtype != VOXCONV_DTYPE_I32)
-        i8_column(ep, c + v, m, b);
-      i8_store(ep, y, r * C + c + v, s[v], m, b);
-    }
+      for (int v = 0; v < VEC; v++) {
+        float m = 0.0f, b = 0.0f;
+        if constexpr (DT != VOXCONV_DTYPE_I32)
+          i8_column(ep, c + v, m, b);
+        yr[v] = i8_typed<DT>(ep, s[v], m, b);
+      }
+    });
   }
 }
 
