@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Post-training int8 quantization of the segmentation example, judged on
+a scan it was not calibrated on (issue 23's accuracy figures).
+
+Trains examples/train_segmentation.py's MiniMinkUNet on the SemanticKITTI
+scan (float32, as that example does), calibrates ``voxconv.quantization``
+on the same scan, and then runs the float32 model, the same model in
+float16 (``model.half()``: the "fp16 predictions" int8 is compared with)
+and the int8 model on
+
+* the calibration scan, and
+* a held-out scan (default: KITTI object frame 000000, another sensor
+  recording the network never saw, neither in training nor calibration).
+
+Prints, for each scan: the per-layer SQNR of the int8 layers against the
+float layers (``voxconv.quantization.sqnr_report``: each layer fed the
+float model's input), its minimum and median, and the share of voxels
+whose predicted class (argmax) the int8 model shares with the fp16 model
+and with the fp32 model; also how often fp16 and fp32 themselves agree,
+the floor of what a lower precision can be expected to reach.
+
+    # GPU, the example's full network at 5 cm, 300 training steps
+    python3 examples/quantize_segmentation.py --json quant.json
+    # both observers (min/max and the 99.99th percentile)
+    python3 examples/quantize_segmentation.py --observer minmax,percentile
+    # CPU, CI-sized (40 cm voxels, narrow network)
+    /usr/bin/python3 examples/quantize_segmentation.py --small --steps 30 --device cpu
+
+On the CPU the fp16 model is skipped where torch has no half-precision
+BatchNorm there (Debian's torch 1.13); agreement is then reported against
+fp32 only.
+"""
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+sys.path.insert(0, HERE)
+
+import voxconv  # noqa: E402
+from voxconv import quantization as Q  # noqa: E402
+import train_segmentation as ex  # noqa: E402
+
+DEFAULT_HELDOUT = os.path.join("scans", "kitti_000000.bin")
+
+
+def build_parser():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data-dir", default=None,
+                    help="folder holding scans/ (default $VOXCONV_DATA_DIR, else ../shared/data)")
+    ap.add_argument("--scan", default=None,
+                    help="training and calibration scan (default scans/semantickitti_00_000000.bin)")
+    ap.add_argument("--heldout", default=None,
+                    help="held-out scan, float32 x y z remission (default scans/kitti_000000.bin)")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--small", action="store_true",
+                    help="0.4 m voxels, widths 8,16,24,32 (CPU-sized)")
+    ap.add_argument("--voxel", type=float, default=None, help="voxel size in m (default 0.05)")
+    ap.add_argument("--widths", type=ex.parse_widths, default=None,
+                    help="encoder widths (default 32,64,128,256,256)")
+    ap.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
+    ap.add_argument("--observer", default="minmax",
+                    help="comma-separated: minmax, percentile (default minmax)")
+    ap.add_argument("--percentile", type=float, default=99.99)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", default=None, help="write the figures here")
+    return ap
+
+
+def train(model, x, target, steps, lr):
+    """AdamW with a cosine schedule, float32, as train_segmentation's
+    default; returns the last loss."""
+    opt = torch.optim.AdamW(model.parameters(), lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, steps))
+    loss_fn = nn.CrossEntropyLoss(ignore_index=ex.IGNORE)
+    loss = None
+    for _ in range(steps):
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), target)
+        loss.backward()
+        opt.step()
+        sched.step()
+    model.eval()
+    return float(loss)
+
+
+def half_model(model, device):
+    """model in float16 (a copy), or None where torch cannot run it."""
+    if ex.precision_unsupported(device, "none", True):
+        return None
+    return copy.deepcopy(model).half()
+
+
+def evaluate(name, model, m16, qm, x):
+    """Per-layer SQNR and argmax agreement on one scan (a dict)."""
+    rep = Q.sqnr_report(model, qm, x)
+    dbs = sorted(db for _n, _k, db in rep)
+    with torch.inference_mode():
+        p32 = model(x).argmax(1)
+        p8 = qm(x).argmax(1)
+        p16 = m16(x.half()).argmax(1) if m16 is not None else None
+    out = {
+        "voxels": len(x),
+        "sqnr_db": rep.as_dict(),
+        "sqnr_min_db": dbs[0],
+        "sqnr_median_db": dbs[len(dbs) // 2],
+        "model_output_sqnr_db": rep.model_sqnr,
+        "agree_int8_fp32": float((p8 == p32).float().mean()),
+    }
+    if p16 is not None:
+        out["agree_int8_fp16"] = float((p8 == p16).float().mean())
+        out["agree_fp16_fp32"] = float((p16 == p32).float().mean())
+    print(f"\n{name} ({len(x)} voxels)\n{rep}")
+    line = (f"{name}: SQNR min {out['sqnr_min_db']:.2f} dB, median "
+            f"{out['sqnr_median_db']:.2f} dB; argmax agreement int8/fp32 "
+            f"{100 * out['agree_int8_fp32']:.2f} %")
+    if p16 is not None:
+        line += (f", int8/fp16 {100 * out['agree_int8_fp16']:.2f} %, fp16/fp32 "
+                 f"{100 * out['agree_fp16_fp32']:.2f} %")
+    print(line, flush=True)
+    return out
+
+
+def main(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        ap.error(f"--steps {args.steps}: want at least 1")
+    observers = [o.strip() for o in args.observer.split(",") if o.strip()]
+    bad = [o for o in observers if o not in ("minmax", "percentile")]
+    if bad or not observers:
+        ap.error(f"--observer {args.observer!r}: want minmax and/or percentile")
+    if not 0 < args.percentile <= 100:
+        ap.error(f"--percentile {args.percentile}: want a value in (0, 100]")
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no GPU")
+    data_dir = args.data_dir or ex.DATA
+    scan = args.scan or os.path.join(data_dir, ex.DEFAULT_SCAN)
+    heldout = args.heldout or os.path.join(data_dir, DEFAULT_HELDOUT)
+    if not os.path.exists(heldout):
+        raise SystemExit(f"{heldout}: not found (set --data-dir or pass --heldout)")
+    voxel = args.voxel or (0.4 if args.small else 0.05)
+    widths = args.widths or ([8, 16, 24, 32] if args.small else [32, 64, 128, 256, 256])
+    lr = args.lr or (2e-2 if args.small else 1e-2)
+    torch.manual_seed(args.seed)
+
+    pts, labels = ex.load_scan(scan, os.path.splitext(scan)[0] + ".label")
+    x, target, _ = ex.voxelize_scan(pts, labels, voxel, device)
+    raw = np.fromfile(heldout, dtype="<f4")
+    if raw.size % 4:
+        raise SystemExit(f"{heldout}: {raw.size} floats is not a whole number of 4-float points")
+    p2 = torch.from_numpy(raw.reshape(-1, 4).copy())
+    x2, _, _ = ex.voxelize_scan(p2, torch.full((len(p2),), ex.IGNORE), voxel, device)
+    print(f"voxconv {voxconv.library_version()}; device {device}; {len(x)} voxels "
+          f"(calibration) / {len(x2)} (held out) at {voxel} m; widths {widths}", flush=True)
+
+    model = ex.MiniMinkUNet(x.num_channels, len(ex.CLASSES), widths).to(device)
+    t0 = time.perf_counter()
+    loss = train(model, x, target, args.steps, lr)
+    print(f"trained {args.steps} steps in {time.perf_counter() - t0:.1f} s, last loss "
+          f"{loss:.4f}", flush=True)
+    m16 = half_model(model, device)
+    result = {"device": str(device), "voxel_m": voxel, "widths": widths,
+              "steps": args.steps, "final_loss": loss, "scan": scan, "heldout": heldout,
+              "observers": {}}
+    for obs in observers:
+        qm = Q.quantize(model, [x], observer=obs, percentile=args.percentile)
+        tag = obs if obs == "minmax" else f"percentile {args.percentile}"
+        print(f"\n==== observer: {tag}", flush=True)
+        result["observers"][tag] = {
+            "calibration": evaluate("calibration scan", model, m16, qm, x),
+            "heldout": evaluate("held-out scan", model, m16, qm, x2),
+        }
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
