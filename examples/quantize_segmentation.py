@@ -72,6 +72,9 @@ def build_parser():
     ap.add_argument("--observer", default="minmax",
                     help="comma-separated: minmax, percentile (default minmax)")
     ap.add_argument("--percentile", type=float, default=99.99)
+    ap.add_argument("--keep-float", default="",
+                    help="comma-separated conv layers left in float (e.g. stem.0.0, the "
+                         "4-channel first layer); each run is also made with none kept")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write the figures here")
     return ap
@@ -92,7 +95,7 @@ def train(model, x, target, steps, lr):
         opt.step()
         sched.step()
     model.eval()
-    return float(loss)
+    return float(loss.detach())
 
 
 def half_model(model, device):
@@ -175,14 +178,21 @@ def main(argv=None):
     result = {"device": str(device), "voxel_m": voxel, "widths": widths,
               "steps": args.steps, "final_loss": loss, "scan": scan, "heldout": heldout,
               "observers": {}}
+    keeps = [()]
+    if args.keep_float:
+        keeps.append(tuple(n.strip() for n in args.keep_float.split(",") if n.strip()))
     for obs in observers:
-        qm = Q.quantize(model, [x], observer=obs, percentile=args.percentile)
-        tag = obs if obs == "minmax" else f"percentile {args.percentile}"
-        print(f"\n==== observer: {tag}", flush=True)
-        result["observers"][tag] = {
-            "calibration": evaluate("calibration scan", model, m16, qm, x),
-            "heldout": evaluate("held-out scan", model, m16, qm, x2),
-        }
+        for keep in keeps:
+            qm = Q.quantize(model, [x], observer=obs, percentile=args.percentile,
+                            keep_float=keep)
+            tag = obs if obs == "minmax" else f"percentile {args.percentile}"
+            if keep:
+                tag += f", float: {','.join(keep)}"
+            print(f"\n==== observer: {tag}", flush=True)
+            result["observers"][tag] = {
+                "calibration": evaluate("calibration scan", model, m16, qm, x),
+                "heldout": evaluate("held-out scan", model, m16, qm, x2),
+            }
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

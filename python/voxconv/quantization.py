@@ -520,7 +520,7 @@ def _chain(qmodel):
 
 
 def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
-             output="float", out_dtype=torch.float32, chain=False):
+             output="float", out_dtype=torch.float32, chain=False, keep_float=()):
     """Calibrates on ``calibration_batches`` (an iterable of model inputs: a
     SparseTensor, or a tuple / dict of arguments) and returns a new model
     (a deep copy, in eval mode) whose SparseConv3d / SparseDepthwiseConv3d
@@ -535,11 +535,22 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
     hands it on as int8 features (no dequantise, no quantise: an int8
     pipeline); with float32 outputs elsewhere the model's output has the
     same bits as with ``chain=False`` (the epilogue rounds v / x_scale as
-    voxconv_quantize does)."""
+    voxconv_quantize does). ``keep_float``: names (as in
+    ``named_modules()``) of conv layers left in floating point, with their
+    BatchNorm and ReLU, as deployments often keep the first layer, whose
+    few input channels (coordinates, intensity) share one per-tensor scale
+    badly."""
     if output not in ("float", "int8"):
         raise errors.InvalidArgumentError(f"output: expected 'float' or 'int8', got {output!r}")
     _checked_out_dtype(out_dtype)  # before the calibration runs
+    if isinstance(keep_float, str):
+        keep_float = (keep_float,)
     plan = _plan(model)
+    unknown = set(keep_float) - {name for name, _b, _r in plan}
+    if unknown:
+        raise errors.InvalidArgumentError(
+            f"keep_float: not a conv layer of the model: {', '.join(sorted(unknown))}")
+    plan = [p for p in plan if p[0] not in keep_float]
     mods = dict(model.named_modules())
     in_obs = {name: _make_observer(observer, percentile) for name, _b, _r in plan}
     out_obs = {name: _make_observer(observer, percentile) for name, _b, _r in plan} \

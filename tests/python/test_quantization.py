@@ -284,6 +284,30 @@ def test_quantize_fuses_bn_and_relu_in_both_sequentials():
         assert Q.sqnr_db(m(x).feats, qm(x).feats) > 25
 
 
+def test_quantize_keep_float_leaves_named_layers_and_their_bn_relu():
+    """keep_float: the named conv stays the float module with its BN and
+    ReLU, so the model's first layer computes exactly what the float model
+    does; the other layers are quantized as without it; a name that is
+    not a conv layer is refused before anything is calibrated."""
+    x = _sparse(600, 10, 4, seed=17)
+    m = vnn.Sequential(vnn.SparseConv3d(4, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(),
+                       vnn.SparseConv3d(8, 8), vnn.SparseReLU())
+    _randomize_bn(m[1], 8, 3)
+    m.eval()
+    qm = Q.quantize(m, [x], keep_float="0")
+    assert type(qm[0]) is vnn.SparseConv3d and qm[0] is not m[0]
+    assert isinstance(qm[1], torch.nn.BatchNorm1d) and isinstance(qm[2], torch.nn.ReLU)
+    assert isinstance(qm[3], Q.QuantizedSparseConv3d) and qm[3].relu
+    full = Q.quantize(m, [x])
+    assert qm[3].x_scale == full[3].x_scale  # calibrated on the float model's input as before
+    with torch.no_grad():
+        assert torch.equal(qm[0:3](x).feats, m[0:3](x).feats)
+    assert [r[0] for r in Q.sqnr_report(m, qm, x)] == ["3"]
+    for bad in ("1", "nope", ("0", "4")):
+        with pytest.raises(voxconv.InvalidArgumentError, match="keep_float"):
+            Q.quantize(m, [x], keep_float=bad)
+
+
 def _chain_model():
     """Quantized layers in a row (fused BN / ReLU, max pooling between two)
     and one followed by a float module (not chained)."""
