@@ -13,6 +13,7 @@
 
 import copy
 import importlib.util
+import json
 import os
 
 import numpy as np
@@ -599,6 +600,37 @@ def test_example_network_sqnr_and_agreement():
     held = sorted(db for _n, _k, db in rep_new)
     assert held[len(held) // 2] >= 28, str(rep_new)
     assert agree_new >= 0.95 and agree_cal >= 0.97
+
+
+@pytest.mark.skipif(not (os.path.exists(SCAN) and os.path.exists(HELDOUT)),
+                    reason="the recorded scans are not under VOXCONV_DATA_DIR")
+def test_quantize_segmentation_example_reports_both_scans(tmp_path):
+    """examples/quantize_segmentation.py end to end on the CPU (CI-sized):
+    one JSON entry per observer and kept-float set, each with per-layer
+    SQNR and argmax agreement on the calibration and the held-out scan.
+    The bounds are the example network test's (above): a layer under 30
+    dB on the calibration scan, or agreement under 95 % held out, is a
+    quantization defect, not training noise; the kept-float run has one
+    quantized layer fewer."""
+    spec = importlib.util.spec_from_file_location(
+        "voxconv_example_quantize_segmentation",
+        os.path.join(REPO, "examples", "quantize_segmentation.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "q.json"
+    mod.main(["--small", "--steps", "30", "--device", "cpu", "--keep-float", "stem.0.0",
+              "--data-dir", os.path.dirname(os.path.dirname(SCAN)), "--json", str(out)])
+    res = json.loads(out.read_text())
+    runs = res["observers"]
+    assert sorted(runs) == ["minmax", "minmax, float: stem.0.0"]
+    for tag, run in runs.items():
+        cal, held = run["calibration"], run["heldout"]
+        n_layers = 14 - (1 if "float" in tag else 0)
+        assert len(cal["sqnr_db"]) == n_layers and len(held["sqnr_db"]) == n_layers
+        assert ("stem.0.0" in cal["sqnr_db"]) == ("float" not in tag)
+        assert cal["sqnr_min_db"] >= 30, tag
+        assert 0.95 <= held["agree_int8_fp32"] <= 1.0, tag
+        assert held["voxels"] > 0 and cal["voxels"] > 0
 
 
 @pytest.mark.parametrize("out_dtype", [torch.float16, torch.bfloat16])
