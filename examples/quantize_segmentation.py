@@ -23,6 +23,8 @@ the floor of what a lower precision can be expected to reach.
     python3 examples/quantize_segmentation.py --json quant.json
     # both observers (min/max and the 99.99th percentile)
     python3 examples/quantize_segmentation.py --observer minmax,percentile
+    # the first layer kept float, and instead its input equalised per channel
+    python3 examples/quantize_segmentation.py --keep-float stem.0.0 --equalize stem.0.0
     # CPU, CI-sized (40 cm voxels, narrow network)
     /usr/bin/python3 examples/quantize_segmentation.py --small --steps 30 --device cpu
 
@@ -75,6 +77,9 @@ def build_parser():
     ap.add_argument("--keep-float", default="",
                     help="comma-separated conv layers left in float (e.g. stem.0.0, the "
                          "4-channel first layer); each run is also made with none kept")
+    ap.add_argument("--equalize", default="",
+                    help="comma-separated conv layers whose input is equalised per channel "
+                         "(quantize(equalize=...)); a run of its own beside the others")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write the figures here")
     return ap
@@ -178,16 +183,22 @@ def main(argv=None):
     result = {"device": str(device), "voxel_m": voxel, "widths": widths,
               "steps": args.steps, "final_loss": loss, "scan": scan, "heldout": heldout,
               "observers": {}}
-    keeps = [()]
+    def names(text):
+        return tuple(n.strip() for n in text.split(",") if n.strip())
+
+    variants = [{}]  # quantize() keywords of each run
     if args.keep_float:
-        keeps.append(tuple(n.strip() for n in args.keep_float.split(",") if n.strip()))
+        variants.append({"keep_float": names(args.keep_float)})
+    if args.equalize:
+        variants.append({"equalize": names(args.equalize)})
     for obs in observers:
-        for keep in keeps:
-            qm = Q.quantize(model, [x], observer=obs, percentile=args.percentile,
-                            keep_float=keep)
+        for kw in variants:
+            qm = Q.quantize(model, [x], observer=obs, percentile=args.percentile, **kw)
             tag = obs if obs == "minmax" else f"percentile {args.percentile}"
-            if keep:
-                tag += f", float: {','.join(keep)}"
+            if kw.get("keep_float"):
+                tag += f", float: {','.join(kw['keep_float'])}"
+            if kw.get("equalize"):
+                tag += f", equalised: {','.join(kw['equalize'])}"
             print(f"\n==== observer: {tag}", flush=True)
             result["observers"][tag] = {
                 "calibration": evaluate("calibration scan", model, m16, qm, x),

@@ -156,6 +156,35 @@ def _make_observer(observer, percentile):
         f"observer: expected 'minmax' or 'percentile', got {observer!r}")
 
 
+class ChannelMaxObserver:
+    """max |x| per channel (last dimension) over every batch seen: what
+    input equalisation (``quantize(..., equalize=...)``) balances."""
+
+    def __init__(self):
+        self.amax = None
+
+    def update(self, x):
+        x = x.detach()
+        if not x.numel():
+            return
+        m = x.abs().reshape(-1, x.shape[-1]).amax(0).double().cpu()
+        self.amax = m if self.amax is None else torch.maximum(self.amax, m)
+
+
+def equalization_scales(x_amax, w_amax):
+    """d_c = sqrt(w_amax_c / x_amax_c) per input channel (1 where either is 0
+    or not finite): the layer runs on x_c d_c with weights w_c / d_c, the
+    same function, and both then span sqrt(x_amax_c w_amax_c), so one
+    per-tensor activation scale no longer leaves a narrow channel a few
+    levels while a wide one sets it (cross-layer equalisation's balance,
+    Nagel et al. 2019, applied to the layer's input). float64."""
+    x = x_amax.double()
+    w = w_amax.double()
+    d = torch.sqrt(w / x)
+    ok = (x > 0) & (w > 0) & torch.isfinite(d) & (d > 0)
+    return torch.where(ok, d, torch.ones_like(d))
+
+
 # ---- weights --------------------------------------------------------------------
 
 def weight_scales(weight):
@@ -298,6 +327,10 @@ class _QuantizedConvBase(nn.Module):
         self.float_tail = None  # name, in the float model, of the module whose output this is
         self.float_name = None
         self.fused = "-"  # what was folded in: "bn", "relu", "bn+relu" or "-"
+        # per input channel: float input multiplied by it before quantization
+        # (input equalisation, quantize(equalize=...)); the weights were
+        # divided by it
+        self.register_buffer("in_scale", None)
         if not (math.isfinite(self.x_scale) and self.x_scale > 0):
             raise errors.InvalidArgumentError(
                 f"x_scale: expected a finite value > 0, got {x_scale!r}")
@@ -319,6 +352,13 @@ class _QuantizedConvBase(nn.Module):
                                           out_coords, self._geo)
         # int8 features are taken as quantized already, at this layer's
         # x_scale (an int8 pipeline's own tensors); float ones are quantized
+        in_scale = getattr(self, "in_scale", None)
+        if feats.dtype == torch.int8 and in_scale is not None:
+            raise errors.InvalidArgumentError(
+                f"{type(self).__name__}: an input-equalised layer takes float features "
+                f"(int8 ones were not quantized with its per-channel scales)")
+        if in_scale is not None:
+            feats = feats * in_scale.to(feats.dtype)
         qx = (feats.contiguous() if feats.dtype == torch.int8
               else quantize_tensor(feats, self.x_scale).contiguous())
         cout = self.weight.shape[-1]
@@ -362,6 +402,8 @@ class _QuantizedConvBase(nn.Module):
         out_dtype = getattr(self, "out_dtype", torch.float32)
         if out_dtype != torch.float32:
             s += f", out_dtype={out_dtype}"
+        if getattr(self, "in_scale", None) is not None:
+            s += ", input equalised"
         return s
 
 
@@ -514,13 +556,34 @@ def _chain(qmodel):
             j = i + 1
             while j < len(kids) and isinstance(kids[j], (nn.Identity, vnn.SparseMaxPool3d)):
                 j += 1
-            if j < len(kids) and isinstance(kids[j], _QuantizedConvBase):
+            if (j < len(kids) and isinstance(kids[j], _QuantizedConvBase)
+                    and getattr(kids[j], "in_scale", None) is None):
                 kid.y_scale = kids[j].x_scale
                 kid.int8_out = True
 
 
+def _equalized(conv, obs):
+    """(a copy of conv with w_c / d_c, d, the activation scale of x d) for
+    input equalisation from a ChannelMaxObserver of conv's input."""
+    w = conv.weight.detach().double()
+    depthwise = isinstance(conv, vnn.SparseDepthwiseConv3d)
+    # input channels: [K, C] (depthwise) or [K, cin, cout]
+    w_amax = w.abs().amax(0) if depthwise else w.abs().amax((0, 2))
+    x_amax = obs.amax if obs.amax is not None else torch.zeros_like(w_amax)
+    # rounded to float32 first: the layer multiplies its input by that value
+    d = equalization_scales(x_amax, w_amax).float()
+    dd = d.double()
+    eq = copy.deepcopy(conv)
+    with torch.no_grad():
+        scaled = w / (dd if depthwise else dd[:, None])
+        eq.weight = nn.Parameter(scaled.to(conv.weight.dtype),
+                                 requires_grad=conv.weight.requires_grad)
+    return eq, d, _scale_from_amax(float((x_amax * dd).max()))
+
+
 def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
-             output="float", out_dtype=torch.float32, chain=False, keep_float=()):
+             output="float", out_dtype=torch.float32, chain=False, keep_float=(),
+             equalize=()):
     """Calibrates on ``calibration_batches`` (an iterable of model inputs: a
     SparseTensor, or a tuple / dict of arguments) and returns a new model
     (a deep copy, in eval mode) whose SparseConv3d / SparseDepthwiseConv3d
@@ -539,20 +602,34 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
     ``named_modules()``) of conv layers left in floating point, with their
     BatchNorm and ReLU, as deployments often keep the first layer, whose
     few input channels (coordinates, intensity) share one per-tensor scale
-    badly."""
+    badly. ``equalize``: names of conv layers whose input is equalised
+    instead: per input channel c, max |x_c| (over the calibration batches)
+    and max |w_c| (after the BN fold) give d_c =
+    :func:`equalization_scales`; the int8 layer stores w_c / d_c and
+    multiplies its float input by d (one elementwise pass: meant for
+    narrow inputs such as a first layer's), and its activation scale is
+    max_c(max |x_c| d_c) / 127 (min/max whatever ``observer`` says). Such a
+    layer takes float input only, so ``chain`` never hands it int8."""
     if output not in ("float", "int8"):
         raise errors.InvalidArgumentError(f"output: expected 'float' or 'int8', got {output!r}")
     _checked_out_dtype(out_dtype)  # before the calibration runs
-    if isinstance(keep_float, str):
-        keep_float = (keep_float,)
+    keep_float = (keep_float,) if isinstance(keep_float, str) else tuple(keep_float)
+    equalize = (equalize,) if isinstance(equalize, str) else tuple(equalize)
     plan = _plan(model)
-    unknown = set(keep_float) - {name for name, _b, _r in plan}
-    if unknown:
+    names = {name for name, _b, _r in plan}
+    for arg, given in (("keep_float", keep_float), ("equalize", equalize)):
+        unknown = set(given) - names
+        if unknown:
+            raise errors.InvalidArgumentError(
+                f"{arg}: not a conv layer of the model: {', '.join(sorted(unknown))}")
+    both = set(keep_float) & set(equalize)
+    if both:
         raise errors.InvalidArgumentError(
-            f"keep_float: not a conv layer of the model: {', '.join(sorted(unknown))}")
+            f"equalize: {', '.join(sorted(both))} is kept float (keep_float)")
     plan = [p for p in plan if p[0] not in keep_float]
     mods = dict(model.named_modules())
-    in_obs = {name: _make_observer(observer, percentile) for name, _b, _r in plan}
+    in_obs = {name: (ChannelMaxObserver() if name in equalize
+                     else _make_observer(observer, percentile)) for name, _b, _r in plan}
     out_obs = {name: _make_observer(observer, percentile) for name, _b, _r in plan} \
         if output == "int8" else {}
     hooks = []
@@ -591,7 +668,13 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
         cls = (QuantizedSparseDepthwiseConv3d if isinstance(conv, vnn.SparseDepthwiseConv3d)
                else QuantizedSparseConv3d)
         y_scale = out_obs[name].scale() if output == "int8" else None
-        q = cls(conv, in_obs[name].scale(), relu is not None, y_scale, out_dtype)
+        if name in equalize:
+            conv, d, x_scale = _equalized(conv, in_obs[name])
+        else:
+            d, x_scale = None, in_obs[name].scale()
+        q = cls(conv, x_scale, relu is not None, y_scale, out_dtype)
+        if d is not None:
+            q.in_scale = d.to(torch.float32)
         q.float_name, q.float_tail = name, relu or bn or name
         q.fused = "+".join(p for p, n in (("bn", bn), ("relu", relu)) if n) or "-"
         q.to(conv.weight.device)
