@@ -562,6 +562,26 @@ def _chain(qmodel):
                 kid.int8_out = True
 
 
+def _layer_sets(plan, keep_float, equalize):
+    """quantize's keep_float and equalize as sets of layer names (a single
+    name may be given as a string), each a conv layer of the plan and
+    none in both."""
+    names = {name for name, _b, _r in plan}
+    sets = []
+    for arg, given in (("keep_float", keep_float), ("equalize", equalize)):
+        given = {given} if isinstance(given, str) else set(given)
+        unknown = given - names
+        if unknown:
+            raise errors.InvalidArgumentError(
+                f"{arg}: not a conv layer of the model: {', '.join(sorted(unknown))}")
+        sets.append(given)
+    both = sets[0] & sets[1]
+    if both:
+        raise errors.InvalidArgumentError(
+            f"equalize: {', '.join(sorted(both))} is kept float (keep_float)")
+    return sets
+
+
 def _equalized(conv, obs):
     """(a copy of conv with w_c / d_c, d, the activation scale of x d) for
     input equalisation from a ChannelMaxObserver of conv's input."""
@@ -613,19 +633,8 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
     if output not in ("float", "int8"):
         raise errors.InvalidArgumentError(f"output: expected 'float' or 'int8', got {output!r}")
     _checked_out_dtype(out_dtype)  # before the calibration runs
-    keep_float = (keep_float,) if isinstance(keep_float, str) else tuple(keep_float)
-    equalize = (equalize,) if isinstance(equalize, str) else tuple(equalize)
     plan = _plan(model)
-    names = {name for name, _b, _r in plan}
-    for arg, given in (("keep_float", keep_float), ("equalize", equalize)):
-        unknown = set(given) - names
-        if unknown:
-            raise errors.InvalidArgumentError(
-                f"{arg}: not a conv layer of the model: {', '.join(sorted(unknown))}")
-    both = set(keep_float) & set(equalize)
-    if both:
-        raise errors.InvalidArgumentError(
-            f"equalize: {', '.join(sorted(both))} is kept float (keep_float)")
+    keep_float, equalize = _layer_sets(plan, keep_float, equalize)
     plan = [p for p in plan if p[0] not in keep_float]
     mods = dict(model.named_modules())
     in_obs = {name: (ChannelMaxObserver() if name in equalize
