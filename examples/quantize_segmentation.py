@@ -40,7 +40,6 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -157,8 +156,6 @@ def main(argv=None):
     data_dir = args.data_dir or ex.DATA
     scan = args.scan or os.path.join(data_dir, ex.DEFAULT_SCAN)
     heldout = args.heldout or os.path.join(data_dir, DEFAULT_HELDOUT)
-    if not os.path.exists(heldout):
-        raise SystemExit(f"{heldout}: not found (set --data-dir or pass --heldout)")
     voxel = args.voxel or (0.4 if args.small else 0.05)
     widths = args.widths or ([8, 16, 24, 32] if args.small else [32, 64, 128, 256, 256])
     lr = args.lr or (2e-2 if args.small else 1e-2)
@@ -166,10 +163,7 @@ def main(argv=None):
 
     pts, labels = ex.load_scan(scan, os.path.splitext(scan)[0] + ".label")
     x, target, _ = ex.voxelize_scan(pts, labels, voxel, device)
-    raw = np.fromfile(heldout, dtype="<f4")
-    if raw.size % 4:
-        raise SystemExit(f"{heldout}: {raw.size} floats is not a whole number of 4-float points")
-    p2 = torch.from_numpy(raw.reshape(-1, 4).copy())
+    p2 = ex.read_points(heldout, "--heldout")
     x2, _, _ = ex.voxelize_scan(p2, torch.full((len(p2),), ex.IGNORE), voxel, device)
     print(f"voxconv {voxconv.library_version()}; device {device}; {len(x)} voxels "
           f"(calibration) / {len(x2)} (held out) at {voxel} m; widths {widths}", flush=True)
@@ -183,6 +177,7 @@ def main(argv=None):
     result = {"device": str(device), "voxel_m": voxel, "widths": widths,
               "steps": args.steps, "final_loss": loss, "scan": scan, "heldout": heldout,
               "observers": {}}
+
     def names(text):
         return tuple(n.strip() for n in text.split(",") if n.strip())
 

@@ -80,21 +80,32 @@ def _learning_lut():
     return lut
 
 
-def load_scan(scan, labels):
-    """(points float32 [n, 4] x, y, z, remission; labels int64 [n] in
-    0..18 or IGNORE) from a SemanticKITTI .bin and its .label file."""
-    for path in (scan, labels):
-        if not os.path.exists(path):
-            raise SystemExit(f"{path}: not found (set --data-dir or $VOXCONV_DATA_DIR to the "
-                             f"folder holding scans/, or pass --scan/--labels)")
+def _require(path, option):
+    if not os.path.exists(path):
+        raise SystemExit(f"{path}: not found (set --data-dir or $VOXCONV_DATA_DIR to the "
+                         f"folder holding scans/, or pass {option})")
+
+
+def read_points(scan, option="--scan"):
+    """points float32 [n, 4] (x, y, z, remission) of a KITTI-format .bin
+    (SemanticKITTI and KITTI object scans alike); `option` names the
+    command-line option that sets the path, for the error."""
+    _require(scan, option)
     pts = np.fromfile(scan, dtype="<f4")
     if pts.size % 4:
         raise SystemExit(f"{scan}: {pts.size} floats is not a whole number of 4-float points")
-    pts = pts.reshape(-1, 4)
+    return torch.from_numpy(pts.reshape(-1, 4).copy())
+
+
+def load_scan(scan, labels):
+    """(points float32 [n, 4] x, y, z, remission; labels int64 [n] in
+    0..18 or IGNORE) from a SemanticKITTI .bin and its .label file."""
+    _require(labels, "--labels")
+    pts = read_points(scan)
     raw = np.fromfile(labels, dtype="<u4") & 0xFFFF
     if len(raw) != len(pts):
         raise SystemExit(f"{labels}: {len(raw)} labels for {len(pts)} points")
-    return torch.from_numpy(pts.copy()), torch.from_numpy(_learning_lut()[raw])
+    return pts, torch.from_numpy(_learning_lut()[raw])
 
 
 def synthetic_scan(n_points=40000, seed=0):

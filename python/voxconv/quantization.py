@@ -683,7 +683,7 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
             d, x_scale = None, in_obs[name].scale()
         q = cls(conv, x_scale, relu is not None, y_scale, out_dtype)
         if d is not None:
-            q.in_scale = d.to(torch.float32)
+            q.in_scale = d  # float32, the value the weights were divided by
         q.float_name, q.float_tail = name, relu or bn or name
         q.fused = "+".join(p for p, n in (("bn", bn), ("relu", relu)) if n) or "-"
         q.to(conv.weight.device)
