@@ -25,6 +25,10 @@ the floor of what a lower precision can be expected to reach.
     python3 examples/quantize_segmentation.py --observer minmax,percentile
     # the first layer kept float, and instead its input equalised per channel
     python3 examples/quantize_segmentation.py --keep-float stem.0.0 --equalize stem.0.0
+    # every layer's input equalised; the MSE observer; trained with the
+    # usual augmentation; calibrated on a second scan as well
+    python3 examples/quantize_segmentation.py --equalize all --observer minmax,mse \
+        --augment --calibrate-extra scans/kitti_000008.bin
     # CPU, CI-sized (40 cm voxels, narrow network)
     /usr/bin/python3 examples/quantize_segmentation.py --small --steps 30 --device cpu
 
@@ -36,6 +40,7 @@ fp32 only.
 import argparse
 import copy
 import json
+import math
 import os
 import sys
 import time
@@ -52,6 +57,18 @@ from voxconv import quantization as Q  # noqa: E402
 import train_segmentation as ex  # noqa: E402
 
 DEFAULT_HELDOUT = os.path.join("scans", "kitti_000000.bin")
+
+
+def names(text):
+    """'a, b' -> ('a', 'b')."""
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def conv_layers(model):
+    """Names of every sparse conv layer of model (what --equalize all
+    means)."""
+    return tuple(n for n, m in model.named_modules()
+                 if isinstance(m, (voxconv.nn.SparseConv3d, voxconv.nn.SparseDepthwiseConv3d)))
 
 
 def build_parser():
@@ -71,27 +88,38 @@ def build_parser():
                     help="encoder widths (default 32,64,128,256,256)")
     ap.add_argument("--lr", type=float, default=None, help="AdamW learning rate")
     ap.add_argument("--observer", default="minmax",
-                    help="comma-separated: minmax, percentile (default minmax)")
+                    help="comma-separated: minmax, percentile, mse (default minmax)")
     ap.add_argument("--percentile", type=float, default=99.99)
     ap.add_argument("--keep-float", default="",
                     help="comma-separated conv layers left in float (e.g. stem.0.0, the "
                          "4-channel first layer); each run is also made with none kept")
     ap.add_argument("--equalize", default="",
                     help="comma-separated conv layers whose input is equalised per channel "
-                         "(quantize(equalize=...)); a run of its own beside the others")
+                         "(quantize(equalize=...)), or 'all'; a run of its own beside the "
+                         "others")
+    ap.add_argument("--calibrate-extra", default="",
+                    help="comma-separated further scans (float32 x y z remission, as "
+                         "--heldout) added to the calibration batches; never the held-out "
+                         "scan")
+    ap.add_argument("--augment", action="store_true",
+                    help="train on a randomly rotated (about z), mirrored and scaled copy "
+                         "of the scan each step, as LiDAR segmenters are trained, instead "
+                         "of the one scan as recorded")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write the figures here")
     return ap
 
 
-def train(model, x, target, steps, lr):
+def train(model, batch, steps, lr):
     """AdamW with a cosine schedule, float32, as train_segmentation's
-    default; returns the last loss."""
+    default, on batch() = (SparseTensor, targets) each step; returns the
+    last loss."""
     opt = torch.optim.AdamW(model.parameters(), lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(1, steps))
     loss_fn = nn.CrossEntropyLoss(ignore_index=ex.IGNORE)
     loss = None
     for _ in range(steps):
+        x, target = batch()
         model.train()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(model(x), target)
@@ -100,6 +128,20 @@ def train(model, x, target, steps, lr):
         sched.step()
     model.eval()
     return float(loss.detach())
+
+
+def augmented(pts, g):
+    """pts (x y z remission) rotated about z by a uniform angle, x mirrored
+    with probability 1/2 and scaled by U(0.95, 1.05): the usual LiDAR
+    segmentation augmentation, drawn from generator g."""
+    a = float(torch.rand((), generator=g)) * 2 * math.pi
+    k = 0.95 + 0.1 * float(torch.rand((), generator=g))
+    fx = -1.0 if float(torch.rand((), generator=g)) < 0.5 else 1.0
+    c, s = math.cos(a) * k, math.sin(a) * k
+    rot = torch.tensor([[c * fx, s * fx, 0.0], [-s, c, 0.0], [0.0, 0.0, k]])
+    out = pts.clone()
+    out[:, :3] = pts[:, :3] @ rot
+    return out
 
 
 def half_model(model, device):
@@ -145,9 +187,9 @@ def main(argv=None):
     if args.steps < 1:
         ap.error(f"--steps {args.steps}: want at least 1")
     observers = [o.strip() for o in args.observer.split(",") if o.strip()]
-    bad = [o for o in observers if o not in ("minmax", "percentile")]
+    bad = [o for o in observers if o not in ("minmax", "percentile", "mse")]
     if bad or not observers:
-        ap.error(f"--observer {args.observer!r}: want minmax and/or percentile")
+        ap.error(f"--observer {args.observer!r}: want minmax, percentile and/or mse")
     if not 0 < args.percentile <= 100:
         ap.error(f"--percentile {args.percentile}: want a value in (0, 100]")
     device = torch.device(args.device)
@@ -165,35 +207,52 @@ def main(argv=None):
     x, target, _ = ex.voxelize_scan(pts, labels, voxel, device)
     p2 = ex.read_points(heldout, "--heldout")
     x2, _, _ = ex.voxelize_scan(p2, torch.full((len(p2),), ex.IGNORE), voxel, device)
+    extra = [os.path.join(data_dir, e) if not os.path.isabs(e) and not os.path.exists(e)
+             else e for e in names(args.calibrate_extra)]
+    if any(os.path.realpath(e) == os.path.realpath(heldout) for e in extra):
+        ap.error("--calibrate-extra: the held-out scan must not be calibrated on")
+    calib = [x]
+    for e in extra:
+        pe = ex.read_points(e, "--calibrate-extra")
+        calib.append(ex.voxelize_scan(pe, torch.full((len(pe),), ex.IGNORE), voxel,
+                                      device)[0])
     print(f"voxconv {voxconv.library_version()}; device {device}; {len(x)} voxels "
-          f"(calibration) / {len(x2)} (held out) at {voxel} m; widths {widths}", flush=True)
+          f"(training scan) / {len(x2)} (held out) at {voxel} m; widths {widths}; "
+          f"calibration: {' + '.join(str(len(c)) for c in calib)} voxels", flush=True)
 
     model = ex.MiniMinkUNet(x.num_channels, len(ex.CLASSES), widths).to(device)
+    g = torch.Generator().manual_seed(args.seed)
+    if args.augment:
+        def batch():
+            return ex.voxelize_scan(augmented(pts, g), labels, voxel, device)[:2]
+    else:
+        def batch():
+            return x, target
     t0 = time.perf_counter()
-    loss = train(model, x, target, args.steps, lr)
-    print(f"trained {args.steps} steps in {time.perf_counter() - t0:.1f} s, last loss "
-          f"{loss:.4f}", flush=True)
+    loss = train(model, batch, args.steps, lr)
+    print(f"trained {args.steps} steps{' (augmented)' if args.augment else ''} in "
+          f"{time.perf_counter() - t0:.1f} s, last loss {loss:.4f}", flush=True)
     m16 = half_model(model, device)
     result = {"device": str(device), "voxel_m": voxel, "widths": widths,
               "steps": args.steps, "final_loss": loss, "scan": scan, "heldout": heldout,
+              "augment": args.augment, "calibrate_extra": extra,
               "observers": {}}
-
-    def names(text):
-        return tuple(n.strip() for n in text.split(",") if n.strip())
 
     variants = [{}]  # quantize() keywords of each run
     if args.keep_float:
         variants.append({"keep_float": names(args.keep_float)})
     if args.equalize:
-        variants.append({"equalize": names(args.equalize)})
+        eq = conv_layers(model) if args.equalize == "all" else names(args.equalize)
+        variants.append({"equalize": eq})
     for obs in observers:
         for kw in variants:
-            qm = Q.quantize(model, [x], observer=obs, percentile=args.percentile, **kw)
-            tag = obs if obs == "minmax" else f"percentile {args.percentile}"
+            qm = Q.quantize(model, calib, observer=obs, percentile=args.percentile, **kw)
+            tag = f"percentile {args.percentile}" if obs == "percentile" else obs
             if kw.get("keep_float"):
                 tag += f", float: {','.join(kw['keep_float'])}"
             if kw.get("equalize"):
-                tag += f", equalised: {','.join(kw['equalize'])}"
+                tag += (", equalised: all" if args.equalize == "all"
+                        else f", equalised: {','.join(kw['equalize'])}")
             print(f"\n==== observer: {tag}", flush=True)
             result["observers"][tag] = {
                 "calibration": evaluate("calibration scan", model, m16, qm, x),

@@ -12,7 +12,9 @@ calling ``voxconv_conv_forward_int8`` / ``voxconv_depthwise_forward_int8``:
 
 * activations: one symmetric scale per tensor, ``amax / 127``, amax from
   the observer (``"minmax"``: max |x| over all batches; ``"percentile"``:
-  the ``percentile``-th percentile of |x| over all batches);
+  the ``percentile``-th percentile of |x| over all batches; ``"mse"``: the
+  clipping threshold with the least expected squared quantization error,
+  i.e. the best SQNR of the values seen, :class:`MSEObserver`);
 * weights: one symmetric scale per output channel, ``max |w[:, :, c]| /
   127`` (depthwise ``max |w[:, c]| / 127``); a channel whose weights are all
   zero gets scale 1 (the C API refuses scales <= 0; its int8 weights are 0
@@ -72,7 +74,7 @@ from . import nn as vnn
 from .tensor import SparseTensor
 
 __all__ = [
-    "MinMaxObserver", "PercentileObserver", "QuantizedSparseConv3d",
+    "MinMaxObserver", "PercentileObserver", "MSEObserver", "QuantizedSparseConv3d",
     "QuantizedSparseDepthwiseConv3d", "quantize", "sqnr_report", "SQNRReport",
     "weight_scales", "quantize_tensor", "dequantize_tensor", "fuse_conv_bn", "QMAX",
 ]
@@ -108,16 +110,12 @@ class MinMaxObserver:
         return _scale_from_amax(self.amax)
 
 
-class PercentileObserver:
-    """amax = the ``percentile``-th percentile of |x| over every value of
-    every batch seen (the values are kept, as float32 on the CPU; with more
-    than ``max_samples`` of them a fixed-seed random subset is kept)."""
+class _AbsSamples:
+    """|x| of every value of every batch seen, kept as float32 on the CPU;
+    with more than ``max_samples`` of them a fixed-seed random subset is
+    kept (the percentile and MSE observers choose amax from them)."""
 
-    def __init__(self, percentile=99.99, max_samples=1 << 24):
-        if not 0 < percentile <= 100:
-            raise errors.InvalidArgumentError(
-                f"percentile: expected a value in (0, 100], got {percentile!r}")
-        self.percentile = float(percentile)
+    def __init__(self, max_samples=1 << 24):
         self.max_samples = int(max_samples)
         self._values = []
         self._n = 0
@@ -134,17 +132,82 @@ class PercentileObserver:
             keep = torch.randperm(len(allv), generator=g)[:self.max_samples]
             self._values, self._n = [allv[keep]], self.max_samples
 
+    def _all(self):
+        return torch.cat(self._values) if self._n else None
+
+    def scale(self):
+        return _scale_from_amax(self.amax)
+
+
+class PercentileObserver(_AbsSamples):
+    """amax = the ``percentile``-th percentile of |x| over every value of
+    every batch seen (see _AbsSamples for what is kept)."""
+
+    def __init__(self, percentile=99.99, max_samples=1 << 24):
+        if not 0 < percentile <= 100:
+            raise errors.InvalidArgumentError(
+                f"percentile: expected a value in (0, 100], got {percentile!r}")
+        super().__init__(max_samples)
+        self.percentile = float(percentile)
+
     @property
     def amax(self):
-        if not self._n:
+        v = self._all()
+        if v is None:
             return 0.0
-        v = torch.cat(self._values)
         # the smallest value with at least `percentile`% of the values <= it
         k = max(1, min(len(v), math.ceil(self.percentile / 100.0 * len(v))))
         return float(torch.kthvalue(v, k).values)
 
-    def scale(self):
-        return _scale_from_amax(self.amax)
+
+class MSEObserver(_AbsSamples):
+    """amax = the clipping threshold T that minimises the expected squared
+    quantization error of the values seen, i.e. maximises their SQNR (the
+    quantity issue 23's per-layer target is stated in). With step s = T /
+    127, a value v > T is clipped (error (v - T)^2), a value below s / 2
+    rounds to 0 (error v^2), any other is rounded to a step (error s^2 /
+    12 on average: v's position within a step is uniform when s is many
+    histogram bins wide). Evaluated on a ``bins``-bin histogram of |x| over
+    [0, max |x|] (exact zeros counted apart: they cost nothing) for
+    thresholds at every ``bins / candidates``-th bin edge; min/max's
+    threshold (T = max |x|) is among them, so this never does worse than
+    min/max by that measure. Ties go to the larger T (less clipping)."""
+
+    def __init__(self, bins=2048, candidates=256, max_samples=1 << 24):
+        if bins < 16 or candidates < 1 or candidates > bins:
+            raise errors.InvalidArgumentError(
+                f"MSEObserver: want bins >= 16 and 1 <= candidates <= bins, got "
+                f"{bins!r}, {candidates!r}")
+        super().__init__(max_samples)
+        self.bins, self.candidates = int(bins), int(candidates)
+
+    def errors_at(self, thresholds):
+        """Expected sum of squared errors (float64) at each threshold, by
+        the histogram model above: what amax minimises."""
+        v = self._all()
+        t = torch.as_tensor(thresholds, dtype=torch.float64).reshape(-1, 1)
+        if v is None:
+            return torch.zeros(len(t), dtype=torch.float64)
+        v = v[v > 0].double()
+        if not len(v):
+            return torch.zeros(len(t), dtype=torch.float64)
+        top = float(v.max())
+        hist = torch.histc(v, self.bins, 0.0, top)
+        c = (torch.arange(self.bins, dtype=torch.float64) + 0.5) * (top / self.bins)
+        s = t / QMAX
+        err = torch.where(c > t, (c - t) ** 2, torch.where(c < s / 2, c * c, s * s / 12))
+        return (err * hist).sum(1)
+
+    @property
+    def amax(self):
+        v = self._all()
+        if v is None or not bool((v > 0).any()):
+            return 0.0
+        top = float(v.max())
+        step = self.bins // self.candidates
+        edges = torch.arange(self.bins, 0, -step, dtype=torch.float64) * (top / self.bins)
+        err = self.errors_at(edges)  # largest threshold first: argmin takes the first tie
+        return float(edges[int(torch.argmin(err))])
 
 
 def _make_observer(observer, percentile):
@@ -152,8 +215,10 @@ def _make_observer(observer, percentile):
         return MinMaxObserver()
     if observer == "percentile":
         return PercentileObserver(percentile)
+    if observer == "mse":
+        return MSEObserver()
     raise errors.InvalidArgumentError(
-        f"observer: expected 'minmax' or 'percentile', got {observer!r}")
+        f"observer: expected 'minmax', 'percentile' or 'mse', got {observer!r}")
 
 
 class ChannelMaxObserver:
@@ -588,17 +653,18 @@ def _equalized(conv, obs):
     w = conv.weight.detach().double()
     depthwise = isinstance(conv, vnn.SparseDepthwiseConv3d)
     # input channels: [K, C] (depthwise) or [K, cin, cout]
-    w_amax = w.abs().amax(0) if depthwise else w.abs().amax((0, 2))
+    # the observer keeps its maxima on the CPU; the weight may be on CUDA
+    w_amax = (w.abs().amax(0) if depthwise else w.abs().amax((0, 2))).cpu()
     x_amax = obs.amax if obs.amax is not None else torch.zeros_like(w_amax)
     # rounded to float32 first: the layer multiplies its input by that value
     d = equalization_scales(x_amax, w_amax).float()
-    dd = d.double()
+    dd = d.double().to(w.device)
     eq = copy.deepcopy(conv)
     with torch.no_grad():
         scaled = w / (dd if depthwise else dd[:, None])
         eq.weight = nn.Parameter(scaled.to(conv.weight.dtype),
                                  requires_grad=conv.weight.requires_grad)
-    return eq, d, _scale_from_amax(float((x_amax * dd).max()))
+    return eq, d, _scale_from_amax(float((x_amax * d.double()).max()))
 
 
 def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
