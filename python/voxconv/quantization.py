@@ -255,11 +255,14 @@ def equalization_scales(x_amax, w_amax):
 def weight_scales(weight):
     """Per-output-channel symmetric scales (float32): ``max |w[:, :, c]| /
     127`` for a regular weight ``[K, Cin, Cout]``, ``max |w[:, c]| / 127``
-    for a depthwise weight ``[K, C]``; 1.0 for an all-zero channel."""
+    for a depthwise weight ``[K, C]``; 1.0 for an all-zero channel. On the
+    weight's device; the division is done on the CPU, since torch's CUDA
+    division by a scalar multiplies by its reciprocal and can differ in the
+    last bit (a model quantized on the GPU would not be the CPU's)."""
     w = weight.detach().float()
-    amax = w.abs().amax(dim=tuple(range(w.dim() - 1)))
+    amax = w.abs().amax(dim=tuple(range(w.dim() - 1))).cpu()
     s = amax / QMAX
-    return torch.where(s > 0, s, torch.ones_like(s)).contiguous()
+    return torch.where(s > 0, s, torch.ones_like(s)).contiguous().to(weight.device)
 
 
 _LIB_FLOATS = (torch.float32, torch.float16, torch.bfloat16)

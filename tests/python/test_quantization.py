@@ -860,6 +860,10 @@ def test_cuda_calibration_equalize_matches_cpu(observer):
         yc = qc[0](x).feats
         yg = qg[0](x.to("cuda")).feats.cpu()
     assert torch.equal(yg.view(torch.int32), yc.view(torch.int32))
+    # weight scales: torch's CUDA division by a scalar (a reciprocal
+    # multiply) differed from the CPU's in the last bit on some channels
+    w = torch.randn(27, 16, 4096) * torch.rand(4096) * 3
+    assert torch.equal(Q.weight_scales(w.cuda()).cpu(), Q.weight_scales(w))
 
 
 @pytest.mark.skipif(not cuda_usable(), reason="no CUDA")
