@@ -101,6 +101,9 @@ def build_parser():
                     help="comma-separated further scans (float32 x y z remission, as "
                          "--heldout) added to the calibration batches; never the held-out "
                          "scan")
+    ap.add_argument("--calibrate-augmented", type=int, default=0, metavar="N",
+                    help="also calibrate on N augmented copies of the training scan "
+                         "(as --augment draws them)")
     ap.add_argument("--augment", action="store_true",
                     help="train on a randomly rotated (about z), mirrored and scaled copy "
                          "of the scan each step, as LiDAR segmenters are trained, instead "
@@ -162,6 +165,7 @@ def evaluate(name, model, m16, qm, x):
     out = {
         "voxels": len(x),
         "sqnr_db": rep.as_dict(),
+        "clipped": rep.clipped,
         "sqnr_min_db": dbs[0],
         "sqnr_median_db": dbs[len(dbs) // 2],
         "model_output_sqnr_db": rep.model_sqnr,
@@ -190,6 +194,8 @@ def main(argv=None):
     bad = [o for o in observers if o not in ("minmax", "percentile", "mse")]
     if bad or not observers:
         ap.error(f"--observer {args.observer!r}: want minmax, percentile and/or mse")
+    if args.calibrate_augmented < 0:
+        ap.error(f"--calibrate-augmented {args.calibrate_augmented}: want N >= 0")
     if not 0 < args.percentile <= 100:
         ap.error(f"--percentile {args.percentile}: want a value in (0, 100]")
     device = torch.device(args.device)
@@ -216,10 +222,12 @@ def main(argv=None):
         pe = ex.read_points(e, "--calibrate-extra")
         calib.append(ex.voxelize_scan(pe, torch.full((len(pe),), ex.IGNORE), voxel,
                                       device)[0])
+    gc = torch.Generator().manual_seed(args.seed + 7919)  # not training's draws
+    for _ in range(args.calibrate_augmented):
+        calib.append(ex.voxelize_scan(augmented(pts, gc), labels, voxel, device)[0])
     print(f"voxconv {voxconv.library_version()}; device {device}; {len(x)} voxels "
           f"(training scan) / {len(x2)} (held out) at {voxel} m; widths {widths}; "
           f"calibration: {' + '.join(str(len(c)) for c in calib)} voxels", flush=True)
-
     model = ex.MiniMinkUNet(x.num_channels, len(ex.CLASSES), widths).to(device)
     g = torch.Generator().manual_seed(args.seed)
     if args.augment:
@@ -236,6 +244,8 @@ def main(argv=None):
     result = {"device": str(device), "voxel_m": voxel, "widths": widths,
               "steps": args.steps, "final_loss": loss, "scan": scan, "heldout": heldout,
               "augment": args.augment, "calibrate_extra": extra,
+              "calibrate_augmented": args.calibrate_augmented,
+              "calibration_voxels": [len(c) for c in calib],
               "observers": {}}
 
     variants = [{}]  # quantize() keywords of each run

@@ -781,11 +781,16 @@ def sqnr_db(ref, q):
 
 class SQNRReport:
     """Rows (layer name, kind, SQNR dB); ``str()`` prints a table. The last
-    row, "(model output)", compares the two models' outputs end to end."""
+    row, "(model output)", compares the two models' outputs end to end.
+    ``clipped``: per layer name, the share of its input values (float
+    input, after equalisation) beyond the calibrated range, |x| > 127.5
+    x_scale, which the quantization clamps to +-127: on a batch unlike the
+    calibration batches, the usual cause of a low SQNR."""
 
-    def __init__(self, rows, model_sqnr):
+    def __init__(self, rows, model_sqnr, clipped=None):
         self.rows = rows
         self.model_sqnr = model_sqnr
+        self.clipped = dict(clipped or {})
 
     def __iter__(self):
         return iter(self.rows)
@@ -801,9 +806,11 @@ class SQNRReport:
 
     def __str__(self):
         w = max([len(r[0]) for r in self.rows] + [len("(model output)"), 5])
-        lines = [f"{'layer':<{w}}  {'fused':<14} {'SQNR dB':>8}"]
+        lines = [f"{'layer':<{w}}  {'fused':<14} {'SQNR dB':>8} {'clipped':>9}"]
         for name, kind, db in self.rows:
-            lines.append(f"{name:<{w}}  {kind:<14} {db:8.2f}")
+            c = self.clipped.get(name)
+            c = f"{100 * c:8.4f}%" if c is not None else f"{'':>9}"
+            lines.append(f"{name:<{w}}  {kind:<14} {db:8.2f} {c}")
         if self.model_sqnr is not None:
             lines.append(f"{'(model output)':<{w}}  {'':<14} {self.model_sqnr:8.2f}")
         return "\n".join(lines)
@@ -811,12 +818,24 @@ class SQNRReport:
     __repr__ = __str__
 
 
+def _clipped_share(q, feats):
+    """Share of the float feats' values that layer q's quantization clamps
+    (sqnr_report feeds every layer the float model's input)."""
+    if not feats.numel():
+        return 0.0
+    x = feats.double()
+    if q.in_scale is not None:
+        x = x * q.in_scale.to(x.device, torch.float64)
+    return float((x.abs() > 127.5 * q.x_scale).double().mean())
+
+
 def sqnr_report(float_model, quant_model, batch):
     """Per quantized layer of ``quant_model`` (made by :func:`quantize` from
     ``float_model``): the SQNR of its output against the float layer's
     output (after the BN / ReLU it absorbed) when both get the float model's
     input of that layer on ``batch``. Plus the SQNR of the whole models'
-    outputs. Returns an :class:`SQNRReport`."""
+    outputs, and per layer the share of its input clipped by its
+    calibrated range (``.clipped``). Returns an :class:`SQNRReport`."""
     fmods = dict(float_model.named_modules())
     qlayers = [(n, m) for n, m in quant_model.named_modules()
                if isinstance(m, _QuantizedConvBase)]
@@ -832,7 +851,7 @@ def sqnr_report(float_model, quant_model, batch):
     try:
         with torch.no_grad():
             ref_out = _run(float_model, batch)
-            rows = []
+            rows, clipped = [], {}
             for name, q in qlayers:
                 if name not in ins:
                     continue
@@ -842,6 +861,7 @@ def sqnr_report(float_model, quant_model, batch):
                     yq = dequantize_tensor(yq, q.y_scale)
                 kind = q.fused
                 rows.append((name, kind, sqnr_db(outs[name], yq)))
+                clipped[name] = _clipped_share(q, args[0].feats)
             q_out = _run(quant_model, batch)
     finally:
         for h in hooks:
@@ -850,4 +870,4 @@ def sqnr_report(float_model, quant_model, batch):
     model_db = None
     if isinstance(ref_out, torch.Tensor) or isinstance(ref_out, SparseTensor):
         model_db = sqnr_db(_feats(ref_out), _feats(q_out))
-    return SQNRReport(rows, model_db)
+    return SQNRReport(rows, model_db, clipped)

@@ -285,6 +285,32 @@ def test_quantize_fuses_bn_and_relu_in_both_sequentials():
         assert Q.sqnr_db(m(x).feats, qm(x).feats) > 25
 
 
+def test_sqnr_report_counts_clipped_inputs():
+    """sqnr_report's clipped share: 0 on the calibration batch for a
+    min/max-calibrated layer (max |x| is exactly 127 steps), and on a batch
+    3x as large the share of values beyond 127.5 steps, counted here
+    independently in numpy; equalised layers count after the
+    equalisation; a chained layer is fed float input by the report and
+    counted as the others."""
+    x = _sparse(800, 10, 4, seed=61)
+    m = vnn.Sequential(vnn.SparseConv3d(4, 6), vnn.SparseReLU(), vnn.SparseConv3d(6, 5)).eval()
+    qm = Q.quantize(m, [x])
+    rep = Q.sqnr_report(m, qm, x)
+    assert rep.clipped["0"] == 0.0 and "clipped" in str(rep)
+    big = x.replace_feature(x.feats * 3)
+    rep3 = Q.sqnr_report(m, qm, big)
+    v = big.feats.double().numpy()
+    assert rep3.clipped["0"] == float(np.mean(np.abs(v) > 127.5 * qm[0].x_scale))
+    assert 0 < rep3.clipped["0"] < 1
+    eq = Q.quantize(m, [x], equalize=["0"])
+    d = eq[0].in_scale.double().numpy()
+    rep_eq = Q.sqnr_report(m, eq, big)
+    assert rep_eq.clipped["0"] == float(np.mean(np.abs(v * d) > 127.5 * eq[0].x_scale))
+    ch = Q.quantize(m, [x], chain=True)
+    rep_ch = Q.sqnr_report(m, ch, big)
+    assert ch[0].int8_out and rep_ch.clipped == rep3.clipped
+
+
 def test_quantize_keep_float_leaves_named_layers_and_their_bn_relu():
     """keep_float: the named conv stays the float module with its BN and
     ReLU, so the model's first layer computes exactly what the float model
