@@ -96,7 +96,8 @@ def build_parser():
     ap.add_argument("--equalize", default="",
                     help="comma-separated conv layers whose input is equalised per channel "
                          "(quantize(equalize=...)), or 'all'; a run of its own beside the "
-                         "others")
+                         "others, and with --keep-float one more with both (the kept "
+                         "layers float, the others equalised)")
     ap.add_argument("--calibrate-extra", default="",
                     help="comma-separated further scans (float32 x y z remission, as "
                          "--heldout) added to the calibration batches; never the held-out "
@@ -254,6 +255,9 @@ def main(argv=None):
     if args.equalize:
         eq = conv_layers(model) if args.equalize == "all" else names(args.equalize)
         variants.append({"equalize": eq})
+        if args.keep_float:  # and both: the kept layers float, the others equalised
+            kf = names(args.keep_float)
+            variants.append({"keep_float": kf, "equalize": tuple(n for n in eq if n not in kf)})
     for obs in observers:
         for kw in variants:
             qm = Q.quantize(model, calib, observer=obs, percentile=args.percentile, **kw)
@@ -261,7 +265,8 @@ def main(argv=None):
             if kw.get("keep_float"):
                 tag += f", float: {','.join(kw['keep_float'])}"
             if kw.get("equalize"):
-                tag += (", equalised: all" if args.equalize == "all"
+                every = ("all others" if kw.get("keep_float") else "all")
+                tag += (f", equalised: {every}" if args.equalize == "all"
                         else f", equalised: {','.join(kw['equalize'])}")
             print(f"\n==== observer: {tag}", flush=True)
             result["observers"][tag] = {

@@ -14,6 +14,7 @@
 import copy
 import importlib.util
 import json
+import math
 import os
 
 import numpy as np
@@ -500,6 +501,25 @@ def test_mse_observer_finds_the_least_error_threshold(case):
     assert empty.scale() == zeros.scale() == 1.0
     with pytest.raises(voxconv.InvalidArgumentError):
         Q.MSEObserver(bins=8)
+
+
+@pytest.mark.parametrize("cls", [Q.PercentileObserver, Q.MSEObserver])
+def test_observer_samples_every_batch_alike(cls):
+    """Past max_samples the kept values are a sample in which every value
+    seen is about equally likely: batches of 2000, 2000 and 4000 values
+    from [0, 1), [1, 2), [2, 3) leave shares 1/4, 1/4, 1/2 of a
+    2000-value sample (binomial sd <= 1.2 points; 5 sd allowed). A
+    uniform pick from the kept sample and the new batch together (the
+    old reservoir) gives 1/6, 1/6, 2/3: 7-8 sd off."""
+    o = cls(max_samples=2000)
+    g = torch.Generator().manual_seed(7)
+    for lo, n in ((0, 2000), (1, 2000), (2, 4000)):
+        o.update(lo + torch.rand(n, generator=g))
+    v = o._all()
+    assert len(v) == 2000 and o.count == 3
+    shares = [float(((v >= lo) & (v < lo + 1)).double().mean()) for lo in (0, 1, 2)]
+    for got, want in zip(shares, (0.25, 0.25, 0.5)):
+        assert abs(got - want) < 5 * math.sqrt(want * (1 - want) / 2000), shares
 
 
 def test_quantize_calibrates_input_scales():
