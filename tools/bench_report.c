@@ -48,8 +48,9 @@ static const char *backend_name(voxconv_backend_t b) {
 static const char *maps_schedule(const bench_t *B) {
   if (B->o.workload == 'C' || B->o.workload == 'D')
     return NULL;
-  return B->hm ? "overlap" : B->backend == VOXCONV_BACKEND_CUDA ? "serial"
-                                                                : "inline";
+  if (B->hm)
+    return B->o.maps_ahead ? "ahead" : "overlap";
+  return B->backend == VOXCONV_BACKEND_CUDA ? "serial" : "inline";
 }
 
 static double row_rate(const row_t *r, double ms) {
@@ -79,15 +80,15 @@ void bench_print_human(const bench_t *B, FILE *f) {
     fprintf(f, "            %d ms idle after a warm-up in which the autotuner "
                "ran (--settle-ms)\n", B->settle_ms);
   if (cuda && maps_schedule(B))
-    fprintf(f, "maps      : %s%s\n", maps_schedule(B),
-            B->hm ? (B->o.map_normal
-                         ? " (end-to-end forward: maps built on a second "
-                           "stream, normal priority, while the previous "
-                           "convolutions run; rows in line)"
-                         : " (end-to-end forward: maps built on a second "
-                           "stream, high priority, while the previous "
-                           "convolutions run; rows in line)")
-                  : " (on the convolutions' stream)");
+    fprintf(f, "maps      : %s%s%s%s\n", maps_schedule(B),
+            B->hm ? " (end-to-end forward: maps built on a second stream, "
+                  : " (on the convolutions' stream)",
+            !B->hm ? "" : B->o.map_normal ? "normal priority, " : "high priority, ",
+            !B->hm ? ""
+            : B->o.maps_ahead
+                ? "every later level's while level 0's convolutions run; "
+                  "rows in line)"
+                : "while the previous convolutions run; rows in line)");
   if (cuda)
     fprintf(f,
             "ceilings  : %.0f TFLOP/s, %.2f TB/s%s\n",
@@ -279,6 +280,12 @@ void bench_print_json(const bench_t *B, FILE *f) {
     for (int i = 0; i < B->repeat && !bench_forward_only(B); i++)
       fprintf(f, "%s%.6g", i ? ", " : "", B->bwd_total[i]);
     fprintf(f, "]");
+    if (B->out_hash_runs)
+      fprintf(f,
+              ",\n  \"forward_output_fnv1a\": \"%016llx\",\n"
+              "  \"forward_output_same_every_run\": %s",
+              (unsigned long long)B->out_hash,
+              B->out_hash_differs ? "false" : "true");
     if (B->fb_total) {
       fprintf(f, ",\n  \"fwd_bwd_ms\": %.6g,\n  \"fwd_bwd_runs_ms\": [",
               bench_median(B->fb_total, B->repeat));

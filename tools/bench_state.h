@@ -86,6 +86,11 @@ typedef struct bench {
    * training networks): what a training step runs, and what PyTorch's
    * forward + backward row times (docs/perf-notes.md item 112) */
   double *fb_total;
+  /* FNV-1a of the network's output (the last level's features) after each
+   * end-to-end forward: equal across runs and --maps schedules when the
+   * ops are deterministic (--deterministic), whatever the map overlap */
+  uint64_t out_hash;
+  int out_hash_runs, out_hash_differs;
   /* Timers in flight (see clock_start), freed by bench_cleanup when a call
    * between start and stop fails. */
   voxconv_timer_t *t_op, *t_total;
