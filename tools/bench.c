@@ -933,54 +933,6 @@ static int level_convs(bench_t *B, int l, int *r_io, int rec, int per_layer) {
   return 0;
 }
 
-/* net_forward with --maps ahead (end to end, overlapped): level 0's
- * submanifold map, its two convolutions queued, then every later map in
- * chain order on the map stream (each strided build waits for its count on
- * the host while level 0's convolutions run), then the rest of the network
- * queued behind one wait for the map stream. The overlap schedule instead
- * interleaves one level of maps with each level's convolutions, so a deep
- * level whose convolutions are shorter than its map builds leaves the GPU
- * waiting for them. */
-static int net_forward_ahead(bench_t *B, double *total) {
-  voxconv_handle_t *hm = B->hm;
-  const int32_t *coords[NET_LEVELS];
-  double ms;
-  int r = 0, rc;
-  if (total && (rc = clock_start(B, &B->t_total)))
-    return rc;
-  TRY_ON(hm, "voxconv_stream_wait", voxconv_stream_wait(hm, NULL));
-  coords[0] = B->coords;
-  for (int l = 0; l < NET_LEVELS; l++) {
-    net_level_t *L = &B->lv[l];
-    if ((rc = build_map(B, hm, l, coords[l], L->n, 0, 1, 0, &ms)))
-      return rc;
-    if (l == 0) { /* level 0's convolutions start as soon as its map is built */
-      TRY(B, "voxconv_stream_wait", voxconv_stream_wait(B->h, B->map_stream));
-      if ((rc = level_convs(B, 0, &r, -1, 0)))
-        return rc;
-    }
-    if (l + 1 < NET_LEVELS) {
-      if ((rc = build_map(B, hm, l, coords[l], L->n, 1, 1, 0, &ms)))
-        return rc;
-      TRY(B, "voxconv_kmap_out_coords",
-          voxconv_kmap_out_coords(L->pool, &coords[l + 1]));
-    }
-  }
-  TRY(B, "voxconv_stream_wait", voxconv_stream_wait(B->h, B->map_stream));
-  for (int l = 0; l < NET_LEVELS; l++) {
-    net_level_t *L = &B->lv[l];
-    if (l > 0 && (rc = level_convs(B, l, &r, -1, 0)))
-      return rc;
-    if (l + 1 < NET_LEVELS) {
-      const voxconv_feats_t b = feats_of(B, L->b, L->n, L->c);
-      const voxconv_feats_t y = feats_of(B, B->lv[l + 1].x, L->n_next, L->c);
-      TIMED_OP(B, r, -1, 0, "voxconv_pool_forward (max 2/2)",
-               voxconv_pool_forward(B->h, L->pool, VOXCONV_POOL_MAX, &b, &y));
-    }
-  }
-  return total ? clock_stop(B, &B->t_total, total) : 0;
-}
-
 /* Forward from coordinates + features. per_layer: sync after every op and
  * record rows into run rep; otherwise only the end-to-end time (total
  * NULL: the caller times the run). overlap
@@ -992,8 +944,6 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
                        double *total) {
   const int rec = per_layer ? rep : -1;
   overlap = overlap && !per_layer && B->hm;
-  if (overlap && B->o.maps_ahead)
-    return net_forward_ahead(B, total);
   voxconv_handle_t *hm = overlap ? B->hm : B->h;
   int r = 0, rc;
   if (total && (rc = clock_start(B, &B->t_total)))

@@ -48,9 +48,8 @@ static const char *backend_name(voxconv_backend_t b) {
 static const char *maps_schedule(const bench_t *B) {
   if (B->o.workload == 'C' || B->o.workload == 'D')
     return NULL;
-  if (B->hm)
-    return B->o.maps_ahead ? "ahead" : "overlap";
-  return B->backend == VOXCONV_BACKEND_CUDA ? "serial" : "inline";
+  return B->hm ? "overlap" : B->backend == VOXCONV_BACKEND_CUDA ? "serial"
+                                                                : "inline";
 }
 
 static double row_rate(const row_t *r, double ms) {
@@ -80,15 +79,15 @@ void bench_print_human(const bench_t *B, FILE *f) {
     fprintf(f, "            %d ms idle after a warm-up in which the autotuner "
                "ran (--settle-ms)\n", B->settle_ms);
   if (cuda && maps_schedule(B))
-    fprintf(f, "maps      : %s%s%s%s\n", maps_schedule(B),
-            B->hm ? " (end-to-end forward: maps built on a second stream, "
-                  : " (on the convolutions' stream)",
-            !B->hm ? "" : B->o.map_normal ? "normal priority, " : "high priority, ",
-            !B->hm ? ""
-            : B->o.maps_ahead
-                ? "every later level's while level 0's convolutions run; "
-                  "rows in line)"
-                : "while the previous convolutions run; rows in line)");
+    fprintf(f, "maps      : %s%s\n", maps_schedule(B),
+            B->hm ? (B->o.map_normal
+                         ? " (end-to-end forward: maps built on a second "
+                           "stream, normal priority, while the previous "
+                           "convolutions run; rows in line)"
+                         : " (end-to-end forward: maps built on a second "
+                           "stream, high priority, while the previous "
+                           "convolutions run; rows in line)")
+                  : " (on the convolutions' stream)");
   if (cuda)
     fprintf(f,
             "ceilings  : %.0f TFLOP/s, %.2f TB/s%s\n",

@@ -87,8 +87,8 @@ typedef struct bench {
    * forward + backward row times (docs/perf-notes.md item 112) */
   double *fb_total;
   /* FNV-1a of the network's output (the last level's features) after each
-   * end-to-end forward: equal across runs and --maps schedules when the
-   * ops are deterministic (--deterministic), whatever the map overlap */
+   * end-to-end forward: equal across runs and --maps overlap / serial when
+   * the ops are deterministic (--deterministic, or int8's exact sums) */
   uint64_t out_hash;
   int out_hash_runs, out_hash_differs;
   /* Timers in flight (see clock_start), freed by bench_cleanup when a call

@@ -70,12 +70,9 @@ void vt_bench_usage(FILE *out) {
       "                        clock instead of switching to it mid-series\n"
       "                        (default 0)\n"
       "  --seed N              weights/gradients seed (default 1)\n"
-      "  --maps overlap|ahead|serial  CUDA end-to-end forward: build kernel\n"
-      "                        maps on a second stream, each level's while\n"
-      "                        the previous level's convolutions run\n"
-      "                        (default); ahead: on that stream, every\n"
-      "                        later level's maps while level 0's run; or\n"
-      "                        in line\n"
+      "  --maps overlap|serial  CUDA end-to-end forward: build kernel maps\n"
+      "                        on a second stream, overlapping the previous\n"
+      "                        level's convolutions (default), or in line\n"
       "  --map-priority high|normal  the overlapped maps' stream priority\n"
       "                        (default high: each build ends in a host wait,\n"
       "                        so the map chain is the forward's critical\n"
@@ -383,10 +380,12 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
       o->seed = (uint64_t)n;
     } else if (strcmp(a, "--maps") == 0) {
       NEED_VALUE();
-      o->maps_serial = strcmp(v, "serial") == 0;
-      o->maps_ahead = strcmp(v, "ahead") == 0;
-      if (!o->maps_serial && !o->maps_ahead && strcmp(v, "overlap") != 0)
-        return usage_error(io, "--maps %s: want overlap, ahead or serial", v);
+      if (strcmp(v, "overlap") == 0)
+        o->maps_serial = 0;
+      else if (strcmp(v, "serial") == 0)
+        o->maps_serial = 1;
+      else
+        return usage_error(io, "--maps %s: want overlap or serial", v);
       maps_set = 1;
     } else if (strcmp(a, "--map-priority") == 0) {
       NEED_VALUE();
@@ -417,7 +416,7 @@ int vt_bench_parse_options(const char *cmd, int argc, char **argv,
                        o->workload);
   if (prio_set && (o->maps_serial || o->workload == 'C' || o->workload == 'D'))
     return usage_error(io, "--map-priority applies to the network's --maps "
-                           "overlap or ahead");
+                           "overlap");
   if (pass_idle_set && o->workload != 'C')
     return usage_error(io, "--pass-idle-ms applies to --workload C");
   if (preheat_set && o->workload != 'C')

@@ -46,8 +46,6 @@ typedef struct vt_bench_opts {
   double peak_tflops, peak_tbps; /* 0 = defaults by dtype */
   uint64_t seed;
   int maps_serial; /* --maps serial: maps on the convolutions' stream */
-  int maps_ahead;  /* --maps ahead: overlapped, every level's maps built
-                      while level 0's convolutions run */
   int map_normal;  /* --map-priority normal: the map stream not raised */
   int settle_ms;   /* -1 = default: rest after a warm-up that tuned */
   int pass_idle_ms; /* workload C: idle before each pass's warm-up (0) */
