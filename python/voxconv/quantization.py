@@ -48,8 +48,11 @@ quantized layer requantises its output at that layer's ``x_scale`` and
 hands the int8 features on, so neither the dequantisation nor the next
 quantisation pass runs (each a full pass over the features: ~0.3 ms at C =
 256 on workload A's level 0, H100); the model's float32 output keeps its
-bits. Coordinates and kernel maps are
-those the float layer would use (the same coordinate-manager cache).
+bits. Nested Sequentials count as one (blocks of conv + BN + ReLU chain
+into each other), and an input-equalised layer fed by a quantized one
+alone has its factor folded into that layer (``fold_equalization``).
+Coordinates and kernel maps are those the float layer would use (the same
+coordinate-manager cache).
 
 The layers run where their buffers and input are: on the CPU (VNNI where
 the CPU has it) or on CUDA (tensor-core int8, src/cuda/cuda_int8.cu); both
@@ -425,6 +428,12 @@ class _QuantizedConvBase(nn.Module):
         # (input equalisation, quantize(equalize=...)); the weights were
         # divided by it
         self.register_buffer("in_scale", None)
+        # after an equalisation fold (quantize, _fold_equalization): the
+        # per-channel factor this layer's output carries (the next layer's
+        # d), and the one its input arrives with (its own d, applied by the
+        # layer before); forward does not read them, sqnr_report does
+        self.register_buffer("output_factor", None)
+        self.register_buffer("input_factor", None)
         if not (math.isfinite(self.x_scale) and self.x_scale > 0):
             raise errors.InvalidArgumentError(
                 f"x_scale: expected a finite value > 0, got {x_scale!r}")
@@ -634,26 +643,76 @@ def _run(model, batch):
 
 # ---- quantize ---------------------------------------------------------------------
 
-def _chain(qmodel):
-    """Inside every torch.nn.Sequential of ``qmodel``: a quantized layer
-    followed, past Identity modules (fused BN / ReLU) and max pooling (exact
-    on int8), by another quantized layer hands it int8 features at that
-    layer's x_scale (y_scale = its x_scale, int8_out). Only the Sequential's
-    next module reads a child's output, so nothing else sees int8."""
+def _leaves(seq):
+    """seq's modules in call order with nested torch.nn.Sequentials
+    expanded (a Sequential only composes its children, so a nested one's
+    last module feeds the outer one's next)."""
+    out = []
+    for kid in seq.children():
+        if isinstance(kid, nn.Sequential):
+            out.extend(_leaves(kid))
+        else:
+            out.append(kid)
+    return out
+
+
+def _adjacent_pairs(qmodel):
+    """(p, e) for quantized layers p, e of ``qmodel`` where, inside a
+    torch.nn.Sequential (nested ones expanded), p is followed by e past
+    Identity modules (fused BN / ReLU) and max pooling only: e reads p's
+    output and nothing else does. A layer instance used at more than one
+    place of the model is left out (its output may go elsewhere too).
+    Each pair once, in model order."""
+    uses = {}
+    for _n, m in qmodel.named_modules(remove_duplicate=False):
+        uses[id(m)] = uses.get(id(m), 0) + 1
+    pairs, seen = [], set()
     for _name, parent in qmodel.named_modules():
         if not isinstance(parent, nn.Sequential):
             continue
-        kids = list(parent.children())
+        kids = _leaves(parent)
         for i, kid in enumerate(kids):
-            if not isinstance(kid, _QuantizedConvBase):
+            if not isinstance(kid, _QuantizedConvBase) or uses[id(kid)] > 1:
                 continue
             j = i + 1
             while j < len(kids) and isinstance(kids[j], (nn.Identity, vnn.SparseMaxPool3d)):
                 j += 1
             if (j < len(kids) and isinstance(kids[j], _QuantizedConvBase)
-                    and getattr(kids[j], "in_scale", None) is None):
-                kid.y_scale = kids[j].x_scale
-                kid.int8_out = True
+                    and uses[id(kids[j])] == 1 and (id(kid), id(kids[j])) not in seen):
+                seen.add((id(kid), id(kids[j])))
+                pairs.append((kid, kids[j]))
+    return pairs
+
+
+def _fold_equalization(qmodel):
+    """For each adjacent pair (p, e) whose e is input-equalised with float
+    output from p: p's output channel c is multiplied by e's d_c instead
+    (p's weight scale and bias times d_c: its epilogue then computes (acc
+    x_scale w_c + b_c) d_c up to float32 rounding, and ReLU and max pooling
+    commute with a positive per-channel factor), and e takes it as it comes
+    (in_scale cleared, x_scale unchanged: it was calibrated on x d). e then
+    costs no multiply pass, and chain may hand it int8."""
+    for p, e in _adjacent_pairs(qmodel):
+        d = getattr(e, "in_scale", None)
+        if d is None or p.y_scale is not None:
+            continue
+        dd = d.double().to(p.weight_scale.device)
+        p.weight_scale = (p.weight_scale.double() * dd).float().contiguous()
+        if p.bias is not None:
+            p.bias = (p.bias.double() * dd).float().contiguous()
+        p.output_factor = d.clone()
+        e.input_factor, e.in_scale = d, None
+
+
+def _chain(qmodel):
+    """For each adjacent pair (p, e) (see _adjacent_pairs) whose e takes
+    int8 (not input-equalised): p hands e int8 features at e's x_scale
+    (y_scale = its x_scale, int8_out). Only e reads p's output, so nothing
+    else sees int8."""
+    for p, e in _adjacent_pairs(qmodel):
+        if getattr(e, "in_scale", None) is None:
+            p.y_scale = e.x_scale
+            p.int8_out = True
 
 
 def _layer_sets(plan, keep_float, equalize):
@@ -698,7 +757,7 @@ def _equalized(conv, obs):
 
 def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
              output="float", out_dtype=torch.float32, chain=False, keep_float=(),
-             equalize=()):
+             equalize=(), fold_equalization=True):
     """Calibrates on ``calibration_batches`` (an iterable of model inputs: a
     SparseTensor, or a tuple / dict of arguments) and returns a new model
     (a deep copy, in eval mode) whose SparseConv3d / SparseDepthwiseConv3d
@@ -708,7 +767,8 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
     layers' output features; with ``output="float"`` the library's epilogue
     writes them directly (half the bytes of float32 for the half types).
     ``chain=True``: a layer whose output goes (inside a torch.nn.Sequential,
-    past fused modules and max pooling) straight into another quantized
+    nested ones expanded, past fused modules and max pooling) straight
+    into another quantized
     layer has the library requantise it at that layer's ``x_scale`` and
     hands it on as int8 features (no dequantise, no quantise: an int8
     pipeline); with float32 outputs elsewhere the model's output has the
@@ -724,7 +784,16 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
     multiplies its float input by d (one elementwise pass: meant for
     narrow inputs such as a first layer's), and its activation scale is
     max_c(max |x_c| d_c) / 127 (min/max whatever ``observer`` says). Such a
-    layer takes float input only, so ``chain`` never hands it int8."""
+    layer takes float input only, so ``chain`` never hands it int8 --
+    unless the factor is folded: ``fold_equalization`` (default True, with
+    ``output="float"``) moves an equalised layer's d into the quantized
+    layer before it when that one's output goes to it alone (inside a
+    torch.nn.Sequential, nested ones expanded, past fused modules and max
+    pooling): that layer's weight scales and bias are multiplied by d, the
+    equalised layer drops its multiply pass and may be chained into
+    (``input_factor`` / ``output_factor`` record the fold for
+    sqnr_report). Pass False when such a layer's output is also read
+    elsewhere (a block called on its own by the model's forward)."""
     if output not in ("float", "int8"):
         raise errors.InvalidArgumentError(f"output: expected 'float' or 'int8', got {output!r}")
     _checked_out_dtype(out_dtype)  # before the calibration runs
@@ -785,6 +854,8 @@ def quantize(model, calibration_batches, *, observer="minmax", percentile=99.99,
         if not name:  # the model is the layer itself: it is replaced whole
             return q
         _set_module(qmodel, name, q)
+    if output == "float" and fold_equalization:
+        _fold_equalization(qmodel)
     if chain:
         _chain(qmodel)
     return qmodel
@@ -882,9 +953,16 @@ def sqnr_report(float_model, quant_model, batch):
                 if name not in ins:
                     continue
                 args = ins[name]
+                fin = getattr(q, "input_factor", None)
+                if fin is not None:  # equalisation folded into the layer before
+                    x0 = args[0]
+                    args = (x0.replace_feature(x0.feats * fin.to(x0.feats)),) + args[1:]
                 yq = q(*args).feats
                 if yq.dtype == torch.int8:  # a chained layer's int8 output
                     yq = dequantize_tensor(yq, q.y_scale)
+                fout = getattr(q, "output_factor", None)
+                if fout is not None:
+                    yq = yq.double() / fout.to(yq.device, torch.float64)
                 kind = q.fused
                 rows.append((name, kind, sqnr_db(outs[name], yq)))
                 clipped[name] = _clipped_share(q, args[0].feats)

@@ -368,11 +368,94 @@ def test_quantize_equalize_balances_a_narrow_input_channel():
     assert db_eq >= 30 and db_eq > db_plain + 20, (db_plain, db_eq)
     with pytest.raises(voxconv.InvalidArgumentError, match="equalised"):
         eq[0](x.replace_feature(Q.quantize_tensor(x.feats, eq[0].x_scale)))
-    chained = Q.quantize(m, [x], equalize=["2"], chain=True)
+    # no fold into a requantising layer (its output scale was calibrated
+    # unscaled): the equalised layer keeps its float input, never chained
+    chained = Q.quantize(m, [x], equalize=["2"], chain=True, output="int8")
     assert not chained[0].int8_out and chained[2].in_scale is not None
     for kw in ({"equalize": "1"}, {"equalize": "0", "keep_float": "0"}):
         with pytest.raises(voxconv.InvalidArgumentError, match="equalize|keep_float"):
             Q.quantize(m, [x], **kw)
+
+
+def _blocks_model():
+    """Blocks of conv + BN + ReLU as nested Sequentials (the example
+    network's layout), max pooling between two, BN weights spread over
+    100x so that channel ranges differ."""
+    def block(cin, cout, **kw):
+        return vnn.Sequential(vnn.SparseConv3d(cin, cout, **kw), torch.nn.BatchNorm1d(cout),
+                              torch.nn.ReLU())
+    m = vnn.Sequential(block(6, 16), block(16, 12), vnn.SparseMaxPool3d(2), block(12, 10),
+                       vnn.SparseConv3d(10, 5))
+    for i, idx in enumerate((0, 1, 3)):
+        bn = m[idx][1]
+        _randomize_bn(bn, bn.num_features, 40 + i)
+        with torch.no_grad():
+            bn.weight.mul_(torch.logspace(0, 2, bn.num_features))
+    return m.eval()
+
+
+def test_equalisation_folds_into_the_layer_before_and_chains():
+    """fold_equalization: an equalised layer fed by a quantized one alone
+    (nested Sequentials expanded, past fused BN / ReLU and max pooling)
+    has its d moved into that layer's weight scales and bias (float64
+    products rounded once, re-stated here) and drops its multiply pass;
+    the result is the unfolded model's up to float32 rounding of the
+    folded epilogue (a level flip now and then: >= 60 dB between them;
+    omitting the bias's factor leaves under 10 dB), sqnr_report undoes the
+    factors (per-layer SQNR as unfolded within 0.5 dB), and chain=True then
+    hands the equalised layers int8 with the folded model's bits."""
+    x = _sparse(2500, 12, 6, seed=71)
+    m = _blocks_model()
+    eq = ["1.0", "3.0", "4"]
+    qa = Q.quantize(m, [x], equalize=eq, fold_equalization=False)
+    qb = Q.quantize(m, [x], equalize=eq)
+    for p, e in (("0.0", "1.0"), ("1.0", "3.0"), ("3.0", "4")):
+        pa, pb = qa.get_submodule(p), qb.get_submodule(p)
+        ea, eb = qa.get_submodule(e), qb.get_submodule(e)
+        d = ea.in_scale
+        assert eb.in_scale is None and torch.equal(eb.input_factor, d)
+        assert torch.equal(pb.output_factor, d)
+        assert torch.equal(pb.weight_scale,
+                           (pa.weight_scale.double() * d.double()).float())
+        assert torch.equal(pb.bias, (pa.bias.double() * d.double()).float())
+        assert eb.x_scale == ea.x_scale and torch.equal(eb.weight, ea.weight)
+    assert qb.get_submodule("0.0").in_scale is None  # nothing before it to fold into
+    with torch.no_grad():
+        ya, yb = qa(x).feats, qb(x).feats
+        assert Q.sqnr_db(ya, yb) >= 60
+        pb = qb.get_submodule("1.0")
+        wrong = copy.deepcopy(qb)
+        wrong.get_submodule("1.0").bias = pb.bias / pb.output_factor
+        assert Q.sqnr_db(ya, wrong(x).feats) < 40
+    ra, rb = Q.sqnr_report(m, qa, x).as_dict(), Q.sqnr_report(m, qb, x).as_dict()
+    assert ra.keys() == rb.keys()
+    for k in ra:
+        assert abs(ra[k] - rb[k]) < 0.5 and rb[k] > 25, (k, ra[k], rb[k])
+    qc = Q.quantize(m, [x], equalize=eq, chain=True)
+    assert all(qc.get_submodule(p).int8_out for p in ("0.0", "1.0", "3.0"))
+    with torch.no_grad():
+        assert torch.equal(qc(x).feats.view(torch.int32), yb.view(torch.int32))
+
+
+def test_chain_expands_nested_sequentials_and_skips_shared_layers():
+    """chain=True across blocks (nested Sequentials) as within one, the
+    float32 output keeping its bits; a quantized layer instance used twice
+    is never paired for chaining or folding (its output may go
+    elsewhere)."""
+    x = _sparse(2000, 12, 6, seed=73)
+    m = _blocks_model()
+    plain = Q.quantize(m, [x])
+    chained = Q.quantize(m, [x], chain=True)
+    assert [chained.get_submodule(p).int8_out for p in ("0.0", "1.0", "3.0", "4")] == \
+        [True, True, True, False]
+    with torch.no_grad():
+        assert torch.equal(chained(x).feats.view(torch.int32), plain(x).feats.view(torch.int32))
+    q = Q.quantize(vnn.Sequential(vnn.SparseConv3d(6, 6), vnn.SparseConv3d(6, 6),
+                                  vnn.SparseConv3d(6, 3)).eval(), [x])
+    assert [(a is q[0], b is q[1]) for a, b in Q._adjacent_pairs(q)] == \
+        [(True, True), (False, False)]
+    shared = vnn.Sequential(q[0], torch.nn.Identity(), q[0], q[2])
+    assert Q._adjacent_pairs(shared) == []
 
 
 def _chain_model():
