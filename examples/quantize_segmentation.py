@@ -112,6 +112,12 @@ def build_parser():
                     help="train on a randomly rotated (about z), mirrored and scaled copy "
                          "of the scan each step, as LiDAR segmenters are trained, instead "
                          "of the one scan as recorded")
+    ap.add_argument("--chain", action="store_true",
+                    help="quantize(chain=True): int8 handed from layer to layer where one "
+                         "feeds the next alone (the model's output keeps its bits)")
+    ap.add_argument("--time", type=int, default=0, metavar="N",
+                    help="also time N forwards of each model on the held-out scan, a fresh "
+                         "SparseTensor each (maps built inside), median ms")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None, help="write the figures here")
     return ap
@@ -158,6 +164,33 @@ def half_model(model, device):
     return copy.deepcopy(model).half()
 
 
+def time_forward(model, x, runs, dtype=None):
+    """Median ms of `runs` forwards of model on a fresh SparseTensor of x's
+    points each (kernel maps built inside, as for a new scan), after 3
+    untimed ones; CUDA events on the GPU. Under torch.inference_mode."""
+    feats = x.feats if dtype is None else x.feats.to(dtype)
+    cuda = feats.is_cuda
+    times = []
+    with torch.inference_mode():
+        for i in range(runs + 3):
+            xi = voxconv.SparseTensor(feats, x.coords)
+            if cuda:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                torch.cuda.synchronize()
+                s.record()
+                model(xi)
+                e.record()
+                e.synchronize()
+                ms = s.elapsed_time(e)
+            else:
+                t = time.perf_counter()
+                model(xi)
+                ms = 1e3 * (time.perf_counter() - t)
+            if i >= 3:
+                times.append(ms)
+    return sorted(times)[len(times) // 2]
+
+
 def evaluate(name, model, m16, qm, x):
     """Per-layer SQNR and argmax agreement on one scan (a dict)."""
     rep = Q.sqnr_report(model, qm, x)
@@ -198,6 +231,8 @@ def main(argv=None):
     bad = [o for o in observers if o not in ("minmax", "percentile", "mse")]
     if bad or not observers:
         ap.error(f"--observer {args.observer!r}: want minmax, percentile and/or mse")
+    if args.time < 0:
+        ap.error(f"--time {args.time}: want N >= 0")
     if args.calibrate_augmented < 0:
         ap.error(f"--calibrate-augmented {args.calibrate_augmented}: want N >= 0")
     if not 0 < args.percentile <= 100:
@@ -248,7 +283,7 @@ def main(argv=None):
     result = {"device": str(device), "voxel_m": voxel, "widths": widths,
               "steps": args.steps, "final_loss": loss, "scan": scan, "heldout": heldout,
               "augment": args.augment, "calibrate_extra": extra,
-              "calibrate_augmented": args.calibrate_augmented,
+              "calibrate_augmented": args.calibrate_augmented, "chain": args.chain,
               "calibration_voxels": [len(c) for c in calib],
               "observers": {}}
 
@@ -261,9 +296,17 @@ def main(argv=None):
         if args.keep_float:  # and both: the kept layers float, the others equalised
             kf = names(args.keep_float)
             variants.append({"keep_float": kf, "equalize": tuple(n for n in eq if n not in kf)})
+    if args.time:
+        result["forward_ms"] = {"fp32": time_forward(model, x2, args.time)}
+        if m16 is not None:
+            result["forward_ms"]["fp16"] = time_forward(m16, x2, args.time, torch.float16)
+        print(f"forward on the held-out scan (maps built inside, median of {args.time}): "
+              + ", ".join(f"{k} {v:.3f} ms" for k, v in result["forward_ms"].items()),
+              flush=True)
     for obs in observers:
         for kw in variants:
-            qm = Q.quantize(model, calib, observer=obs, percentile=args.percentile, **kw)
+            qm = Q.quantize(model, calib, observer=obs, percentile=args.percentile,
+                            chain=args.chain, **kw)
             tag = f"percentile {args.percentile}" if obs == "percentile" else obs
             if kw.get("keep_float"):
                 tag += f", float: {','.join(kw['keep_float'])}"
@@ -272,10 +315,20 @@ def main(argv=None):
                 tag += (f", equalised: {every}" if args.equalize == "all"
                         else f", equalised: {','.join(kw['equalize'])}")
             print(f"\n==== observer: {tag}", flush=True)
+            qlayers = [m for m in qm.modules() if isinstance(m, Q._QuantizedConvBase)]
             result["observers"][tag] = {
                 "calibration": evaluate("calibration scan", model, m16, qm, x),
                 "heldout": evaluate("held-out scan", model, m16, qm, x2),
+                # layers handing int8 on (chain) / with the layer before's
+                # equalisation folded in (fold_equalization)
+                "chained_layers": sum(bool(getattr(m, "int8_out", False)) for m in qlayers),
+                "folded_layers": sum(getattr(m, "input_factor", None) is not None
+                                     for m in qlayers),
             }
+            if args.time:
+                ms = time_forward(qm, x2, args.time)
+                result["observers"][tag]["forward_ms"] = ms
+                print(f"int8 forward on the held-out scan: {ms:.3f} ms", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)

@@ -859,8 +859,8 @@ def test_quantize_segmentation_example_augment_equalize_all_mse(tmp_path):
     augmented copies of the scan, a second calibration scan (its voxels
     recorded), the MSE observer, every layer's input equalised (all 14
     layers quantized, each equalised, so the observer does not change
-    them); the held-out scan refused as a calibration scan. Bounds as
-    above."""
+    them), forward timings, and a chained run; the held-out scan refused
+    as a calibration scan. Bounds as above."""
     spec = importlib.util.spec_from_file_location(
         "voxconv_example_quantize_segmentation2",
         os.path.join(REPO, "examples", "quantize_segmentation.py"))
@@ -870,17 +870,32 @@ def test_quantize_segmentation_example_augment_equalize_all_mse(tmp_path):
     out = tmp_path / "q.json"
     mod.main(["--small", "--steps", "30", "--device", "cpu", "--augment", "--observer", "mse",
               "--equalize", "all", "--calibrate-extra", "scans/kitti_000008.bin",
-              "--data-dir", data, "--json", str(out)])
+              "--time", "1", "--data-dir", data, "--json", str(out)])
     res = json.loads(out.read_text())
-    assert res["augment"] is True
+    assert res["augment"] is True and res["chain"] is False
+    assert res["forward_ms"]["fp32"] > 0
     assert [os.path.basename(e) for e in res["calibrate_extra"]] == ["kitti_000008.bin"]
     runs = res["observers"]
     assert sorted(runs) == ["mse", "mse, equalised: all"]
+    # every layer equalised: the 4 fed by a quantized layer alone fold (stem.1, down.i.1)
+    assert runs["mse, equalised: all"]["folded_layers"] == 4 and runs["mse"]["folded_layers"] == 0
     for tag, run in runs.items():
         cal, held = run["calibration"], run["heldout"]
         assert len(cal["sqnr_db"]) == len(held["sqnr_db"]) == 14
         assert cal["sqnr_min_db"] >= 30, tag
         assert 0.95 <= held["agree_int8_fp32"] <= 1.0, tag
+        assert run["forward_ms"] > 0
+    # chained (a chained layer's reported output includes the next layer's
+    # input rounding, so the bounds above do not apply): the layers
+    # actually handed int8 on, agreement still reported
+    out2 = tmp_path / "q2.json"
+    mod.main(["--small", "--steps", "5", "--device", "cpu", "--chain", "--data-dir", data,
+              "--json", str(out2)])
+    res2 = json.loads(out2.read_text())
+    assert res2["chain"] is True
+    run2 = res2["observers"]["minmax"]
+    assert run2["chained_layers"] == 4  # stem.0 -> stem.1, down.i.0 -> down.i.1
+    assert 0 <= run2["heldout"]["agree_int8_fp32"] <= 1
     with pytest.raises(SystemExit):
         mod.main(["--small", "--steps", "1", "--device", "cpu", "--data-dir", data,
                   "--calibrate-extra", "scans/kitti_000000.bin"])
