@@ -222,9 +222,8 @@ def evaluate(name, model, m16, qm, x):
     return out
 
 
-def main(argv=None):
-    ap = build_parser()
-    args = ap.parse_args(argv)
+def check_args(ap, args):
+    """Refuses bad values by name (argparse's exit); returns the observers."""
     if args.steps < 1:
         ap.error(f"--steps {args.steps}: want at least 1")
     observers = [o.strip() for o in args.observer.split(",") if o.strip()]
@@ -237,21 +236,14 @@ def main(argv=None):
         ap.error(f"--calibrate-augmented {args.calibrate_augmented}: want N >= 0")
     if not 0 < args.percentile <= 100:
         ap.error(f"--percentile {args.percentile}: want a value in (0, 100]")
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
         ap.error("--device cuda: torch sees no GPU")
-    data_dir = args.data_dir or ex.DATA
-    scan = args.scan or os.path.join(data_dir, ex.DEFAULT_SCAN)
-    heldout = args.heldout or os.path.join(data_dir, DEFAULT_HELDOUT)
-    voxel = args.voxel or (0.4 if args.small else 0.05)
-    widths = args.widths or ([8, 16, 24, 32] if args.small else [32, 64, 128, 256, 256])
-    lr = args.lr or (2e-2 if args.small else 1e-2)
-    torch.manual_seed(args.seed)
+    return observers
 
-    pts, labels = ex.load_scan(scan, os.path.splitext(scan)[0] + ".label")
-    x, target, _ = ex.voxelize_scan(pts, labels, voxel, device)
-    p2 = ex.read_points(heldout, "--heldout")
-    x2, _, _ = ex.voxelize_scan(p2, torch.full((len(p2),), ex.IGNORE), voxel, device)
+
+def calibration_batches(ap, args, x, pts, labels, data_dir, heldout, voxel, device):
+    """[x, --calibrate-extra scans, --calibrate-augmented copies of pts]
+    and the extra scans' paths; the held-out scan is refused."""
     extra = [os.path.join(data_dir, e) if not os.path.isabs(e) and not os.path.exists(e)
              else e for e in names(args.calibrate_extra)]
     if any(os.path.realpath(e) == os.path.realpath(heldout) for e in extra):
@@ -264,6 +256,65 @@ def main(argv=None):
     gc = torch.Generator().manual_seed(args.seed + 7919)  # not training's draws
     for _ in range(args.calibrate_augmented):
         calib.append(ex.voxelize_scan(augmented(pts, gc), labels, voxel, device)[0])
+    return calib, extra
+
+
+def quantize_variants(args, model):
+    """quantize() keywords of each run, with its tag's suffix: none, the
+    kept-float layers, the equalised ones, and both together."""
+    variants = [({}, "")]
+    kf = names(args.keep_float)
+    if kf:
+        variants.append(({"keep_float": kf}, f", float: {','.join(kf)}"))
+    if args.equalize:
+        every = args.equalize == "all"
+        eq = conv_layers(model) if every else names(args.equalize)
+        variants.append(({"equalize": eq},
+                         ", equalised: " + ("all" if every else ",".join(eq))))
+        rest = tuple(n for n in eq if n not in kf)
+        if kf and rest:  # the kept layers float, the others equalised
+            variants.append(({"keep_float": kf, "equalize": rest},
+                             f", float: {','.join(kf)}, equalised: "
+                             + ("all others" if every else ",".join(rest))))
+    return variants
+
+
+def run_variant(args, model, m16, qm, x, x2):
+    """The figures of one quantized model (a dict for the JSON)."""
+    qlayers = [m for m in qm.modules() if isinstance(m, Q._QuantizedConvBase)]
+    out = {
+        "calibration": evaluate("calibration scan", model, m16, qm, x),
+        "heldout": evaluate("held-out scan", model, m16, qm, x2),
+        # layers handing int8 on (chain) / with the layer before's
+        # equalisation folded in (fold_equalization)
+        "chained_layers": sum(bool(getattr(m, "int8_out", False)) for m in qlayers),
+        "folded_layers": sum(getattr(m, "input_factor", None) is not None for m in qlayers),
+    }
+    if args.time:
+        out["forward_ms"] = time_forward(qm, x2, args.time)
+        print(f"int8 forward on the held-out scan: {out['forward_ms']:.3f} ms", flush=True)
+    return out
+
+
+def main(argv=None):
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    observers = check_args(ap, args)
+    device = torch.device(args.device)
+    data_dir = args.data_dir or ex.DATA
+    scan = args.scan or os.path.join(data_dir, ex.DEFAULT_SCAN)
+    heldout = args.heldout or os.path.join(data_dir, DEFAULT_HELDOUT)
+    voxel = args.voxel or (0.4 if args.small else 0.05)
+    widths = args.widths or ([8, 16, 24, 32] if args.small else [32, 64, 128, 256, 256])
+    lr = args.lr or (2e-2 if args.small else 1e-2)
+    torch.manual_seed(args.seed)
+
+    pts, labels = ex.load_scan(scan, os.path.splitext(scan)[0] + ".label")
+    x, target, _ = ex.voxelize_scan(pts, labels, voxel, device)
+    p2 = ex.read_points(heldout, "--heldout")
+    x2, _, _ = ex.voxelize_scan(p2, torch.full((len(p2),), ex.IGNORE), voxel, device)
+    calib, extra = calibration_batches(ap, args, x, pts, labels, data_dir, heldout, voxel,
+                                       device)
     print(f"voxconv {voxconv.library_version()}; device {device}; {len(x)} voxels "
           f"(training scan) / {len(x2)} (held out) at {voxel} m; widths {widths}; "
           f"calibration: {' + '.join(str(len(c)) for c in calib)} voxels", flush=True)
@@ -286,16 +337,6 @@ def main(argv=None):
               "calibrate_augmented": args.calibrate_augmented, "chain": args.chain,
               "calibration_voxels": [len(c) for c in calib],
               "observers": {}}
-
-    variants = [{}]  # quantize() keywords of each run
-    if args.keep_float:
-        variants.append({"keep_float": names(args.keep_float)})
-    if args.equalize:
-        eq = conv_layers(model) if args.equalize == "all" else names(args.equalize)
-        variants.append({"equalize": eq})
-        if args.keep_float:  # and both: the kept layers float, the others equalised
-            kf = names(args.keep_float)
-            variants.append({"keep_float": kf, "equalize": tuple(n for n in eq if n not in kf)})
     if args.time:
         result["forward_ms"] = {"fp32": time_forward(model, x2, args.time)}
         if m16 is not None:
@@ -304,31 +345,12 @@ def main(argv=None):
               + ", ".join(f"{k} {v:.3f} ms" for k, v in result["forward_ms"].items()),
               flush=True)
     for obs in observers:
-        for kw in variants:
+        for kw, suffix in quantize_variants(args, model):
             qm = Q.quantize(model, calib, observer=obs, percentile=args.percentile,
                             chain=args.chain, **kw)
-            tag = f"percentile {args.percentile}" if obs == "percentile" else obs
-            if kw.get("keep_float"):
-                tag += f", float: {','.join(kw['keep_float'])}"
-            if kw.get("equalize"):
-                every = ("all others" if kw.get("keep_float") else "all")
-                tag += (f", equalised: {every}" if args.equalize == "all"
-                        else f", equalised: {','.join(kw['equalize'])}")
+            tag = (f"percentile {args.percentile}" if obs == "percentile" else obs) + suffix
             print(f"\n==== observer: {tag}", flush=True)
-            qlayers = [m for m in qm.modules() if isinstance(m, Q._QuantizedConvBase)]
-            result["observers"][tag] = {
-                "calibration": evaluate("calibration scan", model, m16, qm, x),
-                "heldout": evaluate("held-out scan", model, m16, qm, x2),
-                # layers handing int8 on (chain) / with the layer before's
-                # equalisation folded in (fold_equalization)
-                "chained_layers": sum(bool(getattr(m, "int8_out", False)) for m in qlayers),
-                "folded_layers": sum(getattr(m, "input_factor", None) is not None
-                                     for m in qlayers),
-            }
-            if args.time:
-                ms = time_forward(qm, x2, args.time)
-                result["observers"][tag]["forward_ms"] = ms
-                print(f"int8 forward on the held-out scan: {ms:.3f} ms", flush=True)
+            result["observers"][tag] = run_variant(args, model, m16, qm, x, x2)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
