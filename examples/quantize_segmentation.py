@@ -19,7 +19,9 @@ float layers (``voxconv.quantization.sqnr_report``: each layer fed the
 float model's input), its minimum and median, and the share of voxels
 whose predicted class (argmax) the int8 model shares with the fp16 model
 and with the fp32 model; also how often fp16 and fp32 themselves agree,
-the floor of what a lower precision can be expected to reach.
+the floor of what a lower precision can be expected to reach. Per layer
+also the share of its input past the calibrated range (clipped); with
+``--time N`` each model's forward time on the held-out scan.
 
     # GPU, the example's full network at 5 cm, 300 training steps
     python3 examples/quantize_segmentation.py --json quant.json
