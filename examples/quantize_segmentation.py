@@ -224,6 +224,11 @@ def evaluate(name, model, m16, qm, x):
     return out
 
 
+def unlabelled(pts, voxel, device):
+    """The SparseTensor of a scan without labels (as voxelize_scan makes it)."""
+    return ex.voxelize_scan(pts, torch.full((len(pts),), ex.IGNORE), voxel, device)[0]
+
+
 def check_args(ap, args):
     """Refuses bad values by name (argparse's exit); returns the observers."""
     if args.steps < 1:
@@ -252,9 +257,7 @@ def calibration_batches(ap, args, x, pts, labels, data_dir, heldout, voxel, devi
         ap.error("--calibrate-extra: the held-out scan must not be calibrated on")
     calib = [x]
     for e in extra:
-        pe = ex.read_points(e, "--calibrate-extra")
-        calib.append(ex.voxelize_scan(pe, torch.full((len(pe),), ex.IGNORE), voxel,
-                                      device)[0])
+        calib.append(unlabelled(ex.read_points(e, "--calibrate-extra"), voxel, device))
     gc = torch.Generator().manual_seed(args.seed + 7919)  # not training's draws
     for _ in range(args.calibrate_augmented):
         calib.append(ex.voxelize_scan(augmented(pts, gc), labels, voxel, device)[0])
@@ -313,8 +316,7 @@ def main(argv=None):
 
     pts, labels = ex.load_scan(scan, os.path.splitext(scan)[0] + ".label")
     x, target, _ = ex.voxelize_scan(pts, labels, voxel, device)
-    p2 = ex.read_points(heldout, "--heldout")
-    x2, _, _ = ex.voxelize_scan(p2, torch.full((len(p2),), ex.IGNORE), voxel, device)
+    x2 = unlabelled(ex.read_points(heldout, "--heldout"), voxel, device)
     calib, extra = calibration_batches(ap, args, x, pts, labels, data_dir, heldout, voxel,
                                        device)
     print(f"voxconv {voxconv.library_version()}; device {device}; {len(x)} voxels "

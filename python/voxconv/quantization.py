@@ -643,14 +643,16 @@ def _run(model, batch):
 
 # ---- quantize ---------------------------------------------------------------------
 
-def _leaves(seq):
+def _leaves(seq, expanded):
     """seq's modules in call order with nested torch.nn.Sequentials
     expanded (a Sequential only composes its children, so a nested one's
-    last module feeds the outer one's next)."""
+    last module feeds the outer one's next); the ids of the nested ones
+    go into `expanded`."""
     out = []
     for kid in seq.children():
         if isinstance(kid, nn.Sequential):
-            out.extend(_leaves(kid))
+            expanded.add(id(kid))
+            out.extend(_leaves(kid, expanded))
         else:
             out.append(kid)
     return out
@@ -662,15 +664,16 @@ def _adjacent_pairs(qmodel):
     Identity modules (fused BN / ReLU) and max pooling only: e reads p's
     output and nothing else does. A layer instance used at more than one
     place of the model is left out (its output may go elsewhere too).
-    Each pair once, in model order."""
+    Each pair once, in model order: a nested Sequential is only walked as
+    part of the outermost one (named_modules lists outer ones first)."""
     uses = {}
     for _n, m in qmodel.named_modules(remove_duplicate=False):
         uses[id(m)] = uses.get(id(m), 0) + 1
-    pairs, seen = [], set()
+    pairs, expanded = [], set()
     for _name, parent in qmodel.named_modules():
-        if not isinstance(parent, nn.Sequential):
+        if not isinstance(parent, nn.Sequential) or id(parent) in expanded:
             continue
-        kids = _leaves(parent)
+        kids = _leaves(parent, expanded)
         for i, kid in enumerate(kids):
             if not isinstance(kid, _QuantizedConvBase) or uses[id(kid)] > 1:
                 continue
@@ -678,8 +681,7 @@ def _adjacent_pairs(qmodel):
             while j < len(kids) and isinstance(kids[j], (nn.Identity, vnn.SparseMaxPool3d)):
                 j += 1
             if (j < len(kids) and isinstance(kids[j], _QuantizedConvBase)
-                    and uses[id(kids[j])] == 1 and (id(kid), id(kids[j])) not in seen):
-                seen.add((id(kid), id(kids[j])))
+                    and uses[id(kids[j])] == 1):
                 pairs.append((kid, kids[j]))
     return pairs
 
@@ -921,8 +923,9 @@ def _clipped_share(q, feats):
     if not feats.numel():
         return 0.0
     x = feats.double()
-    if q.in_scale is not None:
-        x = x * q.in_scale.to(x.device, torch.float64)
+    in_scale = getattr(q, "in_scale", None)  # modules pickled before it existed
+    if in_scale is not None:
+        x = x * in_scale.to(x.device, torch.float64)
     return float((x.abs() > 127.5 * q.x_scale).double().mean())
 
 
