@@ -98,6 +98,9 @@ from voxconv import quantization as Q  # noqa: E402
 
 LEVEL_CHANNELS = [64, 96, 128, 160, 192, 224, 256]  # BENCHMARKS.md workload A
 A_VOXELS = 913903
+# A's voxels: batch 0 in the 1600 x 1600 x 80 grid (the tool gives its
+# level-0 strided build the same box, tools/bench.c build_map)
+A_BOUNDS = ((0, 0, 0, 0), (0, 1599, 1599, 79))
 B_VOXELS = 125562
 A_NEIGHBOURS = 7676993 / A_VOXELS  # pairs per voxel of A's level-0 subm3 map
 SMALL_A_STRIDE, SMALL_B_STRIDE = 256, 32
@@ -418,8 +421,10 @@ def measure(timer, fn, args, what, before=None, idle_ms=0, preheat_ms=0):
             "host_probe_us": probe}
 
 
-def torch_network(args, timer, coords, feats):
-    """Workload A's network from Python on these voxels (A or B)."""
+def torch_network(args, timer, coords, feats, bounds=None):
+    """Workload A's network from Python on these voxels (A or B); bounds:
+    the voxels' box when the tool knows it too (A's grid: its first
+    strided map sorts compact keys in both paths)."""
     dtype = DTYPES[args.dtype]
     net = workload_a_net(args.device, dtype)
     feats = feats.to(dtype)
@@ -431,11 +436,11 @@ def torch_network(args, timer, coords, feats):
 
     def forward():
         with torch.no_grad():
-            return net(voxconv.SparseTensor(feats, coords))
+            return net(voxconv.SparseTensor(feats, coords, bounds=bounds))
 
     def forward_backward(caller=False):
         """caller: the backward on this thread (item 112)"""
-        y = net(voxconv.SparseTensor(leaf, coords))
+        y = net(voxconv.SparseTensor(leaf, coords, bounds=bounds))
         with voxconv.caller_thread_backward(caller):
             y.feats.backward(dy)
         return y
@@ -723,12 +728,13 @@ def main(argv=None):
             if len(coords) != A_VOXELS:
                 progress(f"warning: workload A gave {len(coords)} voxels, BENCHMARKS.md "
                          f"expects {A_VOXELS}")
-        return pts, coords, feats
+            return pts, coords, feats, A_BOUNDS
+        return pts, coords, feats, None
 
     for w in args.workloads:
         if w in ("A", "B"):
             if w == "A":
-                pts, coords, feats = load_a()
+                pts, coords, feats, bounds = load_a()
                 a_coords = coords
                 tool_args = (["--scan", write_points(pts, tmp.name, "workload_a_small.bin"),
                               "--fields", "3", "--voxel", "0.1"] if args.small
@@ -761,7 +767,8 @@ def main(argv=None):
                                    "tool_json": tj}
                 if tj["input"]["voxels"] != len(coords):
                     check_counts(w, [len(coords)], [tj["input"]["voxels"]])
-            counts, fwd, fb, fbc = torch_network(args, timer, coords, feats)
+            counts, fwd, fb, fbc = torch_network(args, timer, coords, feats,
+                                                 bounds if w == "A" else None)
             entry["levels"] = counts
             if tj is not None:
                 check_counts(w, counts, tool_level_counts(tj))
@@ -776,7 +783,7 @@ def main(argv=None):
                 add_row(f"{w} fwd+bwd, caller-thread bwd", c.get("fwd_bwd_ms"), fbc)
         else:  # C
             if a_coords is None:
-                _, a_coords, _ = load_a()
+                _, a_coords, _, _ = load_a()
             same = not args.small
             entry = {"voxels": len(a_coords), "same_input": same, "channels": {}}
             if args.tool:

@@ -298,6 +298,12 @@ static int voxelize_points(bench_t *B, const float *pts, int64_t n,
                        (float *)d_feats, &n_vox, NULL));
   B->n_voxels = n_vox;
   B->coords = (int32_t *)d_coords;
+  /* vd.batch 0 for every point; a grid bounds each axis to [0, grid) */
+  B->has_in_bounds = grid && grid[0] > 0 && grid[1] > 0 && grid[2] > 0;
+  for (int f = 0; f < 4 && B->has_in_bounds; f++) {
+    B->in_bounds.lo[f] = 0;
+    B->in_bounds.hi[f] = f == 0 ? 0 : grid[f - 1] - 1;
+  }
   /* Features to the bench dtype through the host (the API converts no
    * dtypes; this is outside every timed region). */
   float *h_feats = (float *)malloc((size_t)(n_vox > 0 ? n_vox : 1) * 12);
@@ -690,13 +696,16 @@ static int build_map(bench_t *B, voxconv_handle_t *h, int l,
   *ms = 0;
   /* A pooled level's rows are the last pool map's outputs, whose bounds
    * that build computed: the strided build sorts compact keys with them
-   * (voxconv_kmap_build_bounded; the Python package does the same).
-   * VOXCONV_STRIDED_BOUNDS=0 builds without (the same maps). */
-  voxconv_coords_bounds_t bounds;
-  const int bounded = pool && l > 0 && B->lv[l - 1].pool &&
-                      env_on("VOXCONV_STRIDED_BOUNDS") &&
-                      voxconv_kmap_out_bounds(B->lv[l - 1].pool, &bounds) ==
-                          VOXCONV_STATUS_SUCCESS;
+   * (voxconv_kmap_build_bounded; the Python package does the same). Level
+   * 0's are the voxelization grid's when it had one. VOXCONV_STRIDED_BOUNDS=0
+   * builds without (the same maps). */
+  voxconv_coords_bounds_t bounds = B->in_bounds;
+  const int bounded =
+      pool && env_on("VOXCONV_STRIDED_BOUNDS") &&
+      (l == 0 ? B->has_in_bounds
+              : B->lv[l - 1].pool &&
+                    voxconv_kmap_out_bounds(B->lv[l - 1].pool, &bounds) ==
+                        VOXCONV_STATUS_SUCCESS);
   if (timed && (rc = clock_start(B, &B->t_op)))
     return rc;
   TRY_ON(h, what,

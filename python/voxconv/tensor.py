@@ -10,6 +10,7 @@ from . import _ops
 from . import _runtime
 from . import _validate
 from . import errors
+from . import kmap as _kmap
 from .kmap import CoordinateManager
 
 
@@ -73,6 +74,30 @@ class _NotATensor:
     __slots__ = ()
 
 
+def _coords_bounds(bounds):
+    """SparseTensor's ``bounds`` -> _lib.CoordsBounds, checked: two
+    sequences of 4 ints, lo <= hi, batch within 0..BATCH_MAX and x, y, z
+    within the coordinate limits."""
+    try:
+        lo, hi = (tuple(int(v) for v in side) for side in bounds)
+    except (TypeError, ValueError):
+        raise errors.InvalidArgumentError(
+            f"bounds: expected ((b, x, y, z) lowest, (b, x, y, z) highest), got {bounds!r}")
+    if len(lo) != 4 or len(hi) != 4:
+        raise errors.InvalidArgumentError(
+            f"bounds: expected 4 values (b, x, y, z) on each side, got {bounds!r}")
+    limits = [(0, _lib.BATCH_MAX)] + [(_lib.COORD_MIN, _lib.COORD_MAX)] * 3
+    for f, (a, b, (mn, mx)) in enumerate(zip(lo, hi, limits)):
+        if not mn <= a <= b <= mx:
+            raise errors.InvalidArgumentError(
+                f"bounds: field {'bxyz'[f]}: expected {mn} <= lo <= hi <= {mx}, "
+                f"got lo={a}, hi={b}")
+    out = _lib.CoordsBounds()
+    out.lo[:] = lo
+    out.hi[:] = hi
+    return out
+
+
 def _rebuild_sparse_tensor(cls, feats, coords, tensor_stride):
     """Unpickles a SparseTensor (see SparseTensor.__reduce__)."""
     return cls(feats, coords, tensor_stride)
@@ -131,13 +156,26 @@ class SparseTensor(_NotATensor):
     for the backward pass (torch's own ``t += u`` would make that backward
     fail).
 
+    ``bounds`` (optional): ``((b_lo, x_lo, y_lo, z_lo), (b_hi, x_hi, y_hi,
+    z_hi))``, inclusive, a box every row lies in -- e.g. ``((0, 0, 0, 0),
+    (batch_size - 1, gx - 1, gy - 1, gz - 1))`` for :func:`voxelize` with
+    ``grid_size=(gx, gy, gz)``. Strided kernel maps built on these
+    coordinates (pooling, stride-2 convolutions) then sort compact keys
+    (``voxconv_kmap_build_bounded``): the same maps, sooner (workload A's
+    first pooling map, docs/perf-notes.md item 123). It is not checked
+    here (that would read the coordinates): a row outside it fails the
+    first such build with :class:`OutOfRangeError`. Levels made by strided
+    maps get their bounds from the map, as without this argument;
+    ``VOXCONV_STRIDED_BOUNDS=0`` ignores both.
+
     A SparseTensor is not a torch.Tensor: asking it for a torch.Tensor
     attribute it lacks (``x.dim()``, ``x.view``...) raises
     :class:`NotATensorError` (a TypeError and an AttributeError) that
     points to :class:`voxconv.nn.Sequential` and ``SparseFeatureOp``.
     """
 
-    def __init__(self, feats, coords, tensor_stride=1, *, manager=None, _coord_set=None):
+    def __init__(self, feats, coords, tensor_stride=1, *, manager=None, bounds=None,
+                 _coord_set=None):
         if not isinstance(feats, torch.Tensor):
             raise TypeError(f"feats: expected a torch.Tensor, got {type(feats).__name__}")
         if feats.dim() != 2:
@@ -155,6 +193,10 @@ class SparseTensor(_NotATensor):
                 raise errors.InvalidArgumentError(
                     f"manager is for {manager.device} but features are on {feats.device}")
             self._set = manager.add(coords, ts, _checked=True)  # _check_coords did
+            if bounds is not None:
+                b = _coords_bounds(bounds)
+                if _kmap._pass_bounds:  # VOXCONV_STRIDED_BOUNDS=0: the A/B without
+                    self._set.bounds = b
         if feats.shape[0] != self._set.coords.shape[0]:
             raise errors.ShapeMismatchError(
                 f"feats has {feats.shape[0]} rows but coords has "

@@ -62,13 +62,35 @@ static __device__ __forceinline__ int32_t vc_dev_floor_div(int32_t a,
   return a >= 0 ? a / s : -((-a + s - 1) / s);
 }
 
-/* Wrapping u64 sum of a warp, then one atomic per warp. */
-static __device__ __forceinline__ void
-vc_dev_warp_add_u64(unsigned long long *dst, unsigned long long v) {
+/* Block-wide reductions ending in ONE atomic per block and target.
+ * Atomics on one address serialise in L2: with one per warp and target,
+ * vc_strided_out_kernel took 92 us for 420k rows on workload A's level 0
+ * (16.9k warps x 9 targets; 15 us with one per block) and
+ * vc_pack_insert_kernel 99 us for 913k (59 us; docs/perf-notes.md item
+ * 121). Every thread of the block must call these (they hold a
+ * barrier); blockDim.x a multiple of 32, <= 1024. */
+static __device__ __forceinline__ unsigned long long
+vc_dev_warp_sum_u64(unsigned long long v) {
   for (int d = 16; d > 0; d >>= 1)
     v += __shfl_down_sync(0xFFFFFFFFu, v, d);
-  if ((threadIdx.x & 31) == 0)
-    atomicAdd(dst, v);
+  return v;
+}
+
+/* Wrapping u64 sum of the block added to *dst (a zero sum adds nothing). */
+static __device__ __forceinline__ void
+vc_dev_block_add_u64(unsigned long long *dst, unsigned long long v) {
+  __shared__ unsigned long long part[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = vc_dev_warp_sum_u64(v);
+  if (lane == 0)
+    part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < (int)(blockDim.x >> 5) ? part[lane] : 0ull;
+    v = vc_dev_warp_sum_u64(v);
+    if (lane == 0 && v != 0ull)
+      atomicAdd(dst, v);
+  }
 }
 
 /* Kernel geometry shared by the query kernels. Offsets are recomputed on
@@ -188,7 +210,7 @@ __global__ void vc_pack_insert_kernel(const int32_t *__restrict__ coords,
     }
   }
   if (fingerprint)
-    vc_dev_warp_add_u64(fingerprint, fp);
+    vc_dev_block_add_u64(fingerprint, fp);
 }
 
 /* Step 2: the lowest row whose key is stored under a lower row. */
@@ -276,23 +298,40 @@ __global__ void vc_strided_keys_kernel(const unsigned long long *__restrict__ in
   }
 }
 
-/* Min / max of a warp's values, then one atomic per warp and field. */
-static __device__ __forceinline__ void vc_dev_warp_bounds(int32_t lo[4],
-                                                          int32_t hi[4],
-                                                          int32_t *dst_lo,
-                                                          int32_t *dst_hi) {
+/* Min / max per field over the block, then one atomic per field (see
+ * vc_dev_block_add_u64; fields no thread saw are left alone). */
+static __device__ __forceinline__ void vc_dev_block_bounds(int32_t lo[4],
+                                                           int32_t hi[4],
+                                                           int32_t *dst_lo,
+                                                           int32_t *dst_hi) {
+  __shared__ int32_t part[32][8];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int f = 0; f < 4; f++)
     for (int d = 16; d > 0; d >>= 1) {
       lo[f] = min(lo[f], __shfl_down_sync(0xFFFFFFFFu, lo[f], d));
       hi[f] = max(hi[f], __shfl_down_sync(0xFFFFFFFFu, hi[f], d));
     }
-  if ((threadIdx.x & 31) == 0)
-    for (int f = 0; f < 4; f++) {
-      if (lo[f] != INT32_MAX)
-        atomicMin(dst_lo + f, lo[f]);
-      if (hi[f] != INT32_MIN)
-        atomicMax(dst_hi + f, hi[f]);
+  if (lane == 0)
+    for (int f = 0; f < 4; f++)
+      part[warp][f] = lo[f], part[warp][4 + f] = hi[f];
+  __syncthreads();
+  if (warp != 0)
+    return;
+  const int warps = (int)(blockDim.x >> 5);
+  for (int f = 0; f < 4; f++) {
+    int32_t l = lane < warps ? part[lane][f] : INT32_MAX;
+    int32_t u = lane < warps ? part[lane][4 + f] : INT32_MIN;
+    for (int d = 16; d > 0; d >>= 1) {
+      l = min(l, __shfl_down_sync(0xFFFFFFFFu, l, d));
+      u = max(u, __shfl_down_sync(0xFFFFFFFFu, u, d));
     }
+    if (lane == 0) {
+      if (l != INT32_MAX)
+        atomicMin(dst_lo + f, l);
+      if (u != INT32_MIN)
+        atomicMax(dst_hi + f, u);
+    }
+  }
 }
 
 /* A STRIDED build's sorted unique keys [0, *n_dev) -> the full keys (into
@@ -311,7 +350,7 @@ __global__ void vc_strided_out_kernel(const KeyT *__restrict__ uniq,
   int32_t lo[4] = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX};
   int32_t hi[4] = {INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN};
   const int64_t stride = (int64_t)gridDim.x * blockDim.x;
-  /* The same trip count for the whole warp (the shuffles below). */
+  /* The same trip count for the whole block (the reductions below). */
   for (int64_t base = (int64_t)blockIdx.x * blockDim.x; base < n;
        base += stride) {
     const int64_t i = base + threadIdx.x;
@@ -341,8 +380,8 @@ __global__ void vc_strided_out_kernel(const KeyT *__restrict__ uniq,
       }
     }
   }
-  vc_dev_warp_add_u64(&st->out_fingerprint, fp);
-  vc_dev_warp_bounds(lo, hi, st->out_lo, st->out_hi);
+  vc_dev_block_add_u64(&st->out_fingerprint, fp);
+  vc_dev_block_bounds(lo, hi, st->out_lo, st->out_hi);
 }
 
 /* GENERATIVE output candidates for every (i, k), flat index i*K + k:
@@ -567,7 +606,7 @@ __global__ void vc_keys_fingerprint_kernel(const unsigned long long *__restrict_
     if (i < n)
       fp += vc_dev_fingerprint_mix((uint64_t)i, keys[i]);
   }
-  vc_dev_warp_add_u64(out, fp);
+  vc_dev_block_add_u64(out, fp);
 }
 
 /* Step 4. Neighbour query. One WARP per tile of 32 rows (lane = row): the
@@ -886,7 +925,7 @@ __global__ void vc_fingerprint_kernel(const int32_t *__restrict__ coords,
       fp += vc_dev_fingerprint_mix((uint64_t)i, vc_dev_pack_key_any(r));
     }
   }
-  vc_dev_warp_add_u64(out, fp);
+  vc_dev_block_add_u64(out, fp);
 }
 
 __global__ void vc_hash_find_one_kernel(VcGpuHash table,

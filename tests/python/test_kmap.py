@@ -232,6 +232,69 @@ def test_rows_outside_their_declared_bounds_are_named(device, monkeypatch):
         km.n_pairs  # a CUDA build reports at its first use
 
 
+def test_input_bounds_given_by_the_caller(device, monkeypatch):
+    """SparseTensor(bounds=...): the caller's box (e.g. the voxelization
+    grid) reaches the input level's strided build
+    (voxconv_kmap_build_bounded at every level now), which makes the maps
+    built without it, row for row and pair for pair; rows outside the box
+    get OutOfRangeError, bad boxes InvalidArgumentError, and
+    VOXCONV_STRIDED_BOUNDS=0 (_pass_bounds False) ignores the argument."""
+    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "0")
+    coords = ref.rand_coords(3000, 40, 3).to(device)
+    coords[:, 1:] -= 17
+    c = coords.cpu()
+    lo = [0] + [int(v) - 3 for v in c[:, 1:].min(0).values]  # a loose box
+    hi = [2] + [int(v) + 5 for v in c[:, 1:].max(0).values]
+
+    def pyramid(bounds, pass_bounds):
+        monkeypatch.setattr(kmap, "_pass_bounds", pass_bounds)
+        calls = []
+        real = _runtime.Handle.call
+
+        def spy(self, name, *args):
+            calls.append(name)
+            return real(self, name, *args)
+
+        monkeypatch.setattr(_runtime.Handle, "call", spy)
+        x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords,
+                                 bounds=bounds)
+        s, maps = x.coordinate_set, []
+        for _ in range(3):
+            km, s = x.manager.kernel_map(s, _lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2),
+                                         (1, 1, 1))
+            maps.append(km)
+        monkeypatch.setattr(_runtime.Handle, "call", real)
+        return x, maps, calls
+
+    x, maps, calls = pyramid((lo, hi), True)
+    assert list(x.coordinate_set.bounds.lo) == lo and list(x.coordinate_set.bounds.hi) == hi
+    assert calls.count("voxconv_kmap_build_bounded") == 3  # the input level too
+    _, maps0, calls0 = pyramid(None, True)
+    assert calls0.count("voxconv_kmap_build_bounded") == 2
+    for a, b in zip(maps, maps0):
+        oa, ra = _pairs(a)
+        ob, rb = _pairs(b)
+        assert oa == ob and all(torch.equal(p, q) for p, q in zip(ra, rb))
+    xo, _, calls_off = pyramid((lo, hi), False)
+    assert xo.coordinate_set.bounds is None
+    assert "voxconv_kmap_build_bounded" not in calls_off
+    # a box that leaves out the row with the largest x
+    monkeypatch.setattr(kmap, "_pass_bounds", True)
+    tight = list(hi)
+    tight[1] = int(c[:, 1].max()) - 1
+    y = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords,
+                             bounds=(lo, tight))
+    with pytest.raises(voxconv.errors.OutOfRangeError, match="in_bounds"):
+        km, _ = y.manager.kernel_map(y.coordinate_set, _lib.KMAP_STRIDED, (2, 2, 2),
+                                     (2, 2, 2), (1, 1, 1))
+        km.n_pairs  # a CUDA build reports at its first use
+    f = torch.randn(len(coords), 4, device=device)
+    for bad in [(lo, hi[:3]), (hi, lo), ((-1, 0, 0, 0), (0, 1, 1, 1)),
+                ((0, 0, 0, 0), (0, 1, 1, 131072)), "box", ((0, 0, 0, "a"), hi)]:
+        with pytest.raises(voxconv.errors.InvalidArgumentError, match="bounds"):
+            voxconv.SparseTensor(f, coords, bounds=bad)
+
+
 def test_coordinates_modified_in_place_are_refused(device):
     """A sparse tensor's maps describe the rows it was made with: after an
     in-place write to its coordinates (a moved row, a reused buffer's
