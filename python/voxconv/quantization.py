@@ -929,6 +929,25 @@ def _clipped_share(q, feats):
     return float((x.abs() > 127.5 * q.x_scale).double().mean())
 
 
+def _unchained_output(q, args):
+    """q's float output on args. A chained layer (int8_out) computes it as
+    without chain=True: its int8 hand-off rounds at the next layer's
+    x_scale, the rounding that layer's own row already counts (it
+    quantizes the float input at that scale), and the chained model's
+    output is bit for bit the unchained one's. Counted here too, it put
+    chained strided layers of the example network 10-20 dB below the same
+    layers unchained (docs/perf-notes.md item 124)."""
+    if not getattr(q, "int8_out", False):
+        y = q(*args).feats
+        return dequantize_tensor(y, q.y_scale) if y.dtype == torch.int8 else y
+    saved = q.y_scale, q.int8_out
+    q.y_scale, q.int8_out = None, False
+    try:
+        return q(*args).feats
+    finally:
+        q.y_scale, q.int8_out = saved
+
+
 def sqnr_report(float_model, quant_model, batch):
     """Per quantized layer of ``quant_model`` (made by :func:`quantize` from
     ``float_model``): the SQNR of its output against the float layer's
@@ -960,9 +979,7 @@ def sqnr_report(float_model, quant_model, batch):
                 if fin is not None:  # equalisation folded into the layer before
                     x0 = args[0]
                     args = (x0.replace_feature(x0.feats * fin.to(x0.feats)),) + args[1:]
-                yq = q(*args).feats
-                if yq.dtype == torch.int8:  # a chained layer's int8 output
-                    yq = dequantize_tensor(yq, q.y_scale)
+                yq = _unchained_output(q, args)
                 fout = getattr(q, "output_factor", None)
                 if fout is not None:
                     yq = yq.double() / fout.to(yq.device, torch.float64)
