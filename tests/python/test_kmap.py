@@ -157,9 +157,10 @@ def _pairs(km):
     return list(offsets), [r[:km.n_pairs].cpu() for r in rows]
 
 
-def _pyramid(device, coords, monkeypatch, bounds):
-    """Three strided 2/2 levels over coords; (level sets, level maps, the
-    names of the library's build calls)."""
+def _pyramid(device, coords, monkeypatch, bounds, in_bounds=None):
+    """Three strided 2/2 levels over coords (SparseTensor(bounds=in_bounds));
+    (the input tensor, level sets, level maps, the names of the library's
+    build calls)."""
     monkeypatch.setattr(kmap, "_pass_bounds", bounds)
     calls = []
     real = _runtime.Handle.call
@@ -169,7 +170,8 @@ def _pyramid(device, coords, monkeypatch, bounds):
         return real(self, name, *args)
 
     monkeypatch.setattr(_runtime.Handle, "call", spy)
-    x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords)
+    x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords,
+                             bounds=in_bounds)
     mgr, s = x.manager, x.coordinate_set
     sets, maps = [s], []
     for _ in range(3):
@@ -245,37 +247,16 @@ def test_input_bounds_given_by_the_caller(device, monkeypatch):
     c = coords.cpu()
     lo = [0] + [int(v) - 3 for v in c[:, 1:].min(0).values]  # a loose box
     hi = [2] + [int(v) + 5 for v in c[:, 1:].max(0).values]
-
-    def pyramid(bounds, pass_bounds):
-        monkeypatch.setattr(kmap, "_pass_bounds", pass_bounds)
-        calls = []
-        real = _runtime.Handle.call
-
-        def spy(self, name, *args):
-            calls.append(name)
-            return real(self, name, *args)
-
-        monkeypatch.setattr(_runtime.Handle, "call", spy)
-        x = voxconv.SparseTensor(torch.randn(len(coords), 4, device=device), coords,
-                                 bounds=bounds)
-        s, maps = x.coordinate_set, []
-        for _ in range(3):
-            km, s = x.manager.kernel_map(s, _lib.KMAP_STRIDED, (2, 2, 2), (2, 2, 2),
-                                         (1, 1, 1))
-            maps.append(km)
-        monkeypatch.setattr(_runtime.Handle, "call", real)
-        return x, maps, calls
-
-    x, maps, calls = pyramid((lo, hi), True)
+    x, _, maps, calls = _pyramid(device, coords, monkeypatch, True, (lo, hi))
     assert list(x.coordinate_set.bounds.lo) == lo and list(x.coordinate_set.bounds.hi) == hi
     assert calls.count("voxconv_kmap_build_bounded") == 3  # the input level too
-    _, maps0, calls0 = pyramid(None, True)
+    _, _, maps0, calls0 = _pyramid(device, coords, monkeypatch, True)
     assert calls0.count("voxconv_kmap_build_bounded") == 2
     for a, b in zip(maps, maps0):
         oa, ra = _pairs(a)
         ob, rb = _pairs(b)
         assert oa == ob and all(torch.equal(p, q) for p, q in zip(ra, rb))
-    xo, _, calls_off = pyramid((lo, hi), False)
+    xo, _, _, calls_off = _pyramid(device, coords, monkeypatch, False, (lo, hi))
     assert xo.coordinate_set.bounds is None
     assert "voxconv_kmap_build_bounded" not in calls_off
     # a box that leaves out the row with the largest x
