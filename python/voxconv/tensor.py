@@ -2,6 +2,7 @@
 
 import ctypes
 import numbers
+import operator
 
 import torch
 
@@ -76,10 +77,15 @@ class _NotATensor:
 
 def _coords_bounds(bounds):
     """SparseTensor's ``bounds`` -> _lib.CoordsBounds, checked: two
-    sequences of 4 ints, lo <= hi, batch within 0..BATCH_MAX and x, y, z
+    sequences of 4 integers (a float is refused, not truncated), lo <= hi, batch within 0..BATCH_MAX and x, y, z
     within the coordinate limits."""
+    def integer(v):  # ints and numpy / 0-d integer tensors; not floats, bools, strings
+        if isinstance(v, bool):
+            raise TypeError
+        return operator.index(v)
+
     try:
-        lo, hi = (tuple(int(v) for v in side) for side in bounds)
+        lo, hi = (tuple(integer(v) for v in side) for side in bounds)
     except (TypeError, ValueError):
         raise errors.InvalidArgumentError(
             f"bounds: expected ((b, x, y, z) lowest, (b, x, y, z) highest), got {bounds!r}")
@@ -192,11 +198,11 @@ class SparseTensor(_NotATensor):
             elif manager.device != feats.device:
                 raise errors.InvalidArgumentError(
                     f"manager is for {manager.device} but features are on {feats.device}")
+            # checked before the set is registered with the manager
+            box = None if bounds is None else _coords_bounds(bounds)
             self._set = manager.add(coords, ts, _checked=True)  # _check_coords did
-            if bounds is not None:
-                b = _coords_bounds(bounds)
-                if _kmap._pass_bounds:  # VOXCONV_STRIDED_BOUNDS=0: the A/B without
-                    self._set.bounds = b
+            if box is not None and _kmap._pass_bounds:  # VOXCONV_STRIDED_BOUNDS=0: without
+                self._set.bounds = box
         if feats.shape[0] != self._set.coords.shape[0]:
             raise errors.ShapeMismatchError(
                 f"feats has {feats.shape[0]} rows but coords has "

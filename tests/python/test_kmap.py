@@ -271,7 +271,8 @@ def test_input_bounds_given_by_the_caller(device, monkeypatch):
         km.n_pairs  # a CUDA build reports at its first use
     f = torch.randn(len(coords), 4, device=device)
     for bad in [(lo, hi[:3]), (hi, lo), ((-1, 0, 0, 0), (0, 1, 1, 1)),
-                ((0, 0, 0, 0), (0, 1, 1, 131072)), "box", ((0, 0, 0, "a"), hi)]:
+                ((0, 0, 0, 0), (0, 1, 1, 131072)), "box", ((0, 0, 0, "a"), hi),
+                ((0, 0, 0, 0.5), hi), ((0, 0, 0, True), hi)]:
         with pytest.raises(voxconv.errors.InvalidArgumentError, match="bounds"):
             voxconv.SparseTensor(f, coords, bounds=bad)
 
