@@ -76,12 +76,12 @@ typedef struct bench {
   int64_t n_points, n_voxels;
   double voxel_size;
   int32_t *coords; /* backend [n][4] */
+  void *feats;     /* backend [n][3] dtype */
   /* The level-0 rows' bounds when the input's voxelization had a grid
    * (batch 0, [0, grid) per axis): level 0's strided build sorts compact
    * keys with them, as the pooled levels do with their maps' bounds */
   voxconv_coords_bounds_t in_bounds;
   int has_in_bounds;
-  void *feats;     /* backend [n][3] dtype */
   /* network */
   net_level_t lv[NET_LEVELS];
   row_t rows[MAX_ROWS];
