@@ -169,28 +169,19 @@ def half_model(model, device):
 def time_forward(model, x, runs, dtype=None):
     """Median ms of `runs` forwards of model on a fresh SparseTensor of x's
     points each (kernel maps built inside, as for a new scan), after 3
-    untimed ones; CUDA events on the GPU. Under torch.inference_mode."""
+    untimed ones, each from an idle device (train_segmentation's StepClock:
+    CUDA events on the GPU). Under torch.inference_mode."""
     feats = x.feats if dtype is None else x.feats.to(dtype)
-    cuda = feats.is_cuda
-    times = []
+    clock = ex.StepClock(feats.device)
     with torch.inference_mode():
         for i in range(runs + 3):
             xi = voxconv.SparseTensor(feats, x.coords)
-            if cuda:
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                torch.cuda.synchronize()
-                s.record()
-                model(xi)
-                e.record()
-                e.synchronize()
-                ms = s.elapsed_time(e)
-            else:
-                t = time.perf_counter()
-                model(xi)
-                ms = 1e3 * (time.perf_counter() - t)
-            if i >= 3:
-                times.append(ms)
-    return sorted(times)[len(times) // 2]
+            ex.synchronize(feats.device)
+            clock.start()
+            model(xi)
+            clock.stop()
+    times = sorted(clock.times_ms()[3:])
+    return times[len(times) // 2]
 
 
 def evaluate(name, model, m16, qm, x):
