@@ -116,6 +116,10 @@
  *                            call itself (see Kernel maps)
  *  VOXCONV_CUDA_HASH_TINY    testing only: start GPU hash tables tiny to
  *                            exercise the overflow-and-retry path
+ *  VOXCONV_KMAP_SMALL        tests and benchmarks: 0 builds small CUDA maps
+ *                            with the multi-block steps too (by default a
+ *                            build's scan and a small STRIDED build's sort
+ *                            run as one-block kernels; the maps are equal)
  *  VOXCONV_CUDA_SMEM_LIMIT   testing only: shared memory per block a CUDA
  *                            handle assumes the GPU allows, in bytes
  *                            ("101376") or KiB ("99K", sm_86's limit); only

@@ -1182,6 +1182,42 @@ static float *load_scan(const char *name, int fields, int64_t *n) {
   return p;
 }
 
+/* The one-block build steps (src/cuda/cuda_kmap_small.cuh) against the
+ * CPU at their limits, and the multi-block steps they replace on a small
+ * set (a handle made with VOXCONV_KMAP_SMALL=0). The pair-count scan runs
+ * in one block up to 65,536 counts (K x row tiles of 32, + 1): a k3
+ * submanifold map of 77,664 rows has 27 x 2,427 + 1 = 65,530 (one block,
+ * four chunks), one of 77,665 rows 65,557 (CUB). */
+static void small_step_cases(const voxconv_handle_desc_t *dg) {
+  const int64_t sizes[2] = {77664, 77665};
+  int64_t n_all = 0;
+  int32_t *c = vc_random_coords(110000, 40, &n_all);
+  shuffle_rows(c, n_all);
+  const voxconv_kmap_desc_t d = make_desc(VOXCONV_KMAP_SUBMANIFOLD, 3, 3, 3, 1, 1);
+  for (int i = 0; i < (g_quick ? 1 : 2); i++) {
+    VC_EXPECT(n_all >= sizes[i], "only %lld random rows", (long long)n_all);
+    const int64_t n = n_all < sizes[i] ? n_all : sizes[i];
+    char label[96];
+    snprintf(label, sizeof label, "one-block scan limit n=%lld", (long long)n);
+    run_case(label, &d, c, n, 1, NULL, 0, 0, g_gpu, 0, 0);
+  }
+  free(c);
+  setenv("VOXCONV_KMAP_SMALL", "0", 1);
+  voxconv_handle_t *multi = NULL;
+  const voxconv_status_t st = voxconv_create(&multi, dg);
+  unsetenv("VOXCONV_KMAP_SMALL");
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "handle with VOXCONV_KMAP_SMALL=0: %s",
+            voxconv_status_string(st));
+  if (st != VOXCONV_STATUS_SUCCESS)
+    return;
+  int64_t n = 0;
+  int32_t *s = vc_random_coords(g_quick ? 300 : 2000, 8, &n);
+  shuffle_rows(s, n);
+  all_modes("multi-block steps", s, n, multi, 0, 0);
+  free(s);
+  voxconv_destroy(multi);
+}
+
 int main(int argc, char **argv) {
   int bench = 0, bench_only = 0;
   for (int i = 1; i < argc; i++) {
@@ -1255,6 +1291,7 @@ int main(int argc, char **argv) {
     g_order = VOXCONV_OFFSET_ORDER_X_SLOWEST;
     free(c);
   }
+  small_step_cases(&dg);
   error_cases();
   spconv_error_cases();
   expanding_key_set_cases(g_tiny);

@@ -19,7 +19,9 @@
  *     such row: at once when synchronous, from voxconv_kmap_wait when
  *     deferred;
  *   - bad arguments: lo > hi, a field outside its limits, bounds for a
- *     non-STRIDED mode, defer outside {0, 1}, NULL pointers. */
+ *     non-STRIDED mode, defer outside {0, 1}, NULL pointers;
+ *   - the CUDA build's one-block sort at its size limit (8,192 and 8,193
+ *     inputs), and the multi-block steps on a small set. */
 #include "vc_test.h"
 
 #include <stdlib.h>
@@ -417,6 +419,22 @@ static void run(const backend_t *b) {
     check_set(b, what, rows, n, &d, &loose);
     free(rows);
   }
+  /* The CUDA build sorts up to 8,192 inputs with 32-bit keys in one block
+   * (src/cuda/cuda_kmap_small.cuh) and larger sets with CUB: both sides of
+   * that limit, against the plain build (full keys: always CUB). */
+  for (int64_t want = 8192; want <= 8193; want++) {
+    int64_t n = 0;
+    int32_t *rows = random_rows(want + 3000, 3, -7, 40, &n);
+    VC_EXPECT(n >= want, "only %lld unique rows for %lld", (long long)n,
+              (long long)want);
+    n = n < want ? n : want; /* shuffled: a prefix is a random subset */
+    const voxconv_kmap_desc_t d = strided_desc(2, 2, 2, 2);
+    voxconv_coords_bounds_t loose = bounds_of(rows, n);
+    loose.hi[3] += 3;
+    snprintf(what, sizeof what, "one-block sort limit n=%lld", (long long)n);
+    check_set(b, what, rows, n, &d, &loose);
+    free(rows);
+  }
   /* Workload A's level 0 when the data is there: a real scan's extent. */
   int64_t na = 0;
   int32_t *a = vc_workload_a_coords(&na);
@@ -452,6 +470,16 @@ int main(void) {
     int32_t *rows = random_rows(2000, 2, -300, 30, &n);
     const voxconv_kmap_desc_t d = strided_desc(2, 2, 2, 2);
     const voxconv_coords_bounds_t exact = bounds_of(rows, n);
+    check_set(&gpu, "small box s222", rows, n, &d, &exact);
+    check_violation(&gpu, rows, n, &d);
+    voxconv_destroy(gpu.h);
+    /* The multi-block steps on the same small set (VOXCONV_KMAP_SMALL=0,
+     * read at handle creation), as every set took them before the
+     * one-block kernels. */
+    setenv("VOXCONV_KMAP_SMALL", "0", 1);
+    VC_REQUIRE_OK(NULL, voxconv_create(&gpu.h, &hd));
+    unsetenv("VOXCONV_KMAP_SMALL");
+    gpu.name = "cuda multi-block";
     check_set(&gpu, "small box s222", rows, n, &d, &exact);
     check_violation(&gpu, rows, n, &d);
     free(rows);

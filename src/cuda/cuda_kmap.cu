@@ -70,6 +70,7 @@
  * the exact count and ignore the knob, so they never overflow. */
 #include "cuda_kmap_kernels.cuh"
 #include "cuda_kmap_status.cuh"
+#include "cuda_kmap_small.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
@@ -183,14 +184,17 @@ extern "C" int vc_cuda_kmap_preset_async(voxconv_handle_t *h,
   return 1;
 }
 
+/* An empty table of cap slots; init_st: also initialise that status block
+ * (the attempt's first table). */
 static voxconv_status_t vc_make_hash(VcWorkspace &ws, voxconv_handle_t *h,
                                      uint64_t cap, VcGpuHash *t,
-                                     const char *what) {
+                                     const char *what,
+                                     VcKmapStatus *init_st = NULL) {
   VC_CHECK(ws.get<unsigned long long>((int64_t)cap, &t->keys, what));
   VC_CHECK(ws.get<int32_t>((int64_t)cap, &t->vals, what));
   t->mask = cap - 1;
   vc_hash_clear_kernel<<<vc_grid_rows(h, (int64_t)cap), kBlock, 0,
-                         vc_cuda_stream(h)>>>(t->keys, t->vals, cap);
+                         vc_cuda_stream(h)>>>(t->keys, t->vals, cap, init_st);
   VC_CUDA_LAUNCH_CHECK(h, "vc_hash_clear_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -259,10 +263,35 @@ static voxconv_status_t vc_query(voxconv_handle_t *h, int dir,
 
 /* counts[K*n_blocks + 1] -> exclusive prefix in place, and
  * pair_offsets[K+1] (device) from it. */
+/* Whether the one-block kernels (cuda_kmap_small.cuh) run the steps they
+ * can on n items (VOXCONV_KMAP_SMALL=0: never, for A/B runs and tests). */
+static bool vc_small(voxconv_handle_t *h, int64_t n, int64_t max) {
+  return n <= max && !vc_cuda_state(h)->kmap_small_off;
+}
+
+/* The pair counts' last slot before the query: the CUB scan reads it (as
+ * 0), the one-block scan does not. */
+static voxconv_status_t vc_clear_count_tail(voxconv_handle_t *h,
+                                            long long *counts, int64_t n_blocks,
+                                            int K) {
+  const int64_t n = (int64_t)K * n_blocks + 1;
+  if (vc_small(h, n, VC_SMALL_SCAN_MAX))
+    return VOXCONV_STATUS_SUCCESS;
+  VC_CUDA_TRY(h, cudaMemsetAsync(counts + n - 1, 0, sizeof(long long),
+                                 vc_cuda_stream(h)));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 static voxconv_status_t vc_scan_counts(VcWorkspace &ws, voxconv_handle_t *h,
                                        long long *counts, int64_t n_blocks,
                                        int K, long long *pair_offsets) {
   const int64_t n = (int64_t)K * n_blocks + 1;
+  if (vc_small(h, n, VC_SMALL_SCAN_MAX)) {
+    vc_small_scan_counts_kernel<<<1, VC_SMALL_THREADS, 0, vc_cuda_stream(h)>>>(
+        counts, n, n_blocks, K, pair_offsets);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_small_scan_counts_kernel");
+    return VOXCONV_STATUS_SUCCESS;
+  }
   size_t tmp_bytes = 0;
   VC_CUDA_TRY(h, cub::DeviceScan::ExclusiveSum(NULL, tmp_bytes, counts, counts,
                                                n, vc_cuda_stream(h)));
@@ -805,8 +834,7 @@ static voxconv_status_t vc_attempt_derived(VcBuild &b, VcWorkspace &ws,
   const int64_t nb = vc_ceil_div<int64_t>(n_out, VC_ROWS_PER_BLOCK);
   long long *counts = NULL;
   VC_CHECK(ws.get<long long>((int64_t)K * nb + 1, &counts, "pair counts"));
-  VC_CUDA_TRY(h, cudaMemsetAsync(counts + (int64_t)K * nb, 0,
-                                 sizeof(long long), stream));
+  VC_CHECK(vc_clear_count_tail(h, counts, nb, K));
   q.src_keys = uniq;
   q.n_src = n_out;
   q.dst = in_hash;
@@ -871,6 +899,16 @@ static voxconv_status_t vc_strided_unique(VcBuild &b, VcWorkspace &ws,
   voxconv_handle_t *h = b.h;
   const cudaStream_t stream = vc_cuda_stream(h);
   const int64_t n = b.in->n;
+  /* At least one bit: a box of one cell still sorts (trivially). */
+  const int end_bit = cp.compact ? (cp.bits > 0 ? cp.bits : 1)
+                                 : 8 * (int)sizeof(KeyT);
+  if (sizeof(KeyT) == 4 && vc_small(h, n, VC_SMALL_SORT_MAX)) {
+    vc_small_strided_unique_kernel<<<1, VC_SMALL_THREADS, 0, stream>>>(
+        in_keys, n, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]), cp, end_bit, uniq,
+        d_st);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_small_strided_unique_kernel");
+    return VOXCONV_STATUS_SUCCESS;
+  }
   KeyT *cand = NULL, *sorted_uniq = NULL;
   VC_CHECK(ws.get<KeyT>(n, &cand, "strided output keys"));
   /* 64-bit keys need no conversion: the sort writes the map's keys. */
@@ -883,9 +921,6 @@ static voxconv_status_t vc_strided_unique(VcBuild &b, VcWorkspace &ws,
       in_keys, n, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]), cp, cand,
       &d_st->bounds_bad_row);
   VC_CUDA_LAUNCH_CHECK(h, "vc_strided_keys_kernel");
-  /* At least one bit: a box of one cell still sorts (trivially). */
-  const int end_bit = cp.compact ? (cp.bits > 0 ? cp.bits : 1)
-                                 : 8 * (int)sizeof(KeyT);
   VC_CHECK(vc_sort_unique<KeyT>(ws, h, cand, n, sorted_uniq, &d_st->n_out,
                                 end_bit));
   vc_strided_out_kernel<KeyT><<<vc_grid_rows(h, n), kBlock, 0, stream>>>(
@@ -923,7 +958,9 @@ static voxconv_status_t vc_input_side(VcBuild &b, VcWorkspace &ws,
   const int64_t n_in = b.in->n;
   VC_CHECK(ws.get<unsigned long long>(n_in, &s.in_keys,
                                       "input coordinate keys"));
-  VC_CHECK(vc_make_hash(ws, h, b.cap_in, &s.in_hash, "input coordinate hash"));
+  /* The attempt's first kernel: it initialises the status too. */
+  VC_CHECK(vc_make_hash(ws, h, b.cap_in, &s.in_hash, "input coordinate hash",
+                        d_st));
   VC_CHECK(vc_pack_coords(h, b.in->data, n_in, s.in_keys, s.in_hash,
                           &d_st->bad_in_row, &d_st->overflow_in,
                           &d_st->fingerprint));
@@ -1030,8 +1067,7 @@ static voxconv_status_t vc_neighbours(VcBuild &b, VcWorkspace &ws,
   VC_CHECK(ws.get<long long>((int64_t)K * s.nb + 1, &s.counts, "pair counts"));
   /* Blocks past a device-side n_out still write their (zero) counts; only
    * the extra total slot needs clearing. */
-  VC_CUDA_TRY(h, cudaMemsetAsync(s.counts + (int64_t)K * s.nb, 0,
-                                 sizeof(long long), stream));
+  VC_CHECK(vc_clear_count_tail(h, s.counts, s.nb, K));
   VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_in * K, &m->nbr_in, "kernel-map nbr_in"));
   VC_CHECK(vc_alloc_row_mask(h, m, n_in, &m->row_mask_in,
                              "kernel-map row_mask_in"));
@@ -1154,9 +1190,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   VcWorkspace ws(h);
   b.overflowed = b.keys_overflowed = 0;
 
+  /* Initialised by the input table's clear (vc_input_side), before any
+   * step writes it. */
   VcKmapStatus *d_st = ((VcKmapPriv *)m->backend_priv)->d_status;
-  vc_status_init_kernel<<<1, 32, 0, vc_cuda_stream(h)>>>(d_st);
-  VC_CUDA_LAUNCH_CHECK(h, "vc_status_init_kernel");
 
   VcSides s;
   memset(&s, 0, sizeof s);
@@ -1462,8 +1498,7 @@ extern "C" voxconv_status_t vc_cuda_kmap_inverse(voxconv_handle_t *h,
   const int64_t nb = vc_ceil_div<int64_t>(n_out, VC_ROWS_PER_BLOCK);
   long long *counts = NULL;
   VC_CHECK(ws.get<long long>((int64_t)K * nb + 1, &counts, "pair counts"));
-  VC_CUDA_TRY(h, cudaMemsetAsync(counts + (int64_t)K * nb, 0,
-                                 sizeof(long long), stream));
+  VC_CHECK(vc_clear_count_tail(h, counts, nb, K));
   if (nb > 0) {
     vc_nbr_counts_kernel<<<vc_grid_rows(h, nb * 32), kBlock, 0, stream>>>(
         m->nbr_out, n_out, NULL, K, counts, nb, NULL);

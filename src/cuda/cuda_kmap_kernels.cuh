@@ -119,34 +119,39 @@ static __device__ __forceinline__ void vc_dev_load_offsets(const VcGeom &g,
 }
 
 /* ---- kernels ------------------------------------------------------------- */
+/* A build's status block before its first step. */
+static __device__ __forceinline__ void vc_dev_status_init(VcKmapStatus *st) {
+  st->fingerprint = 0;
+  st->bad_in_row = st->dup_in_row = VC_NO_ROW;
+  st->bad_out_row = st->dup_out_row = VC_NO_ROW;
+  st->gen_bad = VC_NO_ROW;
+  st->overflow_in = st->overflow_out = 0;
+  st->n_out = 0;
+  st->out_fingerprint = 0;
+  st->dup_prev_row = -1;
+  /* Copied to the host whole (asynchronous builds): written even when no
+   * error fills them (compute-sanitizer initcheck). */
+  st->bounds_bad_row = VC_NO_ROW;
+  for (int i = 0; i < 4; i++) {
+    st->bad_in_coords[i] = st->dup_in_coords[i] = 0;
+    st->bounds_bad_coords[i] = 0;
+    st->out_lo[i] = INT32_MAX;
+    st->out_hi[i] = INT32_MIN;
+  }
+}
+
+/* Empties a hash table; with st, also initialises the build's status block
+ * (the build's first kernel: one launch less per build than a kernel of
+ * its own, which on workload A's deep levels is a visible share of a
+ * build; docs/perf-notes.md item 126). */
 __global__ void vc_hash_clear_kernel(unsigned long long *keys, int32_t *vals,
-                                     uint64_t cap) {
+                                     uint64_t cap, VcKmapStatus *st) {
+  if (st && blockIdx.x == 0 && threadIdx.x == 0)
+    vc_dev_status_init(st);
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < cap;
        i += (uint64_t)gridDim.x * blockDim.x) {
     keys[i] = VC_KEY_EMPTY;
     vals[i] = INT32_MAX;
-  }
-}
-
-__global__ void vc_status_init_kernel(VcKmapStatus *st) {
-  if (threadIdx.x == 0) {
-    st->fingerprint = 0;
-    st->bad_in_row = st->dup_in_row = VC_NO_ROW;
-    st->bad_out_row = st->dup_out_row = VC_NO_ROW;
-    st->gen_bad = VC_NO_ROW;
-    st->overflow_in = st->overflow_out = 0;
-    st->n_out = 0;
-    st->out_fingerprint = 0;
-    st->dup_prev_row = -1;
-    /* Copied to the host whole (asynchronous builds): written even when no
-     * error fills them (compute-sanitizer initcheck). */
-    st->bounds_bad_row = VC_NO_ROW;
-    for (int i = 0; i < 4; i++) {
-      st->bad_in_coords[i] = st->dup_in_coords[i] = 0;
-      st->bounds_bad_coords[i] = 0;
-      st->out_lo[i] = INT32_MAX;
-      st->out_hi[i] = INT32_MIN;
-    }
   }
 }
 
@@ -262,40 +267,56 @@ static __device__ __forceinline__ bool vc_dev_in_box(const VcCoord &c,
          c.z >= cp.in_lo[3] && c.z <= cp.in_hi[3];
 }
 
-/* STRIDED output candidates: floor(c / s) per input, as KeyT keys (see
- * VcCompact). A row outside the declared bounds gets no key and is
- * reported (the lowest such row). */
+/* STRIDED output candidate of input row i (packed key `key`): floor(c / s)
+ * as a KeyT key (see VcCompact). A row outside the declared bounds gets no
+ * key and is reported (the lowest such row); so does an unkeyed row. */
+template <typename KeyT>
+static __device__ __forceinline__ KeyT
+vc_dev_strided_key(uint64_t key, int64_t i, int3 s, const VcCompact &cp,
+                   unsigned long long *bounds_bad_row) {
+  const KeyT none = (KeyT)~(KeyT)0;
+  if (key == VC_KEY_EMPTY)
+    return none;
+  const VcCoord c = vc_dev_unpack(key);
+  const int32_t v[4] = {c.b, vc_dev_floor_div(c.x, s.x),
+                        vc_dev_floor_div(c.y, s.y), vc_dev_floor_div(c.z, s.z)};
+  if (!cp.compact)
+    return (KeyT)vc_dev_pack_key(v[0], v[1], v[2], v[3]);
+  if (!vc_dev_in_box(c, cp)) {
+    atomicMin(bounds_bad_row, (unsigned long long)i);
+    return none;
+  }
+  KeyT k = 0;
+  for (int f = 0; f < 4; f++)
+    k |= (KeyT)(uint32_t)(v[f] - cp.lo[f]) << cp.shift[f];
+  return k;
+}
+
+/* The packed (full) key of a STRIDED output key k: k itself for full keys,
+ * else the compact fields put back (VC_KEY_EMPTY for "no key"). */
+template <typename KeyT>
+static __device__ __forceinline__ uint64_t vc_dev_full_key(KeyT k,
+                                                           const VcCompact &cp) {
+  if (!cp.compact)
+    return k;
+  if (k == (KeyT)~(KeyT)0)
+    return VC_KEY_EMPTY;
+  int32_t v[4];
+  for (int f = 0; f < 4; f++)
+    v[f] = cp.lo[f] + (int32_t)((k >> cp.shift[f]) &
+                                (((KeyT)1 << cp.width[f]) - 1));
+  return vc_dev_pack_key(v[0], v[1], v[2], v[3]);
+}
+
+/* STRIDED output candidates of every input row (vc_dev_strided_key). */
 template <typename KeyT>
 __global__ void vc_strided_keys_kernel(const unsigned long long *__restrict__ in_keys,
                                        int64_t n, int3 s, VcCompact cp,
                                        KeyT *__restrict__ out,
                                        unsigned long long *bounds_bad_row) {
-  const KeyT none = (KeyT)~(KeyT)0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-       i += (int64_t)gridDim.x * blockDim.x) {
-    const uint64_t key = in_keys[i];
-    if (key == VC_KEY_EMPTY) {
-      out[i] = none;
-      continue;
-    }
-    const VcCoord c = vc_dev_unpack(key);
-    const int32_t v[4] = {c.b, vc_dev_floor_div(c.x, s.x),
-                          vc_dev_floor_div(c.y, s.y),
-                          vc_dev_floor_div(c.z, s.z)};
-    if (!cp.compact) {
-      out[i] = (KeyT)vc_dev_pack_key(v[0], v[1], v[2], v[3]);
-      continue;
-    }
-    if (!vc_dev_in_box(c, cp)) {
-      atomicMin(bounds_bad_row, (unsigned long long)i);
-      out[i] = none;
-      continue;
-    }
-    KeyT k = 0;
-    for (int f = 0; f < 4; f++)
-      k |= (KeyT)(uint32_t)(v[f] - cp.lo[f]) << cp.shift[f];
-    out[i] = k;
-  }
+       i += (int64_t)gridDim.x * blockDim.x)
+    out[i] = vc_dev_strided_key<KeyT>(in_keys[i], i, s, cp, bounds_bad_row);
 }
 
 /* Min / max per field over the block, then one atomic per field (see
@@ -334,6 +355,24 @@ static __device__ __forceinline__ void vc_dev_block_bounds(int32_t lo[4],
   }
 }
 
+/* Output row i's share of the STRIDED outputs' fingerprint (the value
+ * vc_keys_fingerprint_kernel gives) and bounds. */
+static __device__ __forceinline__ void vc_dev_out_key_stats(uint64_t i,
+                                                            uint64_t key,
+                                                            unsigned long long *fp,
+                                                            int32_t lo[4],
+                                                            int32_t hi[4]) {
+  *fp += vc_dev_fingerprint_mix(i, key);
+  if (key == VC_KEY_EMPTY)
+    return;
+  const VcCoord c = vc_dev_unpack(key);
+  const int32_t v[4] = {c.b, c.x, c.y, c.z};
+  for (int f = 0; f < 4; f++) {
+    lo[f] = min(lo[f], v[f]);
+    hi[f] = max(hi[f], v[f]);
+  }
+}
+
 /* A STRIDED build's sorted unique keys [0, *n_dev) -> the full keys (into
  * `full`, for compact keys; full keys are left where they are), their
  * fingerprint (vc_keys_fingerprint_kernel's value) and the outputs'
@@ -345,7 +384,6 @@ __global__ void vc_strided_out_kernel(const KeyT *__restrict__ uniq,
                                       unsigned long long *__restrict__ full,
                                       VcKmapStatus *st) {
   const int64_t n = *n_dev < n_max ? (int64_t)*n_dev : n_max;
-  const KeyT none = (KeyT)~(KeyT)0;
   unsigned long long fp = 0;
   int32_t lo[4] = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX};
   int32_t hi[4] = {INT32_MIN, INT32_MIN, INT32_MIN, INT32_MIN};
@@ -356,29 +394,10 @@ __global__ void vc_strided_out_kernel(const KeyT *__restrict__ uniq,
     const int64_t i = base + threadIdx.x;
     if (i >= n)
       continue;
-    const KeyT k = uniq[i];
-    uint64_t key = k;
-    if (cp.compact) {
-      if (k == none) {
-        key = VC_KEY_EMPTY;
-      } else {
-        int32_t v[4];
-        for (int f = 0; f < 4; f++)
-          v[f] = cp.lo[f] + (int32_t)((k >> cp.shift[f]) &
-                                      (((KeyT)1 << cp.width[f]) - 1));
-        key = vc_dev_pack_key(v[0], v[1], v[2], v[3]);
-      }
+    const uint64_t key = vc_dev_full_key<KeyT>(uniq[i], cp);
+    if (cp.compact)
       full[i] = key;
-    }
-    fp += vc_dev_fingerprint_mix((uint64_t)i, key);
-    if (key != VC_KEY_EMPTY) {
-      const VcCoord c = vc_dev_unpack(key);
-      const int32_t v[4] = {c.b, c.x, c.y, c.z};
-      for (int f = 0; f < 4; f++) {
-        lo[f] = min(lo[f], v[f]);
-        hi[f] = max(hi[f], v[f]);
-      }
-    }
+    vc_dev_out_key_stats((uint64_t)i, key, &fp, lo, hi);
   }
   vc_dev_block_add_u64(&st->out_fingerprint, fp);
   vc_dev_block_bounds(lo, hi, st->out_lo, st->out_hi);
