@@ -116,10 +116,12 @@
  *                            call itself (see Kernel maps)
  *  VOXCONV_CUDA_HASH_TINY    testing only: start GPU hash tables tiny to
  *                            exercise the overflow-and-retry path
- *  VOXCONV_KMAP_SMALL        tests and benchmarks: 0 builds small CUDA maps
- *                            with the multi-block steps too (by default a
- *                            build's scan and a small STRIDED build's sort
- *                            run as one-block kernels; the maps are equal)
+ *  VOXCONV_KMAP_LEAN         tests and benchmarks: 0 builds CUDA maps the
+ *                            longer way (multi-block scans and sorts on
+ *                            small inputs; a STRIDED build with kernel =
+ *                            stride hashes its input up front instead of
+ *                            only on a duplicate row); the maps and errors
+ *                            are the same
  *  VOXCONV_CUDA_SMEM_LIMIT   testing only: shared memory per block a CUDA
  *                            handle assumes the GPU allows, in bytes
  *                            ("101376") or KiB ("99K", sm_86's limit); only

@@ -207,6 +207,7 @@ static void test_bad_coords(void) {
          *w = dev_alloc(KV * 16 * 16 * 2);
     cudaMemset(x, 0, n * 16 * 2);
     cudaMemset(w, 0, KV * 16 * 16 * 2);
+    cudaDeviceSynchronize(); /* the handle's stream does not wait for it */
     for (int k = 0; k < 2; k++) {
       int32_t *dc = (int32_t *)dev_upload(cases[k].host, n * 16);
       const voxconv_coords_t in = {dc, n, {1, 1, 1}};

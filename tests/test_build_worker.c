@@ -211,6 +211,11 @@ static uint16_t *pool_of(rig_t *R, voxconv_handle_t *h,
                          voxconv_status_t *st) {
   void *y = dev_alloc((size_t)n_out * C * 2 + 2);
   cudaMemset(y, 0xFF, (size_t)n_out * C * 2);
+  /* The memset runs on the legacy default stream, which the handles'
+   * non-blocking streams do not wait for: without this it could land after
+   * the pooling kernel (s36 call 5: 576 poisoned outputs, once, with the
+   * GPU shared by other tests). */
+  cudaDeviceSynchronize();
   const voxconv_feats_t x = {R->P.x, R->P.n, C, VOXCONV_DTYPE_F16};
   const voxconv_feats_t fy = {y, n_out, C, VOXCONV_DTYPE_F16};
   *st = voxconv_pool_forward(h, m, VOXCONV_POOL_MAX, &x, &fy);

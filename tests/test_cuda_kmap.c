@@ -635,6 +635,34 @@ static void expanding_key_set_cases(voxconv_handle_t *tiny) {
 }
 
 /* ---- error statuses ------------------------------------------------------ */
+/* A deferred STRIDED build (voxconv_kmap_build_async) of bad rows: its
+ * wait returns the CPU build's status, and its message ends with the CPU's
+ * words. */
+static void deferred_error_case(const char *label, const voxconv_kmap_desc_t *d,
+                                const int32_t *rows, int64_t n) {
+  voxconv_coords_t ci = {rows, n, {1, 1, 1}};
+  voxconv_kmap_t *mc = NULL;
+  const voxconv_status_t sc = voxconv_kmap_build(g_cpu, d, &ci, NULL, &mc);
+  char cpu_msg[VC_ERROR_MAX];
+  snprintf(cpu_msg, sizeof cpu_msg, "%s", voxconv_get_last_error(g_cpu));
+  voxconv_kmap_destroy(g_cpu, mc);
+  int32_t *dev = (int32_t *)gpu_upload(rows, (size_t)n * 16);
+  voxconv_coords_t gi = {dev, n, {1, 1, 1}};
+  voxconv_kmap_t *md = NULL;
+  voxconv_status_t sg = voxconv_kmap_build_async(g_gpu, d, &gi, NULL, &md);
+  if (sg == VOXCONV_STATUS_SUCCESS)
+    sg = voxconv_kmap_wait(g_gpu, md);
+  VC_EXPECT(sc != VOXCONV_STATUS_SUCCESS && sg == sc, "%s: cpu %s, gpu %s (%s)",
+            label, voxconv_status_string(sc), voxconv_status_string(sg),
+            voxconv_get_last_error(g_gpu));
+  const char *gm = voxconv_get_last_error(g_gpu);
+  const size_t lc = strlen(cpu_msg), lg = strlen(gm);
+  VC_EXPECT(lg >= lc && strcmp(gm + lg - lc, cpu_msg) == 0,
+            "%s: messages differ:\n  cpu: %s\n  gpu: %s", label, cpu_msg, gm);
+  voxconv_kmap_destroy(g_gpu, md);
+  voxconv_free(g_gpu, dev);
+}
+
 static void error_cases(void) {
   int64_t n = 0;
   int32_t *c = vc_random_coords(3000, 40, &n);
@@ -665,6 +693,16 @@ static void error_cases(void) {
   memcpy(bad + 4 * 10, bad + 4 * 2500, 16);
   run_case("duplicate (subm)", &ds, bad, n, 1, NULL, 0, 0, g_gpu, 0, 0);
   run_case("duplicate (strided)", &dst, bad, n, 1, NULL, 0, 0, g_gpu, 0, 0);
+  /* A kernel = stride build finds duplicates through its table writes and
+   * hashes its input only then (cuda_kmap.cu, vc_hash_on_dup): the same
+   * verdict deferred, for a row repeated three times (the lowest later
+   * row is named whichever of them wrote the table first), and with the
+   * input hashed up front (VOXCONV_KMAP_LEAN=0 in small_step_cases). */
+  deferred_error_case("duplicate (strided, deferred)", &dst, bad, n);
+  memcpy(bad + 4 * 1700, bad + 4 * 13, 16);
+  memcpy(bad + 4 * 60, bad + 4 * 13, 16);
+  run_case("duplicate x3 (strided)", &dst, bad, n, 1, NULL, 0, 0, g_gpu, 0, 0);
+  deferred_error_case("duplicate x3 (strided, deferred)", &dst, bad, n);
   bad[4 * (n - 1) + 2] = -200000;
   run_case("duplicate + range", &ds, bad, n, 1, NULL, 0, 0, g_gpu, 0, 0);
 
@@ -1184,7 +1222,7 @@ static float *load_scan(const char *name, int fields, int64_t *n) {
 
 /* The one-block build steps (src/cuda/cuda_kmap_small.cuh) against the
  * CPU at their limits, and the multi-block steps they replace on a small
- * set (a handle made with VOXCONV_KMAP_SMALL=0). The pair-count scan runs
+ * set (a handle made with VOXCONV_KMAP_LEAN=0). The pair-count scan runs
  * in one block up to 65,536 counts (K x row tiles of 32, + 1): a k3
  * submanifold map of 77,664 rows has 27 x 2,427 + 1 = 65,530 (one block,
  * four chunks), one of 77,665 rows 65,557 (CUB). */
@@ -1202,11 +1240,11 @@ static void small_step_cases(const voxconv_handle_desc_t *dg) {
     run_case(label, &d, c, n, 1, NULL, 0, 0, g_gpu, 0, 0);
   }
   free(c);
-  setenv("VOXCONV_KMAP_SMALL", "0", 1);
+  setenv("VOXCONV_KMAP_LEAN", "0", 1);
   voxconv_handle_t *multi = NULL;
   const voxconv_status_t st = voxconv_create(&multi, dg);
-  unsetenv("VOXCONV_KMAP_SMALL");
-  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "handle with VOXCONV_KMAP_SMALL=0: %s",
+  unsetenv("VOXCONV_KMAP_LEAN");
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "handle with VOXCONV_KMAP_LEAN=0: %s",
             voxconv_status_string(st));
   if (st != VOXCONV_STATUS_SUCCESS)
     return;
@@ -1214,6 +1252,12 @@ static void small_step_cases(const voxconv_handle_desc_t *dg) {
   int32_t *s = vc_random_coords(g_quick ? 300 : 2000, 8, &n);
   shuffle_rows(s, n);
   all_modes("multi-block steps", s, n, multi, 0, 0);
+  /* The up-front input hash of a kernel = stride build finds the same
+   * duplicate as the table writes (error_cases). */
+  memcpy(s + 4 * (n / 2), s + 4 * 3, 16);
+  const voxconv_kmap_desc_t dst = make_desc(VOXCONV_KMAP_STRIDED, 2, 2, 2, 2, 1);
+  run_case("duplicate (strided, input hashed up front)", &dst, s, n, 1, NULL, 0,
+           0, multi, 0, 0);
   free(s);
   voxconv_destroy(multi);
 }

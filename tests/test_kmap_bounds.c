@@ -473,12 +473,12 @@ int main(void) {
     check_set(&gpu, "small box s222", rows, n, &d, &exact);
     check_violation(&gpu, rows, n, &d);
     voxconv_destroy(gpu.h);
-    /* The multi-block steps on the same small set (VOXCONV_KMAP_SMALL=0,
+    /* The multi-block steps on the same small set (VOXCONV_KMAP_LEAN=0,
      * read at handle creation), as every set took them before the
      * one-block kernels. */
-    setenv("VOXCONV_KMAP_SMALL", "0", 1);
+    setenv("VOXCONV_KMAP_LEAN", "0", 1);
     VC_REQUIRE_OK(NULL, voxconv_create(&gpu.h, &hd));
-    unsetenv("VOXCONV_KMAP_SMALL");
+    unsetenv("VOXCONV_KMAP_LEAN");
     gpu.name = "cuda multi-block";
     check_set(&gpu, "small box s222", rows, n, &d, &exact);
     check_violation(&gpu, rows, n, &d);

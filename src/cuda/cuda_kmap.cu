@@ -194,21 +194,25 @@ static voxconv_status_t vc_make_hash(VcWorkspace &ws, voxconv_handle_t *h,
   VC_CHECK(ws.get<int32_t>((int64_t)cap, &t->vals, what));
   t->mask = cap - 1;
   vc_hash_clear_kernel<<<vc_grid_rows(h, (int64_t)cap), kBlock, 0,
-                         vc_cuda_stream(h)>>>(t->keys, t->vals, cap, init_st);
+                         vc_cuda_stream(h)>>>(t->keys, t->vals, cap, init_st,
+                                              NULL);
   VC_CUDA_LAUNCH_CHECK(h, "vc_hash_clear_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* Keys of the rows, range checks, fingerprint; with insert, the rows into
+ * table t too. */
 static voxconv_status_t vc_pack_coords(voxconv_handle_t *h, const int32_t *coords,
                                        int64_t n, unsigned long long *keys,
                                        const VcGpuHash &t,
                                        unsigned long long *bad_row,
                                        unsigned int *overflow,
-                                       unsigned long long *fingerprint) {
+                                       unsigned long long *fingerprint,
+                                       int insert = 1) {
   if (n == 0)
     return VOXCONV_STATUS_SUCCESS;
   vc_pack_insert_kernel<<<vc_grid_rows(h, n), kBlock, 0, vc_cuda_stream(h)>>>(
-      coords, n, keys, t, 1, bad_row, overflow, fingerprint);
+      coords, n, keys, t, insert, bad_row, overflow, fingerprint);
   VC_CUDA_LAUNCH_CHECK(h, "vc_pack_insert_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -220,7 +224,7 @@ static voxconv_status_t vc_dup_check(voxconv_handle_t *h,
   if (n == 0)
     return VOXCONV_STATUS_SUCCESS;
   vc_dup_check_kernel<<<vc_grid_rows(h, n), kBlock, 0, vc_cuda_stream(h)>>>(
-      keys, n, t, dup_row);
+      keys, n, t, dup_row, NULL);
   VC_CUDA_LAUNCH_CHECK(h, "vc_dup_check_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -264,9 +268,9 @@ static voxconv_status_t vc_query(voxconv_handle_t *h, int dir,
 /* counts[K*n_blocks + 1] -> exclusive prefix in place, and
  * pair_offsets[K+1] (device) from it. */
 /* Whether the one-block kernels (cuda_kmap_small.cuh) run the steps they
- * can on n items (VOXCONV_KMAP_SMALL=0: never, for A/B runs and tests). */
+ * can on n items (VOXCONV_KMAP_LEAN=0: never, for A/B runs and tests). */
 static bool vc_small(voxconv_handle_t *h, int64_t n, int64_t max) {
-  return n <= max && !vc_cuda_state(h)->kmap_small_off;
+  return n <= max && !vc_cuda_state(h)->kmap_lean_off;
 }
 
 /* The pair counts' last slot before the query: the CUB scan reads it (as
@@ -824,7 +828,7 @@ static voxconv_status_t vc_attempt_derived(VcBuild &b, VcWorkspace &ws,
                         &out_hash, "output coordinate hash"));
   if (n_out > 0) {
     vc_insert_rows_kernel<<<vc_grid_rows(h, n_out), kBlock, 0, stream>>>(
-        uniq, n_out, NULL, out_hash, &d_st->overflow_out);
+        uniq, n_out, NULL, out_hash, &d_st->overflow_out, NULL);
     VC_CUDA_LAUNCH_CHECK(h, "vc_insert_rows_kernel");
   }
   VC_CHECK(vc_cuda_alloc_n<int32_t>(h, n_out * K, &m->nbr_out,
@@ -936,6 +940,7 @@ struct VcSides {
   unsigned long long *in_keys;
   VcGpuHash in_hash;
   int fused_dup_check; /* the query checks duplicates (odd submanifold) */
+  int hash_on_dup;     /* direct STRIDED: in_hash filled only on a duplicate */
   /* step 3: the outputs, known before the sync (on the host or, for
    * STRIDED, as a device count) */
   int64_t n_out_bound;
@@ -958,16 +963,34 @@ static voxconv_status_t vc_input_side(VcBuild &b, VcWorkspace &ws,
   const int64_t n_in = b.in->n;
   VC_CHECK(ws.get<unsigned long long>(n_in, &s.in_keys,
                                       "input coordinate keys"));
-  /* The attempt's first kernel: it initialises the status too. */
-  VC_CHECK(vc_make_hash(ws, h, b.cap_in, &s.in_hash, "input coordinate hash",
-                        d_st));
+  /* Direct STRIDED tables need no input hash: two equal rows claim one
+   * table slot, which vc_strided_direct_kernel notices (dup_hint), and
+   * only then is the input hashed to name the rows (vc_neighbours). That
+   * saves hashing level 0's rows a second time in workload A (clear,
+   * insert, duplicate check: ~80 us; docs/perf-notes.md item 127). */
+  s.hash_on_dup = vc_strided_direct(b.m) && !vc_cuda_state(h)->kmap_lean_off;
+  if (s.hash_on_dup) {
+    VC_CHECK(ws.get<unsigned long long>((int64_t)b.cap_in, &s.in_hash.keys,
+                                        "input coordinate hash"));
+    VC_CHECK(ws.get<int32_t>((int64_t)b.cap_in, &s.in_hash.vals,
+                             "input coordinate hash"));
+    s.in_hash.mask = b.cap_in - 1;
+    /* The attempt's first kernel: the status only (cap 0: no clearing). */
+    vc_hash_clear_kernel<<<1, 32, 0, vc_cuda_stream(h)>>>(
+        s.in_hash.keys, s.in_hash.vals, 0, d_st, NULL);
+    VC_CUDA_LAUNCH_CHECK(h, "vc_hash_clear_kernel");
+  } else {
+    /* The attempt's first kernel: it initialises the status too. */
+    VC_CHECK(vc_make_hash(ws, h, b.cap_in, &s.in_hash, "input coordinate hash",
+                          d_st));
+  }
   VC_CHECK(vc_pack_coords(h, b.in->data, n_in, s.in_keys, s.in_hash,
                           &d_st->bad_in_row, &d_st->overflow_in,
-                          &d_st->fingerprint));
+                          &d_st->fingerprint, !s.hash_on_dup));
   /* Odd submanifold maps detect duplicates inside the neighbour query. */
   s.fused_dup_check = b.m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD &&
                       vc_offsets_symmetric(b.m);
-  if (!s.fused_dup_check)
+  if (!s.fused_dup_check && !s.hash_on_dup)
     VC_CHECK(vc_dup_check(h, s.in_keys, n_in, s.in_hash, &d_st->dup_in_row));
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -1000,7 +1023,7 @@ static voxconv_status_t vc_strided_outputs(VcBuild &b, VcWorkspace &ws,
     vc_insert_rows_kernel<<<vc_grid_rows(h, n_in), kBlock, 0,
                             vc_cuda_stream(h)>>>(s.strided_uniq, n_in,
                                                  s.n_out_dev, s.out_hash,
-                                                 &d_st->overflow_out);
+                                                 &d_st->overflow_out, NULL);
     VC_CUDA_LAUNCH_CHECK(h, "vc_insert_rows_kernel");
   }
   if (b.async) {
@@ -1053,6 +1076,25 @@ static voxconv_status_t vc_output_side(VcBuild &b, VcWorkspace &ws,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* A direct STRIDED build's input hash and duplicate check, which do their
+ * work only when the table write found a duplicate (d_st->dup_hint): then
+ * the verdict names the rows as a build with the hash up front does. */
+static voxconv_status_t vc_hash_on_dup(voxconv_handle_t *h, const VcSides &s,
+                                       int64_t n_in, VcKmapStatus *d_st) {
+  const cudaStream_t stream = vc_cuda_stream(h);
+  const uint64_t cap = s.in_hash.mask + 1;
+  vc_hash_clear_kernel<<<vc_grid_rows(h, (int64_t)cap), kBlock, 0, stream>>>(
+      s.in_hash.keys, s.in_hash.vals, cap, NULL, &d_st->dup_hint);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_hash_clear_kernel");
+  vc_insert_rows_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
+      s.in_keys, n_in, NULL, s.in_hash, &d_st->overflow_in, &d_st->dup_hint);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_insert_rows_kernel");
+  vc_dup_check_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
+      s.in_keys, n_in, s.in_hash, &d_st->dup_in_row, &d_st->dup_hint);
+  VC_CUDA_LAUNCH_CHECK(h, "vc_dup_check_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 /* Step 4: the neighbour tables of both directions, their row masks, and
  * each (offset, row tile)'s pair count. */
 static voxconv_status_t vc_neighbours(VcBuild &b, VcWorkspace &ws,
@@ -1078,11 +1120,14 @@ static voxconv_status_t vc_neighbours(VcBuild &b, VcWorkspace &ws,
       VC_CUDA_TRY(h, cudaMemsetAsync(s.nbr_out, 0xFF,
                                      (size_t)s.n_out_bound * K * sizeof(int32_t),
                                      stream));
+      unsigned int *hint = s.hash_on_dup ? &d_st->dup_hint : NULL;
       vc_strided_direct_kernel<<<vc_grid_rows(h, n_in), kBlock, 0, stream>>>(
           s.in_keys, n_in, s.out_hash, make_int3(b.g.s[0], b.g.s[1], b.g.s[2]),
           make_int3(b.g.ks[0], b.g.ks[1], b.g.ks[2]), K, b.g.order, m->nbr_in,
-          s.nbr_out, m->row_mask_in);
+          s.nbr_out, m->row_mask_in, hint);
       VC_CUDA_LAUNCH_CHECK(h, "vc_strided_direct_kernel");
+      if (hint)
+        VC_CHECK(vc_hash_on_dup(h, s, n_in, d_st));
       vc_nbr_counts_kernel<<<vc_grid_rows(h, s.nb * 32), kBlock, 0, stream>>>(
           s.nbr_out, s.n_out_bound, s.n_out_dev, K, s.counts, s.nb, s.mask_out);
       VC_CUDA_LAUNCH_CHECK(h, "vc_nbr_counts_kernel");

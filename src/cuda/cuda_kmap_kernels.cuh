@@ -126,6 +126,7 @@ static __device__ __forceinline__ void vc_dev_status_init(VcKmapStatus *st) {
   st->bad_out_row = st->dup_out_row = VC_NO_ROW;
   st->gen_bad = VC_NO_ROW;
   st->overflow_in = st->overflow_out = 0;
+  st->dup_hint = st->reserved = 0;
   st->n_out = 0;
   st->out_fingerprint = 0;
   st->dup_prev_row = -1;
@@ -143,11 +144,15 @@ static __device__ __forceinline__ void vc_dev_status_init(VcKmapStatus *st) {
 /* Empties a hash table; with st, also initialises the build's status block
  * (the build's first kernel: one launch less per build than a kernel of
  * its own, which on workload A's deep levels is a visible share of a
- * build; docs/perf-notes.md item 126). */
+ * build; docs/perf-notes.md item 126). With only_if, nothing is cleared
+ * while *only_if is 0 (a table needed only on an error path). */
 __global__ void vc_hash_clear_kernel(unsigned long long *keys, int32_t *vals,
-                                     uint64_t cap, VcKmapStatus *st) {
+                                     uint64_t cap, VcKmapStatus *st,
+                                     const unsigned int *only_if) {
   if (st && blockIdx.x == 0 && threadIdx.x == 0)
     vc_dev_status_init(st);
+  if (only_if && *only_if == 0)
+    return;
   for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < cap;
        i += (uint64_t)gridDim.x * blockDim.x) {
     keys[i] = VC_KEY_EMPTY;
@@ -218,10 +223,14 @@ __global__ void vc_pack_insert_kernel(const int32_t *__restrict__ coords,
     vc_dev_block_add_u64(fingerprint, fp);
 }
 
-/* Step 2: the lowest row whose key is stored under a lower row. */
+/* Step 2: the lowest row whose key is stored under a lower row (nothing
+ * while only_if is given and *only_if is 0). */
 __global__ void vc_dup_check_kernel(const unsigned long long *__restrict__ keys,
                                     int64_t n, VcGpuHash table,
-                                    unsigned long long *dup_row) {
+                                    unsigned long long *dup_row,
+                                    const unsigned int *only_if) {
+  if (only_if && *only_if == 0)
+    return;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     const uint64_t key = keys[i];
@@ -232,10 +241,14 @@ __global__ void vc_dup_check_kernel(const unsigned long long *__restrict__ keys,
   }
 }
 
-/* Inserts keys[i] -> i for i < n (n read from the device when n_dev). */
+/* Inserts keys[i] -> i for i < n (n read from the device when n_dev;
+ * nothing while only_if is given and *only_if is 0). */
 __global__ void vc_insert_rows_kernel(const unsigned long long *__restrict__ keys,
                                       int64_t n_max, const long long *n_dev,
-                                      VcGpuHash table, unsigned int *overflow) {
+                                      VcGpuHash table, unsigned int *overflow,
+                                      const unsigned int *only_if) {
+  if (only_if && *only_if == 0)
+    return;
   const int64_t n = n_dev ? (int64_t)*n_dev : n_max;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
@@ -803,7 +816,8 @@ __global__ void vc_strided_direct_kernel(const unsigned long long *__restrict__ 
                                          int3 s, int3 ks, int K, int order,
                                          int32_t *__restrict__ nbr_in,
                                          int32_t *__restrict__ nbr_out,
-                                         uint32_t *__restrict__ mask_in) {
+                                         uint32_t *__restrict__ mask_in,
+                                         unsigned int *dup_hint) {
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n_in;
        i += (int64_t)gridDim.x * blockDim.x) {
     const uint64_t key = in_keys[i];
@@ -822,8 +836,16 @@ __global__ void vc_strided_direct_kernel(const unsigned long long *__restrict__ 
     int32_t *row = nbr_in + i * K;
     for (int kk = 0; kk < K; kk++)
       row[kk] = (kk == k && o >= 0) ? o : -1;
-    if (o >= 0)
-      nbr_out[(int64_t)o * K + k] = (int32_t)i;
+    if (o >= 0) {
+      int32_t *slot = nbr_out + (int64_t)o * K + k;
+      /* Distinct rows have distinct (output, offset) slots: a taken one
+       * means a duplicate row (the build then fails; which rows is found
+       * with the input hash, only then). */
+      if (!dup_hint)
+        *slot = (int32_t)i;
+      else if (atomicCAS(slot, -1, (int32_t)i) != -1)
+        *dup_hint = 1u;
+    }
     if (mask_in)
       mask_in[i] = o >= 0 ? 1u << k : 0u;
   }

@@ -29,6 +29,11 @@ struct VcKmapStatus {
   unsigned long long dup_out_row;
   unsigned long long gen_bad; /* lowest i*K + k with an out-of-range cell */
   unsigned int overflow_in, overflow_out;
+  /* Direct STRIDED tables: set when two input rows claimed one (output,
+   * offset) slot, i.e. the input has a duplicate row; only then is the
+   * input hashed to find which (vc_neighbours). */
+  unsigned int dup_hint;
+  unsigned int reserved; /* 0: no padding bytes copied uninitialised */
   long long n_out; /* STRIDED / EXPANDING / GENERATIVE: unique outputs */
   /* STRIDED / EXPANDING: fingerprint of the output keys (kmap
    * out_fingerprint, the inverse map's in_fingerprint). */

@@ -229,10 +229,10 @@ static voxconv_status_t vc_cuda_handle_init_body(voxconv_handle_t *h) {
    * exercise the overflow-and-retry path. */
   const char *tiny = vc_getenv("VOXCONV_CUDA_HASH_TINY");
   s->hash_debug_tiny = tiny ? (vc_parse_bool(tiny) == 1) : 0;
-  /* A/B and test knob: build small maps with the multi-block steps too
-   * (cuda_kmap_small.cuh). */
-  const char *ksmall = vc_getenv("VOXCONV_KMAP_SMALL");
-  s->kmap_small_off = ksmall ? (vc_parse_bool(ksmall) == 0) : 0;
+  /* A/B and test knob: the map builder's longer paths (multi-block steps
+   * on small inputs, direct STRIDED inputs hashed up front). */
+  const char *klean = vc_getenv("VOXCONV_KMAP_LEAN");
+  s->kmap_lean_off = klean ? (vc_parse_bool(klean) == 0) : 0;
   const char *ksync = vc_getenv("VOXCONV_KMAP_SYNC");
   s->kmap_sync = ksync ? (vc_parse_bool(ksync) == 1) : 0;
 

@@ -52,7 +52,9 @@ typedef struct vc_cuda_state {
    * slots, so the overflow-and-retry path runs (VOXCONV_CUDA_HASH_TINY, read
    * at handle creation; see cuda_kmap.cu). 0 = the normal sizing. */
   int hash_debug_tiny;
-  int kmap_small_off; /* VOXCONV_KMAP_SMALL=0: no one-block build steps */
+  /* VOXCONV_KMAP_LEAN=0: the map builder's longer paths (no one-block
+   * steps, direct STRIDED inputs hashed up front; cuda_kmap.cu) */
+  int kmap_lean_off;
   /* 1 = SUBMANIFOLD map builds wait for their own verdict instead of
    * completing asynchronously (VOXCONV_KMAP_SYNC, read at handle creation;
    * see voxconv.h, Kernel maps). */
