@@ -11,7 +11,11 @@
  *      atomicMin), fingerprint (wrapping integer sum: order-free, so
  *      deterministic), insert into a GPU hash (cuda_hash.cuh).
  *   2. duplicate pass: a row whose key maps to a lower row is a repeat; the
- *      lowest such row is reported, as the CPU does.
+ *      lowest such row is reported, as the CPU does. STRIDED builds with
+ *      kernel = stride (direct tables, step 4) skip steps 1's insert and 2:
+ *      two equal rows claim the same table slot there, and only then are
+ *      the inputs hashed and checked, so the report names the same rows
+ *      (vc_hash_on_dup; docs/perf-notes.md item 127).
  *   3. outputs: SUBMANIFOLD = inputs; TRANSPOSED = the caller's (packed,
  *      checked and hashed like the inputs); STRIDED = CUB radix sort +
  *      unique of floor(c/s); GENERATIVE = sort + unique of s*c + off_k;
@@ -27,8 +31,9 @@
  *      offsets), mirrored from the same lookup: nbr_in[i][k] =
  *      nbr_out[i][K-1-k]. Lookups rather than a scatter: no memset, no
  *      random 4-byte writes.
- *   5. exclusive scan of the counts laid out [k][block] (CUB): each block's
- *      write position per offset, offsets grouped, blocks in output order.
+ *   5. exclusive scan of the counts laid out [k][block] (CUB, or one block
+ *      up to 65,536 counts): each block's write position per offset,
+ *      offsets grouped, blocks in output order.
  *   -- THE one host synchronisation: a pinned status block with the error
  *      rows, the hash-overflow flags, n_out and pair_offsets[K+1] is read
  *      back. Everything after it is asynchronous.
@@ -55,8 +60,9 @@
  * n_out reaches the host with the verdict (vc_finish_async), as a
  * SUBMANIFOLD build's pair counts do.
  *
- * The kernels and device helpers are in cuda_kmap_kernels.cuh; this file
- * queues them.
+ * The kernels and device helpers are in cuda_kmap_kernels.cuh, one-block
+ * versions of steps 3 (STRIDED keys, up to 8,192 inputs) and 5 for small
+ * inputs in cuda_kmap_small.cuh; this file queues them.
  *
  * Hash overflow: tables are sized >= 4x (power of two) their keys, so an
  * insert cannot fail; the device still counts failed inserts and the build
@@ -265,8 +271,6 @@ static voxconv_status_t vc_query(voxconv_handle_t *h, int dir,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-/* counts[K*n_blocks + 1] -> exclusive prefix in place, and
- * pair_offsets[K+1] (device) from it. */
 /* Whether the one-block kernels (cuda_kmap_small.cuh) run the steps they
  * can on n items (VOXCONV_KMAP_LEAN=0: never, for A/B runs and tests). */
 static bool vc_small(voxconv_handle_t *h, int64_t n, int64_t max) {
@@ -286,6 +290,8 @@ static voxconv_status_t vc_clear_count_tail(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* counts[K*n_blocks + 1] -> exclusive prefix in place, and
+ * pair_offsets[K+1] (device) from it: one block when small. */
 static voxconv_status_t vc_scan_counts(VcWorkspace &ws, voxconv_handle_t *h,
                                        long long *counts, int64_t n_blocks,
                                        int K, long long *pair_offsets) {
