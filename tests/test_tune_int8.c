@@ -18,7 +18,9 @@
  *      nothing is cached;
  *   6. the real CPU int8 op records its call (algo, not from a cache);
  *   7. without memory for the check's copy the call runs the reference
- *      tile untimed, caches nothing, and the next call tunes. */
+ *      tile untimed, caches nothing, and the next call tunes;
+ *   8. a tile that stands in for another (runs_as) is not measured, and
+ *      runs when forced. */
 #include "int8_model.h"
 #include "tune_test_util.h"
 
@@ -67,7 +69,17 @@ static voxconv_status_t fake_run(voxconv_handle_t *h,
 }
 
 static const vc_int8_tiles_t k_fake = {"fake_i8", N_FAKE, fake_usable,
-                                       fake_default, fake_run};
+                                       fake_default, fake_run, NULL};
+
+/* The same table where tile 5 stands in for tile 2 (as CUDA's tile 18 runs
+ * the default tile off first layers): 5 must not be measured. */
+static int alias_runs_as(voxconv_handle_t *h, const vc_int8_problem_t *p,
+                         int t) {
+  (void)h, (void)p;
+  return t == 5 ? 2 : t;
+}
+static const vc_int8_tiles_t k_alias = {"fake_i8", N_FAKE, fake_usable,
+                                        fake_default, fake_run, alias_runs_as};
 
 static voxconv_handle_t *cpu_handle(void) {
   voxconv_handle_desc_t dc;
@@ -426,6 +438,49 @@ static void test_cpu_op_records(voxconv_handle_t *h) {
   fixture_free(&f, h);
 }
 
+/* 8. a tile that only stands in for another is not measured (it would
+ * time that tile twice), yet still runs when forced. */
+static void test_stand_in(voxconv_handle_t *h) {
+  fixture_t f;
+  fixture_make(&f, h);
+  vc_tune_test_clock_ms = fake_clock;
+  setenv("VOXCONV_AUTOTUNE_RUNS", "3", 1);
+  setenv("VOXCONV_AUTOTUNE_WARMUP", "1", 1);
+  unsetenv("VOXCONV_INT8_TILE");
+  const size_t bytes = (size_t)(f.p.n_out * f.p.cout) * 4;
+  void *y = dr_xmalloc(bytes);
+  /* f32 output: a key no other part of this test tunes */
+  vc_int8_problem_t q = problem_of(&f, VOXCONV_DTYPE_F32, y);
+  reset_runs();
+  tt_capture_begin();
+  VC_EXPECT_STATUS(h, vc_tune_int8_tiles(h, &q, &k_alias),
+                   VOXCONV_STATUS_SUCCESS);
+  free(tt_capture_end());
+  /* as in 1.: tile 2 checked + 3 timed + the final run, reference 1 + 3 */
+  VC_EXPECT(g_runs[5] == 0 && g_runs[2] == 5 && g_runs[1] == 4,
+            "runs: tile 5 %d (want 0), tile 2 %d (want 5), tile 1 %d (want 4)",
+            g_runs[5], g_runs[2], g_runs[1]);
+  vc_cache_key_t key;
+  vc_tune_int8_key(h, &q, &key);
+  vc_cache_entry_t e;
+  VC_EXPECT(vc_cache_get(VC_INT8_NS, &key, 1, &e), "no f32 entry");
+  int has5 = 0;
+  for (int r = 0; r < e.n_rows; r++)
+    has5 |= strcmp(e.rows[r].params, "tile=5") == 0;
+  VC_EXPECT(!has5 && e.n_rows > 0 && strcmp(e.rows[0].params, "tile=2") == 0,
+            "f32 entry: %d rows, first %s, a tile=5 row %d", e.n_rows,
+            e.n_rows > 0 ? e.rows[0].params : "-", has5);
+  vc_cache_entry_free(&e);
+  setenv("VOXCONV_INT8_TILE", "5", 1);
+  reset_runs();
+  VC_EXPECT_STATUS(h, vc_tune_int8_tiles(h, &q, &k_alias),
+                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT(g_runs[5] == 1, "forced tile 5 ran %d times", g_runs[5]);
+  unsetenv("VOXCONV_INT8_TILE");
+  free(y);
+  fixture_free(&f, h);
+}
+
 int main(void) {
   vc_test_init("test_tune_int8");
   tt_fresh_cache_dir();
@@ -433,6 +488,7 @@ int main(void) {
   test_tuning(h);
   test_cpu_op_records(h);
   test_no_memory_for_the_check();
+  test_stand_in(h);
   voxconv_destroy(h);
   tt_cleanup();
   return vc_test_finish();

@@ -1159,6 +1159,16 @@ extern "C" int vc_cuda_int8_tile_usable(voxconv_handle_t *h, int tile) {
   return tile >= 0 && tile < VC_I8_TILES && tile_usable(h, tile, &why);
 }
 
+extern "C" int vc_cuda_int8_tile_runs_as(voxconv_handle_t *h,
+                                         const vc_int8_problem_t *p,
+                                         int tile) {
+  /* vc_cuda_conv_int8's own substitution, said once more for the tuner */
+  if (tile == VC_I8_IM2COL_TILE && !p->depthwise &&
+      !im2col_fused_takes(p->cin, p->kmap->kvol))
+    return pick_tile(h, (int)p->cin, (int)p->cout);
+  return tile;
+}
+
 extern "C" int vc_cuda_int8_default_tile(voxconv_handle_t *h,
                                          const vc_int8_problem_t *p) {
   /* a first layer: tile 18's own kernel (0.31 ms at workload A's 3 -> 64

@@ -141,6 +141,10 @@ voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
 int vc_cuda_int8_tile_usable(voxconv_handle_t *h, int tile);
 int vc_cuda_int8_default_tile(voxconv_handle_t *h,
                               const struct vc_int8_problem *p);
+/* The tile whose kernel runs `tile` on p (tile 18 off the problems its
+ * own kernel takes runs pick_tile's). */
+int vc_cuda_int8_tile_runs_as(voxconv_handle_t *h,
+                              const struct vc_int8_problem *p, int tile);
 int vc_cuda_int8_tile_count(void);
 voxconv_status_t vc_cuda_int8_tile_info(voxconv_handle_t *h, int tile,
                                         voxconv_kernel_info_t *info);

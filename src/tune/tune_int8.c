@@ -192,6 +192,16 @@ static void cache_results(const vc_cache_key_t *key, const vc_int8_tiles_t *be,
   vc_cache_entry_free(&e);
 }
 
+/* 1 when tile t would run another usable tile's kernel on p: measuring it
+ * would time that tile twice, and could cache t as the winner. */
+static int stand_in(voxconv_handle_t *h, const vc_int8_problem_t *p,
+                    const vc_int8_tiles_t *be, int t, int n_tiles) {
+  if (!be->runs_as)
+    return 0;
+  const int a = be->runs_as(h, p, t);
+  return a != t && a >= 0 && a < n_tiles && be->usable(h, a);
+}
+
 /* Every usable tile measured, the reference tile first (its output is the
  * one the others must reproduce). *best the winner, -1 when none ran;
  * *best_ms < 0 when nothing could be measured (no memory for the check's
@@ -209,7 +219,7 @@ static voxconv_status_t benchmark(voxconv_handle_t *h,
   if (ref_tile >= 0 && ref_tile < n_tiles && be->usable(h, ref_tile))
     c[n++].tile = ref_tile;
   for (int t = 0; t < n_tiles; t++)
-    if (t != ref_tile && be->usable(h, t))
+    if (t != ref_tile && be->usable(h, t) && !stand_in(h, p, be, t, n_tiles))
       c[n++].tile = t;
   *best = -1;
   *best_ms = -1;
@@ -382,7 +392,8 @@ static voxconv_status_t cuda_run(voxconv_handle_t *h,
 
 static const vc_int8_tiles_t k_cuda_tiles = {
     "mask_gemm_i8", 0 /* vc_cuda_int8_tile_count() */,
-    vc_cuda_int8_tile_usable, vc_cuda_int8_default_tile, cuda_run};
+    vc_cuda_int8_tile_usable, vc_cuda_int8_default_tile, cuda_run,
+    vc_cuda_int8_tile_runs_as};
 #endif
 
 voxconv_status_t vc_tune_int8(voxconv_handle_t *h, const vc_int8_problem_t *p) {

@@ -32,6 +32,10 @@ typedef struct vc_int8_tiles {
   int (*default_tile)(voxconv_handle_t *h, const vc_int8_problem_t *p);
   voxconv_status_t (*run)(voxconv_handle_t *h, const vc_int8_problem_t *p,
                           int t);
+  /* The tile whose kernel runs tile t on p: t, or the tile t stands in for
+   * where its own kernel does not apply (CUDA's tile 18 off first layers).
+   * The tuner measures such a t only through that tile. NULL: always t. */
+  int (*runs_as)(voxconv_handle_t *h, const vc_int8_problem_t *p, int t);
 } vc_int8_tiles_t;
 
 /* Runs p (validated by src/ops/conv_int8.c) on h's backend: the CPU
