@@ -29,6 +29,7 @@
 #include <stdio.h>
 
 #define N_TILES 21 /* cuda_int8.cu VC_I8_TILES */
+#define IM2COL_TILE 18 /* cuda_int8.cu VC_I8_IM2COL_TILE */
 
 static voxconv_handle_t *g_cpu, *g_gpu;
 static int g_quick, g_race;
@@ -587,9 +588,11 @@ static void test_tuner(void) {
   model_expected(&p, ref, VOXCONV_DTYPE_F16, exp);
   dev_prob_t d = upload(&p);
   void *dy = to_dev(NULL, (size_t)ne * 2);
+  /* Tile 18's own kernel takes first layers only; at cin 64 it would run
+   * the default tile, so the tuner leaves it out (runs_as). */
   int usable = 0;
   for (int t = 0; t < N_TILES; t++)
-    usable += g_tile_ok[t];
+    usable += g_tile_ok[t] && t != IM2COL_TILE;
   for (int call = 0; call < 2; call++) {
     memset(got, 0x5A, (size_t)ne * 2);
     voxconv_memcpy(g_gpu, dy, got, (size_t)ne * 2,
@@ -630,14 +633,16 @@ static void test_tuner(void) {
   const int found = vc_cache_get(VC_INT8_NS, &key, 0, &e);
   VC_EXPECT(found, "no int8 cache entry after tuning");
   if (found) {
-    int ok = 0;
+    int ok = 0, stand_in = 0;
     for (int r = 0; r < e.n_rows; r++) {
       ok += vc_cache_row_ok(&e.rows[r]);
+      stand_in += strcmp(e.rows[r].params, "tile=18") == 0;
       printf("  %s %s %.4f ms %s\n", e.rows[r].algo, e.rows[r].params,
              e.rows[r].time_ms, e.rows[r].status);
     }
-    VC_EXPECT(e.n_rows == usable && ok == usable,
-              "tuned %d tiles, %d ok; %d usable", e.n_rows, ok, usable);
+    VC_EXPECT(e.n_rows == usable && ok == usable && !stand_in,
+              "tuned %d tiles, %d ok; %d usable (tile 18 listed: %d)",
+              e.n_rows, ok, usable, stand_in);
     vc_cache_entry_free(&e);
   }
   release(&d);
