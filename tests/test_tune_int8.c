@@ -198,13 +198,18 @@ static void tune_call(voxconv_handle_t *h, const fixture_t *f,
   free(exp);
 }
 
-static void test_tuning(voxconv_handle_t *h) {
-  fixture_t f;
-  fixture_make(&f, h);
+/* The fake clock, 1 warm-up + 3 timed runs a tile, no forced tile. */
+static void measured_setup(void) {
   vc_tune_test_clock_ms = fake_clock;
   setenv("VOXCONV_AUTOTUNE_RUNS", "3", 1);
   setenv("VOXCONV_AUTOTUNE_WARMUP", "1", 1);
   unsetenv("VOXCONV_INT8_TILE");
+}
+
+static void test_tuning(voxconv_handle_t *h) {
+  fixture_t f;
+  fixture_make(&f, h);
+  measured_setup();
 
   /* 1. measured: tile 3 (fastest) wrong, 0 failed, 4 unusable */
   reset_runs();
@@ -443,10 +448,7 @@ static void test_cpu_op_records(voxconv_handle_t *h) {
 static void test_stand_in(voxconv_handle_t *h) {
   fixture_t f;
   fixture_make(&f, h);
-  vc_tune_test_clock_ms = fake_clock;
-  setenv("VOXCONV_AUTOTUNE_RUNS", "3", 1);
-  setenv("VOXCONV_AUTOTUNE_WARMUP", "1", 1);
-  unsetenv("VOXCONV_INT8_TILE");
+  measured_setup();
   const size_t bytes = (size_t)(f.p.n_out * f.p.cout) * 4;
   void *y = dr_xmalloc(bytes);
   /* f32 output: a key no other part of this test tunes */
