@@ -1162,7 +1162,7 @@ extern "C" int vc_cuda_int8_tile_usable(voxconv_handle_t *h, int tile) {
 extern "C" int vc_cuda_int8_tile_runs_as(voxconv_handle_t *h,
                                          const vc_int8_problem_t *p,
                                          int tile) {
-  /* vc_cuda_conv_int8's own substitution, said once more for the tuner */
+  /* the substitution vc_cuda_conv_int8 makes, and the tuner reads */
   if (tile == VC_I8_IM2COL_TILE && !p->depthwise &&
       !im2col_fused_takes(p->cin, p->kmap->kvol))
     return pick_tile(h, (int)p->cin, (int)p->cout);
@@ -1209,11 +1209,9 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
                    tile, tile_info(tile).smem, why);
 
   const int cin = (int)p->cin, cout = (int)p->cout;
-  if (tile == VC_I8_IM2COL_TILE) {
-    if (im2col_fused_takes(cin, m->kvol))
-      return run_im2col_fused(h, p, ep);
-    tile = pick_tile(h, cin, cout);
-  }
+  if (tile == VC_I8_IM2COL_TILE && im2col_fused_takes(cin, m->kvol))
+    return run_im2col_fused(h, p, ep);
+  tile = vc_cuda_int8_tile_runs_as(h, p, tile); /* tile 18 elsewhere */
   const int ka = (cin + 15) / 16 * 16;
   /* the kernels address one offset's [cout][ka] weights with 32 bits */
   if ((int64_t)cout * ka > INT32_MAX)

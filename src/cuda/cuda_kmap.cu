@@ -190,17 +190,23 @@ extern "C" int vc_cuda_kmap_preset_async(voxconv_handle_t *h,
   return 1;
 }
 
-/* An empty table of cap slots; init_st: also initialise that status block
- * (the attempt's first table). */
+/* A table of cap slots, emptied now -- or, with `later`, left for
+ * vc_hash_on_dup to empty if it is ever needed; init_st: also initialise
+ * that status block (the attempt's first table: its clear is the
+ * attempt's first kernel, a one-block one when nothing is cleared). */
 static voxconv_status_t vc_make_hash(VcWorkspace &ws, voxconv_handle_t *h,
                                      uint64_t cap, VcGpuHash *t,
                                      const char *what,
-                                     VcKmapStatus *init_st = NULL) {
+                                     VcKmapStatus *init_st = NULL,
+                                     bool later = false) {
   VC_CHECK(ws.get<unsigned long long>((int64_t)cap, &t->keys, what));
   VC_CHECK(ws.get<int32_t>((int64_t)cap, &t->vals, what));
   t->mask = cap - 1;
-  vc_hash_clear_kernel<<<vc_grid_rows(h, (int64_t)cap), kBlock, 0,
-                         vc_cuda_stream(h)>>>(t->keys, t->vals, cap, init_st,
+  if (later && !init_st)
+    return VOXCONV_STATUS_SUCCESS;
+  const uint64_t n = later ? 0 : cap;
+  vc_hash_clear_kernel<<<later ? 1 : vc_grid_rows(h, (int64_t)cap), kBlock, 0,
+                         vc_cuda_stream(h)>>>(t->keys, t->vals, n, init_st,
                                               NULL);
   VC_CUDA_LAUNCH_CHECK(h, "vc_hash_clear_kernel");
   return VOXCONV_STATUS_SUCCESS;
@@ -277,16 +283,21 @@ static bool vc_small(voxconv_handle_t *h, int64_t n, int64_t max) {
   return n <= max && !vc_cuda_state(h)->kmap_lean_off;
 }
 
+/* Whether the pair counts [K * n_blocks + 1] are scanned by one block
+ * (vc_scan_counts; vc_clear_count_tail must agree). */
+static bool vc_scan_small(voxconv_handle_t *h, int64_t n_blocks, int K) {
+  return vc_small(h, (int64_t)K * n_blocks + 1, VC_SMALL_SCAN_MAX);
+}
+
 /* The pair counts' last slot before the query: the CUB scan reads it (as
  * 0), the one-block scan does not. */
 static voxconv_status_t vc_clear_count_tail(voxconv_handle_t *h,
                                             long long *counts, int64_t n_blocks,
                                             int K) {
-  const int64_t n = (int64_t)K * n_blocks + 1;
-  if (vc_small(h, n, VC_SMALL_SCAN_MAX))
+  if (vc_scan_small(h, n_blocks, K))
     return VOXCONV_STATUS_SUCCESS;
-  VC_CUDA_TRY(h, cudaMemsetAsync(counts + n - 1, 0, sizeof(long long),
-                                 vc_cuda_stream(h)));
+  VC_CUDA_TRY(h, cudaMemsetAsync(counts + (int64_t)K * n_blocks, 0,
+                                 sizeof(long long), vc_cuda_stream(h)));
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -296,7 +307,7 @@ static voxconv_status_t vc_scan_counts(VcWorkspace &ws, voxconv_handle_t *h,
                                        long long *counts, int64_t n_blocks,
                                        int K, long long *pair_offsets) {
   const int64_t n = (int64_t)K * n_blocks + 1;
-  if (vc_small(h, n, VC_SMALL_SCAN_MAX)) {
+  if (vc_scan_small(h, n_blocks, K)) {
     vc_small_scan_counts_kernel<<<1, VC_SMALL_THREADS, 0, vc_cuda_stream(h)>>>(
         counts, n, n_blocks, K, pair_offsets);
     VC_CUDA_LAUNCH_CHECK(h, "vc_small_scan_counts_kernel");
@@ -975,21 +986,8 @@ static voxconv_status_t vc_input_side(VcBuild &b, VcWorkspace &ws,
    * saves hashing level 0's rows a second time in workload A (clear,
    * insert, duplicate check: ~80 us; docs/perf-notes.md item 127). */
   s.hash_on_dup = vc_strided_direct(b.m) && !vc_cuda_state(h)->kmap_lean_off;
-  if (s.hash_on_dup) {
-    VC_CHECK(ws.get<unsigned long long>((int64_t)b.cap_in, &s.in_hash.keys,
-                                        "input coordinate hash"));
-    VC_CHECK(ws.get<int32_t>((int64_t)b.cap_in, &s.in_hash.vals,
-                             "input coordinate hash"));
-    s.in_hash.mask = b.cap_in - 1;
-    /* The attempt's first kernel: the status only (cap 0: no clearing). */
-    vc_hash_clear_kernel<<<1, 32, 0, vc_cuda_stream(h)>>>(
-        s.in_hash.keys, s.in_hash.vals, 0, d_st, NULL);
-    VC_CUDA_LAUNCH_CHECK(h, "vc_hash_clear_kernel");
-  } else {
-    /* The attempt's first kernel: it initialises the status too. */
-    VC_CHECK(vc_make_hash(ws, h, b.cap_in, &s.in_hash, "input coordinate hash",
-                          d_st));
-  }
+  VC_CHECK(vc_make_hash(ws, h, b.cap_in, &s.in_hash, "input coordinate hash",
+                        d_st, s.hash_on_dup));
   VC_CHECK(vc_pack_coords(h, b.in->data, n_in, s.in_keys, s.in_hash,
                           &d_st->bad_in_row, &d_st->overflow_in,
                           &d_st->fingerprint, !s.hash_on_dup));
