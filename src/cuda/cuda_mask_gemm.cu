@@ -495,215 +495,6 @@ size_t mg_workspace(const vc_conv_problem_t *p, const vc_algo_params_t *prm) {
   return wgrad_workspace(p, prm, MG_FAM_MMA);
 }
 
-/* Bit permutation of the row sort key: bit j of the key is offset perm[j]
- * of the neighbour bitmask (offsets >= 32 are left out: the order is only a
- * grouping heuristic, any order is correct). */
-struct RowKeyPerm {
-  int8_t perm[32];
-  int bits;
-};
-
-/* Sort key of a row: the Gray-code rank of its permuted neighbour bitmask.
- * The permutation puts the offsets a row has least often (corners, then
- * edges, then faces: larger |dx|+|dy|+|dz|) in the high bits, and the Gray
- * rank makes masks that differ in one bit sort next to each other. On
- * workload A level 0 this cuts tile x offset iterations of 64-row tiles by
- * 8% against sorting the raw mask (efficiency 0.621 -> 0.670 of the MMA
- * rows doing useful work, CPU analysis in docs/perf-notes.md). */
-__global__ void row_key_kernel(const int32_t *__restrict__ nbr,
-                               const uint32_t *__restrict__ row_mask, int n,
-                               int kvol, RowKeyPerm kp,
-                               unsigned *__restrict__ key,
-                               int32_t *__restrict__ idx) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n)
-    return;
-  unsigned m = 0;
-  if (row_mask) { /* the map's bitmask: one word instead of kvol entries */
-    const uint32_t w = row_mask[i];
-    for (int j = 0; j < kp.bits; j++)
-      m |= ((w >> kp.perm[j]) & 1u) << j;
-  } else {
-    for (int j = 0; j < kp.bits; j++)
-      m |= (nbr[(int64_t)i * kvol + kp.perm[j]] >= 0 ? 1u : 0u) << j;
-  }
-  m ^= m >> 1; /* inverse Gray code: prefix XOR from the top bit down */
-  m ^= m >> 2;
-  m ^= m >> 4;
-  m ^= m >> 8;
-  m ^= m >> 16;
-  key[i] = m;
-  idx[i] = i;
-}
-
-/* Offsets ordered by (|dx|+|dy|+|dz|, index): rarest last, in the key's
- * high bits. Data-independent, so the same for every map of a geometry. */
-RowKeyPerm row_key_perm(const voxconv_kmap_t *m) {
-  RowKeyPerm kp;
-  kp.bits = m->kvol < 32 ? m->kvol : 32;
-  int cls[32];
-  for (int k = 0; k < kp.bits; k++) {
-    cls[k] = abs(m->offsets[k][0]) + abs(m->offsets[k][1]) +
-             abs(m->offsets[k][2]);
-    kp.perm[k] = (int8_t)k;
-  }
-  for (int a = 1; a < kp.bits; a++) /* insertion sort, stable */
-    for (int b = a; b > 0 && cls[kp.perm[b - 1]] > cls[kp.perm[b]]; b--) {
-      const int8_t t = kp.perm[b];
-      kp.perm[b] = kp.perm[b - 1];
-      kp.perm[b - 1] = t;
-    }
-  return kp;
-}
-
-/* Lowest key bit the row sort looks at. The low bits hold the offsets
- * nearly every row has (centre, faces), which split few tiles, and each 8
- * bits dropped is one radix pass less (11-16 us on the H200, paid per map
- * and direction, forward and backward). A CPU analysis of workload A's
- * seven levels (docs/perf-notes.md, item 19) counted tile x offset
- * iterations against the full 27-bit key: 24 bits (3 passes) +1.4% at
- * level 0 and +0.3% at level 1, 16 bits (2 passes) +15% at level 0 but
- * +0.45% at level 3 (33,925 rows) and +0.0% below. So: 16 bits up to 64k
- * rows, 24 above; kernels with at most 16 offset bits sort all of them. */
-static int row_key_begin_bit(int bits, int n) {
-  if (bits <= 16)
-    return 0;
-  const int keep = n <= 65536 ? 16 : 24;
-  return bits > keep ? bits - keep : 0;
-}
-
-/* Whether dgrad on m may use the forward's row order. A submanifold map's
- * input and output rows are the same voxels, and with a point-symmetric
- * offset set (offsets[K-1-k] == -offsets[k]: every odd kernel size) row r's
- * dgrad neighbour mask is its forward mask mirrored (bit k <-> bit K-1-k).
- * Rows grouped by one mask are grouped by the other, so every 128-row tile
- * needs exactly as many offsets either way, and the backward's key pass and
- * 2-3 pass radix sort per map (host and GPU time in every training step;
- * docs/perf-notes.md item 103) buy nothing. The tile masks stay per
- * direction (built from the dgrad row masks over the shared order). The
- * order moves dgrad's rounding a little (which rows share a tile changes
- * how a tile's sums are grouped: at most an ulp here and there, within the
- * format bound test_mask_gemm checks); it is the forward's whichever pass
- * comes first, so a map's dgrad result does not depend on call order. */
-static bool dgrad_shares_forward_order(const voxconv_kmap_t *m) {
-  return m->desc.mode == VOXCONV_KMAP_SUBMANIFOLD && m->n_in == m->n_out &&
-         vc_kmap_offsets_symmetric(&m->desc);
-}
-
-/* Rows sorted (stably, so deterministically) by that key, cached on the
- * map: the map is logically const to callers but owns this cache, like the
- * rest of its derived tables. Costs one key pass and one radix sort the
- * first time a map is used by this algorithm (per direction, except where
- * dgrad shares the forward's: above; vc_kmap_free_buffers frees a shared
- * order once). */
-voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
-                                  bool dgrad, const int32_t **order) {
-  int32_t **slot = dgrad ? &m->row_order_in : &m->row_order_out;
-  if (*slot) {
-    *order = *slot;
-    return VOXCONV_STATUS_SUCCESS;
-  }
-  if (dgrad && dgrad_shares_forward_order(m)) {
-    VC_CHECK(ensure_row_order(h, m, false, order));
-    *slot = (int32_t *)*order;
-    return VOXCONV_STATUS_SUCCESS;
-  }
-  const int n = (int)(dgrad ? m->n_in : m->n_out);
-  const int32_t *nbr = dgrad ? m->nbr_in : m->nbr_out;
-  VcWorkspace ws(h);
-  unsigned *key = NULL, *key_sorted = NULL;
-  int32_t *idx = NULL, *res = NULL;
-  VC_CHECK(ws.get<unsigned>(n, &key, "mask_gemm row keys"));
-  VC_CHECK(ws.get<unsigned>(n, &key_sorted, "mask_gemm sorted keys"));
-  VC_CHECK(ws.get<int32_t>(n, &idx, "mask_gemm row index"));
-  VC_CHECK(ws.get<int32_t>(n, &res, "mask_gemm row order"));
-  if (n > 0) {
-    const RowKeyPerm kp = row_key_perm(m);
-    row_key_kernel<<<vc_grid_1d(n, 256, INT32_MAX), 256, 0,
-                     vc_cuda_stream(h)>>>(
-        nbr, dgrad ? m->row_mask_in : m->row_mask_out, n, m->kvol, kp, key,
-        idx);
-    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm row_key_kernel");
-    const int end_bit = kp.bits;
-    const int begin_bit = row_key_begin_bit(kp.bits, n);
-    size_t temp_bytes = 0;
-    VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
-                       NULL, temp_bytes, key, key_sorted, idx, res, n,
-                       begin_bit, end_bit, vc_cuda_stream(h)));
-    unsigned char *temp = NULL;
-    VC_CHECK(ws.get<unsigned char>((int64_t)temp_bytes, &temp,
-                                   "mask_gemm sort scratch"));
-    VC_CUDA_TRY(h, cub::DeviceRadixSort::SortPairs(
-                       temp, temp_bytes, key, key_sorted, idx, res, n,
-                       begin_bit, end_bit, vc_cuda_stream(h)));
-  }
-  ws.release(res);
-  *slot = res;
-  *order = res;
-  return VOXCONV_STATUS_SUCCESS;
-}
-
-/* Bit k of mask[t]: a row of tile t (rows order[VC_MG_MASK_TILE_ROWS * t
- * ..]) has a neighbour at offset k (kvol <= 32). One block per tile, one
- * row per thread, OR-reduced per warp then across the warps. */
-__global__ void tile_mask_kernel(const int32_t *__restrict__ nbr,
-                                 const uint32_t *__restrict__ row_mask,
-                                 const int32_t *__restrict__ order, int n,
-                                 int kvol, unsigned *__restrict__ mask) {
-  constexpr int WARPS = VC_MG_MASK_TILE_ROWS / 32;
-  __shared__ unsigned part[WARPS];
-  const int r = blockIdx.x * VC_MG_MASK_TILE_ROWS + threadIdx.x;
-  unsigned m = 0u;
-  if (r < n) {
-    const int64_t row = order[r];
-    if (row_mask) {
-      m = row_mask[row];
-    } else {
-      for (int k = 0; k < kvol; k++)
-        m |= (nbr[row * kvol + k] >= 0 ? 1u : 0u) << k;
-    }
-  }
-  m = __reduce_or_sync(0xffffffffu, m);
-  if ((threadIdx.x & 31) == 0)
-    part[threadIdx.x >> 5] = m;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned all = 0u;
-    for (int w = 0; w < WARPS; w++)
-      all |= part[w];
-    mask[blockIdx.x] = all;
-  }
-}
-
-/* The 128-row tile masks of the sorted order, cached on the map beside
- * it (the kernels' per-tile scan of 128 x kvol neighbour entries, two
- * barriers and a serial list build become one word read). */
-voxconv_status_t ensure_tile_masks(voxconv_handle_t *h, voxconv_kmap_t *m,
-                                   bool dgrad, const int32_t *order,
-                                   const unsigned **out) {
-  uint32_t **slot = dgrad ? &m->tile_mask_in : &m->tile_mask_out;
-  if (!*slot) {
-    const int n = (int)(dgrad ? m->n_in : m->n_out);
-    const int tiles = (int)vc_ceil_div<int64_t>(n, VC_MG_MASK_TILE_ROWS);
-    VcWorkspace ws(h); /* frees the masks on a failed launch */
-    uint32_t *mask = NULL;
-    VC_CHECK(ws.get<uint32_t>(tiles > 0 ? tiles : 1, &mask,
-                              "mask_gemm tile masks"));
-    if (tiles > 0) {
-      tile_mask_kernel<<<tiles, VC_MG_MASK_TILE_ROWS, 0,
-                         vc_cuda_stream(h)>>>(
-          dgrad ? m->nbr_in : m->nbr_out,
-          dgrad ? m->row_mask_in : m->row_mask_out, order, n, m->kvol, mask);
-      VC_CUDA_LAUNCH_CHECK(h, "mask_gemm tile_mask_kernel");
-    }
-    ws.release(mask);
-    *slot = mask;
-  }
-  *out = *slot;
-  return VOXCONV_STATUS_SUCCESS;
-}
-
-
 /* Forward with cin <= 8 (padded to 8) on the whole-row im2col kernel;
  * blocks loop over row tiles, two per SM (91.6 KB each). */
 template <typename T>
@@ -846,10 +637,10 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   a.row_mask = m->kvol <= 32 ? (dgrad ? m->row_mask_in : m->row_mask_out)
                              : NULL;
   if (prm->v[2] == 1) {
-    VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, &a.order));
-    if (m->kvol <= 32 && family != MG_FAM_IM2COL) /* im2col: every offset */
-      VC_CHECK(ensure_tile_masks(h, (voxconv_kmap_t *)m, dgrad, a.order,
-                                 &a.tile_mask));
+    if (family == MG_FAM_IM2COL) /* im2col: every offset, no tile masks */
+      VC_CHECK(row_order(h, m, dgrad, &a.order));
+    else
+      VC_CHECK(sorted_rows(h, m, dgrad, &a.order, &a.tile_mask));
   }
   a.out = p->c;
   a.n_dst = (int)(dgrad ? m->n_in : m->n_out);
@@ -1075,18 +866,6 @@ extern "C" const vc_algo_t vc_algo_cuda_mask_gemm_im2col = {
     NULL, /* no scratch */
     ic_run,
     ic_params_supported};
-
-voxconv_status_t vc_mask_gemm::sorted_rows(voxconv_handle_t *h,
-                                           const voxconv_kmap_t *m, bool dgrad,
-                                           const int32_t **order,
-                                           const unsigned **tile_mask) {
-  *tile_mask = NULL;
-  VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, order));
-  if (m->kvol <= 32)
-    VC_CHECK(ensure_tile_masks(h, (voxconv_kmap_t *)m, dgrad, *order,
-                               tile_mask));
-  return VOXCONV_STATUS_SUCCESS;
-}
 
 /* ---- kernel table for `voxconv info --kernels` -------------------------- */
 namespace {

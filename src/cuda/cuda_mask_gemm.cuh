@@ -929,11 +929,13 @@ __global__ void transpose_w_kernel(const T *__restrict__ w, T *__restrict__ wt,
   }
 }
 
-/* The rows of m sorted by neighbour bitmask (cached on the map, as the
- * f16 kernels' row_order 1 uses them) and, for kvol <= 32, the 128-row
- * tile masks of that order (else NULL). For other kernel families over
- * the same tables (the int8 forward, cuda_int8.cu); defined in
- * cuda_mask_gemm.cu. */
+/* The rows of m sorted by neighbour bitmask, for dgrad over the input
+ * side's table (cached on the map: the f16 kernels' row_order 1 and the
+ * int8 forward use them). row_order gives the order alone (the im2col
+ * family, which runs every offset), sorted_rows also the 128-row tile
+ * masks of that order for kvol <= 32 (else NULL). cuda_row_order.cu. */
+voxconv_status_t row_order(voxconv_handle_t *h, const voxconv_kmap_t *m,
+                           bool dgrad, const int32_t **order);
 voxconv_status_t sorted_rows(voxconv_handle_t *h, const voxconv_kmap_t *m,
                              bool dgrad, const int32_t **order,
                              const unsigned **tile_mask);

@@ -176,6 +176,16 @@ voxconv_status_t vc_cuda_count_diff(voxconv_handle_t *h, const void *a,
                                     const void *b, int64_t bytes,
                                     int64_t *n_diff);
 
+/* The cached row order of kmap's output side (dgrad = 1: input side) that
+ * the tensor-core convolutions tile over, made if absent, and with
+ * want_masks the 128-row tile masks of that order (*tile_mask NULL for
+ * kvol > 32 or without want_masks); queued on h's stream
+ * (cuda_row_order.cu). For tests. */
+voxconv_status_t vc_cuda_row_order(voxconv_handle_t *h,
+                                   const voxconv_kmap_t *kmap, int dgrad,
+                                   int want_masks, const int32_t **order,
+                                   const uint32_t **tile_mask);
+
 /* Registered CUDA algorithms (see vc_algo.h for the record type). The
  * registry in src/ops/algo.c lists them when VOXCONV_HAVE_CUDA is set. */
 
