@@ -119,9 +119,11 @@
  *  VOXCONV_KMAP_LEAN         tests and benchmarks: 0 builds CUDA maps the
  *                            longer way (multi-block scans and sorts on
  *                            small inputs; a STRIDED build with kernel =
- *                            stride hashes its input up front instead of
- *                            only on a duplicate row); the maps and errors
- *                            are the same
+ *                            stride hashes its input up front instead of,
+ *                            from 65,536 rows, only on a duplicate row; the
+ *                            row order of a map of at most 8,192 rows by
+ *                            CUB instead of one block); the maps, orders
+ *                            and errors are the same
  *  VOXCONV_CUDA_SMEM_LIMIT   testing only: shared memory per block a CUDA
  *                            handle assumes the GPU allows, in bytes
  *                            ("101376") or KiB ("99K", sm_86's limit); only

@@ -693,11 +693,11 @@ static void error_cases(void) {
   memcpy(bad + 4 * 10, bad + 4 * 2500, 16);
   run_case("duplicate (subm)", &ds, bad, n, 1, NULL, 0, 0, g_gpu, 0, 0);
   run_case("duplicate (strided)", &dst, bad, n, 1, NULL, 0, 0, g_gpu, 0, 0);
-  /* A kernel = stride build finds duplicates through its table writes and
-   * hashes its input only then (cuda_kmap.cu, vc_hash_on_dup): the same
-   * verdict deferred, for a row repeated three times (the lowest later
-   * row is named whichever of them wrote the table first), and with the
-   * input hashed up front (VOXCONV_KMAP_LEAN=0 in small_step_cases). */
+  /* The same verdict deferred, and for a row repeated three times. A
+   * kernel = stride build of this size hashes its input up front; from
+   * 65,536 rows it finds duplicates through its table writes and hashes
+   * its input only then (cuda_kmap.cu, vc_hash_on_dup): small_step_cases
+   * runs these cases at that limit. */
   deferred_error_case("duplicate (strided, deferred)", &dst, bad, n);
   memcpy(bad + 4 * 1700, bad + 4 * 13, 16);
   memcpy(bad + 4 * 60, bad + 4 * 13, 16);
@@ -1239,6 +1239,25 @@ static void small_step_cases(const voxconv_handle_desc_t *dg) {
     snprintf(label, sizeof label, "one-block scan limit n=%lld", (long long)n);
     run_case(label, &d, c, n, 1, NULL, 0, 0, g_gpu, 0, 0);
   }
+  /* A kernel = stride build hashes its input only on a duplicate from
+   * 65,536 rows, up front below: on both sides, a row twice and then three
+   * times (the lowest later row is named whichever copy wrote the table
+   * first), synchronous and deferred, the CPU's verdict and words. */
+  const voxconv_kmap_desc_t dst = make_desc(VOXCONV_KMAP_STRIDED, 2, 2, 2, 2, 1);
+  int32_t *bad = (int32_t *)xmalloc((size_t)65536 * 16);
+  for (int64_t n = 65535; n <= 65536 && n <= n_all; n++) {
+    memcpy(bad, c, (size_t)n * 16);
+    memcpy(bad + 4 * (n - 7), bad + 4 * (n / 3), 16);
+    char label[96];
+    snprintf(label, sizeof label, "duplicate (strided, n=%lld)", (long long)n);
+    run_case(label, &dst, bad, n, 1, NULL, 0, 0, g_gpu, 0, 0);
+    deferred_error_case(label, &dst, bad, n);
+    memcpy(bad + 4 * (n / 2), bad + 4 * (n / 3), 16);
+    snprintf(label, sizeof label, "duplicate x3 (strided, n=%lld)", (long long)n);
+    run_case(label, &dst, bad, n, 1, NULL, 0, 0, g_gpu, 0, 0);
+    deferred_error_case(label, &dst, bad, n);
+  }
+  free(bad);
   free(c);
   setenv("VOXCONV_KMAP_LEAN", "0", 1);
   voxconv_handle_t *multi = NULL;
@@ -1252,10 +1271,9 @@ static void small_step_cases(const voxconv_handle_desc_t *dg) {
   int32_t *s = vc_random_coords(g_quick ? 300 : 2000, 8, &n);
   shuffle_rows(s, n);
   all_modes("multi-block steps", s, n, multi, 0, 0);
-  /* The up-front input hash of a kernel = stride build finds the same
-   * duplicate as the table writes (error_cases). */
+  /* The up-front input hash of a kernel = stride build (here at every
+   * size) finds the same duplicate as the table writes. */
   memcpy(s + 4 * (n / 2), s + 4 * 3, 16);
-  const voxconv_kmap_desc_t dst = make_desc(VOXCONV_KMAP_STRIDED, 2, 2, 2, 2, 1);
   run_case("duplicate (strided, input hashed up front)", &dst, s, n, 1, NULL, 0,
            0, multi, 0, 0);
   free(s);

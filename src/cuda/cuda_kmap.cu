@@ -12,10 +12,11 @@
  *      deterministic), insert into a GPU hash (cuda_hash.cuh).
  *   2. duplicate pass: a row whose key maps to a lower row is a repeat; the
  *      lowest such row is reported, as the CPU does. STRIDED builds with
- *      kernel = stride (direct tables, step 4) skip steps 1's insert and 2:
- *      two equal rows claim the same table slot there, and only then are
- *      the inputs hashed and checked, so the report names the same rows
- *      (vc_hash_on_dup; docs/perf-notes.md item 127).
+ *      kernel = stride (direct tables, step 4) of at least 65,536 rows skip
+ *      steps 1's insert and 2: two equal rows claim the same table slot
+ *      there, and only then are the inputs hashed and checked, so the
+ *      report names the same rows (vc_hash_on_dup; docs/perf-notes.md
+ *      items 127-128).
  *   3. outputs: SUBMANIFOLD = inputs; TRANSPOSED = the caller's (packed,
  *      checked and hashed like the inputs); STRIDED = CUB radix sort +
  *      unique of floor(c/s); GENERATIVE = sort + unique of s*c + off_k;
@@ -118,6 +119,9 @@ extern "C" void vc_cuda_kmap_free_priv(voxconv_handle_t *h,
 
 /* ---- host side ------------------------------------------------------------ */
 static const int kBlock = 256;
+/* Input rows from which a direct STRIDED build hashes its input only on a
+ * duplicate (vc_input_side). */
+static const int64_t VC_HASH_ON_DUP_MIN = 65536;
 
 static unsigned vc_grid_rows(voxconv_handle_t *h, int64_t n) {
   /* Grid-stride kernels: enough blocks to fill the GPU several times. */
@@ -984,8 +988,12 @@ static voxconv_status_t vc_input_side(VcBuild &b, VcWorkspace &ws,
    * table slot, which vc_strided_direct_kernel notices (dup_hint), and
    * only then is the input hashed to name the rows (vc_neighbours). That
    * saves hashing level 0's rows a second time in workload A (clear,
-   * insert, duplicate check: ~80 us; docs/perf-notes.md item 127). */
-  s.hash_on_dup = vc_strided_direct(b.m) && !vc_cuda_state(h)->kmap_lean_off;
+   * insert, duplicate check: ~80 us; docs/perf-notes.md item 127). On
+   * fewer rows that work is a few microseconds, less than the two launches
+   * the lean path adds (a status launch, and three kernels queued for the
+   * error path against the up-front hash's clear and check; item 128). */
+  s.hash_on_dup = vc_strided_direct(b.m) && n_in >= VC_HASH_ON_DUP_MIN &&
+                  !vc_cuda_state(h)->kmap_lean_off;
   VC_CHECK(vc_make_hash(ws, h, b.cap_in, &s.in_hash, "input coordinate hash",
                         d_st, s.hash_on_dup));
   VC_CHECK(vc_pack_coords(h, b.in->data, n_in, s.in_keys, s.in_hash,

@@ -53,7 +53,8 @@ typedef struct vc_cuda_state {
    * at handle creation; see cuda_kmap.cu). 0 = the normal sizing. */
   int hash_debug_tiny;
   /* VOXCONV_KMAP_LEAN=0: the map builder's longer paths (no one-block
-   * steps, direct STRIDED inputs hashed up front; cuda_kmap.cu) */
+   * steps, direct STRIDED inputs hashed up front; cuda_kmap.cu) and the
+   * CUB row order at every size (cuda_row_order.cu) */
   int kmap_lean_off;
   /* 1 = SUBMANIFOLD map builds wait for their own verdict instead of
    * completing asynchronously (VOXCONV_KMAP_SYNC, read at handle creation;
