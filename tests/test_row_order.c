@@ -14,7 +14,7 @@
  * Both ways the library makes them are checked, bit for bit: the one-block
  * kernel (maps of at most 8,192 rows, the default) and the key kernel + CUB
  * sort + mask kernel (every size; VOXCONV_KMAP_LEAN=0 forces it), on maps
- * of 1 to 70,000 rows -- both sides of 8,192 and of 65,536 --, for
+ * of 1 to 65,537 rows -- both sides of 512, 2,048, 8,192 and 65,536 --, for
  * submanifold 3^3 (dgrad shares the forward's order), 2^3 (each direction
  * its own), 5^3 (kvol 125: 32 key bits, no masks) and strided 2^3 maps
  * (n_in != n_out), with the order asked for alone and its masks later, and
@@ -273,8 +273,10 @@ int main(void) {
   unsetenv("VOXCONV_KMAP_LEAN");
   VC_REQUIRE_OK(NULL, st);
 
-  static const int64_t sizes[] = {1, 2, 300, 5000, 8191, 8192, 8193, 20000,
-                                  65536, 65537};
+  /* the one-block kernel's three block sizes end at 512, 2,048 and 8,192
+   * rows; the key's low bits are dropped above 65,536 */
+  static const int64_t sizes[] = {1,    2,    300,  512,  513,   2048,  2049,
+                                  5000, 8191, 8192, 8193, 20000, 65536, 65537};
   for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
     const int64_t n = sizes[i];
     int32_t *c = exact_coords(n);

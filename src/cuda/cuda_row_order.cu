@@ -150,21 +150,21 @@ static_assert(VC_MG_MASK_TILE_ROWS % VC_ROW_SMALL_ITEMS == 0 &&
               "a tile's rows are held by the lanes of one warp");
 
 /* What row_key_kernel, the CUB sort and tile_mask_kernel do, for n <=
- * VC_ROW_SMALL_MAX rows, in one block. Both sorts are stable radix sorts
- * of (key bits [begin_bit, begin_bit + key_bits), row) pairs, so the order
- * is the same. Blocked arrangement (thread t holds ranks 8t .. 8t+7): the
+ * THREADS x VC_ROW_SMALL_ITEMS rows, in one block. Both sorts are stable
+ * radix sorts of (key bits [begin_bit, begin_bit + key_bits), row) pairs,
+ * so the order is the same. Blocked arrangement (thread t holds ranks 8t .. 8t+7): the
  * input order is the row order, which stability keeps among equal keys,
  * and the 16 lanes of a 128-row tile OR their rows' masks by shuffles.
  * Padding (ranks >= n) has the largest key and the last positions, so it
  * stays behind every row. tile_mask may be NULL (kvol > 32: no masks). */
-__global__ void __launch_bounds__(VC_ROW_SMALL_THREADS)
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS)
     small_row_order_kernel(const int32_t *__restrict__ nbr,
                            const uint32_t *__restrict__ row_mask, int n,
                            int kvol, RowKeyPerm kp, int begin_bit, int key_bits,
                            int32_t *__restrict__ order,
                            unsigned *__restrict__ tile_mask) {
-  typedef cub::BlockRadixSort<uint32_t, VC_ROW_SMALL_THREADS, VC_ROW_SMALL_ITEMS,
-                              int32_t>
+  typedef cub::BlockRadixSort<uint32_t, THREADS, VC_ROW_SMALL_ITEMS, int32_t>
       Sort;
   __shared__ typename Sort::TempStorage tmp;
   const int p0 = threadIdx.x * VC_ROW_SMALL_ITEMS;
@@ -239,9 +239,24 @@ voxconv_status_t small_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
     VC_CHECK(ws.get<uint32_t>(mask_tiles(n), &mask, "mask_gemm tile masks"));
   const RowKeyPerm kp = row_key_perm(m);
   const int begin_bit = row_key_begin_bit(kp.bits, n);
-  small_row_order_kernel<<<1, VC_ROW_SMALL_THREADS, 0, vc_cuda_stream(h)>>>(
-      dgrad ? m->nbr_in : m->nbr_out, dgrad ? m->row_mask_in : m->row_mask_out,
-      n, m->kvol, kp, begin_bit, kp.bits - begin_bit, order, mask);
+  /* The smallest block that holds n: padding costs as much to sort as
+   * rows (one 1,024-thread size took 16 us of GPU time for 301 rows, the
+   * CUB path 12; docs/perf-notes.md item 128). */
+  const int32_t *nbr = dgrad ? m->nbr_in : m->nbr_out;
+  const uint32_t *rmask = dgrad ? m->row_mask_in : m->row_mask_out;
+  const int key_bits = kp.bits - begin_bit;
+  const cudaStream_t stream = vc_cuda_stream(h);
+  if (n <= 64 * VC_ROW_SMALL_ITEMS)
+    small_row_order_kernel<64><<<1, 64, 0, stream>>>(
+        nbr, rmask, n, m->kvol, kp, begin_bit, key_bits, order, mask);
+  else if (n <= 256 * VC_ROW_SMALL_ITEMS)
+    small_row_order_kernel<256><<<1, 256, 0, stream>>>(
+        nbr, rmask, n, m->kvol, kp, begin_bit, key_bits, order, mask);
+  else
+    small_row_order_kernel<VC_ROW_SMALL_THREADS>
+        <<<1, VC_ROW_SMALL_THREADS, 0, stream>>>(nbr, rmask, n, m->kvol, kp,
+                                                 begin_bit, key_bits, order,
+                                                 mask);
   VC_CUDA_LAUNCH_CHECK(h, "mask_gemm small_row_order_kernel");
   ws.release(order);
   ws.release(mask);
