@@ -11,8 +11,9 @@
  * maps of at most VC_ROW_SMALL_MAX rows. On those (workload A's deep
  * levels) the first way's cost was its ~13 runtime calls -- workspace
  * allocations and frees, CUB's size query, three launches -- at 3-6 us of
- * the issuing thread each on the lent hosts, ~50 us of latency on a
- * level's first convolution (docs/perf-notes.md item 128).
+ * the issuing thread each on the lent hosts: the one block took 15-38 us
+ * off a level's first convolution, with as little GPU time or less
+ * (docs/perf-notes.md item 128).
  * VOXCONV_KMAP_LEAN=0 keeps the first way at every size (tests, A/B). */
 #include "cuda_mask_gemm.cuh"
 #include "vc_cuda.h"
