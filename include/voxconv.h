@@ -894,8 +894,9 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  * and benchmark knob, read on every call, nothing measured); else the
  * int8 tuner's: the first call of a configuration (map sizes, mode and
  * stride, cin, cout, the output dtype, the device) runs every tile this
- * GPU can run (tile 18 only on first layers), checks that each gives the reference tile's bits (a tile
- * that does not is disqualified with a warning naming it), times the
+ * GPU can run (tile 18 only on first layers), checks that each gives the
+ * reference tile's bits (a tile that does not is disqualified with a
+ * warning naming it), times the
  * others (VOXCONV_AUTOTUNE_WARMUP, VOXCONV_AUTOTUNE_RUNS as for the float
  * tuner; one line on stderr unless VOXCONV_AUTOTUNE_LOG=0), records the
  * ranking in the tuning cache under its own namespace
