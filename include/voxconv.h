@@ -122,8 +122,9 @@
  *                            stride hashes its input up front instead of,
  *                            from 65,536 rows, only on a duplicate row; the
  *                            row order of a map of at most 8,192 rows by
- *                            CUB instead of one block); the maps, orders
- *                            and errors are the same
+ *                            CUB instead of one block; the pair lists
+ *                            written by the build, not on first need); the
+ *                            maps, orders and errors are the same
  *  VOXCONV_CUDA_SMEM_LIMIT   testing only: shared memory per block a CUDA
  *                            handle assumes the GPU allows, in bytes
  *                            ("101376") or KiB ("99K", sm_86's limit); only
@@ -520,10 +521,22 @@ typedef struct voxconv_kmap_info {
  *    host needs no result): the build only queues work on the handle's
  *    stream and can be captured into a CUDA graph. What the GPU finds out
  *    -- the pair counts and whether the coordinates are valid -- arrives
- *    later: the map is "pending" until then. Its in_rows / out_rows have
- *    room for every possible pair (8 * kvol * n_in bytes, the bound spconv
- *    uses too), since their exact length is known only on the device.
- *    A pending map is usable at once by every op. Bad coordinates (out of
+ *    later: the map is "pending" until then. Its pair lists, if written
+ *    while it is pending (below), have room for every possible pair (8 *
+ *    kvol * n_in bytes, the bound spconv uses too), since their exact
+ *    length is known only on the device.
+ *    A pending map is usable at once by every op.
+ *  - Pair lists (in_rows / out_rows, voxconv_kmap_get_pairs) of CUDA maps
+ *    are written the first time something needs them -- weight gradients,
+ *    depthwise convolutions, explicit_gemm, voxconv_kmap_get_pairs --
+ *    on the stream of the handle that asks, not by the build: inference
+ *    (the tensor-core and int8 forward, dgrad, pooling read the neighbour
+ *    tables) never pays their memory or time. Other streams' users of the
+ *    lists wait for that write on the GPU. A first need inside a CUDA
+ *    graph capture of a map built before the capture is UNSUPPORTED (the
+ *    lists would exist only in the graph's replays): call
+ *    voxconv_kmap_get_pairs(h, map, NULL, NULL, NULL) before capturing, or
+ *    run a weight gradient on the map once eagerly. Bad coordinates (out of
  *    range, duplicates) are reported by the first call on the map made
  *    after the GPU has finished the build (any op or voxconv_kmap_wait
  *    returns the build's status, its message prefixed by the call's name),
@@ -693,7 +706,9 @@ VOXCONV_API voxconv_status_t voxconv_kmap_out_coords(const voxconv_kmap_t *kmap,
                                                      const int32_t **coords);
 /* Copies the pairs: offsets (HOST memory, kernel_volume+1 entries, CSR
  * style), in_rows and out_rows (backend memory, n_pairs each). Any pointer
- * may be NULL to skip it. */
+ * may be NULL to skip it. On CUDA it first writes the map's pair lists if
+ * nothing has needed them yet (see Synchronisation above): with all three
+ * NULL it does only that. Waits for a pending map (voxconv_kmap_wait). */
 VOXCONV_API voxconv_status_t voxconv_kmap_get_pairs(voxconv_handle_t *h,
                                                     const voxconv_kmap_t *kmap,
                                                     int64_t *offsets,

@@ -16,7 +16,15 @@
  *     the map equals the synchronous build's (count, output coordinates,
  *     pairs) and so do pooling and conv forward / dgrad on it, bit for bit;
  *     an op on a map not yet complete waits for it; its inverse works; bad
- *     coordinates come back from the wait; a capture refuses the build.
+ *     coordinates come back from the wait; a capture refuses the build;
+ *  6. pair lists written on first need (cuda_kmap.cu step 6): a map built
+ *     and used (forward, dgrad) before a capture has none yet, so a wgrad
+ *     inside the capture is refused with words that say what to do, and
+ *     after voxconv_kmap_get_pairs(h, m, NULL, NULL, NULL) the same
+ *     capture works and replays the eager bits; with VOXCONV_KMAP_LEAN=0
+ *     the build writes them and the capture works at once; a second
+ *     stream's first wgrad writes them behind a 300 ms hold and a third
+ *     stream's wgrad, issued right after, waits for that write.
  * Needs a GPU (exit 77 = skipped without one). */
 #include "gpu_test_util.h"
 
@@ -173,6 +181,174 @@ static void test_graph(problem_t *P, const outputs_t *eager) {
   CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+/* Captures forward, dgrad and wgrad of m on P's stream. Returns the
+ * passes' status; on success *exec is the instantiated graph (else NULL). */
+static voxconv_status_t capture_passes(problem_t *P, const voxconv_kmap_t *m,
+                                       cudaGraphExec_t *exec) {
+  *exec = NULL;
+  if (cudaStreamSynchronize(P->stream) != cudaSuccess ||
+      cudaStreamBeginCapture(P->stream, cudaStreamCaptureModeGlobal) !=
+          cudaSuccess) {
+    VC_EXPECT(0, "could not begin a capture");
+    return VOXCONV_STATUS_CUDA_ERROR;
+  }
+  const voxconv_status_t sp = passes(P, m);
+  cudaGraph_t graph = NULL;
+  const cudaError_t ec = cudaStreamEndCapture(P->stream, &graph);
+  VC_EXPECT(ec == cudaSuccess && graph, "cudaStreamEndCapture: %s",
+            cudaGetErrorString(ec));
+  if (sp == VOXCONV_STATUS_SUCCESS && graph)
+    VC_EXPECT(cudaGraphInstantiate(exec, graph, 0) == cudaSuccess,
+              "cudaGraphInstantiate");
+  if (graph)
+    cudaGraphDestroy(graph);
+  return sp;
+}
+
+/* Replays exec once into poisoned outputs; they must be the eager ones. */
+static void replay_matches(problem_t *P, cudaGraphExec_t exec,
+                           const outputs_t *eager, const char *what) {
+  if (!exec)
+    return;
+  poison_outputs(P);
+  CUDA_OK_VOID(cudaGraphLaunch(exec, P->stream));
+  outputs_t o;
+  read_outputs(P, &o);
+  expect_same(what, P, &o, eager);
+  free_outputs(&o);
+  cudaGraphExecDestroy(exec);
+}
+
+/* An eagerly built, complete map, used eagerly by forward and dgrad (their
+ * row orders are made outside any capture). */
+static voxconv_kmap_t *eager_map(problem_t *P) {
+  voxconv_kmap_t *m = NULL;
+  const voxconv_feats_t x = {P->x, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_feats_t y = {P->y, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_feats_t dy = {P->dy, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_feats_t dx = {P->dx, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_weights_t w = {P->w, KV, C, C, VOXCONV_DTYPE_F16};
+  VC_EXPECT(build(P, &m) == VOXCONV_STATUS_SUCCESS &&
+                voxconv_kmap_wait(P->h, m) == VOXCONV_STATUS_SUCCESS &&
+                voxconv_conv_forward(P->h, m, &x, &w, &y, &P->opt) ==
+                    VOXCONV_STATUS_SUCCESS &&
+                voxconv_conv_dgrad(P->h, m, &dy, &w, &dx, &P->opt) ==
+                    VOXCONV_STATUS_SUCCESS,
+            "eager map, forward and dgrad: %s", voxconv_get_last_error(P->h));
+  return m;
+}
+
+/* 6c: handle b's first wgrad on m writes the pair lists behind a hold of
+ * its stream; handle c's wgrad (another stream, issued at once) must wait
+ * for them. Fresh handles have fresh memory pools, so lists read before
+ * they are written are not a previous map's: c's dW would differ from b's
+ * (both deterministic, one algorithm). */
+static void test_pairs_other_stream(problem_t *P) {
+  cudaStream_t sb = NULL, sc = NULL;
+  voxconv_handle_t *hb = NULL, *hc = NULL;
+  CUDA_OK_VOID(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
+  CUDA_OK_VOID(cudaStreamCreateWithFlags(&sc, cudaStreamNonBlocking));
+  voxconv_handle_desc_t d = {VOXCONV_BACKEND_CUDA, 0, sb, NULL, 0, 1};
+  VC_REQUIRE_VOID(voxconv_create(&hb, &d) == VOXCONV_STATUS_SUCCESS, "hb");
+  d.stream = sc;
+  VC_REQUIRE_VOID(voxconv_create(&hc, &d) == VOXCONV_STATUS_SUCCESS, "hc");
+  const size_t wbytes = (size_t)KV * C * C * 2;
+  uint16_t *dwb = (uint16_t *)dev_alloc(wbytes);
+  uint16_t *dwc = (uint16_t *)dev_alloc(wbytes);
+  voxconv_conv_options_t opt = P->opt;
+  opt.bwd_algo = "mask_gemm";
+  const voxconv_feats_t x = {P->x, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_feats_t dy = {P->dy, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_weights_t wb = {dwb, KV, C, C, VOXCONV_DTYPE_F16};
+  const voxconv_weights_t wc = {dwc, KV, C, C, VOXCONV_DTYPE_F16};
+  /* Round 0 settles both handles' tuning on another map, kept to the end
+   * so that round 1's lists cannot land in its lists' freed blocks. */
+  voxconv_kmap_t *maps[2] = {NULL, NULL};
+  for (int round = 0; round < 2; round++) {
+    voxconv_kmap_t *m = NULL;
+    VC_REQUIRE_VOID(build(P, &m) == VOXCONV_STATUS_SUCCESS &&
+                        voxconv_kmap_wait(P->h, m) == VOXCONV_STATUS_SUCCESS,
+                    "build: %s", voxconv_get_last_error(P->h));
+    CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+    cudaMemsetAsync(dwc, 0xFF, wbytes, sc);
+    const double t0 = now_ms();
+    if (round == 1)
+      CUDA_OK_VOID(cudaLaunchHostFunc(sb, hold_stream, NULL));
+    const voxconv_status_t s1 = voxconv_conv_wgrad(hb, m, &x, &dy, &wb, &opt);
+    const voxconv_status_t s2 = voxconv_conv_wgrad(hc, m, &x, &dy, &wc, &opt);
+    const double t1 = now_ms();
+    VC_EXPECT(s1 == VOXCONV_STATUS_SUCCESS && s2 == VOXCONV_STATUS_SUCCESS,
+              "wgrad on two streams: %s / %s", voxconv_get_last_error(hb),
+              voxconv_get_last_error(hc));
+    if (round == 1)
+      VC_EXPECT(t1 - t0 < 150.0,
+                "two wgrads took %.1f ms of host time behind a 300 ms hold: "
+                "something waited for the GPU",
+                t1 - t0);
+    cudaStreamSynchronize(sb);
+    cudaStreamSynchronize(sc);
+    if (round == 1) {
+      uint16_t *hb16 = (uint16_t *)malloc(wbytes);
+      uint16_t *hc16 = (uint16_t *)malloc(wbytes);
+      cudaMemcpy(hb16, dwb, wbytes, cudaMemcpyDeviceToHost);
+      cudaMemcpy(hc16, dwc, wbytes, cudaMemcpyDeviceToHost);
+      expect_same_u16("lazy pairs: dW on a third stream vs the writer's", hc16,
+                      hb16, (int64_t)KV * C * C);
+      free(hb16), free(hc16);
+    }
+    maps[round] = m;
+  }
+  voxconv_kmap_destroy(P->h, maps[0]);
+  voxconv_kmap_destroy(P->h, maps[1]);
+  CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+  cudaFree(dwb), cudaFree(dwc);
+  voxconv_destroy(hb), voxconv_destroy(hc);
+  cudaStreamDestroy(sb), cudaStreamDestroy(sc);
+}
+
+/* 6: pair lists on first need. */
+static void test_lazy_pairs(problem_t *P, const outputs_t *eager) {
+  cudaGraphExec_t exec = NULL;
+  voxconv_kmap_t *m = eager_map(P);
+  voxconv_status_t st = capture_passes(P, m, &exec);
+  VC_EXPECT(st == VOXCONV_STATUS_UNSUPPORTED &&
+                strstr(voxconv_get_last_error(P->h), "written on first need") &&
+                strstr(voxconv_get_last_error(P->h), "voxconv_kmap_get_pairs"),
+            "wgrad inside a capture on a map built before it, lists not yet "
+            "written: %s (%s), want UNSUPPORTED naming the remedy",
+            voxconv_status_string(st), voxconv_get_last_error(P->h));
+  if (exec)
+    cudaGraphExecDestroy(exec);
+  VC_EXPECT(voxconv_kmap_get_pairs(P->h, m, NULL, NULL, NULL) ==
+                VOXCONV_STATUS_SUCCESS,
+            "get_pairs(NULL, NULL, NULL): %s", voxconv_get_last_error(P->h));
+  st = capture_passes(P, m, &exec);
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS,
+            "capture after get_pairs: %s (%s)", voxconv_status_string(st),
+            voxconv_get_last_error(P->h));
+  replay_matches(P, exec, eager, "lists written before the capture");
+  voxconv_kmap_destroy(P->h, m);
+
+  /* VOXCONV_KMAP_LEAN=0 (read at handle creation): the build writes them. */
+  setenv("VOXCONV_KMAP_LEAN", "0", 1);
+  voxconv_handle_t *keep = P->h, *lean_off = NULL;
+  voxconv_handle_desc_t d = {VOXCONV_BACKEND_CUDA, 0, P->stream, NULL, 0, 1};
+  const voxconv_status_t sc = voxconv_create(&lean_off, &d);
+  unsetenv("VOXCONV_KMAP_LEAN");
+  VC_REQUIRE_VOID(sc == VOXCONV_STATUS_SUCCESS, "handle with LEAN=0");
+  P->h = lean_off;
+  m = eager_map(P);
+  st = capture_passes(P, m, &exec);
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS,
+            "VOXCONV_KMAP_LEAN=0, capture: %s (%s)", voxconv_status_string(st),
+            voxconv_get_last_error(P->h));
+  replay_matches(P, exec, eager, "lists written by the build (LEAN=0)");
+  voxconv_kmap_destroy(P->h, m);
+  CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+  voxconv_destroy(lean_off);
+  P->h = keep;
 }
 
 /* 4: bad coordinates, asynchronous and synchronous. */
@@ -500,8 +676,11 @@ int main(void) {
    * re-used (memory nodes share addresses); the eager paths are checked
    * without it. */
   const char *no_graph = getenv("VC_TEST_ASYNC_NO_GRAPH");
-  if (!no_graph || strcmp(no_graph, "1") != 0)
+  if (!no_graph || strcmp(no_graph, "1") != 0) {
     test_graph(&P, &eager);
+    test_lazy_pairs(&P, &eager);
+  }
+  test_pairs_other_stream(&P);
   test_bad_coords();
   test_deferred_strided(&P);
   free_outputs(&eager);

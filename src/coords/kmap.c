@@ -653,6 +653,10 @@ voxconv_status_t voxconv_kmap_get_pairs(voxconv_handle_t *h,
   VC_CHECK_NULL(h, kmap, "kmap");
   VC_CHECK(vc_kmap_check_handle(h, "voxconv_kmap_get_pairs", kmap));
   VC_CHECK(vc_kmap_wait(h, kmap, "voxconv_kmap_get_pairs"));
+#ifdef VOXCONV_HAVE_CUDA
+  if (h->backend == VOXCONV_BACKEND_CUDA)
+    VC_CHECK(vc_cuda_kmap_pairs(h, kmap, "voxconv_kmap_get_pairs"));
+#endif
   if (offsets)
     memcpy(offsets, kmap->pair_offsets,
            (size_t)(kmap->kvol + 1) * sizeof *offsets);

@@ -101,7 +101,9 @@ struct voxconv_kmap {
   /* STRIDED / EXPANDING: a copy of the input coordinates (the outputs of
    * the inverse map); NULL for the other modes. */
   int32_t *in_coords; /* [n_in][4] */
-  int32_t *in_rows;    /* [n_pairs], grouped by offset k, sorted by out row */
+  /* [n_pairs], grouped by offset k, sorted by out row. CUDA maps: NULL
+   * until their first need (vc_cuda_kmap_pairs, which every reader calls). */
+  int32_t *in_rows;
   int32_t *out_rows;   /* [n_pairs] */
   int32_t *nbr_out;    /* [n_out][kvol]: input row feeding (o,k) or -1 */
   int32_t *nbr_in;     /* [n_in][kvol]: output row fed by (i,k) or -1 */

@@ -242,9 +242,11 @@ voxconv_status_t dw_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
   VC_CUDA_DEVICE_GUARD(h);
   /* the pair-list paths (explicit, and every weight gradient) are sized on
    * the host; the implicit forward and dgrad read the neighbour tables */
-  if (!implicit || p->pass == VOXCONV_PASS_DEPTHWISE_WGRAD)
-    VC_CHECK(vc_kmap_wait(h, p->kmap, implicit ? "depthwise_implicit"
-                                               : "depthwise_explicit"));
+  if (!implicit || p->pass == VOXCONV_PASS_DEPTHWISE_WGRAD) {
+    const char *name = implicit ? "depthwise_implicit" : "depthwise_explicit";
+    VC_CHECK(vc_kmap_wait(h, p->kmap, name));
+    VC_CHECK(vc_cuda_kmap_pairs(h, p->kmap, name));
+  }
   VcWorkspace scope(h);
   char *ws = NULL;
   VC_CHECK(vcc_workspace(scope, workspace, dw_workspace(p, implicit), &ws));

@@ -462,6 +462,8 @@ voxconv_status_t igemm_run_t(voxconv_handle_t *h, const vc_conv_problem_t *p,
                           (T *)p->c, km->n_in, kvol, cout, cin);
   }
   case VOXCONV_PASS_CONV_WGRAD: {
+    VC_CHECK(vc_cuda_kmap_pairs(h, km, deterministic ? "implicit_gemm_det"
+                                                     : "implicit_gemm"));
     const int32_t g = params->v[0], split = params->v[1];
     const int64_t wel = (int64_t)kvol * cin * cout;
     const int64_t L = wgrad_chunk_len(km, cin, cout, g, split);

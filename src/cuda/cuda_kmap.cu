@@ -38,9 +38,11 @@
  *   -- THE one host synchronisation: a pinned status block with the error
  *      rows, the hash-overflow flags, n_out and pair_offsets[K+1] is read
  *      back. Everything after it is asynchronous.
- *   6. allocate the pair lists (n_pairs now known), write them: each block
- *      reloads its 32 rows of nbr_out into shared memory and every warp
- *      compacts one offset column with a ballot (stable: output order).
+ *   6. the pair lists, on first need (vc_cuda_kmap_pairs; the build keeps
+ *      the scanned counts): allocated (n_pairs known by then, or its
+ *      bound), then written: each warp reloads its 32 rows of nbr_out
+ *      into shared memory and compacts every offset column with a ballot
+ *      (stable: output order). VOXCONV_KMAP_LEAN=0 writes them here.
  *
  * GENERATIVE and EXPANDING differ in where the sync sits: every (input,
  * offset) candidate that lands on an output is a pair (an out-of-range one
@@ -108,6 +110,9 @@ extern "C" void vc_cuda_kmap_free_priv(voxconv_handle_t *h,
     p->ready = NULL; /* the pool destroys it once the copy has landed */
   if (p->ready)
     cudaEventDestroy(p->ready);
+  if (p->pairs_done)
+    cudaEventDestroy(p->pairs_done);
+  vc_free(h, p->pair_scan);
   vc_free(h, p->d_status);
   free(p->verdict_msg);
   pthread_mutex_destroy(&p->lock);
@@ -572,6 +577,104 @@ static voxconv_status_t vc_alloc_pair_lists(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* The end of every build's step 6: the pair lists (in_rows / out_rows)
+ * are written on first need (vc_cuda_kmap_pairs), not here. Most
+ * consumers never read them -- mask_gemm's forward and dgrad, the int8
+ * ops and pooling use the neighbour tables -- while writing them cost ~75
+ * us of GPU time at workload A's level 0 and an asynchronous build's
+ * n_in * K bound (197 MB there) of memory (docs/perf-notes.md item 129).
+ * The map keeps the scanned counts they are written from; `rows` rows of
+ * nbr_out (n_dev: a deferred STRIDED build's device count) are covered.
+ * VOXCONV_KMAP_LEAN=0 writes them here, as before. */
+static voxconv_status_t vc_pairs_at_build(VcWorkspace &ws, voxconv_handle_t *h,
+                                          voxconv_kmap_t *m, long long *counts,
+                                          int64_t nb, int64_t rows,
+                                          const long long *n_dev = NULL) {
+  if (vc_cuda_state(h)->kmap_lean_off) {
+    VC_CHECK(vc_alloc_pair_lists(h, m));
+    return vc_write_pairs(h, m->nbr_out, rows, m->kvol, counts, nb,
+                          m->in_rows, m->out_rows, n_dev);
+  }
+  VcKmapPriv *p = (VcKmapPriv *)m->backend_priv;
+  vc_free(h, p->pair_scan); /* an earlier attempt's, if any */
+  ws.release(counts);
+  p->pair_scan = counts;
+  p->pair_nb = nb;
+  p->pair_rows = rows;
+  p->pair_n_dev = n_dev;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* The lazy write: the lists get the map's current n_pairs (an
+ * asynchronous map's bound while it is pending), are written on h's
+ * stream, and an event after them orders consumers on other streams.
+ * Inside a capture only a map built in that capture can be written (its
+ * lists then exist in the graph's replays, like the rest of it); a map
+ * built before the capture would get lists no eager call could read. */
+static voxconv_status_t vc_pairs_write(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                       VcKmapPriv *p, const char *func) {
+  const int capturing = vc_stream_capturing(h);
+  if (capturing && !p->captured)
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "%s: this map's pair lists are written on first need, and "
+                   "that is inside a CUDA graph capture while the map was "
+                   "built before it; write them before the capture with "
+                   "voxconv_kmap_get_pairs(h, map, NULL, NULL, NULL), or run "
+                   "the op once outside the capture",
+                   func);
+  VC_CHECK(vc_alloc_pair_lists(h, m));
+  const voxconv_status_t st =
+      vc_write_pairs(h, m->nbr_out, p->pair_rows, m->kvol, p->pair_scan,
+                     p->pair_nb, m->in_rows, m->out_rows, p->pair_n_dev);
+  if (st != VOXCONV_STATUS_SUCCESS) {
+    vc_free(h, m->in_rows);
+    vc_free(h, m->out_rows);
+    m->in_rows = m->out_rows = NULL;
+    return st;
+  }
+  p->pairs_written = 1;
+  if (capturing)
+    return VOXCONV_STATUS_SUCCESS;
+  if (!p->pairs_done)
+    VC_CUDA_TRY(h, cudaEventCreateWithFlags(&p->pairs_done,
+                                            cudaEventDisableTiming));
+  VC_CUDA_TRY(h, cudaEventRecord(p->pairs_done, vc_cuda_stream(h)));
+  p->pairs_stream = vc_cuda_stream(h);
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* vc_cuda.h. Lists written by another stream's consumer: h's stream waits
+ * for their event (inside a capture, which cannot wait on an event
+ * recorded outside it, the host waits once instead). */
+extern "C" voxconv_status_t vc_cuda_kmap_pairs(voxconv_handle_t *h,
+                                               const voxconv_kmap_t *km,
+                                               const char *func) {
+  voxconv_kmap_t *m = (voxconv_kmap_t *)km;
+  VcKmapPriv *p = (VcKmapPriv *)m->backend_priv;
+  if (!p || !p->pair_scan)
+    return VOXCONV_STATUS_SUCCESS; /* written by the build */
+  VC_CUDA_DEVICE_GUARD(h);
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+  pthread_mutex_lock(&p->lock);
+  if (!p->pairs_written) {
+    st = vc_pairs_write(h, m, p, func);
+  } else if (p->pairs_done && p->pairs_stream != vc_cuda_stream(h)) {
+    cudaError_t e;
+    if (vc_stream_capturing(h)) {
+      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+      cudaThreadExchangeStreamCaptureMode(&mode);
+      e = cudaEventSynchronize(p->pairs_done);
+      cudaThreadExchangeStreamCaptureMode(&mode);
+    } else {
+      e = cudaStreamWaitEvent(vc_cuda_stream(h), p->pairs_done, 0);
+    }
+    if (e != cudaSuccess)
+      st = vc_cuda_fail(h, e, "cudaStreamWaitEvent", func);
+  }
+  pthread_mutex_unlock(&p->lock);
+  return st;
+}
+
 /* A row-mask array of n rows for the query to fill (maps with kvol <= 32;
  * NULL otherwise, and consumers fall back to the neighbour tables). */
 static voxconv_status_t vc_alloc_row_mask(voxconv_handle_t *h,
@@ -644,17 +747,18 @@ static voxconv_status_t vc_keep_in_coords(voxconv_handle_t *h,
  * a deferred STRIDED map's n_out stays -1 until the verdict arrives, and
  * its output arrays (coordinates, nbr_out, row masks: the map's own, not
  * copies) have room for n_in outputs, the most unique floor(c / s) can
- * give. The pair lists get room for every possible pair (n_in * K for
- * SUBMANIFOLD, as spconv's indice pairs do; n_in * S for STRIDED, S the
- * taps per input that can hit the output lattice), since their exact
- * length is only known on the device; the verdict (checks, counts, n_out,
+ * give. The pair lists, when written (on first need), get room for every
+ * possible pair (n_in * K for SUBMANIFOLD, as spconv's indice pairs do;
+ * n_in * S for STRIDED, S the taps per input that can hit the output
+ * lattice) if the exact length is not yet on the host; the verdict
+ * (checks, counts, n_out,
  * fingerprints) is copied into a pinned slot behind an event for
  * vc_cuda_kmap_poll. Nothing here waits. */
-static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
+static voxconv_status_t vc_finish_async(VcBuild &b, VcWorkspace &ws,
+                                        VcKmapStatus *d_st,
                                         const unsigned long long *in_keys,
                                         const VcGpuHash &in_hash,
-                                        const long long *counts, int64_t nb,
-                                        const int32_t *nbr_out,
+                                        long long *counts, int64_t nb,
                                         const unsigned long long *out_keys) {
   voxconv_handle_t *h = b.h;
   voxconv_kmap_t *m = b.m;
@@ -681,9 +785,8 @@ static voxconv_status_t vc_finish_async(VcBuild &b, VcKmapStatus *d_st,
                                      (size_t)n * 4 * sizeof(int32_t),
                                      cudaMemcpyDeviceToDevice, stream));
   }
-  VC_CHECK(vc_alloc_pair_lists(h, m));
-  VC_CHECK(vc_write_pairs(h, nbr_out, n, K, counts, nb, m->in_rows,
-                          m->out_rows, deferred ? &d_st->n_out : NULL));
+  VC_CHECK(vc_pairs_at_build(ws, h, m, counts, nb, n,
+                             deferred ? &d_st->n_out : NULL));
   priv->h_status = vc_pinned_status_get(h);
   if (!priv->h_status)
     return VOXCONV_STATUS_ALLOC_FAILED; /* message set by the pool */
@@ -877,9 +980,7 @@ static voxconv_status_t vc_attempt_derived(VcBuild &b, VcWorkspace &ws,
   VC_CHECK(vc_query_in_rows(h, expanding ? VC_Q_SUBDIV : VC_Q_MULADD,
                             in_keys, n_in, out_hash, m, b.g));
   VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
-  VC_CHECK(vc_alloc_pair_lists(h, m));
-  return vc_write_pairs(h, m->nbr_out, n_out, K, counts, nb, m->in_rows,
-                        m->out_rows);
+  return vc_pairs_at_build(ws, h, m, counts, nb, n_out);
 }
 
 /* The compact keys of a STRIDED build told its inputs' bounds (see
@@ -1181,8 +1282,8 @@ static voxconv_status_t vc_neighbours(VcBuild &b, VcWorkspace &ws,
 
 /* The synchronous end of a build: THE one wait (the status), the checks,
  * then step 6 -- exact-size arrays and the pair lists, all asynchronous. */
-static voxconv_status_t vc_finish_sync(VcBuild &b, VcKmapStatus *d_st,
-                                       const VcSides &s) {
+static voxconv_status_t vc_finish_sync(VcBuild &b, VcWorkspace &ws,
+                                       VcKmapStatus *d_st, const VcSides &s) {
   voxconv_handle_t *h = b.h;
   voxconv_kmap_t *m = b.m;
   const cudaStream_t stream = vc_cuda_stream(h);
@@ -1232,9 +1333,7 @@ static voxconv_status_t vc_finish_sync(VcBuild &b, VcKmapStatus *d_st,
                                    (size_t)n_out * 4 * sizeof(int32_t),
                                    cudaMemcpyDeviceToDevice, stream));
   }
-  VC_CHECK(vc_alloc_pair_lists(h, m));
-  return vc_write_pairs(h, s.nbr_out, n_out, K, s.counts, s.nb, m->in_rows,
-                        m->out_rows);
+  return vc_pairs_at_build(ws, h, m, s.counts, s.nb, n_out);
 }
 
 /* One attempt at a build (the caller retries with larger tables when one
@@ -1261,9 +1360,9 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   /* 5: positions. */
   VC_CHECK(vc_scan_counts(ws, h, s.counts, s.nb, m->kvol, d_st->pair_offsets));
   if (b.async)
-    return vc_finish_async(b, d_st, s.in_keys, s.in_hash, s.counts, s.nb,
-                           s.nbr_out, s.strided_uniq);
-  return vc_finish_sync(b, d_st, s);
+    return vc_finish_async(b, ws, d_st, s.in_keys, s.in_hash, s.counts, s.nb,
+                           s.strided_uniq);
+  return vc_finish_sync(b, ws, d_st, s);
 }
 
 /* INVALID_ARGUMENT when c's rows are pageable host memory, which the GPU
@@ -1508,6 +1607,9 @@ extern "C" voxconv_status_t vc_cuda_kmap_inverse(voxconv_handle_t *h,
                    "voxconv_kmap_inverse: out of host memory (%zu bytes)",
                    sizeof *priv);
   pthread_mutex_init(&priv->lock, NULL);
+  /* made inside a capture, it exists in the replays, so its pair lists
+   * may be written there too (vc_pairs_write) */
+  priv->captured = vc_stream_capturing(h);
   m->backend_priv = priv;
   VC_CHECK(vc_cuda_alloc_n<VcKmapStatus>(h, 1, &priv->d_status,
                                          "kernel-map status"));
@@ -1562,7 +1664,5 @@ extern "C" voxconv_status_t vc_cuda_kmap_inverse(voxconv_handle_t *h,
     VC_CUDA_LAUNCH_CHECK(h, "vc_nbr_counts_kernel");
   }
   VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, priv->d_status->pair_offsets));
-  VC_CHECK(vc_alloc_pair_lists(h, m));
-  return vc_write_pairs(h, m->nbr_out, n_out, K, counts, nb, m->in_rows,
-                        m->out_rows);
+  return vc_pairs_at_build(ws, h, m, counts, nb, n_out);
 }

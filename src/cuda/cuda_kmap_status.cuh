@@ -95,6 +95,20 @@ struct VcKmapPriv {
   char *verdict_msg;
   /* Completion may be asked for by two threads that share the map. */
   pthread_mutex_t lock;
+  /* Pair lists written on first need (vc_cuda_kmap_pairs): the build's
+   * scanned per-tile counts [K * pair_nb + 1] (kept until the map is
+   * destroyed: a consumer's stream may still read them when another
+   * stream would reuse the block), the rows of nbr_out they cover, the
+   * device row count of a deferred STRIDED build (else NULL); NULL scan:
+   * the lists were written by the build (VOXCONV_KMAP_LEAN=0). */
+  long long *pair_scan;
+  int64_t pair_nb, pair_rows;
+  const long long *pair_n_dev;
+  int pairs_written;
+  /* Recorded after the lazy write on pairs_stream (outside a capture):
+   * consumers on other streams wait for it. */
+  cudaEvent_t pairs_done;
+  cudaStream_t pairs_stream;
 };
 
 /* Pinned status slots (process-wide pool, cuda_kmap_async.cu). A slot whose

@@ -602,6 +602,7 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
       return vc_fail(h, VOXCONV_STATUS_INTERNAL,
                      "mask_gemm: wgrad with %d splits needs a workspace",
                      splits);
+    VC_CHECK(vc_cuda_kmap_pairs(h, m, "mask_gemm wgrad"));
     WgradArgs a;
     memset(&a, 0, sizeof a);
     a.x = p->a;

@@ -55,6 +55,15 @@ voxconv_status_t vc_cuda_kmap_build(voxconv_handle_t *h, voxconv_kmap_t *kmap,
  * 0 (nothing set) otherwise. */
 int vc_cuda_kmap_preset_async(voxconv_handle_t *h, voxconv_kmap_t *kmap,
                               int flags);
+/* Makes kmap's pair lists (in_rows / out_rows) usable on h's stream:
+ * writes them on their first need (a build leaves them to it: cuda_kmap.cu
+ * step 6), else makes h's stream wait for their write if another stream
+ * made it. Every reader of in_rows / out_rows calls this first. `func`
+ * prefixes messages; UNSUPPORTED for a first need inside a CUDA graph
+ * capture of a map built before the capture. */
+voxconv_status_t vc_cuda_kmap_pairs(voxconv_handle_t *h,
+                                    const voxconv_kmap_t *kmap,
+                                    const char *func);
 /* h's stream waits on the GPU for kmap's build (voxconv_kmap_order). */
 voxconv_status_t vc_cuda_kmap_order(voxconv_handle_t *h,
                                     const voxconv_kmap_t *kmap);
