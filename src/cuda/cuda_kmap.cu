@@ -32,21 +32,17 @@
  *      offsets), mirrored from the same lookup: nbr_in[i][k] =
  *      nbr_out[i][K-1-k]. Lookups rather than a scatter: no memset, no
  *      random 4-byte writes.
- *   5. each offset's pair count and their prefix (pair_offsets) from the
- *      counts laid out [k][block] (vc_pair_totals_kernel); their exclusive
- *      scan (CUB, or one block up to 65,536 counts) -- each block's write
- *      position per offset, offsets grouped, blocks in output order --
- *      waits for step 6.
+ *   5. exclusive scan of the counts laid out [k][block] (CUB, or one block
+ *      up to 65,536 counts): each block's write position per offset,
+ *      offsets grouped, blocks in output order.
  *   -- THE one host synchronisation: a pinned status block with the error
  *      rows, the hash-overflow flags, n_out and pair_offsets[K+1] is read
  *      back. Everything after it is asynchronous.
  *   6. the pair lists, on first need (vc_cuda_kmap_pairs; the build keeps
- *      the counts): the scan of step 5, the lists allocated (n_pairs known
- *      by then, or its bound), then written: each warp reloads its 32 rows
- *      of nbr_out
+ *      the scanned counts): allocated (n_pairs known by then, or its
+ *      bound), then written: each warp reloads its 32 rows of nbr_out
  *      into shared memory and compacts every offset column with a ballot
- *      (stable: output order). VOXCONV_KMAP_LEAN=0 scans in step 5 and
- *      writes the lists here.
+ *      (stable: output order). VOXCONV_KMAP_LEAN=0 writes them here.
  *
  * GENERATIVE and EXPANDING differ in where the sync sits: every (input,
  * offset) candidate that lands on an output is a pair (an out-of-range one
@@ -303,12 +299,11 @@ static bool vc_scan_small(voxconv_handle_t *h, int64_t n_blocks, int K) {
 }
 
 /* The pair counts' last slot before the query: the CUB scan reads it (as
- * 0), the one-block scan does not; vc_pair_totals_kernel zeroes it when
- * the scan waits for the pair lists' first need. */
+ * 0), the one-block scan does not. */
 static voxconv_status_t vc_clear_count_tail(voxconv_handle_t *h,
                                             long long *counts, int64_t n_blocks,
                                             int K) {
-  if (!vc_cuda_state(h)->kmap_lean_off || vc_scan_small(h, n_blocks, K))
+  if (vc_scan_small(h, n_blocks, K))
     return VOXCONV_STATUS_SUCCESS;
   VC_CUDA_TRY(h, cudaMemsetAsync(counts + (int64_t)K * n_blocks, 0,
                                  sizeof(long long), vc_cuda_stream(h)));
@@ -316,7 +311,7 @@ static voxconv_status_t vc_clear_count_tail(voxconv_handle_t *h,
 }
 
 /* counts[K*n_blocks + 1] -> exclusive prefix in place, and
- * pair_offsets[K+1] (device) from it unless NULL: one block when small. */
+ * pair_offsets[K+1] (device) from it: one block when small. */
 static voxconv_status_t vc_scan_counts(VcWorkspace &ws, voxconv_handle_t *h,
                                        long long *counts, int64_t n_blocks,
                                        int K, long long *pair_offsets) {
@@ -334,26 +329,9 @@ static voxconv_status_t vc_scan_counts(VcWorkspace &ws, voxconv_handle_t *h,
   VC_CHECK(ws.get<unsigned char>((int64_t)tmp_bytes, &tmp, "CUB scan workspace"));
   VC_CUDA_TRY(h, cub::DeviceScan::ExclusiveSum(tmp, tmp_bytes, counts, counts,
                                                n, vc_cuda_stream(h)));
-  if (!pair_offsets)
-    return VOXCONV_STATUS_SUCCESS;
   vc_pair_offsets_kernel<<<1, 256, 0, vc_cuda_stream(h)>>>(counts, n_blocks, K,
                                                           pair_offsets);
   VC_CUDA_LAUNCH_CHECK(h, "vc_pair_offsets_kernel");
-  return VOXCONV_STATUS_SUCCESS;
-}
-
-/* Step 5: the pair offsets (st->pair_offsets) from the per-tile counts.
- * The per-tile write positions (the scan) are needed only to write the
- * pair lists, so they wait for that (vc_pairs_write); one kernel sums each
- * offset's counts instead. VOXCONV_KMAP_LEAN=0 scans here. */
-static voxconv_status_t vc_pair_positions(VcWorkspace &ws, voxconv_handle_t *h,
-                                          long long *counts, int64_t n_blocks,
-                                          int K, VcKmapStatus *st) {
-  if (vc_cuda_state(h)->kmap_lean_off)
-    return vc_scan_counts(ws, h, counts, n_blocks, K, st->pair_offsets);
-  vc_pair_totals_kernel<<<K, 256, 0, vc_cuda_stream(h)>>>(
-      counts, n_blocks, K, &st->totals_done, st->pair_offsets);
-  VC_CUDA_LAUNCH_CHECK(h, "vc_pair_totals_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -600,13 +578,12 @@ static voxconv_status_t vc_alloc_pair_lists(voxconv_handle_t *h,
 }
 
 /* The end of every build's step 6: the pair lists (in_rows / out_rows)
- * are written on first need (vc_cuda_kmap_pairs), not here, and so are
- * the per-tile write positions (counts scanned: vc_pair_positions). Most
+ * are written on first need (vc_cuda_kmap_pairs), not here. Most
  * consumers never read them -- mask_gemm's forward and dgrad, the int8
  * ops and pooling use the neighbour tables -- while writing them cost ~75
  * us of GPU time at workload A's level 0 and an asynchronous build's
  * n_in * K bound (197 MB there) of memory (docs/perf-notes.md item 129).
- * The map keeps the per-tile counts they are written from; `rows` rows of
+ * The map keeps the scanned counts they are written from; `rows` rows of
  * nbr_out (n_dev: a deferred STRIDED build's device count) are covered.
  * VOXCONV_KMAP_LEAN=0 writes them here, as before. */
 static voxconv_status_t vc_pairs_at_build(VcWorkspace &ws, voxconv_handle_t *h,
@@ -645,11 +622,6 @@ static voxconv_status_t vc_pairs_write(voxconv_handle_t *h, voxconv_kmap_t *m,
                    "voxconv_kmap_get_pairs(h, map, NULL, NULL, NULL), or run "
                    "the op once outside the capture",
                    func);
-  if (!p->pairs_scanned) { /* the write positions (vc_pair_positions) */
-    VcWorkspace ws(h);
-    VC_CHECK(vc_scan_counts(ws, h, p->pair_scan, p->pair_nb, m->kvol, NULL));
-    p->pairs_scanned = 1;
-  }
   VC_CHECK(vc_alloc_pair_lists(h, m));
   const voxconv_status_t st =
       vc_write_pairs(h, m->nbr_out, p->pair_rows, m->kvol, p->pair_scan,
@@ -1007,7 +979,7 @@ static voxconv_status_t vc_attempt_derived(VcBuild &b, VcWorkspace &ws,
                              "kernel-map row_mask_in"));
   VC_CHECK(vc_query_in_rows(h, expanding ? VC_Q_SUBDIV : VC_Q_MULADD,
                             in_keys, n_in, out_hash, m, b.g));
-  VC_CHECK(vc_pair_positions(ws, h, counts, nb, K, d_st));
+  VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, d_st->pair_offsets));
   return vc_pairs_at_build(ws, h, m, counts, nb, n_out);
 }
 
@@ -1386,7 +1358,7 @@ static voxconv_status_t vc_build_attempt(VcBuild &b) {
   VC_CHECK(vc_output_side(b, ws, d_st, s));
   VC_CHECK(vc_neighbours(b, ws, d_st, s));
   /* 5: positions. */
-  VC_CHECK(vc_pair_positions(ws, h, s.counts, s.nb, m->kvol, d_st));
+  VC_CHECK(vc_scan_counts(ws, h, s.counts, s.nb, m->kvol, d_st->pair_offsets));
   if (b.async)
     return vc_finish_async(b, ws, d_st, s.in_keys, s.in_hash, s.counts, s.nb,
                            s.strided_uniq);
@@ -1691,6 +1663,6 @@ extern "C" voxconv_status_t vc_cuda_kmap_inverse(voxconv_handle_t *h,
         m->nbr_out, n_out, NULL, K, counts, nb, NULL);
     VC_CUDA_LAUNCH_CHECK(h, "vc_nbr_counts_kernel");
   }
-  VC_CHECK(vc_pair_positions(ws, h, counts, nb, K, priv->d_status));
+  VC_CHECK(vc_scan_counts(ws, h, counts, nb, K, priv->d_status->pair_offsets));
   return vc_pairs_at_build(ws, h, m, counts, nb, n_out);
 }

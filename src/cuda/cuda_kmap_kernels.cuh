@@ -126,7 +126,7 @@ static __device__ __forceinline__ void vc_dev_status_init(VcKmapStatus *st) {
   st->bad_out_row = st->dup_out_row = VC_NO_ROW;
   st->gen_bad = VC_NO_ROW;
   st->overflow_in = st->overflow_out = 0;
-  st->dup_hint = st->totals_done = 0;
+  st->dup_hint = st->reserved = 0;
   st->n_out = 0;
   st->out_fingerprint = 0;
   st->dup_prev_row = -1;
@@ -877,51 +877,6 @@ __global__ void vc_nbr_counts_kernel(const int32_t *__restrict__ nbr,
     }
     if (mask && row < n)
       mask[row] = bits;
-  }
-}
-
-/* Step 5 of a build whose pair lists wait for their first need:
- * pair_offsets[K+1] (device) from the per-tile counts [K][n_blocks]
- * without scanning them. Block k sums offset k's counts; the last block to
- * finish (the `done` ticket, 0 before, 0 again after) writes the exclusive
- * prefix. The per-tile positions -- the scan -- are made only when the
- * lists are written. Also zeroes the counts' tail slot, which the CUB
- * scan reads. */
-__global__ void __launch_bounds__(256)
-    vc_pair_totals_kernel(long long *counts, int64_t n_blocks, int K,
-                          unsigned int *done, long long *pair_offsets) {
-  __shared__ unsigned long long part[8];
-  __shared__ int last;
-  const int k = blockIdx.x;
-  const long long *c = counts + (int64_t)k * n_blocks;
-  unsigned long long sum = 0;
-  for (int64_t i = threadIdx.x; i < n_blocks; i += blockDim.x)
-    sum += (unsigned long long)c[i];
-  sum = vc_dev_warp_sum_u64(sum);
-  if ((threadIdx.x & 31) == 0)
-    part[threadIdx.x >> 5] = sum;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned long long t = 0;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++)
-      t += part[w];
-    pair_offsets[k + 1] = (long long)t;
-    if (k == 0)
-      counts[(int64_t)K * n_blocks] = 0;
-    __threadfence(); /* the total before the ticket */
-    last = atomicAdd(done, 1u) == (unsigned)(K - 1);
-  }
-  __syncthreads();
-  if (last && threadIdx.x == 0) {
-    __threadfence();
-    volatile long long *po = pair_offsets; /* other blocks' totals, from L2 */
-    long long run = 0;
-    po[0] = 0;
-    for (int j = 1; j <= K; j++) {
-      run += po[j];
-      po[j] = run;
-    }
-    *done = 0;
   }
 }
 

@@ -94,8 +94,6 @@ __global__ void __launch_bounds__(VC_SMALL_THREADS)
       run += __shfl_sync(0xFFFFFFFFu, x, 31);
     }
   }
-  if (!pair_offsets) /* known already (vc_pair_totals_kernel) */
-    return;
   __syncthreads(); /* the prefix was written by other threads of the block */
   for (int k = threadIdx.x; k <= K; k += blockDim.x)
     pair_offsets[k] = counts[(int64_t)k * n_blocks];

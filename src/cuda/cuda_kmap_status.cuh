@@ -33,9 +33,7 @@ struct VcKmapStatus {
    * offset) slot, i.e. the input has a duplicate row; only then is the
    * input hashed to find which (vc_neighbours). */
   unsigned int dup_hint;
-  /* Blocks of vc_pair_totals_kernel done (the last one writes the
-   * prefix); also keeps padding bytes from being copied uninitialised. */
-  unsigned int totals_done;
+  unsigned int reserved; /* 0: no padding bytes copied uninitialised */
   long long n_out; /* STRIDED / EXPANDING / GENERATIVE: unique outputs */
   /* STRIDED / EXPANDING: fingerprint of the output keys (kmap
    * out_fingerprint, the inverse map's in_fingerprint). */
@@ -98,8 +96,7 @@ struct VcKmapPriv {
   /* Completion may be asked for by two threads that share the map. */
   pthread_mutex_t lock;
   /* Pair lists written on first need (vc_cuda_kmap_pairs): the build's
-   * per-tile counts [K * pair_nb + 1], scanned in place by that first need
-   * (pairs_scanned) and kept until the map is
+   * scanned per-tile counts [K * pair_nb + 1] (kept until the map is
    * destroyed: a consumer's stream may still read them when another
    * stream would reuse the block), the rows of nbr_out they cover, the
    * device row count of a deferred STRIDED build (else NULL); NULL scan:
@@ -107,7 +104,7 @@ struct VcKmapPriv {
   long long *pair_scan;
   int64_t pair_nb, pair_rows;
   const long long *pair_n_dev;
-  int pairs_scanned, pairs_written;
+  int pairs_written;
   /* Recorded after the lazy write on pairs_stream (outside a capture):
    * consumers on other streams wait for it. */
   cudaEvent_t pairs_done;
