@@ -221,6 +221,17 @@ static void replay_matches(problem_t *P, cudaGraphExec_t exec,
   cudaGraphExecDestroy(exec);
 }
 
+/* The capture of m's passes must succeed (`what` names the case) and
+ * replay the eager bits. */
+static void capture_replays(problem_t *P, const voxconv_kmap_t *m,
+                            const outputs_t *eager, const char *what) {
+  cudaGraphExec_t exec = NULL;
+  const voxconv_status_t st = capture_passes(P, m, &exec);
+  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s: capture: %s (%s)", what,
+            voxconv_status_string(st), voxconv_get_last_error(P->h));
+  replay_matches(P, exec, eager, what);
+}
+
 /* An eagerly built, complete map, used eagerly by forward and dgrad (their
  * row orders are made outside any capture). */
 static voxconv_kmap_t *eager_map(problem_t *P) {
@@ -324,11 +335,7 @@ static void test_lazy_pairs(problem_t *P, const outputs_t *eager) {
   VC_EXPECT(voxconv_kmap_get_pairs(P->h, m, NULL, NULL, NULL) ==
                 VOXCONV_STATUS_SUCCESS,
             "get_pairs(NULL, NULL, NULL): %s", voxconv_get_last_error(P->h));
-  st = capture_passes(P, m, &exec);
-  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS,
-            "capture after get_pairs: %s (%s)", voxconv_status_string(st),
-            voxconv_get_last_error(P->h));
-  replay_matches(P, exec, eager, "lists written before the capture");
+  capture_replays(P, m, eager, "lists written before the capture");
   voxconv_kmap_destroy(P->h, m);
 
   /* VOXCONV_KMAP_LEAN=0 (read at handle creation): the build writes them. */
@@ -340,11 +347,7 @@ static void test_lazy_pairs(problem_t *P, const outputs_t *eager) {
   VC_REQUIRE_VOID(sc == VOXCONV_STATUS_SUCCESS, "handle with LEAN=0");
   P->h = lean_off;
   m = eager_map(P);
-  st = capture_passes(P, m, &exec);
-  VC_EXPECT(st == VOXCONV_STATUS_SUCCESS,
-            "VOXCONV_KMAP_LEAN=0, capture: %s (%s)", voxconv_status_string(st),
-            voxconv_get_last_error(P->h));
-  replay_matches(P, exec, eager, "lists written by the build (LEAN=0)");
+  capture_replays(P, m, eager, "lists written by the build (LEAN=0)");
   voxconv_kmap_destroy(P->h, m);
   CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
   voxconv_destroy(lean_off);
