@@ -870,8 +870,9 @@ voxconv_status_t eg_run(voxconv_handle_t *h, const vc_conv_problem_t *p,
   VC_CUDA_DEVICE_GUARD(h);
   const voxconv_kmap_t *km = p->kmap;
   /* per-offset GEMMs are sized on the host */
-  VC_CHECK(vc_kmap_wait(h, km, det ? "explicit_gemm_det" : "explicit_gemm"));
-  VC_CHECK(vc_cuda_kmap_pairs(h, km, det ? "explicit_gemm_det" : "explicit_gemm"));
+  const char *name = det ? "explicit_gemm_det" : "explicit_gemm";
+  VC_CHECK(vc_kmap_wait(h, km, name));
+  VC_CHECK(vc_cuda_kmap_pairs(h, km, name));
   for (int k = 0; k < km->kvol; k++)
     if (km->pair_offsets[k + 1] - km->pair_offsets[k] > 0x7FFFFFFF)
       return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
