@@ -622,11 +622,11 @@ static voxconv_status_t vc_pairs_write(voxconv_handle_t *h, voxconv_kmap_t *m,
                    "voxconv_kmap_get_pairs(h, map, NULL, NULL, NULL), or run "
                    "the op once outside the capture",
                    func);
-  VC_CHECK(vc_alloc_pair_lists(h, m));
-  const voxconv_status_t st =
-      vc_write_pairs(h, m->nbr_out, p->pair_rows, m->kvol, p->pair_scan,
-                     p->pair_nb, m->in_rows, m->out_rows, p->pair_n_dev);
-  if (st != VOXCONV_STATUS_SUCCESS) {
+  voxconv_status_t st = vc_alloc_pair_lists(h, m);
+  if (st == VOXCONV_STATUS_SUCCESS)
+    st = vc_write_pairs(h, m->nbr_out, p->pair_rows, m->kvol, p->pair_scan,
+                        p->pair_nb, m->in_rows, m->out_rows, p->pair_n_dev);
+  if (st != VOXCONV_STATUS_SUCCESS) { /* a later need tries again */
     vc_free(h, m->in_rows);
     vc_free(h, m->out_rows);
     m->in_rows = m->out_rows = NULL;
@@ -660,7 +660,8 @@ extern "C" voxconv_status_t vc_cuda_kmap_pairs(voxconv_handle_t *h,
     st = vc_pairs_write(h, m, p, func);
   } else if (p->pairs_done && p->pairs_stream != vc_cuda_stream(h)) {
     cudaError_t e;
-    if (vc_stream_capturing(h)) {
+    const int capturing = vc_stream_capturing(h);
+    if (capturing) {
       cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
       cudaThreadExchangeStreamCaptureMode(&mode);
       e = cudaEventSynchronize(p->pairs_done);
@@ -669,7 +670,10 @@ extern "C" voxconv_status_t vc_cuda_kmap_pairs(voxconv_handle_t *h,
       e = cudaStreamWaitEvent(vc_cuda_stream(h), p->pairs_done, 0);
     }
     if (e != cudaSuccess)
-      st = vc_cuda_fail(h, e, "cudaStreamWaitEvent", func);
+      st = vc_cuda_fail(h, e,
+                        capturing ? "cudaEventSynchronize"
+                                  : "cudaStreamWaitEvent",
+                        func);
   }
   pthread_mutex_unlock(&p->lock);
   return st;
@@ -751,9 +755,8 @@ static voxconv_status_t vc_keep_in_coords(voxconv_handle_t *h,
  * possible pair (n_in * K for SUBMANIFOLD, as spconv's indice pairs do;
  * n_in * S for STRIDED, S the taps per input that can hit the output
  * lattice) if the exact length is not yet on the host; the verdict
- * (checks, counts, n_out,
- * fingerprints) is copied into a pinned slot behind an event for
- * vc_cuda_kmap_poll. Nothing here waits. */
+ * (checks, counts, n_out, fingerprints) is copied into a pinned slot
+ * behind an event for vc_cuda_kmap_poll. Nothing here waits. */
 static voxconv_status_t vc_finish_async(VcBuild &b, VcWorkspace &ws,
                                         VcKmapStatus *d_st,
                                         const unsigned long long *in_keys,
