@@ -632,7 +632,6 @@ static voxconv_status_t vc_pairs_write(voxconv_handle_t *h, voxconv_kmap_t *m,
     m->in_rows = m->out_rows = NULL;
     return st;
   }
-  p->pairs_written = 1;
   if (capturing)
     return VOXCONV_STATUS_SUCCESS;
   if (!p->pairs_done)
@@ -656,19 +655,14 @@ extern "C" voxconv_status_t vc_cuda_kmap_pairs(voxconv_handle_t *h,
   VC_CUDA_DEVICE_GUARD(h);
   voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
   pthread_mutex_lock(&p->lock);
-  if (!p->pairs_written) {
+  if (!m->in_rows) { /* not written yet (a failed write leaves it NULL) */
     st = vc_pairs_write(h, m, p, func);
   } else if (p->pairs_done && p->pairs_stream != vc_cuda_stream(h)) {
-    cudaError_t e;
     const int capturing = vc_stream_capturing(h);
-    if (capturing) {
-      cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-      cudaThreadExchangeStreamCaptureMode(&mode);
-      e = cudaEventSynchronize(p->pairs_done);
-      cudaThreadExchangeStreamCaptureMode(&mode);
-    } else {
-      e = cudaStreamWaitEvent(vc_cuda_stream(h), p->pairs_done, 0);
-    }
+    const cudaError_t e =
+        capturing
+            ? vc_relaxed([&] { return cudaEventSynchronize(p->pairs_done); })
+            : cudaStreamWaitEvent(vc_cuda_stream(h), p->pairs_done, 0);
     if (e != cudaSuccess)
       st = vc_cuda_fail(h, e,
                         capturing ? "cudaEventSynchronize"
@@ -1567,10 +1561,7 @@ static voxconv_status_t vc_out_fingerprint(voxconv_handle_t *h,
     /* Relaxed capture mode: the wait is legal while a stream of this
      * thread is being captured (an EXPANDING build never is: it waits for
      * its status, so the event was recorded outside any capture). */
-    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-    cudaThreadExchangeStreamCaptureMode(&mode);
-    e = cudaEventSynchronize(p->ready);
-    cudaThreadExchangeStreamCaptureMode(&mode);
+    e = vc_relaxed([&] { return cudaEventSynchronize(p->ready); });
     if (e == cudaSuccess) {
       fwd->out_fingerprint = p->h_status->out_fingerprint;
       vc_pinned_status_release(p->h_status, NULL); /* the copy has landed */

@@ -36,15 +36,6 @@ static int g_n_chunks;
 static VcZombie g_zombies[VC_ZOMBIES_MAX];
 static int g_n_zombies;
 
-/* Runs `fn` with the thread's capture mode relaxed, restoring it after. */
-template <typename F> static cudaError_t vc_relaxed(F fn) {
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  const cudaError_t e = fn();
-  cudaThreadExchangeStreamCaptureMode(&mode);
-  return e;
-}
-
 /* Moves zombies whose copy has landed back to the free list (lock held). */
 static void vc_reclaim_zombies(void) {
   int kept = 0;

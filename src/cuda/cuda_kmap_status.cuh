@@ -100,11 +100,11 @@ struct VcKmapPriv {
    * destroyed: a consumer's stream may still read them when another
    * stream would reuse the block), the rows of nbr_out they cover, the
    * device row count of a deferred STRIDED build (else NULL); NULL scan:
-   * the lists were written by the build (VOXCONV_KMAP_LEAN=0). */
+   * the lists were written by the build (VOXCONV_KMAP_LEAN=0). With a
+   * scan, kmap->in_rows stays NULL until the lists are written. */
   long long *pair_scan;
   int64_t pair_nb, pair_rows;
   const long long *pair_n_dev;
-  int pairs_written;
   /* Recorded after the lazy write on pairs_stream (outside a capture):
    * consumers on other streams wait for it. */
   cudaEvent_t pairs_done;

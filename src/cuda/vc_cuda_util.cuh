@@ -234,6 +234,17 @@ static inline unsigned vc_grid_1d(int64_t n, int block,
   return (unsigned)g;
 }
 
+/* Runs `fn` (a CUDA call such as an event query or wait) with the
+ * thread's stream-capture mode relaxed, restoring it after: an "unsafe"
+ * call in global mode would invalidate a capture running meanwhile. */
+template <typename F> static inline cudaError_t vc_relaxed(F fn) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  const cudaError_t e = fn();
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return e;
+}
+
 /* ---- workspace through the handle's allocator ----------------------------
  * Typed allocation of n elements; the message names `what` and the bytes.
  * Overflowing sizes become ALLOC_FAILED, never a short buffer. */
