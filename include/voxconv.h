@@ -536,8 +536,18 @@ typedef struct voxconv_kmap_info {
  *    graph capture of a map built before the capture is UNSUPPORTED (the
  *    lists would exist only in the graph's replays): call
  *    voxconv_kmap_get_pairs(h, map, NULL, NULL, NULL) before capturing, or
- *    run a weight gradient on the map once eagerly. Bad coordinates (out of
- *    range, duplicates) are reported by the first call on the map made
+ *    run a weight gradient on the map once eagerly.
+ *  - Row orders. The tensor-core algorithms (mask_gemm with row_order 1,
+ *    the int8 forward) sort a map's rows by neighbour pattern on their
+ *    first use and keep the order, and its tile masks, with the map: made
+ *    like the pair lists on the first user's stream, waited for on the GPU
+ *    by other streams. A first use inside a CUDA graph capture of a map
+ *    built before it makes them inside the graph on every replay and does
+ *    not keep them (kept, they would exist only in the replays): run the
+ *    network once before capturing, as the tuner also asks.
+ *  - Bad coordinates (out of range, duplicates) in a build that does not
+ *    wait (SUBMANIFOLD; voxconv_kmap_build_async below) are reported by
+ *    the first call on the map made
  *    after the GPU has finished the build (any op or voxconv_kmap_wait
  *    returns the build's status, its message prefixed by the call's name),
  *    and by every later call; ops queued before that may have produced

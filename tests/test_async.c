@@ -24,7 +24,13 @@
  *     capture works and replays the eager bits; with VOXCONV_KMAP_LEAN=0
  *     the build writes them and the capture works at once; a second
  *     stream's first wgrad writes them behind a 300 ms hold and a third
- *     stream's wgrad, issued right after, waits for that write.
+ *     stream's wgrad, issued right after, waits for that write;
+ *  7. row orders, also made on first need (cuda_row_order.cu), through the
+ *     int8 forward (exact I32 sums; it always tiles over the order): a
+ *     first use inside a capture of a map built before it leaves the map
+ *     without one, so an eager call before any replay and the replay give
+ *     the eager bits; and, as in 6, a second stream's order made behind a
+ *     hold is waited for by a third stream's forward.
  * Needs a GPU (exit 77 = skipped without one). */
 #include "gpu_test_util.h"
 
@@ -251,12 +257,51 @@ static voxconv_kmap_t *eager_map(problem_t *P) {
   return m;
 }
 
-/* 6c: handle b's first wgrad on m writes the pair lists behind a hold of
- * its stream; handle c's wgrad (another stream, issued at once) must wait
- * for them. Fresh handles have fresh memory pools, so lists read before
- * they are written are not a previous map's: c's dW would differ from b's
- * (both deterministic, one algorithm). */
-static void test_pairs_other_stream(problem_t *P) {
+/* An op whose first call on a map writes one of its tables on first need
+ * (a pair list, a row order), into `out` (`bytes`), on handle h. */
+typedef struct lazy_op {
+  const char *table;
+  size_t bytes;
+  voxconv_status_t (*run)(problem_t *P, voxconv_handle_t *h,
+                          const voxconv_kmap_t *m, void *out);
+} lazy_op_t;
+
+/* wgrad by mask_gemm (deterministic): writes the pair lists. */
+static voxconv_status_t wgrad_op(problem_t *P, voxconv_handle_t *h,
+                                 const voxconv_kmap_t *m, void *out) {
+  voxconv_conv_options_t opt = P->opt;
+  opt.bwd_algo = "mask_gemm";
+  const voxconv_feats_t x = {P->x, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_feats_t dy = {P->dy, P->n, C, VOXCONV_DTYPE_F16};
+  const voxconv_weights_t dw = {out, KV, C, C, VOXCONV_DTYPE_F16};
+  return voxconv_conv_wgrad(h, m, &x, &dy, &dw, &opt);
+}
+
+/* The int8 forward with exact I32 sums: always tiles over the map's row
+ * order (and tile masks), whatever the tuner picks. x and W are P's f16
+ * buffers read as int8 (any byte is a valid int8; 27 x 64 products per
+ * output cannot overflow). */
+static voxconv_status_t int8_op(problem_t *P, voxconv_handle_t *h,
+                                const voxconv_kmap_t *m, void *out) {
+  const voxconv_feats_t x = {P->x, P->n, C, VOXCONV_DTYPE_I8};
+  const voxconv_weights_t w = {P->w, KV, C, C, VOXCONV_DTYPE_I8};
+  const voxconv_feats_t y = {out, P->n, C, VOXCONV_DTYPE_I32};
+  return voxconv_conv_forward_int8(h, m, &x, &w, NULL, &y, NULL);
+}
+
+static const lazy_op_t k_wgrad = {"pair lists", (size_t)KV * C * C * 2,
+                                  wgrad_op};
+static const lazy_op_t k_int8 = {"row order", 0 /* P->n * C * 4 */, int8_op};
+
+static size_t op_bytes(const problem_t *P, const lazy_op_t *op) {
+  return op->bytes ? op->bytes : (size_t)P->n * C * 4;
+}
+
+/* 6c / 7b: handle b's first op on m writes the table behind a hold of its
+ * stream; handle c's op (another stream, issued at once) must wait for
+ * it. Fresh handles have fresh memory pools, so a table read before it is
+ * written is not a previous map's: c's output would differ from b's. */
+static void test_other_stream(problem_t *P, const lazy_op_t *op) {
   cudaStream_t sb = NULL, sc = NULL;
   voxconv_handle_t *hb = NULL, *hc = NULL;
   CUDA_OK_VOID(cudaStreamCreateWithFlags(&sb, cudaStreamNonBlocking));
@@ -265,17 +310,10 @@ static void test_pairs_other_stream(problem_t *P) {
   VC_REQUIRE_VOID(voxconv_create(&hb, &d) == VOXCONV_STATUS_SUCCESS, "hb");
   d.stream = sc;
   VC_REQUIRE_VOID(voxconv_create(&hc, &d) == VOXCONV_STATUS_SUCCESS, "hc");
-  const size_t wbytes = (size_t)KV * C * C * 2;
-  uint16_t *dwb = (uint16_t *)dev_alloc(wbytes);
-  uint16_t *dwc = (uint16_t *)dev_alloc(wbytes);
-  voxconv_conv_options_t opt = P->opt;
-  opt.bwd_algo = "mask_gemm";
-  const voxconv_feats_t x = {P->x, P->n, C, VOXCONV_DTYPE_F16};
-  const voxconv_feats_t dy = {P->dy, P->n, C, VOXCONV_DTYPE_F16};
-  const voxconv_weights_t wb = {dwb, KV, C, C, VOXCONV_DTYPE_F16};
-  const voxconv_weights_t wc = {dwc, KV, C, C, VOXCONV_DTYPE_F16};
+  const size_t bytes = op_bytes(P, op);
+  void *ob = dev_alloc(bytes), *oc = dev_alloc(bytes);
   /* Round 0 settles both handles' tuning on another map, kept to the end
-   * so that round 1's lists cannot land in its lists' freed blocks. */
+   * so that round 1's tables cannot land in its tables' freed blocks. */
   voxconv_kmap_t *maps[2] = {NULL, NULL};
   for (int round = 0; round < 2; round++) {
     voxconv_kmap_t *m = NULL;
@@ -283,30 +321,32 @@ static void test_pairs_other_stream(problem_t *P) {
                         voxconv_kmap_wait(P->h, m) == VOXCONV_STATUS_SUCCESS,
                     "build: %s", voxconv_get_last_error(P->h));
     CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
-    cudaMemsetAsync(dwc, 0xFF, wbytes, sc);
+    cudaMemsetAsync(oc, 0xFF, bytes, sc);
     const double t0 = now_ms();
     if (round == 1)
       CUDA_OK_VOID(cudaLaunchHostFunc(sb, hold_stream, NULL));
-    const voxconv_status_t s1 = voxconv_conv_wgrad(hb, m, &x, &dy, &wb, &opt);
-    const voxconv_status_t s2 = voxconv_conv_wgrad(hc, m, &x, &dy, &wc, &opt);
+    const voxconv_status_t s1 = op->run(P, hb, m, ob);
+    const voxconv_status_t s2 = op->run(P, hc, m, oc);
     const double t1 = now_ms();
     VC_EXPECT(s1 == VOXCONV_STATUS_SUCCESS && s2 == VOXCONV_STATUS_SUCCESS,
-              "wgrad on two streams: %s / %s", voxconv_get_last_error(hb),
-              voxconv_get_last_error(hc));
+              "%s: the op on two streams: %s / %s", op->table,
+              voxconv_get_last_error(hb), voxconv_get_last_error(hc));
     if (round == 1)
       VC_EXPECT(t1 - t0 < 150.0,
-                "two wgrads took %.1f ms of host time behind a 300 ms hold: "
+                "%s: two ops took %.1f ms of host time behind a 300 ms hold: "
                 "something waited for the GPU",
-                t1 - t0);
+                op->table, t1 - t0);
     cudaStreamSynchronize(sb);
     cudaStreamSynchronize(sc);
     if (round == 1) {
-      uint16_t *hb16 = (uint16_t *)malloc(wbytes);
-      uint16_t *hc16 = (uint16_t *)malloc(wbytes);
-      cudaMemcpy(hb16, dwb, wbytes, cudaMemcpyDeviceToHost);
-      cudaMemcpy(hc16, dwc, wbytes, cudaMemcpyDeviceToHost);
-      expect_same_u16("lazy pairs: dW on a third stream vs the writer's", hc16,
-                      hb16, (int64_t)KV * C * C);
+      uint16_t *hb16 = (uint16_t *)malloc(bytes);
+      uint16_t *hc16 = (uint16_t *)malloc(bytes);
+      cudaMemcpy(hb16, ob, bytes, cudaMemcpyDeviceToHost);
+      cudaMemcpy(hc16, oc, bytes, cudaMemcpyDeviceToHost);
+      char what[96];
+      snprintf(what, sizeof what,
+               "lazy %s: a third stream's output vs the writer's", op->table);
+      expect_same_u16(what, hc16, hb16, (int64_t)(bytes / 2));
       free(hb16), free(hc16);
     }
     maps[round] = m;
@@ -314,9 +354,67 @@ static void test_pairs_other_stream(problem_t *P) {
   voxconv_kmap_destroy(P->h, maps[0]);
   voxconv_kmap_destroy(P->h, maps[1]);
   CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
-  cudaFree(dwb), cudaFree(dwc);
+  cudaFree(ob), cudaFree(oc);
   voxconv_destroy(hb), voxconv_destroy(hc);
   cudaStreamDestroy(sb), cudaStreamDestroy(sc);
+}
+
+/* 7a: the row order on a first use inside a capture of a map built before
+ * it. The graph makes its own (on every replay), so an eager call before
+ * any replay -- which would otherwise find an order the graph allocated but
+ * never wrote -- gives the eager bits, and so does the replay. */
+static void test_order_in_capture(problem_t *P) {
+  const size_t bytes = op_bytes(P, &k_int8);
+  void *y = dev_alloc(bytes);
+  uint16_t *want = (uint16_t *)malloc(bytes), *got = (uint16_t *)malloc(bytes);
+  voxconv_kmap_t *m = NULL;
+  VC_REQUIRE_VOID(build(P, &m) == VOXCONV_STATUS_SUCCESS &&
+                      voxconv_kmap_wait(P->h, m) == VOXCONV_STATUS_SUCCESS &&
+                      int8_op(P, P->h, m, y) == VOXCONV_STATUS_SUCCESS,
+                  "reference map and int8 forward: %s",
+                  voxconv_get_last_error(P->h));
+  CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+  cudaMemcpy(want, y, bytes, cudaMemcpyDeviceToHost);
+  voxconv_kmap_destroy(P->h, m);
+  /* A fresh map, complete but never used: no order yet. */
+  VC_REQUIRE_VOID(build(P, &m) == VOXCONV_STATUS_SUCCESS &&
+                      voxconv_kmap_wait(P->h, m) == VOXCONV_STATUS_SUCCESS,
+                  "map: %s", voxconv_get_last_error(P->h));
+  CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+  CUDA_OK_VOID(cudaStreamBeginCapture(P->stream, cudaStreamCaptureModeGlobal));
+  const voxconv_status_t sc = int8_op(P, P->h, m, y);
+  cudaGraph_t graph = NULL;
+  const cudaError_t ec = cudaStreamEndCapture(P->stream, &graph);
+  VC_EXPECT(sc == VOXCONV_STATUS_SUCCESS && ec == cudaSuccess && graph,
+            "int8 forward captured on a map built before the capture: %s "
+            "(%s), end %s",
+            voxconv_status_string(sc), voxconv_get_last_error(P->h),
+            cudaGetErrorString(ec));
+  cudaGraphExec_t exec = NULL;
+  if (graph && cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess)
+    VC_EXPECT(0, "cudaGraphInstantiate");
+  for (int rep = 0; rep < 2; rep++) { /* eager first, then the replay */
+    CUDA_OK_VOID(cudaMemsetAsync(y, 0xFF, bytes, P->stream));
+    if (rep == 0)
+      VC_EXPECT(int8_op(P, P->h, m, y) == VOXCONV_STATUS_SUCCESS,
+                "eager int8 forward after the capture: %s",
+                voxconv_get_last_error(P->h));
+    else if (exec)
+      CUDA_OK_VOID(cudaGraphLaunch(exec, P->stream));
+    CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+    cudaMemcpy(got, y, bytes, cudaMemcpyDeviceToHost);
+    expect_same_u16(rep ? "order made in the graph: replay vs eager"
+                        : "eager call before the replay vs eager",
+                    got, want, (int64_t)(bytes / 2));
+  }
+  if (exec)
+    cudaGraphExecDestroy(exec);
+  if (graph)
+    cudaGraphDestroy(graph);
+  voxconv_kmap_destroy(P->h, m);
+  CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+  cudaFree(y);
+  free(want), free(got);
 }
 
 /* 6: pair lists on first need. */
@@ -682,8 +780,10 @@ int main(void) {
   if (!no_graph || strcmp(no_graph, "1") != 0) {
     test_graph(&P, &eager);
     test_lazy_pairs(&P, &eager);
+    test_order_in_capture(&P);
   }
-  test_pairs_other_stream(&P);
+  test_other_stream(&P, &k_wgrad);
+  test_other_stream(&P, &k_int8);
   test_bad_coords();
   test_deferred_strided(&P);
   free_outputs(&eager);

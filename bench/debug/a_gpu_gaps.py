@@ -12,6 +12,7 @@ the build worker's thread is much slower than without it (s28 call 4):
 read the worker's gaps with care. A diagnostic.
 
     python3 bench/debug/a_gpu_gaps.py [--data-dir D] [--runs 5] [--top 12]
+                                      [--trace trace.json]
 """
 import argparse, os, sys
 import torch
@@ -48,6 +49,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--gap-us", type=float, default=15.0)
+    ap.add_argument("--trace", help="also write the profile as a Chrome trace "
+                    "(kernels with their streams) to this file")
     args = ap.parse_args()
     dev = torch.device("cuda")
     net, coords, feats, _ = load_a_network(args.data_dir, tb.DTYPES["f16"], dev)
@@ -65,6 +68,8 @@ def main():
         for _ in range(args.runs):
             forward()
     print(f"host probe {tb.host_probe_us():.0f} us")
+    if args.trace:
+        prof.export_chrome_trace(args.trace)
     ev = prof.events()
     fwd = sorted((e.time_range.start, e.time_range.end) for e in ev if e.name == "forward"
                  and e.device_type == torch.autograd.DeviceType.CPU)

@@ -1262,7 +1262,7 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     }
     a.a = x;
     a.nbr = m->nbr_out;
-    VC_CHECK(sorted_rows(h, m, false, &a.order, &a.tile_mask));
+    VC_CHECK(sorted_rows(h, m, false, &ws, &a.order, &a.tile_mask));
     a.row_mask = m->kvol <= 32 ? m->row_mask_out : NULL;
     a.kvol = m->kvol;
     a.ka = ka;

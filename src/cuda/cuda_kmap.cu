@@ -110,8 +110,8 @@ extern "C" void vc_cuda_kmap_free_priv(voxconv_handle_t *h,
     p->ready = NULL; /* the pool destroys it once the copy has landed */
   if (p->ready)
     cudaEventDestroy(p->ready);
-  if (p->pairs_done)
-    cudaEventDestroy(p->pairs_done);
+  if (p->lazy_done)
+    cudaEventDestroy(p->lazy_done);
   vc_free(h, p->pair_scan);
   vc_free(h, p->d_status);
   free(p->verdict_msg);
@@ -605,23 +605,62 @@ static voxconv_status_t vc_pairs_at_build(VcWorkspace &ws, voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-/* The lazy write: the lists get the map's current n_pairs (an
- * asynchronous map's bound while it is pending), are written on h's
- * stream, and an event after them orders consumers on other streams.
- * Inside a capture only a map built in that capture can be written (its
- * lists then exist in the graph's replays, like the rest of it); a map
- * built before the capture would get lists no eager call could read. */
-static voxconv_status_t vc_pairs_write(voxconv_handle_t *h, voxconv_kmap_t *m,
-                                       VcKmapPriv *p, const char *func) {
+/* vc_cuda.h. The wait comes first also for a writer: its event then
+ * follows the earlier writes too, so one event serves every table. */
+extern "C" voxconv_status_t vc_cuda_kmap_lazy_lock(voxconv_handle_t *h,
+                                                   const voxconv_kmap_t *m,
+                                                   const char *func,
+                                                   int *keep) {
+  VcKmapPriv *p = (VcKmapPriv *)m->backend_priv;
   const int capturing = vc_stream_capturing(h);
-  if (capturing && !p->captured)
-    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
-                   "%s: this map's pair lists are written on first need, and "
-                   "that is inside a CUDA graph capture while the map was "
-                   "built before it; write them before the capture with "
-                   "voxconv_kmap_get_pairs(h, map, NULL, NULL, NULL), or run "
-                   "the op once outside the capture",
-                   func);
+  if (keep)
+    *keep = !capturing || p->captured;
+  pthread_mutex_lock(&p->lock);
+  if (!p->lazy_done || p->lazy_stream == vc_cuda_stream(h))
+    return VOXCONV_STATUS_SUCCESS;
+  VcDeviceGuard guard(h);
+  const cudaError_t e =
+      capturing ? vc_relaxed([&] { return cudaEventSynchronize(p->lazy_done); })
+                : cudaStreamWaitEvent(vc_cuda_stream(h), p->lazy_done, 0);
+  if (e == cudaSuccess)
+    return VOXCONV_STATUS_SUCCESS;
+  pthread_mutex_unlock(&p->lock);
+  return vc_cuda_fail(h, e,
+                      capturing ? "cudaEventSynchronize" : "cudaStreamWaitEvent",
+                      func);
+}
+
+/* vc_cuda.h. Inside a capture nothing is recorded: a captured map's
+ * tables are written by every replay, in the graph's order. */
+extern "C" voxconv_status_t vc_cuda_kmap_lazy_unlock(voxconv_handle_t *h,
+                                                     const voxconv_kmap_t *m,
+                                                     int wrote) {
+  VcKmapPriv *p = (VcKmapPriv *)m->backend_priv;
+  cudaError_t e = cudaSuccess;
+  if (wrote && !vc_stream_capturing(h)) {
+    VcDeviceGuard guard(h);
+    if (!p->lazy_done)
+      e = cudaEventCreateWithFlags(&p->lazy_done, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+      e = cudaEventRecord(p->lazy_done, vc_cuda_stream(h));
+    if (e == cudaSuccess)
+      p->lazy_stream = vc_cuda_stream(h);
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (e != cudaSuccess)
+    return vc_cuda_fail(h, e, "cudaEventRecord",
+                        "a kernel map's table written on first need");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+/* The lazy write: the lists get the map's current n_pairs (an
+ * asynchronous map's bound while it is pending) and are written on h's
+ * stream. Inside a capture only a map built in that capture can be
+ * written (its lists then exist in the graph's replays, like the rest of
+ * it); a map built before the capture would get lists no eager call could
+ * read. */
+static voxconv_status_t vc_pairs_write(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                       VcKmapPriv *p) {
   voxconv_status_t st = vc_alloc_pair_lists(h, m);
   if (st == VOXCONV_STATUS_SUCCESS)
     st = vc_write_pairs(h, m->nbr_out, p->pair_rows, m->kvol, p->pair_scan,
@@ -630,21 +669,11 @@ static voxconv_status_t vc_pairs_write(voxconv_handle_t *h, voxconv_kmap_t *m,
     vc_free(h, m->in_rows);
     vc_free(h, m->out_rows);
     m->in_rows = m->out_rows = NULL;
-    return st;
   }
-  if (capturing)
-    return VOXCONV_STATUS_SUCCESS;
-  if (!p->pairs_done)
-    VC_CUDA_TRY(h, cudaEventCreateWithFlags(&p->pairs_done,
-                                            cudaEventDisableTiming));
-  VC_CUDA_TRY(h, cudaEventRecord(p->pairs_done, vc_cuda_stream(h)));
-  p->pairs_stream = vc_cuda_stream(h);
-  return VOXCONV_STATUS_SUCCESS;
+  return st;
 }
 
-/* vc_cuda.h. Lists written by another stream's consumer: h's stream waits
- * for their event (inside a capture, which cannot wait on an event
- * recorded outside it, the host waits once instead). */
+/* vc_cuda.h. */
 extern "C" voxconv_status_t vc_cuda_kmap_pairs(voxconv_handle_t *h,
                                                const voxconv_kmap_t *km,
                                                const char *func) {
@@ -653,24 +682,23 @@ extern "C" voxconv_status_t vc_cuda_kmap_pairs(voxconv_handle_t *h,
   if (!p || !p->pair_scan)
     return VOXCONV_STATUS_SUCCESS; /* written by the build */
   VC_CUDA_DEVICE_GUARD(h);
+  int keep = 0;
+  VC_CHECK(vc_cuda_kmap_lazy_lock(h, m, func, &keep));
   voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
-  pthread_mutex_lock(&p->lock);
-  if (!m->in_rows) { /* not written yet (a failed write leaves it NULL) */
-    st = vc_pairs_write(h, m, p, func);
-  } else if (p->pairs_done && p->pairs_stream != vc_cuda_stream(h)) {
-    const int capturing = vc_stream_capturing(h);
-    const cudaError_t e =
-        capturing
-            ? vc_relaxed([&] { return cudaEventSynchronize(p->pairs_done); })
-            : cudaStreamWaitEvent(vc_cuda_stream(h), p->pairs_done, 0);
-    if (e != cudaSuccess)
-      st = vc_cuda_fail(h, e,
-                        capturing ? "cudaEventSynchronize"
-                                  : "cudaStreamWaitEvent",
-                        func);
-  }
-  pthread_mutex_unlock(&p->lock);
-  return st;
+  const bool write = !m->in_rows; /* a failed write leaves it NULL */
+  if (write && !keep)
+    st = vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                 "%s: this map's pair lists are written on first need, and "
+                 "that is inside a CUDA graph capture while the map was "
+                 "built before it; write them before the capture with "
+                 "voxconv_kmap_get_pairs(h, map, NULL, NULL, NULL), or run "
+                 "the op once outside the capture",
+                 func);
+  else if (write)
+    st = vc_pairs_write(h, m, p);
+  const voxconv_status_t su =
+      vc_cuda_kmap_lazy_unlock(h, m, write && st == VOXCONV_STATUS_SUCCESS);
+  return st != VOXCONV_STATUS_SUCCESS ? st : su;
 }
 
 /* A row-mask array of n rows for the query to fill (maps with kvol <= 32;

@@ -93,7 +93,8 @@ struct VcKmapPriv {
    * message (every later call on the map returns it). */
   voxconv_status_t verdict;
   char *verdict_msg;
-  /* Completion may be asked for by two threads that share the map. */
+  /* Completion, and the tables written on first need, may be asked for
+   * by two threads that share the map. */
   pthread_mutex_t lock;
   /* Pair lists written on first need (vc_cuda_kmap_pairs): the build's
    * scanned per-tile counts [K * pair_nb + 1] (kept until the map is
@@ -105,10 +106,14 @@ struct VcKmapPriv {
   long long *pair_scan;
   int64_t pair_nb, pair_rows;
   const long long *pair_n_dev;
-  /* Recorded after the lazy write on pairs_stream (outside a capture):
-   * consumers on other streams wait for it. */
-  cudaEvent_t pairs_done;
-  cudaStream_t pairs_stream;
+  /* The tables written on first need -- pair lists, row orders, tile
+   * masks -- each on the stream of the handle that needed it: lazy_done
+   * is recorded on lazy_stream after the latest such write (outside a
+   * capture), and follows every earlier one (a write on another stream
+   * first waits for the previous event: vc_cuda_kmap_lazy_lock). Users on
+   * other streams wait for it. */
+  cudaEvent_t lazy_done;
+  cudaStream_t lazy_stream;
 };
 
 /* Pinned status slots (process-wide pool, cuda_kmap_async.cu). A slot whose

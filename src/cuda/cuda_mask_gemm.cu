@@ -637,11 +637,15 @@ voxconv_status_t mg_run_typed(voxconv_handle_t *h, const vc_conv_problem_t *p,
   a.tile_mask = NULL;
   a.row_mask = m->kvol <= 32 ? (dgrad ? m->row_mask_in : m->row_mask_out)
                              : NULL;
+  /* the row order when a capture makes it (cuda_mask_gemm.cuh), freed
+   * after the launch */
+  VcWorkspace graph_local(h);
   if (prm->v[2] == 1) {
     if (family == MG_FAM_IM2COL) /* im2col: every offset, no tile masks */
-      VC_CHECK(row_order(h, m, dgrad, &a.order));
+      VC_CHECK(row_order(h, m, dgrad, &graph_local, &a.order));
     else
-      VC_CHECK(sorted_rows(h, m, dgrad, &a.order, &a.tile_mask));
+      VC_CHECK(
+          sorted_rows(h, m, dgrad, &graph_local, &a.order, &a.tile_mask));
   }
   a.out = p->c;
   a.n_dst = (int)(dgrad ? m->n_in : m->n_out);

@@ -29,6 +29,8 @@
 
 #include "voxconv.h"
 
+class VcWorkspace; /* vc_cuda_util.cuh */
+
 namespace vc_mask_gemm {
 
 /* ---- PTX wrappers ------------------------------------------------------- */
@@ -933,11 +935,16 @@ __global__ void transpose_w_kernel(const T *__restrict__ w, T *__restrict__ wt,
  * side's table (cached on the map: the f16 kernels' row_order 1 and the
  * int8 forward use them). row_order gives the order alone (the im2col
  * family, which runs every offset), sorted_rows also the 128-row tile
- * masks of that order for kvol <= 32 (else NULL). cuda_row_order.cu. */
+ * masks of that order for kvol <= 32 (else NULL). `local`, the op's
+ * workspace, takes them instead of the map on a first use inside a CUDA
+ * graph capture of a map built before it (the graph makes them on every
+ * replay). cuda_row_order.cu. */
 voxconv_status_t row_order(voxconv_handle_t *h, const voxconv_kmap_t *m,
-                           bool dgrad, const int32_t **order);
+                           bool dgrad, VcWorkspace *local,
+                           const int32_t **order);
 voxconv_status_t sorted_rows(voxconv_handle_t *h, const voxconv_kmap_t *m,
-                             bool dgrad, const int32_t **order,
+                             bool dgrad, VcWorkspace *local,
+                             const int32_t **order,
                              const unsigned **tile_mask);
 
 } // namespace vc_mask_gemm

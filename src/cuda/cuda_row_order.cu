@@ -225,19 +225,35 @@ int mask_tiles(int n) {
   return (int)vc_ceil_div<int64_t>(n, VC_MG_MASK_TILE_ROWS);
 }
 
+/* Where a table made now goes: into the map (local NULL), or into the
+ * caller's workspace `local`, freed after its op, on a first use inside a
+ * CUDA graph capture of a map built before the capture. Kept there, it
+ * would exist only in the graph's replays: an eager call before the first
+ * replay would read memory never written. Left out of the map, every
+ * replay makes it again (voxconv.h: CUDA graph capture). */
+template <typename T>
+voxconv_status_t table_get(VcWorkspace &own, VcWorkspace *local, int64_t n,
+                           T **out, const char *what) {
+  return (local ? *local : own).get<T>(n, out, what);
+}
+
 /* The order (and, with want_masks and kvol <= 32, the direction's tile
- * masks) of one direction by the one-block kernel; the slots are empty. */
+ * masks, *masks; else NULL) of one direction by the one-block kernel; the
+ * slots are empty. */
 voxconv_status_t small_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
-                                 bool dgrad, bool want_masks) {
+                                 bool dgrad, bool want_masks,
+                                 VcWorkspace *local, const int32_t **out,
+                                 const unsigned **masks) {
   const int n = (int)(dgrad ? m->n_in : m->n_out);
-  const bool masks = want_masks && m->kvol <= 32 &&
-                     !(dgrad ? m->tile_mask_in : m->tile_mask_out);
+  const bool make_masks = want_masks && m->kvol <= 32 &&
+                          !(dgrad ? m->tile_mask_in : m->tile_mask_out);
   VcWorkspace ws(h);
   int32_t *order = NULL;
   uint32_t *mask = NULL;
-  VC_CHECK(ws.get<int32_t>(n, &order, "mask_gemm row order"));
-  if (masks)
-    VC_CHECK(ws.get<uint32_t>(mask_tiles(n), &mask, "mask_gemm tile masks"));
+  VC_CHECK(table_get(ws, local, n, &order, "mask_gemm row order"));
+  if (make_masks)
+    VC_CHECK(table_get(ws, local, mask_tiles(n), &mask,
+                       "mask_gemm tile masks"));
   const RowKeyPerm kp = row_key_perm(m);
   const int begin_bit = row_key_begin_bit(kp.bits, n);
   /* The smallest block that holds n: padding costs as much to sort as
@@ -259,10 +275,14 @@ voxconv_status_t small_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
                                                  begin_bit, key_bits, order,
                                                  mask);
   VC_CUDA_LAUNCH_CHECK(h, "mask_gemm small_row_order_kernel");
+  *out = order;
+  *masks = mask;
+  if (local)
+    return VOXCONV_STATUS_SUCCESS;
   ws.release(order);
   ws.release(mask);
   (dgrad ? m->row_order_in : m->row_order_out) = order;
-  if (masks)
+  if (make_masks)
     (dgrad ? m->tile_mask_in : m->tile_mask_out) = mask;
   return VOXCONV_STATUS_SUCCESS;
 }
@@ -273,10 +293,12 @@ voxconv_status_t small_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
  * first time a map is used by this algorithm (per direction, except where
  * dgrad shares the forward's: above; vc_kmap_free_buffers frees a shared
  * order once). Small maps take the one-block kernel, which also makes the
- * tile masks when want_masks. */
+ * tile masks when want_masks (*masks; else NULL). */
 voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
                                   bool dgrad, bool want_masks,
-                                  const int32_t **order) {
+                                  VcWorkspace *local, const int32_t **order,
+                                  const unsigned **masks) {
+  *masks = NULL;
   int32_t **slot = dgrad ? &m->row_order_in : &m->row_order_out;
   if (*slot) {
     *order = *slot;
@@ -284,16 +306,15 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
   }
   if (dgrad && dgrad_shares_forward_order(m)) {
     /* the forward's masks are not dgrad's: not made here */
-    VC_CHECK(ensure_row_order(h, m, false, false, order));
-    *slot = (int32_t *)*order;
+    const unsigned *fwd_masks = NULL;
+    VC_CHECK(ensure_row_order(h, m, false, false, local, order, &fwd_masks));
+    if (!local)
+      *slot = (int32_t *)*order;
     return VOXCONV_STATUS_SUCCESS;
   }
   const int n = (int)(dgrad ? m->n_in : m->n_out);
-  if (n > 0 && n <= VC_ROW_SMALL_MAX && !vc_cuda_state(h)->kmap_lean_off) {
-    VC_CHECK(small_row_order(h, m, dgrad, want_masks));
-    *order = *slot;
-    return VOXCONV_STATUS_SUCCESS;
-  }
+  if (n > 0 && n <= VC_ROW_SMALL_MAX && !vc_cuda_state(h)->kmap_lean_off)
+    return small_row_order(h, m, dgrad, want_masks, local, order, masks);
   const int32_t *nbr = dgrad ? m->nbr_in : m->nbr_out;
   VcWorkspace ws(h);
   unsigned *key = NULL, *key_sorted = NULL;
@@ -301,7 +322,7 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
   VC_CHECK(ws.get<unsigned>(n, &key, "mask_gemm row keys"));
   VC_CHECK(ws.get<unsigned>(n, &key_sorted, "mask_gemm sorted keys"));
   VC_CHECK(ws.get<int32_t>(n, &idx, "mask_gemm row index"));
-  VC_CHECK(ws.get<int32_t>(n, &res, "mask_gemm row order"));
+  VC_CHECK(table_get(ws, local, n, &res, "mask_gemm row order"));
   if (n > 0) {
     const RowKeyPerm kp = row_key_perm(m);
     row_key_kernel<<<vc_grid_1d(n, 256, INT32_MAX), 256, 0,
@@ -322,9 +343,11 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
                        temp, temp_bytes, key, key_sorted, idx, res, n,
                        begin_bit, end_bit, vc_cuda_stream(h)));
   }
-  ws.release(res);
-  *slot = res;
   *order = res;
+  if (!local) {
+    ws.release(res);
+    *slot = res;
+  }
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -333,47 +356,78 @@ voxconv_status_t ensure_row_order(voxconv_handle_t *h, voxconv_kmap_t *m,
  * barriers and a serial list build become one word read). */
 voxconv_status_t ensure_tile_masks(voxconv_handle_t *h, voxconv_kmap_t *m,
                                    bool dgrad, const int32_t *order,
-                                   const unsigned **out) {
+                                   VcWorkspace *local, const unsigned **out) {
   uint32_t **slot = dgrad ? &m->tile_mask_in : &m->tile_mask_out;
-  if (!*slot) {
-    const int n = (int)(dgrad ? m->n_in : m->n_out);
-    const int tiles = mask_tiles(n);
-    VcWorkspace ws(h); /* frees the masks on a failed launch */
-    uint32_t *mask = NULL;
-    VC_CHECK(ws.get<uint32_t>(tiles > 0 ? tiles : 1, &mask,
-                              "mask_gemm tile masks"));
-    if (tiles > 0) {
-      tile_mask_kernel<<<tiles, VC_MG_MASK_TILE_ROWS, 0,
-                         vc_cuda_stream(h)>>>(
-          dgrad ? m->nbr_in : m->nbr_out,
-          dgrad ? m->row_mask_in : m->row_mask_out, order, n, m->kvol, mask);
-      VC_CUDA_LAUNCH_CHECK(h, "mask_gemm tile_mask_kernel");
-    }
+  if (*slot) {
+    *out = *slot;
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  const int n = (int)(dgrad ? m->n_in : m->n_out);
+  const int tiles = mask_tiles(n);
+  VcWorkspace ws(h); /* frees the masks on a failed launch */
+  uint32_t *mask = NULL;
+  VC_CHECK(table_get(ws, local, tiles > 0 ? tiles : 1, &mask,
+                     "mask_gemm tile masks"));
+  if (tiles > 0) {
+    tile_mask_kernel<<<tiles, VC_MG_MASK_TILE_ROWS, 0, vc_cuda_stream(h)>>>(
+        dgrad ? m->nbr_in : m->nbr_out,
+        dgrad ? m->row_mask_in : m->row_mask_out, order, n, m->kvol, mask);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm tile_mask_kernel");
+  }
+  *out = mask;
+  if (!local) {
     ws.release(mask);
     *slot = mask;
   }
-  *out = *slot;
   return VOXCONV_STATUS_SUCCESS;
+}
+
+/* One direction's order, and with want_masks (kvol <= 32) its tile masks,
+ * under the map's lock (two threads may share the map) and after what
+ * other streams wrote of its tables (vc_cuda_kmap_lazy_lock). */
+voxconv_status_t rows_of(voxconv_handle_t *h, voxconv_kmap_t *m, bool dgrad,
+                         bool want_masks, VcWorkspace *local,
+                         const int32_t **order, const unsigned **tile_mask) {
+  int keep = 1;
+  VC_CHECK(vc_cuda_kmap_lazy_lock(h, m, "mask_gemm row order", &keep));
+  const int32_t *order_was = dgrad ? m->row_order_in : m->row_order_out;
+  const uint32_t *mask_was = dgrad ? m->tile_mask_in : m->tile_mask_out;
+  VcWorkspace *to = keep ? NULL : local;
+  voxconv_status_t st = VOXCONV_STATUS_SUCCESS;
+  if (!keep && !local)
+    st = vc_fail(h, VOXCONV_STATUS_INTERNAL,
+                 "mask_gemm row order: a first use inside a capture needs "
+                 "a workspace for it");
+  const unsigned *made = NULL;
+  if (st == VOXCONV_STATUS_SUCCESS)
+    st = ensure_row_order(h, m, dgrad, want_masks, to, order, &made);
+  *tile_mask = made;
+  if (st == VOXCONV_STATUS_SUCCESS && want_masks && m->kvol <= 32 && !made)
+    st = ensure_tile_masks(h, m, dgrad, *order, to, tile_mask);
+  const bool wrote =
+      order_was != (dgrad ? m->row_order_in : m->row_order_out) ||
+      mask_was != (dgrad ? m->tile_mask_in : m->tile_mask_out);
+  const voxconv_status_t su = vc_cuda_kmap_lazy_unlock(h, m, wrote);
+  return st != VOXCONV_STATUS_SUCCESS ? st : su;
 }
 
 } // namespace
 
 voxconv_status_t vc_mask_gemm::row_order(voxconv_handle_t *h,
                                          const voxconv_kmap_t *m, bool dgrad,
+                                         VcWorkspace *local,
                                          const int32_t **order) {
-  return ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, false, order);
+  const unsigned *none = NULL;
+  return rows_of(h, (voxconv_kmap_t *)m, dgrad, false, local, order, &none);
 }
 
 voxconv_status_t vc_mask_gemm::sorted_rows(voxconv_handle_t *h,
                                            const voxconv_kmap_t *m, bool dgrad,
+                                           VcWorkspace *local,
                                            const int32_t **order,
                                            const unsigned **tile_mask) {
-  *tile_mask = NULL;
-  VC_CHECK(ensure_row_order(h, (voxconv_kmap_t *)m, dgrad, true, order));
-  if (m->kvol <= 32)
-    VC_CHECK(ensure_tile_masks(h, (voxconv_kmap_t *)m, dgrad, *order,
-                               tile_mask));
-  return VOXCONV_STATUS_SUCCESS;
+  return rows_of(h, (voxconv_kmap_t *)m, dgrad, true, local, order,
+                 tile_mask);
 }
 
 extern "C" voxconv_status_t vc_cuda_row_order(voxconv_handle_t *h,
@@ -383,7 +437,7 @@ extern "C" voxconv_status_t vc_cuda_row_order(voxconv_handle_t *h,
                                               const uint32_t **tile_mask) {
   *tile_mask = NULL;
   if (want_masks)
-    return vc_mask_gemm::sorted_rows(h, kmap, dgrad != 0, order,
+    return vc_mask_gemm::sorted_rows(h, kmap, dgrad != 0, NULL, order,
                                      (const unsigned **)tile_mask);
-  return vc_mask_gemm::row_order(h, kmap, dgrad != 0, order);
+  return vc_mask_gemm::row_order(h, kmap, dgrad != 0, NULL, order);
 }

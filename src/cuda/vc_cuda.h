@@ -64,6 +64,23 @@ int vc_cuda_kmap_preset_async(voxconv_handle_t *h, voxconv_kmap_t *kmap,
 voxconv_status_t vc_cuda_kmap_pairs(voxconv_handle_t *h,
                                     const voxconv_kmap_t *kmap,
                                     const char *func);
+/* The tables of a map written on first need (pair lists, row orders,
+ * tile masks), each on the stream of the handle that needs it.
+ * vc_cuda_kmap_lazy_lock takes the map's lock (on failure it is released)
+ * and orders h's stream after every such table written on another stream
+ * (inside a capture, which cannot wait on an event recorded outside it,
+ * the host waits once). *keep (if not NULL): 1 when a table written now
+ * may be kept with the map, 0 inside a capture of a map built before it
+ * (the table would exist only in the graph's replays, and eager calls
+ * would read memory never written). vc_cuda_kmap_lazy_unlock releases the
+ * lock; `wrote`: h's stream has just queued a table's write (outside a
+ * capture, an event recorded after it orders the other streams' users). */
+voxconv_status_t vc_cuda_kmap_lazy_lock(voxconv_handle_t *h,
+                                        const voxconv_kmap_t *kmap,
+                                        const char *func, int *keep);
+voxconv_status_t vc_cuda_kmap_lazy_unlock(voxconv_handle_t *h,
+                                          const voxconv_kmap_t *kmap,
+                                          int wrote);
 /* h's stream waits on the GPU for kmap's build (voxconv_kmap_order). */
 voxconv_status_t vc_cuda_kmap_order(voxconv_handle_t *h,
                                     const voxconv_kmap_t *kmap);
@@ -189,7 +206,8 @@ voxconv_status_t vc_cuda_count_diff(voxconv_handle_t *h, const void *a,
  * the tensor-core convolutions tile over, made if absent, and with
  * want_masks the 128-row tile masks of that order (*tile_mask NULL for
  * kvol > 32 or without want_masks); queued on h's stream
- * (cuda_row_order.cu). For tests. */
+ * (cuda_row_order.cu). For tests; not inside a CUDA graph capture of a
+ * map built before it (INTERNAL: such tables live in an op's workspace). */
 voxconv_status_t vc_cuda_row_order(voxconv_handle_t *h,
                                    const voxconv_kmap_t *kmap, int dgrad,
                                    int want_masks, const int32_t **order,
