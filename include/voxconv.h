@@ -724,6 +724,40 @@ VOXCONV_API voxconv_status_t voxconv_kmap_get_pairs(voxconv_handle_t *h,
                                                     int64_t *offsets,
                                                     int32_t *in_rows,
                                                     int32_t *out_rows);
+/* Tables of a CUDA map that ops otherwise make on their first use, made
+ * now on h's stream (`what`, an OR of):
+ *   VOXCONV_PREPARE_FORWARD  the row order and tile masks of the output
+ *                            rows, which the tensor-core forward (mask_gemm
+ *                            with row_order 1, the int8 forward) tiles over
+ *   VOXCONV_PREPARE_DGRAD    the same for the input rows (dgrad; shared
+ *                            with the forward's on symmetric SUBMANIFOLD
+ *                            maps)
+ *   VOXCONV_PREPARE_PAIRS    the pair lists (weight gradients, depthwise,
+ *                            explicit / implicit gemm; as
+ *                            voxconv_kmap_get_pairs(h, map, NULL, NULL,
+ *                            NULL), but never waiting)
+ * Meant for the stream a map is built on (see Synchronisation): called
+ * there after the convolutions' stream has been ordered after the build
+ * (voxconv_stream_wait / voxconv_kmap_order), the work runs beside the
+ * first convolutions instead of in front of the first one that needs it
+ * (a row order at workload A's level 0 is a ~0.1 ms sort); ops on other
+ * streams wait for it on the GPU. Never waits for the GPU. With a build
+ * worker the work is queued behind the worker's builds, like a build (the
+ * call does not wait for the worker either). Tables already made are
+ * skipped; so is FORWARD on a deferred STRIDED map whose output count has
+ * not arrived (its first op makes it). A CPU map has every table already:
+ * SUCCESS, nothing done. A failure on a build worker is not reported (the
+ * op that needs the table makes it and reports its own).
+ *   NULL_POINTER        h or kmap
+ *   INVALID_ARGUMENT    `what` 0 or with other bits; a map h may not use
+ *   UNSUPPORTED         inside a CUDA graph capture of a map built before
+ *                       it (the tables would exist only in the replays) */
+#define VOXCONV_PREPARE_FORWARD 1u
+#define VOXCONV_PREPARE_DGRAD 2u
+#define VOXCONV_PREPARE_PAIRS 4u
+VOXCONV_API voxconv_status_t voxconv_kmap_prepare(voxconv_handle_t *h,
+                                                  const voxconv_kmap_t *kmap,
+                                                  unsigned what);
 /* KMAP_MISMATCH unless `in` are exactly the coordinates the map was built
  * from (count and content). Ops check row counts themselves; this is the
  * full check for callers that cannot guarantee the pairing. */

@@ -30,7 +30,11 @@
  *     first use inside a capture of a map built before it leaves the map
  *     without one, so an eager call before any replay and the replay give
  *     the eager bits; and, as in 6, a second stream's order made behind a
- *     hold is waited for by a third stream's forward.
+ *     hold is waited for by a third stream's forward;
+ *  8. voxconv_kmap_prepare on a map stream (with and without a build
+ *     worker) behind a hold: nothing waits, and the ops on another stream
+ *     wait on the GPU for the prepared tables (the eager bits); bad
+ *     arguments and a capture of a map built before it are refused.
  * Needs a GPU (exit 77 = skipped without one). */
 #include "gpu_test_util.h"
 
@@ -417,6 +421,112 @@ static void test_order_in_capture(problem_t *P) {
   free(want), free(got);
 }
 
+/* 8: voxconv_kmap_prepare on the stream a map is built on ("map
+ * stream", handle hm, with and without a build worker): behind a 300 ms
+ * hold of that stream the build and the prepare return at once; ops issued
+ * right after on P's stream (ordered after the build only, by
+ * voxconv_kmap_order) must wait on the GPU for the prepared tables and
+ * give the eager bits -- the tensor-core passes and the int8 forward, which
+ * always tiles over the row order. Also its refusals. */
+static void test_prepare(problem_t *P, const outputs_t *eager) {
+  const size_t bytes = op_bytes(P, &k_int8);
+  void *y8 = dev_alloc(bytes);
+  uint16_t *want8 = (uint16_t *)malloc(bytes), *got8 = (uint16_t *)malloc(bytes);
+  voxconv_kmap_t *m = NULL;
+  VC_REQUIRE_VOID(build(P, &m) == VOXCONV_STATUS_SUCCESS &&
+                      int8_op(P, P->h, m, y8) == VOXCONV_STATUS_SUCCESS,
+                  "int8 reference: %s", voxconv_get_last_error(P->h));
+  CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+  cudaMemcpy(want8, y8, bytes, cudaMemcpyDeviceToHost);
+  const unsigned all = VOXCONV_PREPARE_FORWARD | VOXCONV_PREPARE_DGRAD |
+                       VOXCONV_PREPARE_PAIRS;
+  /* refusals */
+  VC_EXPECT_STATUS(P->h, voxconv_kmap_prepare(P->h, m, 0),
+                   VOXCONV_STATUS_INVALID_ARGUMENT);
+  VC_EXPECT_STATUS(P->h, voxconv_kmap_prepare(P->h, m, 8),
+                   VOXCONV_STATUS_INVALID_ARGUMENT);
+  VC_EXPECT_STATUS(P->h, voxconv_kmap_prepare(P->h, NULL, 1),
+                   VOXCONV_STATUS_NULL_POINTER);
+  VC_EXPECT(voxconv_kmap_prepare(NULL, m, 1) == VOXCONV_STATUS_NULL_POINTER,
+            "NULL handle");
+  voxconv_kmap_destroy(P->h, m);
+  m = NULL;
+  VC_REQUIRE_VOID(build(P, &m) == VOXCONV_STATUS_SUCCESS &&
+                      voxconv_kmap_wait(P->h, m) == VOXCONV_STATUS_SUCCESS,
+                  "map: %s", voxconv_get_last_error(P->h));
+  CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+  CUDA_OK_VOID(cudaStreamBeginCapture(P->stream, cudaStreamCaptureModeGlobal));
+  const voxconv_status_t sc = voxconv_kmap_prepare(P->h, m, all);
+  cudaGraph_t graph = NULL;
+  cudaStreamEndCapture(P->stream, &graph);
+  if (graph)
+    cudaGraphDestroy(graph);
+  VC_EXPECT(sc == VOXCONV_STATUS_UNSUPPORTED &&
+                strstr(voxconv_get_last_error(P->h), "before the capture"),
+            "prepare inside a capture of a map built before it: %s (%s)",
+            voxconv_status_string(sc), voxconv_get_last_error(P->h));
+  voxconv_kmap_destroy(P->h, m);
+
+  for (int worker = 0; worker < 2; worker++) {
+    cudaStream_t sm = NULL;
+    voxconv_handle_t *hm = NULL;
+    CUDA_OK_VOID(cudaStreamCreateWithFlags(&sm, cudaStreamNonBlocking));
+    voxconv_handle_desc_t d = {VOXCONV_BACKEND_CUDA, 0, sm, NULL, 0, 1};
+    VC_REQUIRE_VOID(voxconv_create(&hm, &d) == VOXCONV_STATUS_SUCCESS &&
+                        voxconv_handle_set_build_worker(hm, worker) ==
+                            VOXCONV_STATUS_SUCCESS,
+                    "map-stream handle (worker %d)", worker);
+    for (int round = 0; round < 2; round++) { /* round 0 warms hm up */
+      const int held = round == 1;
+      poison_outputs(P);
+      CUDA_OK_VOID(cudaMemsetAsync(y8, 0xFF, bytes, P->stream));
+      CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+      if (held)
+        CUDA_OK_VOID(cudaLaunchHostFunc(sm, hold_stream, NULL));
+      const double t0 = now_ms();
+      const voxconv_kmap_desc_t kd = desc3(VOXCONV_KMAP_SUBMANIFOLD, 3, 1);
+      const voxconv_coords_t in = {P->coords, P->n, {1, 1, 1}};
+      voxconv_status_t st = voxconv_kmap_build(hm, &kd, &in, NULL, &m);
+      if (st == VOXCONV_STATUS_SUCCESS)
+        st = voxconv_kmap_order(P->h, m); /* the build only */
+      if (st == VOXCONV_STATUS_SUCCESS)
+        st = voxconv_kmap_prepare(hm, m, all);
+      const double t1 = now_ms();
+      if (st == VOXCONV_STATUS_SUCCESS)
+        st = passes(P, m);
+      if (st == VOXCONV_STATUS_SUCCESS)
+        st = int8_op(P, P->h, m, y8);
+      const double t2 = now_ms();
+      VC_EXPECT(st == VOXCONV_STATUS_SUCCESS,
+                "worker %d: build, prepare, ops: %s / %s", worker,
+                voxconv_get_last_error(hm), voxconv_get_last_error(P->h));
+      if (held)
+        VC_EXPECT(t2 - t0 < 150.0,
+                  "worker %d: build + prepare %.1f ms, + ops %.1f ms of host "
+                  "time behind a 300 ms hold: something waited for the GPU",
+                  worker, t1 - t0, t2 - t0);
+      outputs_t o;
+      read_outputs(P, &o);
+      char what[64];
+      snprintf(what, sizeof what, "prepared on a map stream (worker %d)",
+               worker);
+      expect_same(what, P, &o, eager);
+      free_outputs(&o);
+      cudaMemcpy(got8, y8, bytes, cudaMemcpyDeviceToHost);
+      snprintf(what, sizeof what, "int8 on a prepared map (worker %d)",
+               worker);
+      expect_same_u16(what, got8, want8, (int64_t)(bytes / 2));
+      voxconv_kmap_destroy(P->h, m);
+      m = NULL;
+      CUDA_OK_VOID(cudaStreamSynchronize(P->stream));
+    }
+    voxconv_destroy(hm);
+    cudaStreamDestroy(sm);
+  }
+  cudaFree(y8);
+  free(want8), free(got8);
+}
+
 /* 6: pair lists on first need. */
 static void test_lazy_pairs(problem_t *P, const outputs_t *eager) {
   cudaGraphExec_t exec = NULL;
@@ -784,6 +894,7 @@ int main(void) {
   }
   test_other_stream(&P, &k_wgrad);
   test_other_stream(&P, &k_int8);
+  test_prepare(&P, &eager);
   test_bad_coords();
   test_deferred_strided(&P);
   free_outputs(&eager);

@@ -914,6 +914,20 @@ static void test_bad_inputs(voxconv_handle_t *h) {
                    VOXCONV_STATUS_SUCCESS);
   EXPECT_FAIL(h, voxconv_kmap_get_pairs(h, NULL, NULL, NULL, NULL),
               VOXCONV_STATUS_NULL_POINTER, "kmap");
+  /* prepare: a CPU map has every table (nothing to do); bad words and
+   * pointers are named */
+  VC_EXPECT_STATUS(h, voxconv_kmap_prepare(h, m, VOXCONV_PREPARE_FORWARD |
+                                                     VOXCONV_PREPARE_DGRAD |
+                                                     VOXCONV_PREPARE_PAIRS),
+                   VOXCONV_STATUS_SUCCESS);
+  EXPECT_FAIL(h, voxconv_kmap_prepare(h, m, 0),
+              VOXCONV_STATUS_INVALID_ARGUMENT, "what = 0x0");
+  EXPECT_FAIL(h, voxconv_kmap_prepare(h, m, 9),
+              VOXCONV_STATUS_INVALID_ARGUMENT, "what = 0x9");
+  EXPECT_FAIL(h, voxconv_kmap_prepare(h, NULL, 1), VOXCONV_STATUS_NULL_POINTER,
+              "kmap");
+  EXPECT_FAIL(NULL, voxconv_kmap_prepare(NULL, m, 1),
+              VOXCONV_STATUS_NULL_POINTER, "handle");
   EXPECT_FAIL(NULL, voxconv_kmap_out_coords(m, NULL),
               VOXCONV_STATUS_NULL_POINTER, "coords");
   EXPECT_FAIL(NULL, voxconv_kmap_destroy(NULL, m), VOXCONV_STATUS_NULL_POINTER,
@@ -1389,6 +1403,8 @@ static void test_foreign_maps(voxconv_handle_t *h) {
   EXPECT_FAIL(h, voxconv_kmap_get_pairs(h, &cuda, po, NULL, NULL),
               VOXCONV_STATUS_INVALID_ARGUMENT, "CUDA backend");
   EXPECT_FAIL(h, voxconv_kmap_inverse(h, &cuda, &inv),
+              VOXCONV_STATUS_INVALID_ARGUMENT, "CUDA backend");
+  EXPECT_FAIL(h, voxconv_kmap_prepare(h, &cuda, 1),
               VOXCONV_STATUS_INVALID_ARGUMENT, "CUDA backend");
   EXPECT_FAIL(h, voxconv_kmap_destroy(h, &cuda), VOXCONV_STATUS_INVALID_ARGUMENT,
               "CUDA backend");

@@ -975,8 +975,14 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
         (has_pool && !overlap &&
          (rc = build_map(B, hm, l, coords, L->n, 1, 1, per_layer, &ms_pool))))
       return rc;
-    if (overlap)
+    if (overlap) {
       TRY(B, "voxconv_stream_wait", voxconv_stream_wait(B->h, B->map_stream));
+      /* After the wait: the sort runs beside the level's first convs, and
+       * only the first that tiles over the order waits for it (item 130). */
+      if (B->prepare)
+        TRY_ON(hm, "voxconv_kmap_prepare",
+               voxconv_kmap_prepare(hm, L->subm, B->prepare));
+    }
     if ((rc = level_convs(B, l, &r, rec, per_layer)))
       return rc;
     const voxconv_feats_t b = feats_of(B, L->b, L->n, L->c);
@@ -1055,9 +1061,14 @@ static int net_backward(bench_t *B, int rep, int per_layer, double *total) {
  * waiting on the host). */
 static int net_forward_backward(bench_t *B, double *total) {
   int rc;
-  if ((rc = clock_start(B, &B->t_total)) ||
-      (rc = net_forward(B, -1, 0, 1, NULL)) ||
-      (rc = net_backward(B, -1, 0, NULL)))
+  const unsigned forward_only = B->prepare;
+  if (forward_only) /* the backward's tables too */
+    B->prepare |= VOXCONV_PREPARE_DGRAD | VOXCONV_PREPARE_PAIRS;
+  rc = clock_start(B, &B->t_total);
+  if (!rc)
+    rc = net_forward(B, -1, 0, 1, NULL);
+  B->prepare = forward_only;
+  if (rc || (rc = net_backward(B, -1, 0, NULL)))
     return rc;
   return clock_stop(B, &B->t_total, total);
 }
@@ -1455,6 +1466,8 @@ int vt_bench_main(int argc, char **argv) {
   }
   if ((rc = bench_setup(B)))
     goto out;
+  /* VOXCONV_MAP_PREPARE=0: the convolutions make the tables (A/B runs) */
+  B->prepare = env_on("VOXCONV_MAP_PREPARE") ? VOXCONV_PREPARE_FORWARD : 0;
   progress(B, "backend: %s, dtype %s", B->device_name,
            voxconv_dtype_name(B->dtype));
   switch (B->o.workload) {

@@ -58,7 +58,8 @@ def main():
 
     def forward():
         with torch.no_grad(), record_function("forward"):
-            y = net(voxconv.SparseTensor(feats, coords))
+            # the voxelization grid's box, as torch_bench passes it
+            y = net(voxconv.SparseTensor(feats, coords, bounds=tb.A_BOUNDS))
         torch.cuda.synchronize()
         return y
 

@@ -27,6 +27,7 @@ DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F64 = 0, 1, 2, 3
 DTYPE_I8, DTYPE_I32 = 4, 5  # int8 ops only (voxconv_conv_forward_int8, ...)
 MEMCPY_HOST_TO_BACKEND, MEMCPY_BACKEND_TO_HOST, MEMCPY_BACKEND_TO_BACKEND = 0, 1, 2
 KMAP_SUBMANIFOLD, KMAP_STRIDED, KMAP_TRANSPOSED, KMAP_GENERATIVE = 0, 1, 2, 3
+PREPARE_FORWARD, PREPARE_DGRAD, PREPARE_PAIRS = 1, 2, 4  # voxconv_kmap_prepare
 OFFSET_ORDER_X_SLOWEST, OFFSET_ORDER_X_FASTEST = 0, 1  # desc offset_order
 UNSET, FALSE, TRUE = 0, 1, 2
 POOL_MAX, POOL_AVG, POOL_SUM = 0, 1, 2
@@ -187,6 +188,7 @@ _SIGNATURES = {
                                          ctypes.c_int, _P(_p)]),
     "voxconv_kmap_out_bounds": (_st, [_p, _P(CoordsBounds)]),
     "voxconv_kmap_get_pairs": (_st, [_p, _p, _p, _p, _p]),
+    "voxconv_kmap_prepare": (_st, [_p, _p, ctypes.c_uint]),
     "voxconv_kmap_verify": (_st, [_p, _p, _P(Coords)]),
     "voxconv_kmap_inverse": (_st, [_p, _p, _P(_p)]),
     "voxconv_merge_duplicates": (_st, [_p, _P(Coords), _p, _P(ctypes.c_int64), _p]),

@@ -392,6 +392,11 @@ class KernelMap:
         if self._keep:
             self._keep.clear()
 
+    def prepare(self, handle, what):
+        """voxconv_kmap_prepare on `handle` (the building stream's): the
+        tables ops would make on first use (_lib.PREPARE_*), queued now."""
+        handle.call("voxconv_kmap_prepare", ctypes.c_void_p(self.ptr), what)
+
     def mark_ready(self, stream):
         """Records ``ready`` on the building stream `stream` after the build
         (nothing for a build worker's map, which the library orders)."""
@@ -655,6 +660,23 @@ def _env_on(name):
 
 def _prefetch_enabled():
     return _env_on("VOXCONV_MAP_PREFETCH")
+
+
+def _prepare(ms, km, mode):
+    """After a SUBMANIFOLD map's build (and its ready mark) on the map
+    stream: its row orders -- and under autograd dgrad's and the pair
+    lists -- made there too, beside the convolutions, rather than by the
+    first convolution that needs them, in front of it (docs/perf-notes.md
+    item 130). VOXCONV_MAP_PREPARE=0 leaves them to the convolutions."""
+    if mode != _lib.KMAP_SUBMANIFOLD or not _env_on("VOXCONV_MAP_PREPARE"):
+        return
+    what = _lib.PREPARE_FORWARD
+    if torch.is_grad_enabled():
+        what |= _lib.PREPARE_DGRAD | _lib.PREPARE_PAIRS
+    try:
+        km.prepare(ms.handle, what)
+    except errors.VoxconvError:
+        pass  # only a head start: the op that needs a table makes it
 
 
 class _MapStream:
@@ -995,6 +1017,7 @@ class CoordinateManager:
             km, made = self._build(ms.handle, consumer, in_set, mode, kernel_size, stride,
                                    dilation, out_set, padding, out_shape, key, order)
         km.mark_ready(ms.stream)
+        _prepare(ms, km, mode)
         return km, made
 
     def _prefetch(self, s):
@@ -1027,6 +1050,7 @@ class CoordinateManager:
                     # again and raises there, where the caller expects it.
                     return
                 km.mark_ready(ms.stream)
+                _prepare(ms, km, mode)
                 s.prefetched[key] = (km, stamp)
 
     def _adopt(self, ms, km, in_set, mode, stride, key):

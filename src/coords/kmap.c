@@ -668,6 +668,36 @@ voxconv_status_t voxconv_kmap_get_pairs(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+voxconv_status_t voxconv_kmap_prepare(voxconv_handle_t *h,
+                                      const voxconv_kmap_t *kmap,
+                                      unsigned what) {
+  static const char *const func = "voxconv_kmap_prepare";
+  VC_CHECK_NULL(NULL, h, "handle");
+  vc_clear_error_only(h); /* a worker's builds are not waited for */
+  VC_CHECK_NULL(h, kmap, "kmap");
+  const unsigned all = VOXCONV_PREPARE_FORWARD | VOXCONV_PREPARE_DGRAD |
+                       VOXCONV_PREPARE_PAIRS;
+  if (what == 0 || (what & ~all))
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: what = 0x%x; want an OR of VOXCONV_PREPARE_FORWARD "
+                   "(1), _DGRAD (2) and _PAIRS (4)",
+                   func, what);
+  VC_CHECK(vc_kmap_check_handle(h, func, kmap));
+  if (h->backend != VOXCONV_BACKEND_CUDA)
+    return VOXCONV_STATUS_SUCCESS; /* a CPU map has every table */
+#ifdef VOXCONV_HAVE_CUDA
+  voxconv_kmap_t *m = (voxconv_kmap_t *)kmap;
+  if (h->worker && m->issuer == h->worker && !vc_stream_capturing(h))
+    return vc_build_worker_prepare(h, m, what);
+  vc_clear_error(h); /* now after the builds h's worker has queued */
+  VC_CHECK(vc_kmap_issued(h, kmap, func));
+  VC_CHECK(vc_kmap_poll(h, kmap, func)); /* completes it if it is done */
+  return vc_cuda_kmap_prepare(h, m, what, func);
+#else
+  return VOXCONV_STATUS_SUCCESS;
+#endif
+}
+
 voxconv_status_t voxconv_kmap_verify(voxconv_handle_t *h,
                                      const voxconv_kmap_t *kmap,
                                      const voxconv_coords_t *in) {

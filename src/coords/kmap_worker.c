@@ -12,6 +12,8 @@
  *    the pair capacity, `pending`) does not depend on the build, so the
  *    caller's thread sets it (vc_cuda_kmap_preset_async) and the map's
  *    info reads the same with or without the worker.
+ *  - voxconv_kmap_prepare of a map the worker builds is a job too, run
+ *    after the build (FIFO); the map's uses wait for it as for the build.
  *  - Every other public call on the handle first drains the worker
  *    (vc_clear_error): work the caller queues on the stream comes after
  *    the builds it queued before, and the worker's use of the handle's
@@ -42,6 +44,7 @@ typedef struct vc_build_job {
   voxconv_kmap_t *m;
   voxconv_coords_t in;
   int flags;
+  unsigned prepare; /* 0: a build; else voxconv_kmap_prepare's `what` */
   double queued_ms;
   struct vc_build_job *next;
 } vc_build_job_t;
@@ -131,7 +134,9 @@ static void finish_job(struct vc_build_worker *w, vc_build_job_t *job,
   voxconv_kmap_t *m = job->m;
   if (w->trace) /* read by a traced wait after `issuing` drops */
     m->issued_ms = vc_monotonic_ms();
-  if (st != VOXCONV_STATUS_SUCCESS) {
+  /* A failed prepare is only a missed head start: the op that needs the
+   * table makes it and reports its own failure. */
+  if (st != VOXCONV_STATUS_SUCCESS && !job->prepare) {
     /* The map stays (the caller holds it) without buffers, and reports
      * this from now on. */
     const size_t len = strlen(w->shadow.last_error);
@@ -146,7 +151,7 @@ static void finish_job(struct vc_build_worker *w, vc_build_job_t *job,
   }
   free(job);
   pthread_mutex_lock(&w->lock);
-  __atomic_store_n(&m->issuing, 0, __ATOMIC_RELEASE);
+  __atomic_sub_fetch(&m->issuing, 1, __ATOMIC_RELEASE);
   w->unissued--;
   pthread_cond_broadcast(&w->done);
   pthread_mutex_unlock(&w->lock);
@@ -186,12 +191,19 @@ static void *worker_main(void *arg) {
     voxconv_status_t st = VOXCONV_STATUS_UNSUPPORTED;
     const double t0 = w->trace ? vc_monotonic_ms() : 0;
 #ifdef VOXCONV_HAVE_CUDA
-    vc_capture_scope_begin(&w->shadow);
-    st = vc_cuda_kmap_build(&w->shadow, job->m, &job->in, NULL,
-                            job->flags | VC_BUILD_PRESET);
-    vc_capture_scope_end(&w->shadow);
+    if (job->prepare) {
+      /* behind its map's build (FIFO), unless that failed */
+      if (job->m->issue_status == VOXCONV_STATUS_SUCCESS)
+        st = vc_cuda_kmap_prepare(&w->shadow, job->m, job->prepare,
+                                  "voxconv_kmap_prepare");
+    } else {
+      vc_capture_scope_begin(&w->shadow);
+      st = vc_cuda_kmap_build(&w->shadow, job->m, &job->in, NULL,
+                              job->flags | VC_BUILD_PRESET);
+      vc_capture_scope_end(&w->shadow);
+    }
 #endif
-    if (w->trace && w->trace->n_jobs < TRACE_MAX) {
+    if (w->trace && !job->prepare && w->trace->n_jobs < TRACE_MAX) {
       vc_worker_trace_t *t = w->trace;
       t->queued_us[t->n_jobs] = (float)((t0 - job->queued_ms) * 1e3);
       t->issue_us[t->n_jobs] = (float)((vc_monotonic_ms() - t0) * 1e3);
@@ -234,23 +246,30 @@ void vc_build_worker_stop(voxconv_handle_t *h) {
   free(w);
 }
 
-voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
-                                        const voxconv_coords_t *in,
-                                        int flags) {
+/* Queues a job on h's worker. `issuing` counts the map's jobs not yet
+ * issued: a build's is published with the map pointer, a prepare's added
+ * under the lock, before the job can run and take it off again. */
+static voxconv_status_t submit_job(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                   const voxconv_coords_t *in, int flags,
+                                   unsigned prepare, const char *func) {
   struct vc_build_worker *w = h->worker;
-  vc_build_job_t *job = (vc_build_job_t *)malloc(sizeof *job);
+  vc_build_job_t *job = (vc_build_job_t *)calloc(1, sizeof *job);
   if (!job)
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED,
-                   "voxconv_kmap_build: out of host memory (%zu bytes)",
-                   sizeof *job);
+                   "%s: out of host memory (%zu bytes)", func, sizeof *job);
   job->m = m;
-  job->in = *in;
+  if (in)
+    job->in = *in;
   job->flags = flags;
+  job->prepare = prepare;
   job->queued_ms = w->trace ? vc_monotonic_ms() : 0;
-  job->next = NULL;
-  m->issuer = w;
-  m->issuing = 1; /* published to other threads with the map pointer */
+  if (!prepare) {
+    m->issuer = w;
+    m->issuing = 1; /* published to other threads with the map pointer */
+  }
   pthread_mutex_lock(&w->lock);
+  if (prepare)
+    __atomic_add_fetch(&m->issuing, 1, __ATOMIC_RELEASE);
   if (w->tail)
     w->tail->next = job;
   else /* (read without the lock by the worker's idle spin) */
@@ -260,6 +279,17 @@ voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
   pthread_cond_signal(&w->wake);
   pthread_mutex_unlock(&w->lock);
   return VOXCONV_STATUS_SUCCESS;
+}
+
+voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
+                                        const voxconv_coords_t *in,
+                                        int flags) {
+  return submit_job(h, m, in, flags, 0, "voxconv_kmap_build");
+}
+
+voxconv_status_t vc_build_worker_prepare(voxconv_handle_t *h,
+                                         voxconv_kmap_t *m, unsigned what) {
+  return submit_job(h, m, NULL, 0, what, "voxconv_kmap_prepare");
 }
 
 void vc_kmap_issue_wait(const voxconv_kmap_t *m) {

@@ -151,9 +151,10 @@ struct voxconv_kmap {
    * order (wgrad splits) use it, so results do not depend on when a
    * pending map completes. */
   int64_t pairs_bound;
-  /* Builds given to a handle's build worker (kmap_worker.c): `issuing` is
-   * 1 from the call that queued the build until the worker has issued it
-   * (atomic); `issuer` is that worker. Every use of the map first waits
+  /* Builds given to a handle's build worker (kmap_worker.c): `issuing`
+   * counts the map's jobs (its build, voxconv_kmap_prepare calls) from the
+   * call that queued each until the worker has issued it (atomic);
+   * `issuer` is that worker. Every use of the map first waits
    * for that (vc_kmap_issued). A build that failed on the worker leaves
    * its status and message here (its buffers freed), returned by every
    * later call on the map. */
@@ -181,6 +182,10 @@ void vc_kmap_issue_wait(const voxconv_kmap_t *m);
 voxconv_status_t vc_build_worker_submit(voxconv_handle_t *h, voxconv_kmap_t *m,
                                         const voxconv_coords_t *in,
                                         int flags);
+/* Queues voxconv_kmap_prepare(h, m, what) on h's build worker, behind the
+ * builds queued before it (m's among them, when the worker has it). */
+voxconv_status_t vc_build_worker_prepare(voxconv_handle_t *h,
+                                         voxconv_kmap_t *m, unsigned what);
 
 /* Asynchronous builds (no-ops on complete maps; `func` prefixes messages).
  *   vc_kmap_poll  never waits: completes the map when its build has

@@ -605,6 +605,11 @@ static voxconv_status_t vc_pairs_at_build(VcWorkspace &ws, voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+extern "C" int vc_cuda_kmap_captured(const voxconv_kmap_t *m) {
+  const VcKmapPriv *p = (const VcKmapPriv *)m->backend_priv;
+  return p && p->captured;
+}
+
 /* vc_cuda.h. The wait comes first also for a writer: its event then
  * follows the earlier writes too, so one event serves every table. */
 extern "C" voxconv_status_t vc_cuda_kmap_lazy_lock(voxconv_handle_t *h,
@@ -616,17 +621,30 @@ extern "C" voxconv_status_t vc_cuda_kmap_lazy_lock(voxconv_handle_t *h,
   if (keep)
     *keep = !capturing || p->captured;
   pthread_mutex_lock(&p->lock);
-  if (!p->lazy_done || p->lazy_stream == vc_cuda_stream(h))
+  if (!p->lazy_done)
+    return VOXCONV_STATUS_SUCCESS;
+  const cudaStream_t s = vc_cuda_stream(h);
+  unsigned long long id = 0;
+  cudaError_t e = cudaStreamGetId(s, &id);
+  if (e == cudaSuccess &&
+      (p->lazy_stream == id ||
+       (p->lazy_seen == id && p->lazy_seen_gen == p->lazy_gen)))
     return VOXCONV_STATUS_SUCCESS;
   VcDeviceGuard guard(h);
-  const cudaError_t e =
-      capturing ? vc_relaxed([&] { return cudaEventSynchronize(p->lazy_done); })
-                : cudaStreamWaitEvent(vc_cuda_stream(h), p->lazy_done, 0);
   if (e == cudaSuccess)
+    e = capturing
+            ? vc_relaxed([&] { return cudaEventSynchronize(p->lazy_done); })
+            : cudaStreamWaitEvent(s, p->lazy_done, 0);
+  if (e == cudaSuccess) {
+    p->lazy_seen = id;
+    p->lazy_seen_gen = p->lazy_gen;
     return VOXCONV_STATUS_SUCCESS;
+  }
   pthread_mutex_unlock(&p->lock);
   return vc_cuda_fail(h, e,
-                      capturing ? "cudaEventSynchronize" : "cudaStreamWaitEvent",
+                      id == 0       ? "cudaStreamGetId"
+                      : capturing ? "cudaEventSynchronize"
+                                  : "cudaStreamWaitEvent",
                       func);
 }
 
@@ -639,16 +657,20 @@ extern "C" voxconv_status_t vc_cuda_kmap_lazy_unlock(voxconv_handle_t *h,
   cudaError_t e = cudaSuccess;
   if (wrote && !vc_stream_capturing(h)) {
     VcDeviceGuard guard(h);
-    if (!p->lazy_done)
+    unsigned long long id = 0;
+    e = cudaStreamGetId(vc_cuda_stream(h), &id);
+    if (e == cudaSuccess && !p->lazy_done)
       e = cudaEventCreateWithFlags(&p->lazy_done, cudaEventDisableTiming);
     if (e == cudaSuccess)
       e = cudaEventRecord(p->lazy_done, vc_cuda_stream(h));
-    if (e == cudaSuccess)
-      p->lazy_stream = vc_cuda_stream(h);
+    if (e == cudaSuccess) {
+      p->lazy_stream = id;
+      p->lazy_gen++;
+    }
   }
   pthread_mutex_unlock(&p->lock);
   if (e != cudaSuccess)
-    return vc_cuda_fail(h, e, "cudaEventRecord",
+    return vc_cuda_fail(h, e, "cudaEventRecord / cudaStreamGetId",
                         "a kernel map's table written on first need");
   return VOXCONV_STATUS_SUCCESS;
 }

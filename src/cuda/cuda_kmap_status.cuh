@@ -113,7 +113,12 @@ struct VcKmapPriv {
    * first waits for the previous event: vc_cuda_kmap_lazy_lock). Users on
    * other streams wait for it. */
   cudaEvent_t lazy_done;
-  cudaStream_t lazy_stream;
+  /* Streams by cudaStreamGetId (a destroyed stream's handle value may come
+   * back for another): the writer of the latest record; lazy_done's
+   * records so far, and the last other stream ordered after one of them
+   * (and which), where a later use needs no new wait. */
+  unsigned long long lazy_stream, lazy_seen;
+  unsigned lazy_gen, lazy_seen_gen;
 };
 
 /* Pinned status slots (process-wide pool, cuda_kmap_async.cu). A slot whose

@@ -430,6 +430,31 @@ voxconv_status_t vc_mask_gemm::sorted_rows(voxconv_handle_t *h,
                  tile_mask);
 }
 
+/* vc_cuda.h. FORWARD needs the output count on the host: a deferred
+ * STRIDED map still without it is left to its first op. */
+extern "C" voxconv_status_t vc_cuda_kmap_prepare(voxconv_handle_t *h,
+                                                 const voxconv_kmap_t *kmap,
+                                                 unsigned what,
+                                                 const char *func) {
+  if (vc_stream_capturing(h) && !vc_cuda_kmap_captured(kmap))
+    return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
+                   "%s: inside a CUDA graph capture of a map built before "
+                   "it, the tables would exist only in the graph's replays; "
+                   "prepare the map before the capture",
+                   func);
+  VC_CUDA_DEVICE_GUARD(h);
+  if (what & VOXCONV_PREPARE_PAIRS)
+    VC_CHECK(vc_cuda_kmap_pairs(h, kmap, func));
+  const int32_t *order = NULL;
+  const unsigned *masks = NULL;
+  voxconv_kmap_t *m = (voxconv_kmap_t *)kmap;
+  if ((what & VOXCONV_PREPARE_FORWARD) && m->n_out >= 0)
+    VC_CHECK(rows_of(h, m, false, true, NULL, &order, &masks));
+  if (what & VOXCONV_PREPARE_DGRAD)
+    VC_CHECK(rows_of(h, m, true, true, NULL, &order, &masks));
+  return VOXCONV_STATUS_SUCCESS;
+}
+
 extern "C" voxconv_status_t vc_cuda_row_order(voxconv_handle_t *h,
                                               const voxconv_kmap_t *kmap,
                                               int dgrad, int want_masks,

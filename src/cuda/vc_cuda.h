@@ -75,6 +75,13 @@ voxconv_status_t vc_cuda_kmap_pairs(voxconv_handle_t *h,
  * would read memory never written). vc_cuda_kmap_lazy_unlock releases the
  * lock; `wrote`: h's stream has just queued a table's write (outside a
  * capture, an event recorded after it orders the other streams' users). */
+/* 1 for a map built while its stream was being captured. */
+int vc_cuda_kmap_captured(const voxconv_kmap_t *kmap);
+/* voxconv_kmap_prepare on CUDA (cuda_row_order.cu): the checks of the
+ * public call are done, the map is issued. */
+voxconv_status_t vc_cuda_kmap_prepare(voxconv_handle_t *h,
+                                      const voxconv_kmap_t *kmap,
+                                      unsigned what, const char *func);
 voxconv_status_t vc_cuda_kmap_lazy_lock(voxconv_handle_t *h,
                                         const voxconv_kmap_t *kmap,
                                         const char *func, int *keep);

@@ -207,6 +207,52 @@ def _forward_backward(net, coords, feats):
                     [p.grad.clone() for p in net.parameters()])
 
 
+def test_prepared_maps_match_unprepared_maps(cuda, monkeypatch):
+    """The map stream prepares each submanifold map after its build
+    (voxconv_kmap_prepare: row orders, and under autograd dgrad's and the
+    pair lists; only those maps, requested or prefetched); the convolutions
+    on the op stream then use tables another stream made. Forward +
+    backward and a no_grad forward give the bits of the same passes with
+    VOXCONV_MAP_PREPARE=0 (the convolutions make the tables)."""
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
+    coords = ref.rand_coords(30000, 64, 2).to(cuda)
+    feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
+    vk = voxconv.kmap
+    calls = []
+    real = vk.KernelMap.prepare
+
+    def spy(km, handle, what):
+        calls.append((km.mode, what))
+        return real(km, handle, what)
+
+    monkeypatch.setattr(vk.KernelMap, "prepare", spy)
+    train = voxconv._lib.PREPARE_FORWARD | voxconv._lib.PREPARE_DGRAD | \
+        voxconv._lib.PREPARE_PAIRS
+    results, inference = [], []
+    for prepare in ("1", "0"):
+        monkeypatch.setenv("VOXCONV_MAP_PREPARE", prepare)
+        vk._plan.plans.clear()
+        calls.clear()
+        net = _pool_net(cuda)
+        for _ in range(3):  # the later ones prefetch
+            _, _, res = _forward_backward(net, coords, feats)
+        results.append(res)
+        if prepare == "1":
+            # one submanifold map a level and a forward, never another mode
+            assert len(calls) == 6 and set(calls) == {(voxconv._lib.KMAP_SUBMANIFOLD, train)}
+        else:
+            assert calls == []
+        calls.clear()
+        with torch.no_grad():
+            y = net(voxconv.SparseTensor(feats, coords))
+        torch.cuda.synchronize()
+        inference.append(y.feats.clone())
+        if prepare == "1":
+            assert calls == [(voxconv._lib.KMAP_SUBMANIFOLD, voxconv._lib.PREPARE_FORWARD)] * 2
+    _assert_same_results(*results)
+    assert torch.equal(*inference)
+
+
 def test_prefetched_maps_match_maps_built_on_request(cuda, monkeypatch):
     """From the second forward on, a new input's submanifold and pooling
     maps are queued when the tensor is made (the pooling map deferred: no

@@ -97,6 +97,18 @@ def test_kernel_map_attributes_match_the_library(device):
         assert got == want, m
 
 
+def test_every_map_mode_can_be_prepared(device):
+    """voxconv_kmap_prepare of every mode (a no-op on the CPU): the same
+    pairs as an unprepared twin; a bad word is named."""
+    every = _lib.PREPARE_FORWARD | _lib.PREPARE_DGRAD | _lib.PREPARE_PAIRS
+    for m, twin in zip(_maps(device), _maps(device)):
+        m.prepare(m.handle, every)
+        for a, b in zip(m.pairs(), twin.pairs()):
+            assert torch.equal(a, b), m
+    with pytest.raises(voxconv.errors.InvalidArgumentError, match="what = 0x8"):
+        m.prepare(m.handle, 8)
+
+
 @pytest.mark.parametrize("name", ["kernel_size", "out_tensor_stride", "n_in"])
 def test_a_wrong_index_is_caught(name, monkeypatch):
     """The comparison above fails when the reader reads the wrong field
