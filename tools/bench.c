@@ -977,11 +977,15 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
       return rc;
     if (overlap) {
       TRY(B, "voxconv_stream_wait", voxconv_stream_wait(B->h, B->map_stream));
-      /* After the wait: the sort runs beside the level's first convs, and
-       * only the first that tiles over the order waits for it (item 130). */
-      if (B->prepare)
-        TRY_ON(hm, "voxconv_kmap_prepare",
-               voxconv_kmap_prepare(hm, L->subm, B->prepare));
+      /* On the preparation stream, after the build: the sort runs beside
+       * the level's first convs and the map stream's next builds, and only
+       * the first conv that tiles over the order waits for it (item 130). */
+      if (B->prepare) {
+        TRY_ON(B->hp, "voxconv_stream_wait",
+               voxconv_stream_wait(B->hp, B->map_stream));
+        TRY_ON(B->hp, "voxconv_kmap_prepare",
+               voxconv_kmap_prepare(B->hp, L->subm, B->prepare));
+      }
     }
     if ((rc = level_convs(B, l, &r, rec, per_layer)))
       return rc;
@@ -1364,6 +1368,8 @@ static void bench_cleanup(bench_t *B) {
     bfree_all(B);
     voxconv_destroy(B->hm); /* waits for its stream */
     voxconv_stream_destroy(B->h, B->map_stream);
+    voxconv_destroy(B->hp);
+    voxconv_stream_destroy(B->h, B->prep_stream);
     voxconv_destroy(B->h);
   }
 }
@@ -1398,6 +1404,15 @@ static int bench_setup(bench_t *B) {
     hd.backend = VOXCONV_BACKEND_CUDA;
     hd.stream = B->map_stream;
     TRY_ON(NULL, "voxconv_create (map handle)", voxconv_create(&B->hm, &hd));
+    TRY(B, "voxconv_stream_create_priority",
+        voxconv_stream_create_priority(B->h,
+                                       B->o.map_normal
+                                           ? VOXCONV_STREAM_PRIORITY_NORMAL
+                                           : VOXCONV_STREAM_PRIORITY_HIGH,
+                                       &B->prep_stream));
+    hd.stream = B->prep_stream;
+    TRY_ON(NULL, "voxconv_create (map preparation handle)",
+           voxconv_create(&B->hp, &hd));
   }
   if (cuda) {
     voxconv_device_info_t di;

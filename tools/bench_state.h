@@ -55,6 +55,12 @@ typedef struct bench {
    * builds its kernel maps on (NULL otherwise). */
   voxconv_handle_t *hm;
   void *map_stream;
+  /* ... and the handle and stream that prepare each submanifold map
+   * (voxconv_kmap_prepare) once built: a third stream, so that the sorts
+   * do not delay the map stream's next builds (the pool map's count, which
+   * the host waits for; item 130). */
+  voxconv_handle_t *hp;
+  void *prep_stream;
   voxconv_backend_t backend;
   char device_name[300];
   int n_threads_shown;

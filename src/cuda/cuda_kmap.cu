@@ -623,29 +623,36 @@ extern "C" voxconv_status_t vc_cuda_kmap_lazy_lock(voxconv_handle_t *h,
   pthread_mutex_lock(&p->lock);
   if (!p->lazy_done)
     return VOXCONV_STATUS_SUCCESS;
-  const cudaStream_t s = vc_cuda_stream(h);
-  unsigned long long id = 0;
-  cudaError_t e = cudaStreamGetId(s, &id);
-  if (e == cudaSuccess &&
-      (p->lazy_stream == id ||
-       (p->lazy_seen == id && p->lazy_seen_gen == p->lazy_gen)))
-    return VOXCONV_STATUS_SUCCESS;
   VcDeviceGuard guard(h);
-  if (e == cudaSuccess)
-    e = capturing
-            ? vc_relaxed([&] { return cudaEventSynchronize(p->lazy_done); })
-            : cudaStreamWaitEvent(s, p->lazy_done, 0);
-  if (e == cudaSuccess) {
-    p->lazy_seen = id;
-    p->lazy_seen_gen = p->lazy_gen;
-    return VOXCONV_STATUS_SUCCESS;
+  const char *call = "cudaEventSynchronize";
+  cudaError_t e;
+  if (capturing) {
+    /* cudaStreamGetId is refused on a capturing stream, and the graph
+     * cannot wait for an outside event: the host waits (cheap when the
+     * writer is this stream, whose work before the capture has run). */
+    e = vc_relaxed([&] { return cudaEventSynchronize(p->lazy_done); });
+  } else {
+    const cudaStream_t s = vc_cuda_stream(h);
+    unsigned long long id = 0;
+    call = "cudaStreamGetId";
+    e = cudaStreamGetId(s, &id);
+    if (e == cudaSuccess &&
+        (p->lazy_stream == id ||
+         (p->lazy_seen == id && p->lazy_seen_gen == p->lazy_gen)))
+      return VOXCONV_STATUS_SUCCESS;
+    if (e == cudaSuccess) {
+      call = "cudaStreamWaitEvent";
+      e = cudaStreamWaitEvent(s, p->lazy_done, 0);
+    }
+    if (e == cudaSuccess) {
+      p->lazy_seen = id;
+      p->lazy_seen_gen = p->lazy_gen;
+    }
   }
+  if (e == cudaSuccess)
+    return VOXCONV_STATUS_SUCCESS;
   pthread_mutex_unlock(&p->lock);
-  return vc_cuda_fail(h, e,
-                      id == 0       ? "cudaStreamGetId"
-                      : capturing ? "cudaEventSynchronize"
-                                  : "cudaStreamWaitEvent",
-                      func);
+  return vc_cuda_fail(h, e, call, func);
 }
 
 /* vc_cuda.h. Inside a capture nothing is recorded: a captured map's
