@@ -1253,9 +1253,8 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
       int8_t *xp = NULL;
       VC_CHECK(ws.get<int8_t>(m->n_in * ka, &xp, "int8 padded input"));
       if (m->n_in > 0) {
-        repad3_kernel<int8_t, true><<<vc_grid_1d(m->n_in * ka, 256), 256, 0,
-                                      vc_cuda_stream(h)>>>(
-            x, xp, 1, m->n_in, cin, m->n_in, ka);
+        repad3_launch<int8_t, true>(vc_cuda_stream(h), x, xp, 1, m->n_in,
+                                    cin, m->n_in, ka);
         VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 repad3_kernel");
       }
       x = xp;

@@ -343,9 +343,8 @@ template <typename T, bool PAD>
 voxconv_status_t repad3(voxconv_handle_t *h, const void *src, T *dst,
                         int64_t A, int64_t B, int64_t C, int64_t Bp,
                         int64_t Cp) {
-  const int64_t n = A * (PAD ? Bp * Cp : B * C);
-  repad3_kernel<T, PAD><<<vc_grid_1d(n, 256), 256, 0, vc_cuda_stream(h)>>>(
-      (const T *)src, dst, A, B, C, Bp, Cp);
+  repad3_launch<T, PAD>(vc_cuda_stream(h), (const T *)src, dst, A, B, C, Bp,
+                        Cp);
   VC_CUDA_LAUNCH_CHECK(h, "mask_gemm repad3_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }

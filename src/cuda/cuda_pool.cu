@@ -58,9 +58,50 @@ template <typename T, int V> struct VcLanes {
   }
 };
 
+/* V consecutive channels of one row as loaded, 16 bytes in one access
+ * when V * sizeof(T) == 16 (4 registers for 8 halves, where VcLanes holds
+ * 8 floats): what the unrolled reduce keeps in flight per offset. */
+template <typename T, int V> struct VcRaw {
+  alignas(16) T e[V];
+  __device__ __forceinline__ void load(const T *p) {
+    if (V * sizeof(T) == 16) {
+      *reinterpret_cast<uint4 *>(e) = __ldg(reinterpret_cast<const uint4 *>(p));
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; j++)
+        e[j] = p[j];
+    }
+  }
+  __device__ __forceinline__ float at(int j) const {
+    return VcDtype<T>::load(e + j);
+  }
+};
+
+/* acc (n terms so far) and one more term x, the same operations in the
+ * same order for every width and both loops below. */
+template <typename T, int V, typename X>
+__device__ __forceinline__ void vc_reduce_step(VcLanes<T, V> &acc, int n,
+                                               const X &x, int red,
+                                               float cnt, bool count) {
+#pragma unroll
+  for (int j = 0; j < V; j++) {
+    const float v = x.at(j);
+    if (red == VC_RED_MAX)
+      acc.v[j] = n == 0 ? v : vc_max_step(acc.v[j], v);
+    else if (count)
+      acc.v[j] += v / cnt;
+    else
+      acc.v[j] += v;
+  }
+}
+
 /* dst[r][c] = reduce over k of src[nbr[r][k]][c] (count: AVG backward,
- * dividing each term by the source row's pair count). */
-template <typename T, int V>
+ * dividing each term by the source row's pair count). KT > 0: K == KT
+ * known at compile time (2^3 pooling), and a thread issues its row's KT
+ * index loads, then its KT gathers, before it reduces: a gather per trip
+ * of the runtime-K loop kept ~1 in flight, and workload A's level-0
+ * pooling ran at ~2.5x its bytes' time (docs/perf-notes.md item 131). */
+template <typename T, int V, int KT>
 __global__ void vc_pool_reduce_kernel(const int32_t *__restrict__ nbr,
                                       int64_t n_rows, int K, int64_t C,
                                       int red, const int32_t *__restrict__ count,
@@ -68,6 +109,8 @@ __global__ void vc_pool_reduce_kernel(const int32_t *__restrict__ nbr,
                                       T *__restrict__ dst) {
   const int64_t groups = C / V;
   const int64_t total = n_rows * groups;
+  if (KT > 0)
+    K = KT;
   for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
        t += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = t / groups;
@@ -78,23 +121,36 @@ __global__ void vc_pool_reduce_kernel(const int32_t *__restrict__ nbr,
     for (int j = 0; j < V; j++)
       acc.v[j] = 0.0f;
     int n = 0;
-    for (int k = 0; k < K; k++) {
-      const int32_t s = row[k];
-      if (s < 0)
-        continue;
-      VcLanes<T, V> x;
-      x.load(src + (int64_t)s * C + c);
-      const float cnt = count ? (float)count[s] : 1.0f;
+    if (KT > 0) {
+      constexpr int KK = KT > 0 ? KT : 1;
+      int32_t s[KK];
+      VcRaw<T, V> x[KK];
 #pragma unroll
-      for (int j = 0; j < V; j++) {
-        if (red == VC_RED_MAX)
-          acc.v[j] = n == 0 ? x.v[j] : vc_max_step(acc.v[j], x.v[j]);
-        else if (count)
-          acc.v[j] += x.v[j] / cnt;
-        else
-          acc.v[j] += x.v[j];
+      for (int k = 0; k < KK; k++)
+        s[k] = __ldg(row + k);
+#pragma unroll
+      for (int k = 0; k < KK; k++)
+        if (s[k] >= 0)
+          x[k].load(src + (int64_t)s[k] * C + c);
+#pragma unroll
+      for (int k = 0; k < KK; k++) {
+        if (s[k] < 0)
+          continue;
+        vc_reduce_step<T, V>(acc, n, x[k], red,
+                             count ? (float)count[s[k]] : 1.0f, count);
+        n++;
       }
-      n++;
+    } else {
+      for (int k = 0; k < K; k++) {
+        const int32_t s = row[k];
+        if (s < 0)
+          continue;
+        VcRaw<T, V> x;
+        x.load(src + (int64_t)s * C + c);
+        vc_reduce_step<T, V>(acc, n, x, red, count ? (float)count[s] : 1.0f,
+                             count);
+        n++;
+      }
     }
     if (red == VC_RED_AVG && n > 0) {
 #pragma unroll
@@ -260,9 +316,13 @@ static voxconv_status_t vc_reduce_launch(voxconv_handle_t *h,
                                          int K, int64_t C, int red,
                                          const int32_t *count, const void *src,
                                          void *dst) {
-  vc_pool_reduce_kernel<T, V><<<vc_pool_grid(h, n_rows * (C / V)), kPoolBlock,
-                                0, vc_cuda_stream(h)>>>(
-      nbr, n_rows, K, C, red, count, (const T *)src, (T *)dst);
+  const unsigned grid = vc_pool_grid(h, n_rows * (C / V));
+  if (K == 8)
+    vc_pool_reduce_kernel<T, V, 8><<<grid, kPoolBlock, 0, vc_cuda_stream(h)>>>(
+        nbr, n_rows, K, C, red, count, (const T *)src, (T *)dst);
+  else
+    vc_pool_reduce_kernel<T, V, 0><<<grid, kPoolBlock, 0, vc_cuda_stream(h)>>>(
+        nbr, n_rows, K, C, red, count, (const T *)src, (T *)dst);
   VC_CUDA_LAUNCH_CHECK(h, "vc_pool_reduce_kernel");
   return VOXCONV_STATUS_SUCCESS;
 }
