@@ -890,44 +890,46 @@ __global__ void wgrad_reduce_kernel(const float *partial, T *dw, int64_t n,
 /* ---- operand copies (cuda_mask_gemm.cu; the int8 forward, cuda_int8.cu) */
 /* Copies between a compact [A][B][C] array and its padded [A][Bp][Cp]
  * form: PAD fills the padded one (zeros outside B x C), !PAD copies the
- * leading B x C part of a padded one back. Indexed over the destination's
- * rows (threadIdx.y; one division a row) and, within a row, its elements
- * (threadIdx.x): per element, the 64-bit index divisions cost more than
- * the copy (46-64 us for workload A's 3 -> 8 channel input, 7.3M
- * elements; docs/perf-notes.md item 131). Launch with repad3_launch. */
+ * leading B x C part of a padded one back. Over the destination without
+ * an index division: a over blockIdx.y (A is 1 or a kernel volume), its
+ * rows b over the x blocks and y threads, a row's elements over the x
+ * threads (a warp writes whole rows). Three 64-bit divisions per element
+ * made the copy compute-bound: 46-64 us for workload A's 3 -> 8 channel
+ * input (7.3M elements; docs/perf-notes.md item 131). Launch with
+ * repad3_launch. */
 template <typename T, bool PAD>
 __global__ void repad3_kernel(const T *__restrict__ src, T *__restrict__ dst,
                               int64_t A, int64_t B, int64_t C, int64_t Bp,
                               int64_t Cp) {
   const int64_t DB = PAD ? Bp : B, DC = PAD ? Cp : C; /* dst dims */
-  const int64_t rows = A * DB;
-  for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; r < rows;
-       r += (int64_t)gridDim.x * blockDim.y) {
-    const int64_t a = r / DB, b = r - a * DB;
-    T *d = dst + r * DC;
-    for (int64_t c = threadIdx.x; c < DC; c += blockDim.x) {
-      if (PAD)
-        d[c] = b < B && c < C ? src[(a * B + b) * C + c] : (T)0.f;
-      else
-        d[c] = src[(a * Bp + b) * Cp + c];
+  for (int64_t a = blockIdx.y; a < A; a += gridDim.y)
+    for (int64_t b = (int64_t)blockIdx.x * blockDim.y + threadIdx.y; b < DB;
+         b += (int64_t)gridDim.x * blockDim.y) {
+      T *d = dst + (a * DB + b) * DC;
+      for (int64_t c = threadIdx.x; c < DC; c += blockDim.x) {
+        if (PAD)
+          d[c] = b < B && c < C ? src[(a * B + b) * C + c] : (T)0.f;
+        else
+          d[c] = src[(a * Bp + b) * Cp + c];
+      }
     }
-  }
 }
 
 /* A row's elements over the x threads (up to 32, a power of two), rows
- * over the 256 / x y threads: a warp writes whole rows, consecutively. */
+ * over the 256 / x y threads. */
 template <typename T, bool PAD>
 inline void repad3_launch(cudaStream_t stream, const T *src, T *dst, int64_t A,
                           int64_t B, int64_t C, int64_t Bp, int64_t Cp) {
-  const int64_t DC = PAD ? Cp : C, rows = A * (PAD ? Bp : B);
+  const int64_t DC = PAD ? Cp : C, DB = PAD ? Bp : B;
   int bx = 1;
   while (bx < DC && bx < 32)
     bx <<= 1;
   const int by = 256 / bx;
-  const int64_t blocks = (rows + by - 1) / by;
-  repad3_kernel<T, PAD>
-      <<<(unsigned)(blocks < 1 ? 1 : blocks > (1 << 20) ? (1 << 20) : blocks),
-         dim3(bx, by), 0, stream>>>(src, dst, A, B, C, Bp, Cp);
+  int64_t gx = (DB + by - 1) / by;
+  gx = gx < 1 ? 1 : gx > (1 << 20) ? (1 << 20) : gx;
+  const int64_t gy = A < 1 ? 1 : A > 65535 ? 65535 : A;
+  repad3_kernel<T, PAD><<<dim3((unsigned)gx, (unsigned)gy), dim3(bx, by), 0,
+                          stream>>>(src, dst, A, B, C, Bp, Cp);
 }
 
 /* Wt[k][n][c] = W[k][c][n] for c < cin and 0 for cin <= c < ka (Wt's rows

@@ -26,6 +26,16 @@ static __device__ __forceinline__ float vc_max_step(float acc, float v) {
   return (v != v || v > acc) ? v : acc;
 }
 
+/* Every (row, group of V channels) of a kernel, rows over the y threads
+ * and blocks, a row's groups over the x threads (launch: vc_rows_launch):
+ * no index division. Dividing a flat index by the group count, a 64-bit
+ * division per thread, made the level-0 pooling of workload A compute-
+ * bound (docs/perf-notes.md item 131). */
+#define VC_POOL_ROWS(r, n_rows, g, groups)                                     \
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;             \
+       r < (n_rows); r += (int64_t)gridDim.x * blockDim.y)                     \
+    for (int64_t g = threadIdx.x; g < (groups); g += blockDim.x)
+
 /* V consecutive channels of one row as floats: one 16-byte access when
  * V * sizeof(T) == 16 (the host checks the alignment), else element-wise. */
 template <typename T, int V> struct VcLanes {
@@ -108,13 +118,10 @@ __global__ void vc_pool_reduce_kernel(const int32_t *__restrict__ nbr,
                                       const T *__restrict__ src,
                                       T *__restrict__ dst) {
   const int64_t groups = C / V;
-  const int64_t total = n_rows * groups;
   if (KT > 0)
     K = KT;
-  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
-       t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t r = t / groups;
-    const int64_t c = (t - r * groups) * V;
+  VC_POOL_ROWS(r, n_rows, g, groups) {
+    const int64_t c = g * V;
     const int32_t *row = nbr + r * K;
     VcLanes<T, V> acc;
 #pragma unroll
@@ -206,11 +213,8 @@ __global__ void vc_pool_winner_kernel(const int32_t *__restrict__ nbr_out,
                                       const T *__restrict__ y,
                                       int16_t *__restrict__ winner) {
   const int64_t groups = C / V;
-  const int64_t total = n_out * groups;
-  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
-       t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t o = t / groups;
-    const int64_t c = (t - o * groups) * V;
+  VC_POOL_ROWS(o, n_out, g, groups) {
+    const int64_t c = g * V;
     VcLanes<T, V> yv;
     yv.load(y + o * C + c);
     VcWinners<V> win;
@@ -245,11 +249,8 @@ __global__ void vc_pool_max_grad_kernel(const int32_t *__restrict__ nbr_in,
                                         const T *__restrict__ dy,
                                         T *__restrict__ dx) {
   const int64_t groups = C / V;
-  const int64_t total = n_in * groups;
-  for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total;
-       t += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t i = t / groups;
-    const int64_t c = (t - i * groups) * V;
+  VC_POOL_ROWS(i, n_in, g, groups) {
+    const int64_t c = g * V;
     VcLanes<T, V> acc;
 #pragma unroll
     for (int j = 0; j < V; j++)
@@ -288,6 +289,22 @@ static unsigned vc_pool_grid(const voxconv_handle_t *h, int64_t n) {
   return vc_grid_1d(n, kPoolBlock, cap > 0 ? cap : 4096);
 }
 
+/* The launch shape of a VC_POOL_ROWS kernel: x threads the power of two
+ * >= a row's groups (at most 32), y threads the rest of kPoolBlock. */
+struct VcRowsLaunch {
+  unsigned grid;
+  dim3 block;
+};
+static VcRowsLaunch vc_rows_launch(const voxconv_handle_t *h, int64_t rows,
+                                   int64_t groups) {
+  int bx = 1;
+  while (bx < groups && bx < 32)
+    bx <<= 1;
+  const int by = kPoolBlock / bx;
+  return VcRowsLaunch{vc_pool_grid(h, rows * bx),
+                      dim3((unsigned)bx, (unsigned)by)};
+}
+
 static voxconv_status_t vc_check_dtype(voxconv_handle_t *h, const char *func,
                                        voxconv_dtype_t dt) {
   if (dt == VOXCONV_DTYPE_F32 || dt == VOXCONV_DTYPE_F16 ||
@@ -316,12 +333,12 @@ static voxconv_status_t vc_reduce_launch(voxconv_handle_t *h,
                                          int K, int64_t C, int red,
                                          const int32_t *count, const void *src,
                                          void *dst) {
-  const unsigned grid = vc_pool_grid(h, n_rows * (C / V));
+  const VcRowsLaunch l = vc_rows_launch(h, n_rows, C / V);
   if (K == 8)
-    vc_pool_reduce_kernel<T, V, 8><<<grid, kPoolBlock, 0, vc_cuda_stream(h)>>>(
+    vc_pool_reduce_kernel<T, V, 8><<<l.grid, l.block, 0, vc_cuda_stream(h)>>>(
         nbr, n_rows, K, C, red, count, (const T *)src, (T *)dst);
   else
-    vc_pool_reduce_kernel<T, V, 0><<<grid, kPoolBlock, 0, vc_cuda_stream(h)>>>(
+    vc_pool_reduce_kernel<T, V, 0><<<l.grid, l.block, 0, vc_cuda_stream(h)>>>(
         nbr, n_rows, K, C, red, count, (const T *)src, (T *)dst);
   VC_CUDA_LAUNCH_CHECK(h, "vc_pool_reduce_kernel");
   return VOXCONV_STATUS_SUCCESS;
@@ -373,15 +390,15 @@ static voxconv_status_t vc_max_backward_launch(voxconv_handle_t *h,
                                                const void *y, const void *dy,
                                                void *dx, int16_t *winner) {
   if (km->n_out * C > 0) {
-    vc_pool_winner_kernel<T, V><<<vc_pool_grid(h, km->n_out * (C / V)),
-                                  kPoolBlock, 0, vc_cuda_stream(h)>>>(
+    const VcRowsLaunch l = vc_rows_launch(h, km->n_out, C / V);
+    vc_pool_winner_kernel<T, V><<<l.grid, l.block, 0, vc_cuda_stream(h)>>>(
         km->nbr_out, km->n_out, km->kvol, C, (const T *)x, (const T *)y,
         winner);
     VC_CUDA_LAUNCH_CHECK(h, "vc_pool_winner_kernel");
   }
   if (km->n_in * C > 0) {
-    vc_pool_max_grad_kernel<T, V><<<vc_pool_grid(h, km->n_in * (C / V)),
-                                    kPoolBlock, 0, vc_cuda_stream(h)>>>(
+    const VcRowsLaunch l = vc_rows_launch(h, km->n_in, C / V);
+    vc_pool_max_grad_kernel<T, V><<<l.grid, l.block, 0, vc_cuda_stream(h)>>>(
         km->nbr_in, km->n_in, km->kvol, C, winner, (const T *)dy, (T *)dx);
     VC_CUDA_LAUNCH_CHECK(h, "vc_pool_max_grad_kernel");
   }
