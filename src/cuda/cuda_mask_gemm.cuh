@@ -915,12 +915,42 @@ __global__ void repad3_kernel(const T *__restrict__ src, T *__restrict__ dst,
     }
 }
 
+/* The padded rows of one [B][C] array (A = 1) 16 bytes wide, e.g. 3 -> 8
+ * halves: a thread builds a whole row in registers and stores it at once.
+ * repad3_kernel, an element a thread, still took 38 us (75% of the SMs'
+ * issue busy on index arithmetic) on workload A's 913,903 x 3 input (call
+ * 5's ncu; docs/perf-notes.md item 131). */
+template <typename T>
+__global__ void repad_rows16_kernel(const T *__restrict__ src,
+                                    uint4 *__restrict__ dst, int64_t B,
+                                    int64_t C, int64_t Bp) {
+  constexpr int W = 16 / sizeof(T);
+  for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < Bp;
+       r += (int64_t)gridDim.x * blockDim.x) {
+    alignas(16) T e[W];
+    const T *row = src + r * C;
+#pragma unroll
+    for (int j = 0; j < W; j++)
+      e[j] = r < B && j < C ? row[j] : (T)0.f;
+    dst[r] = *reinterpret_cast<const uint4 *>(e);
+  }
+}
+
 /* A row's elements over the x threads (up to 32, a power of two), rows
- * over the 256 / x y threads. */
+ * over the 256 / x y threads; rows of 16 padded bytes by
+ * repad_rows16_kernel (dst is a fresh, 16-byte aligned allocation). */
 template <typename T, bool PAD>
 inline void repad3_launch(cudaStream_t stream, const T *src, T *dst, int64_t A,
                           int64_t B, int64_t C, int64_t Bp, int64_t Cp) {
   const int64_t DC = PAD ? Cp : C, DB = PAD ? Bp : B;
+  if (PAD && A == 1 && Cp * (int64_t)sizeof(T) == 16 && C <= Cp &&
+      ((uintptr_t)dst & 15u) == 0) {
+    int64_t g = (Bp + 255) / 256;
+    g = g < 1 ? 1 : g > (1 << 20) ? (1 << 20) : g;
+    repad_rows16_kernel<T><<<(unsigned)g, 256, 0, stream>>>(
+        src, reinterpret_cast<uint4 *>(dst), B, C, Bp);
+    return;
+  }
   int bx = 1;
   while (bx < DC && bx < 32)
     bx <<= 1;
