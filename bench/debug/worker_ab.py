@@ -6,7 +6,8 @@ per block (the lent host's speed drifts; alternating blocks puts every mode
 in every state). A diagnostic.
 
     python3 bench/debug/worker_ab.py [--data-dir D] [--rounds 4] [--runs 15]
-                                     [--switch worker|rows|spin|order|bounds|caller]
+                                     [--switch worker|rows|spin|order|bounds|caller|
+                                               gc|prepare]
 
 --switch rows: the worker stays on; what alternates is how a pooled level's
 coordinates are made (kmap._rows_view: the map's own rows, or a copy;
@@ -19,6 +20,9 @@ bounds (kmap._pass_bounds: compact sort keys), "off" does not (item 109).
 --switch gc: "on" disables Python's cyclic garbage collector for the
 block (gc.disable()), "off" leaves it on; every block also counts the
 collections per run by generation (item 113).
+--switch prepare: "on" prepares each submanifold map on the map stream
+(VOXCONV_MAP_PREPARE, item 130), "off" leaves its tables to the
+convolutions.
 --switch caller: "on" runs the backward on the calling thread
 (torch.autograd.set_multithreading_enabled(False)), "off" on torch's CUDA
 device thread, which must first wake up (item 112).
@@ -48,6 +52,8 @@ def set_mode(args, dev, on):
         kmap._pass_bounds = on
     elif args.switch == "caller":
         CALLER[0] = on
+    elif args.switch == "prepare":  # read at every map build
+        os.environ["VOXCONV_MAP_PREPARE"] = "1" if on else "0"
     elif args.switch == "gc":
         gc.collect()
         if on:
@@ -69,7 +75,8 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--runs", type=int, default=15)
-    ap.add_argument("--switch", choices=("worker", "rows", "spin", "order", "bounds", "caller", "gc"), default="worker")
+    ap.add_argument("--switch", choices=("worker", "rows", "spin", "order", "bounds", "caller", "gc",
+                                           "prepare"), default="worker")
     ap.add_argument("--spin-wait-us", type=float, default=1000)
     ap.add_argument("--spin-idle-us", type=float, default=2000)
     args = ap.parse_args()
@@ -81,11 +88,12 @@ def main():
 
     def forward():
         with torch.no_grad():
-            return net(voxconv.SparseTensor(feats, coords))
+            # the voxelization grid's box, as torch_bench passes it
+            return net(voxconv.SparseTensor(feats, coords, bounds=tb.A_BOUNDS))
 
     def forward_backward():
         leaf.grad = None
-        y = net(voxconv.SparseTensor(leaf, coords))
+        y = net(voxconv.SparseTensor(leaf, coords, bounds=tb.A_BOUNDS))
         with voxconv.caller_thread_backward(CALLER[0]):
             y.feats.backward(dy)
         return y
