@@ -1,6 +1,9 @@
 /* Completion of asynchronous kernel-map builds (see cuda_kmap_status.cuh):
  * the pool of pinned status slots, the non-blocking poll and the blocking
- * wait that read a build's verdict, and the wording of its errors.
+ * wait that read a build's verdict, and the wording of its errors; and how
+ * other streams are ordered after a map's work: its build
+ * (voxconv_kmap_order) and the tables made on first need on some stream
+ * (vc_cuda_kmap_lazy_lock / _unlock).
  *
  * Why a process-wide pool: a slot is written by a copy queued on the
  * building stream and read by whichever handle next uses the map (maps may
@@ -285,5 +288,82 @@ extern "C" voxconv_status_t vc_cuda_kmap_order(voxconv_handle_t *h,
   cudaEventDestroy(e);
   if (err != cudaSuccess)
     return vc_cuda_fail(h, err, "cudaStreamWaitEvent", "voxconv_kmap_order");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+extern "C" int vc_cuda_kmap_captured(const voxconv_kmap_t *m) {
+  const VcKmapPriv *p = (const VcKmapPriv *)m->backend_priv;
+  return p && p->captured;
+}
+
+/* vc_cuda.h. The wait comes first also for a writer: its event then
+ * follows the earlier writes too, so one event serves every table. */
+extern "C" voxconv_status_t vc_cuda_kmap_lazy_lock(voxconv_handle_t *h,
+                                                   const voxconv_kmap_t *m,
+                                                   const char *func,
+                                                   int *keep) {
+  VcKmapPriv *p = (VcKmapPriv *)m->backend_priv;
+  const int capturing = vc_stream_capturing(h);
+  if (keep)
+    *keep = !capturing || p->captured;
+  pthread_mutex_lock(&p->lock);
+  if (!p->lazy_done)
+    return VOXCONV_STATUS_SUCCESS;
+  VcDeviceGuard guard(h);
+  const char *call = "cudaEventSynchronize";
+  cudaError_t e;
+  if (capturing) {
+    /* cudaStreamGetId is refused on a capturing stream, and the graph
+     * cannot wait for an outside event: the host waits (cheap when the
+     * writer is this stream, whose work before the capture has run). */
+    e = vc_relaxed([&] { return cudaEventSynchronize(p->lazy_done); });
+  } else {
+    const cudaStream_t s = vc_cuda_stream(h);
+    unsigned long long id = 0;
+    call = "cudaStreamGetId";
+    e = cudaStreamGetId(s, &id);
+    if (e == cudaSuccess &&
+        (p->lazy_stream == id ||
+         (p->lazy_seen == id && p->lazy_seen_gen == p->lazy_gen)))
+      return VOXCONV_STATUS_SUCCESS;
+    if (e == cudaSuccess) {
+      call = "cudaStreamWaitEvent";
+      e = cudaStreamWaitEvent(s, p->lazy_done, 0);
+    }
+    if (e == cudaSuccess) {
+      p->lazy_seen = id;
+      p->lazy_seen_gen = p->lazy_gen;
+    }
+  }
+  if (e == cudaSuccess)
+    return VOXCONV_STATUS_SUCCESS;
+  pthread_mutex_unlock(&p->lock);
+  return vc_cuda_fail(h, e, call, func);
+}
+
+/* vc_cuda.h. Inside a capture nothing is recorded: a captured map's
+ * tables are written by every replay, in the graph's order. */
+extern "C" voxconv_status_t vc_cuda_kmap_lazy_unlock(voxconv_handle_t *h,
+                                                     const voxconv_kmap_t *m,
+                                                     int wrote) {
+  VcKmapPriv *p = (VcKmapPriv *)m->backend_priv;
+  cudaError_t e = cudaSuccess;
+  if (wrote && !vc_stream_capturing(h)) {
+    VcDeviceGuard guard(h);
+    unsigned long long id = 0;
+    e = cudaStreamGetId(vc_cuda_stream(h), &id);
+    if (e == cudaSuccess && !p->lazy_done)
+      e = cudaEventCreateWithFlags(&p->lazy_done, cudaEventDisableTiming);
+    if (e == cudaSuccess)
+      e = cudaEventRecord(p->lazy_done, vc_cuda_stream(h));
+    if (e == cudaSuccess) {
+      p->lazy_stream = id;
+      p->lazy_gen++;
+    }
+  }
+  pthread_mutex_unlock(&p->lock);
+  if (e != cudaSuccess)
+    return vc_cuda_fail(h, e, "cudaEventRecord / cudaStreamGetId",
+                        "a kernel map's table written on first need");
   return VOXCONV_STATUS_SUCCESS;
 }
