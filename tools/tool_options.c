@@ -73,7 +73,7 @@ void vt_bench_usage(FILE *out) {
       "  --maps overlap|serial  CUDA end-to-end forward: build kernel maps\n"
       "                        on a second stream, overlapping the previous\n"
       "                        level's convolutions (default), or in line\n"
-      "  --map-priority high|normal  the overlapped maps' stream priority\n"
+      "  --map-priority high|normal  the overlapped maps' streams' priority\n"
       "                        (default high: each build ends in a host wait,\n"
       "                        so the map chain is the forward's critical\n"
       "                        path and should not queue behind convolutions)\n"
@@ -88,6 +88,10 @@ void vt_bench_usage(FILE *out) {
       "Pooled levels' strided maps are built with the last level's output\n"
       "bounds (compact sort keys; the same maps): VOXCONV_STRIDED_BOUNDS=0\n"
       "(or false, off, no) builds them without.\n"
+      "Overlapped runs prepare each submanifold map (its row order, and for\n"
+      "a forward + backward dgrad's and its pair lists) on a third stream\n"
+      "once built (voxconv_kmap_prepare): VOXCONV_MAP_PREPARE=0 leaves them\n"
+      "to the convolutions.\n"
       "Data folder: $VOXCONV_DATA_DIR, else %s\n",
       VOXCONV_DEFAULT_DATA_DIR);
 }
