@@ -544,7 +544,9 @@ typedef struct voxconv_kmap_info {
  *    by other streams. A first use inside a CUDA graph capture of a map
  *    built before it makes them inside the graph on every replay and does
  *    not keep them (kept, they would exist only in the replays): run the
- *    network once before capturing, as the tuner also asks.
+ *    network once before capturing, as the tuner also asks. Row orders and
+ *    pair lists can also be made ahead, on the stream that built the map,
+ *    with voxconv_kmap_prepare (below).
  *  - Bad coordinates (out of range, duplicates) in a build that does not
  *    wait (SUBMANIFOLD; voxconv_kmap_build_async below) are reported by
  *    the first call on the map made
