@@ -17,8 +17,10 @@
  * of 1 to 65,537 rows -- both sides of 512, 2,048, 8,192 and 65,536 --, for
  * submanifold 3^3 (dgrad shares the forward's order), 2^3 (each direction
  * its own), 5^3 (kvol 125: 32 key bits, no masks) and strided 2^3 maps
- * (n_in != n_out), with the order asked for alone and its masks later, and
- * both at once. Fresh random coordinates every run. */
+ * (n_in != n_out), with the order asked for alone and its masks later,
+ * both at once, and both directions made ahead by voxconv_kmap_prepare
+ * (then found, not made again, by the ops' way of asking). Fresh random
+ * coordinates every run. */
 #include "vc_test.h"
 
 #include <stdlib.h>
@@ -221,20 +223,46 @@ static void map_case(voxconv_handle_t *h, const char *path,
                      const int32_t *coords, int64_t n,
                      voxconv_kmap_mode_t mode, int k, int s) {
   char label[160];
-  for (int variant = 0; variant < 2; variant++) {
+  static const char *const variants[3] = {
+      "order and masks at once", "order alone, then masks",
+      "prepared by voxconv_kmap_prepare"};
+  for (int variant = 0; variant < 3; variant++) {
     voxconv_kmap_t *m = build(h, coords, n, mode, k, s);
     if (!m)
       return;
     const int shares = mode == VOXCONV_KMAP_SUBMANIFOLD && (k & 1);
+    /* variant 2: both directions' orders and masks (and the pair lists)
+     * made ahead; the checks below must find them, not make them */
+    const int32_t *prepared[2] = {NULL, NULL};
+    if (variant == 2) {
+      voxconv_status_t st = voxconv_kmap_prepare(
+          h, m,
+          VOXCONV_PREPARE_FORWARD | VOXCONV_PREPARE_DGRAD |
+              VOXCONV_PREPARE_PAIRS);
+      if (st == VOXCONV_STATUS_SUCCESS)
+        st = voxconv_synchronize(h);
+      const int masks = m->kvol <= 32;
+      VC_EXPECT(st == VOXCONV_STATUS_SUCCESS && m->row_order_out &&
+                    m->row_order_in && m->in_rows && m->out_rows &&
+                    (!masks || (m->tile_mask_out && m->tile_mask_in)),
+                "%s, %d^3 mode %d, %lld rows: prepare: %s; order %p / %p, "
+                "masks %p / %p, pairs %p",
+                path, k, (int)mode, (long long)n, voxconv_get_last_error(h),
+                (const void *)m->row_order_out, (const void *)m->row_order_in,
+                (const void *)m->tile_mask_out, (const void *)m->tile_mask_in,
+                (const void *)m->in_rows);
+      prepared[0] = m->row_order_out;
+      prepared[1] = m->row_order_in;
+    }
     for (int dgrad = 0; dgrad < 2; dgrad++) {
       const int64_t rows = dgrad ? m->n_in : m->n_out;
       snprintf(label, sizeof label, "%s, %s %d^3 s%d, %lld rows, %s, %s",
                path, mode == VOXCONV_KMAP_SUBMANIFOLD ? "submanifold" : "strided",
                k, s, (long long)rows, dgrad ? "dgrad" : "forward",
-               variant ? "order alone, then masks" : "order and masks at once");
+               variants[variant]);
       /* variant 1: the order alone first (im2col's way), masks later; in
        * variant 0 that way round for dgrad, so both directions see both */
-      const int alone_first = variant ^ dgrad;
+      const int alone_first = variant < 2 && (variant ^ dgrad);
       const int32_t *o1 = NULL;
       if (alone_first)
         o1 = check_direction(h, m, dgrad, shares, 0, label);
@@ -242,6 +270,9 @@ static void map_case(voxconv_handle_t *h, const char *path,
       VC_EXPECT(!alone_first || o1 == o2,
                 "%s: the order was made twice (%p, then %p)", label,
                 (const void *)o1, (const void *)o2);
+      VC_EXPECT(variant < 2 || o2 == prepared[dgrad],
+                "%s: the prepared order was not used (%p, then %p)", label,
+                (const void *)prepared[dgrad], (const void *)o2);
       if (dgrad && shares)
         VC_EXPECT(m->row_order_in == m->row_order_out,
                   "%s: dgrad did not share the forward's order", label);
