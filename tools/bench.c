@@ -1374,6 +1374,24 @@ static void bench_cleanup(bench_t *B) {
   }
 }
 
+/* A stream at the maps' priority (--map-priority) and a handle like hd on
+ * it, for the overlapped forward's map work. */
+static int side_stream(bench_t *B, voxconv_handle_desc_t *hd, void **stream,
+                       voxconv_handle_t **h, const char *what) {
+  TRY(B, "voxconv_stream_create_priority",
+      voxconv_stream_create_priority(B->h,
+                                     B->o.map_normal
+                                         ? VOXCONV_STREAM_PRIORITY_NORMAL
+                                         : VOXCONV_STREAM_PRIORITY_HIGH,
+                                     stream));
+  hd->backend = VOXCONV_BACKEND_CUDA;
+  hd->stream = *stream;
+  char call[64];
+  snprintf(call, sizeof call, "voxconv_create (%s)", what);
+  TRY_ON(NULL, call, voxconv_create(h, hd));
+  return 0;
+}
+
 static int bench_setup(bench_t *B) {
   voxconv_handle_desc_t hd;
   memset(&hd, 0, sizeof hd);
@@ -1395,24 +1413,11 @@ static int bench_setup(bench_t *B) {
   const int cuda = B->backend == VOXCONV_BACKEND_CUDA;
   if (cuda && !B->o.maps_serial && B->o.workload != 'C' &&
       B->o.workload != 'D') {
-    TRY(B, "voxconv_stream_create_priority",
-        voxconv_stream_create_priority(B->h,
-                                       B->o.map_normal
-                                           ? VOXCONV_STREAM_PRIORITY_NORMAL
-                                           : VOXCONV_STREAM_PRIORITY_HIGH,
-                                       &B->map_stream));
-    hd.backend = VOXCONV_BACKEND_CUDA;
-    hd.stream = B->map_stream;
-    TRY_ON(NULL, "voxconv_create (map handle)", voxconv_create(&B->hm, &hd));
-    TRY(B, "voxconv_stream_create_priority",
-        voxconv_stream_create_priority(B->h,
-                                       B->o.map_normal
-                                           ? VOXCONV_STREAM_PRIORITY_NORMAL
-                                           : VOXCONV_STREAM_PRIORITY_HIGH,
-                                       &B->prep_stream));
-    hd.stream = B->prep_stream;
-    TRY_ON(NULL, "voxconv_create (map preparation handle)",
-           voxconv_create(&B->hp, &hd));
+    int rc;
+    if ((rc = side_stream(B, &hd, &B->map_stream, &B->hm, "map handle")) ||
+        (rc = side_stream(B, &hd, &B->prep_stream, &B->hp,
+                          "map preparation handle")))
+      return rc;
   }
   if (cuda) {
     voxconv_device_info_t di;

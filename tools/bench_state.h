@@ -73,9 +73,10 @@ typedef struct bench {
   int repeat, warmup;
   int settle_ms;
   int warming; /* in a warm-up run (not in the timed ones) */
-  /* What an overlapped forward prepares of each submanifold map on the
-   * map stream (voxconv_kmap_prepare): the forward's row order, and for a
-   * forward + backward also dgrad's and the pair lists. */
+  /* What an overlapped forward prepares of each submanifold map on
+   * prep_stream (voxconv_kmap_prepare): the forward's row order, and for a
+   * forward + backward also dgrad's and the pair lists; 0 with
+   * VOXCONV_MAP_PREPARE=0. */
   unsigned prepare;
   int tuned;   /* an op of the current warm-up ran the autotuner */
   voxconv_conv_options_t conv_opt;

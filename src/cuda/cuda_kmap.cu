@@ -607,10 +607,10 @@ static voxconv_status_t vc_pairs_at_build(VcWorkspace &ws, voxconv_handle_t *h,
 
 /* The lazy write: the lists get the map's current n_pairs (an
  * asynchronous map's bound while it is pending) and are written on h's
- * stream. Inside a capture only a map built in that capture can be
- * written (its lists then exist in the graph's replays, like the rest of
- * it); a map built before the capture would get lists no eager call could
- * read. */
+ * stream. (Inside a capture the caller writes only a map built in that
+ * capture, whose lists then exist in the graph's replays like the rest of
+ * it; a map built before the capture would get lists no eager call could
+ * read.) */
 static voxconv_status_t vc_pairs_write(voxconv_handle_t *h, voxconv_kmap_t *m,
                                        VcKmapPriv *p) {
   voxconv_status_t st = vc_alloc_pair_lists(h, m);

@@ -309,10 +309,10 @@ extern "C" voxconv_status_t vc_cuda_kmap_lazy_lock(voxconv_handle_t *h,
   pthread_mutex_lock(&p->lock);
   if (!p->lazy_done)
     return VOXCONV_STATUS_SUCCESS;
-  VcDeviceGuard guard(h);
   const char *call = "cudaEventSynchronize";
   cudaError_t e;
   if (capturing) {
+    VcDeviceGuard guard(h);
     /* cudaStreamGetId is refused on a capturing stream, and the graph
      * cannot wait for an outside event: the host waits (cheap when the
      * writer is this stream, whose work before the capture has run). */
@@ -326,7 +326,10 @@ extern "C" voxconv_status_t vc_cuda_kmap_lazy_lock(voxconv_handle_t *h,
         (p->lazy_stream == id ||
          (p->lazy_seen == id && p->lazy_seen_gen == p->lazy_gen)))
       return VOXCONV_STATUS_SUCCESS;
-    if (e == cudaSuccess) {
+    if (e == cudaSuccess) { /* (the common case returned above, with no
+                               device switch: every conv call on a map
+                               passes here) */
+      VcDeviceGuard guard(h);
       call = "cudaStreamWaitEvent";
       e = cudaStreamWaitEvent(s, p->lazy_done, 0);
     }

@@ -108,9 +108,11 @@ __device__ __forceinline__ void vc_reduce_step(VcLanes<T, V> &acc, int n,
 /* dst[r][c] = reduce over k of src[nbr[r][k]][c] (count: AVG backward,
  * dividing each term by the source row's pair count). KT > 0: K == KT
  * known at compile time (2^3 pooling), and a thread issues its row's KT
- * index loads, then its KT gathers, before it reduces: a gather per trip
- * of the runtime-K loop kept ~1 in flight, and workload A's level-0
- * pooling ran at ~2.5x its bytes' time (docs/perf-notes.md item 131). */
+ * index loads, then its KT gathers, before it reduces. Meant to keep more
+ * gathers in flight than the runtime-K loop; measured alone it gained
+ * nothing (level-0 pool 117 us either way: the index division, removed
+ * since, was the limit; docs/perf-notes.md item 131), and it has not been
+ * measured against the runtime-K loop without that division. */
 template <typename T, int V, int KT>
 __global__ void vc_pool_reduce_kernel(const int32_t *__restrict__ nbr,
                                       int64_t n_rows, int K, int64_t C,
