@@ -134,6 +134,9 @@
  *  VOXCONV_INT8_TILE         tests and benchmarks: the mask_gemm_i8 tile ID
  *                            every CUDA int8 conv uses ("auto" or unset: the
  *                            int8 tuner's choice; see the int8 section)
+ *  VOXCONV_INT8_SPLIT        tests and benchmarks, with VOXCONV_INT8_TILE:
+ *                            split that tile's kernel offsets into 1-64
+ *                            slices (split-K; the same bits; int8 section)
  */
 #ifndef VOXCONV_H
 #define VOXCONV_H
@@ -943,7 +946,8 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  *                      VOXCONV_INT8_TILE this GPU cannot run (the wgmma
  *                      tiles need sm_90a)
  *   INVALID_ARGUMENT   also: VOXCONV_INT8_TILE set to neither a tile ID nor
- *                      "auto"
+ *                      "auto"; VOXCONV_INT8_SPLIT not 1-64, or set above 1
+ *                      without VOXCONV_INT8_TILE
  * Any cin and cout >= 1 work (no multiple of 4, 16 or 32 required).
  *
  * CUDA. The regular conv runs on the tensor cores (src/cuda/cuda_int8.cu,
@@ -963,8 +967,17 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  * ranking in the tuning cache under its own namespace
  * (sparse_conv_forward_int8, below) and runs the fastest; later calls
  * take the decision from the handle's memo or the cache without
- * measuring. The first call waits for the GPU while it measures (about
- * 18 x 6 runs of the layer); no later one does. During stream capture
+ * measuring. Split-K: where a tile's grid would fill at most half of
+ * the GPU (a small problem: the deep levels of a backbone), the tuner
+ * also measures that tile with its kernel offsets split into up to 8
+ * slices (blocks of one output tile take different offsets and add their
+ * exact int32 partial sums into a zeroed int32 buffer -- y itself for an
+ * I32 output, else scratch of n_out * cout * 4 bytes -- and one more
+ * kernel applies the epilogue); integer addition is exact, so a split
+ * gives the unsplit tile's bits, and the cached row reads
+ * "tile=N,split=S". Tile 18's own first-layer kernel never splits. The
+ * first call waits for the GPU while it measures (about 18 x 6 runs of
+ * the layer, more with splits); no later one does. During stream capture
  * an untuned configuration runs the reference tile (the one chosen by
  * channel counts), warned once, and is not cached. If no tile can run
  * (e.g. out of memory for every one) the call returns the last

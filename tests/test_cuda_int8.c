@@ -1,6 +1,8 @@
 /* int8 sparse convolution on the GPU (voxconv_conv_forward_int8,
  * voxconv_depthwise_forward_int8 on a CUDA handle; src/cuda/cuda_int8.cu):
- *   1. every tile (VOXCONV_INT8_TILE = 0..N_TILES-1) and the default
+ *   1. every tile (VOXCONV_INT8_TILE = 0..N_TILES-1), each also with its
+ *      kernel offsets split (VOXCONV_INT8_SPLIT 2, 5 or 64: partial sums
+ *      added, then the epilogue; 64 leaves slices empty), and the default
  *      choice, every output dtype (I32 raw sums, F32, F16, BF16, I8), with
  *      and without bias / ReLU: bitwise against the independent model of
  *      tests/int8_model.h (int64 sums over the GPU map's own pairs, the
@@ -75,6 +77,24 @@ static void set_tile(int t) {
   char buf[16];
   snprintf(buf, sizeof buf, "%d", t);
   setenv("VOXCONV_INT8_TILE", buf, 1);
+}
+
+/* VOXCONV_INT8_SPLIT (with a forced tile); s <= 1 unsets it */
+static void set_split(int s) {
+  if (s <= 1) {
+    unsetenv("VOXCONV_INT8_SPLIT");
+    return;
+  }
+  char buf[16];
+  snprintf(buf, sizeof buf, "%d", s);
+  setenv("VOXCONV_INT8_SPLIT", buf, 1);
+}
+
+/* the split tried with tile t, output dtype number di: every split size
+ * meets every tile across the dtypes */
+static int split_for(int t, int di) {
+  static const int k_splits[3] = {2, 5, 64};
+  return k_splits[(t + di) % 3];
 }
 
 /* ---- device copies --------------------------------------------------- */
@@ -160,12 +180,18 @@ static void check_problem(prob_t *p, const voxconv_kmap_t *cpu_km,
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s %s cpu: %s", what,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_cpu));
     }
-    for (int t = -1; t <= t_last; t++) {
+    /* each tile unsplit, then split (regular conv) */
+    for (int run = -2; run <= 2 * t_last + 1; run++) {
+      const int t = run < 0 ? -1 : run / 2;
+      const int split = run >= 0 && (run & 1) ? split_for(t, di) : 1;
+      if (run == -1)
+        continue;
       set_tile(t);
-      /* Poison, alternating 0x5A / 0xA5 from tile to tile: an element left
+      set_split(split);
+      /* Poison, alternating 0x5A / 0xA5 from run to run: an element left
        * unwritten keeps it and differs from the model, unless the model's
        * value is that pattern, which it cannot be for both. */
-      memset(y, (t & 1) ? 0xA5 : 0x5A, bytes);
+      memset(y, (run & 1) ? 0xA5 : 0x5A, bytes);
       voxconv_memcpy(g_gpu, yd, y, bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
       const voxconv_status_t st =
           run_op(g_gpu, p->km, p, d.x, d.w, d.ws, p->bias ? d.bias : NULL, dt,
@@ -176,25 +202,26 @@ static void check_problem(prob_t *p, const voxconv_kmap_t *cpu_km,
                   voxconv_status_string(st));
         continue;
       }
-      VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s %s tile %d: %s: %s", what,
-                voxconv_dtype_name(dt), t, voxconv_status_string(st),
-                voxconv_get_last_error(g_gpu));
+      VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s %s tile %d split %d: %s: %s",
+                what, voxconv_dtype_name(dt), t, split,
+                voxconv_status_string(st), voxconv_get_last_error(g_gpu));
       if (st != VOXCONV_STATUS_SUCCESS)
         continue;
       voxconv_memcpy(g_gpu, y, yd, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST);
       int64_t bad;
       const int64_t nbad = model_mismatches(y, exp, dt, ne, &bad);
       VC_EXPECT(nbad == 0,
-                "%s %s tile %d: %lld of %lld elements differ from the model, "
-                "first %lld (row %lld col %lld, acc %lld)",
-                what, voxconv_dtype_name(dt), t, (long long)nbad,
+                "%s %s tile %d split %d: %lld of %lld elements differ from "
+                "the model, first %lld (row %lld col %lld, acc %lld)",
+                what, voxconv_dtype_name(dt), t, split, (long long)nbad,
                 (long long)ne, (long long)bad,
                 bad >= 0 ? (long long)(bad / p->cout) : -1LL,
                 bad >= 0 ? (long long)(bad % p->cout) : -1LL,
                 bad >= 0 ? (long long)ref[bad] : 0LL);
       if (cpu_km)
-        VC_EXPECT(memcmp(y, ycpu, bytes) == 0, "%s %s tile %d: GPU != CPU",
-                  what, voxconv_dtype_name(dt), t);
+        VC_EXPECT(memcmp(y, ycpu, bytes) == 0,
+                  "%s %s tile %d split %d: GPU != CPU", what,
+                  voxconv_dtype_name(dt), t, split);
       if (dt == VOXCONV_DTYPE_F32) {
         const int64_t nb = model_f32_outside_bound(p, ref, (const float *)y);
         VC_EXPECT(nb == 0, "%s tile %d: %lld F32 outputs outside the bound",
@@ -202,6 +229,7 @@ static void check_problem(prob_t *p, const voxconv_kmap_t *cpu_km,
       }
     }
     set_tile(-1);
+    set_split(1);
   }
   release(&d);
   voxconv_free(g_gpu, yd);
@@ -490,10 +518,13 @@ static void test_extreme_acc(void) {
   voxconv_feats_t xf = {dx, n, cin, VOXCONV_DTYPE_I8};
   voxconv_weights_t wf = {dw, 1, cin, 2, VOXCONV_DTYPE_I8};
   voxconv_feats_t yf = {dy, n, 2, VOXCONV_DTYPE_I32};
-  for (int t = -1; t < N_TILES; t++) {
+  /* every tile unsplit and split 3 ways (one offset: two slices empty) */
+  for (int run = -1; run < 2 * N_TILES; run++) {
+    const int t = run < 0 ? -1 : run / 2;
     if (t >= 0 && !g_tile_ok[t])
       continue;
     set_tile(t);
+    set_split(run >= 0 && (run & 1) ? 3 : 1);
     int32_t y[6];
     memset(y, 0x5A, sizeof y);
     voxconv_memcpy(g_gpu, dy, y, sizeof y, VOXCONV_MEMCPY_HOST_TO_BACKEND);
@@ -502,9 +533,11 @@ static void test_extreme_acc(void) {
                      VOXCONV_STATUS_SUCCESS);
     voxconv_memcpy(g_gpu, y, dy, sizeof y, VOXCONV_MEMCPY_BACKEND_TO_HOST);
     for (int i = 0; i < 6; i++)
-      VC_EXPECT(y[i] == 2147467264, "extreme tile %d: y[%d]=%d", t, i, y[i]);
+      VC_EXPECT(y[i] == 2147467264, "extreme tile %d run %d: y[%d]=%d", t,
+                run, i, y[i]);
   }
   set_tile(-1);
+  set_split(1);
   voxconv_free(g_gpu, dx);
   voxconv_free(g_gpu, dw);
   voxconv_free(g_gpu, dy);
@@ -633,16 +666,22 @@ static void test_tuner(void) {
   const int found = vc_cache_get(VC_INT8_NS, &key, 0, &e);
   VC_EXPECT(found, "no int8 cache entry after tuning");
   if (found) {
-    int ok = 0, stand_in = 0;
+    /* each usable tile once unsplit; split rows (small problems) besides */
+    int ok = 0, stand_in = 0, split_rows = 0, split_ok = 0;
     for (int r = 0; r < e.n_rows; r++) {
-      ok += vc_cache_row_ok(&e.rows[r]);
-      stand_in += strcmp(e.rows[r].params, "tile=18") == 0;
+      const int split = strstr(e.rows[r].params, ",split=") != NULL;
+      split_rows += split;
+      ok += !split && vc_cache_row_ok(&e.rows[r]);
+      split_ok += split && vc_cache_row_ok(&e.rows[r]);
+      stand_in += strncmp(e.rows[r].params, "tile=18", 7) == 0;
       printf("  %s %s %.4f ms %s\n", e.rows[r].algo, e.rows[r].params,
              e.rows[r].time_ms, e.rows[r].status);
     }
-    VC_EXPECT(e.n_rows == usable && ok == usable && !stand_in,
-              "tuned %d tiles, %d ok; %d usable (tile 18 listed: %d)",
-              e.n_rows, ok, usable, stand_in);
+    VC_EXPECT(e.n_rows - split_rows == usable && ok == usable &&
+                  split_ok == split_rows && !stand_in,
+              "tuned %d tiles (%d split, %d of them ok), %d unsplit ok; %d "
+              "usable (tile 18 listed: %d)",
+              e.n_rows, split_rows, split_ok, ok, usable, stand_in);
     vc_cache_entry_free(&e);
   }
   release(&d);

@@ -33,6 +33,9 @@
  * cannot run here, tile 2 is the fastest correct one */
 static const double k_ms[N_FAKE] = {0.5, 2.0, 1.0, 0.25, 0.1, 3.0};
 static int g_runs[N_FAKE];
+/* runs of each tile split (split > 1), and the last split tile 2 ran */
+static int g_split_runs[N_FAKE];
+static int g_last_split;
 static int g_all_fail;
 static double g_clock;
 
@@ -50,13 +53,22 @@ static int fake_default(voxconv_handle_t *h, const vc_int8_problem_t *p) {
   return 1;
 }
 
+/* A split run of a tile costs a quarter of its time (what splitting buys
+ * a small problem on a GPU), with the same bits. */
 static voxconv_status_t fake_run(voxconv_handle_t *h,
-                                 const vc_int8_problem_t *p, int t) {
-  VC_EXPECT(t >= 0 && t < N_FAKE && t != 4, "fake_run: tile %d", t);
+                                 const vc_int8_problem_t *p, int t,
+                                 int split) {
+  VC_EXPECT(t >= 0 && t < N_FAKE && t != 4 && split >= 1,
+            "fake_run: tile %d split %d", t, split);
   if (t < 0 || t >= N_FAKE)
     return VOXCONV_STATUS_INTERNAL;
-  g_runs[t]++;
-  g_clock += k_ms[t];
+  if (split > 1) {
+    g_split_runs[t]++;
+    g_last_split = split;
+  } else {
+    g_runs[t]++;
+  }
+  g_clock += split > 1 ? k_ms[t] / 4 : k_ms[t];
   if (t == 0 || g_all_fail)
     return vc_fail(h, VOXCONV_STATUS_ALLOC_FAILED, "fake tile %d fails", t);
   VC_CHECK(vc_cpu_conv_int8(h, p));
@@ -68,8 +80,19 @@ static voxconv_status_t fake_run(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
-static const vc_int8_tiles_t k_fake = {"fake_i8", N_FAKE, fake_usable,
-                                       fake_default, fake_run, NULL};
+static const vc_int8_tiles_t k_fake = {"fake_i8",    N_FAKE,   fake_usable,
+                                       fake_default, fake_run, NULL,
+                                       NULL};
+
+/* The same table offering a 3-way split of tile 2 only. */
+static int fake_split_of(voxconv_handle_t *h, const vc_int8_problem_t *p,
+                         int t) {
+  (void)h, (void)p;
+  return t == 2 ? 3 : 1;
+}
+static const vc_int8_tiles_t k_split = {"fake_i8",    N_FAKE,   fake_usable,
+                                        fake_default, fake_run, NULL,
+                                        fake_split_of};
 
 /* The same table where tile 5 stands in for tile 2 (as CUDA's tile 18 runs
  * the default tile off first layers): 5 must not be measured. */
@@ -78,8 +101,9 @@ static int alias_runs_as(voxconv_handle_t *h, const vc_int8_problem_t *p,
   (void)h, (void)p;
   return t == 5 ? 2 : t;
 }
-static const vc_int8_tiles_t k_alias = {"fake_i8", N_FAKE, fake_usable,
-                                        fake_default, fake_run, alias_runs_as};
+static const vc_int8_tiles_t k_alias = {
+    "fake_i8", N_FAKE, fake_usable, fake_default, fake_run, alias_runs_as,
+    NULL};
 
 static voxconv_handle_t *cpu_handle(void) {
   voxconv_handle_desc_t dc;
@@ -165,21 +189,22 @@ static char *read_text(const char *path) {
 
 static void reset_runs(void) {
   memset(g_runs, 0, sizeof g_runs);
+  memset(g_split_runs, 0, sizeof g_split_runs);
+  g_last_split = 0;
 }
 
 /* Runs the fake table on dtype dt (poisoned output) and checks the bits
  * and the recorded decision. */
-static void tune_call(voxconv_handle_t *h, const fixture_t *f,
-                      voxconv_dtype_t dt, int want_tile, int want_cached,
-                      const char *what) {
+static void tune_call_on(voxconv_handle_t *h, const fixture_t *f,
+                         const vc_int8_tiles_t *be, voxconv_dtype_t dt,
+                         const char *want, int want_cached, const char *what) {
   const int64_t ne = f->p.n_out * f->p.cout;
   const size_t bytes = (size_t)ne * voxconv_dtype_size(dt);
   void *y = dr_xmalloc(bytes), *exp = dr_xmalloc(bytes);
   memset(y, 0xA5, bytes);
   model_expected(&f->p, f->acc, dt, exp);
   vc_int8_problem_t q = problem_of(f, dt, y);
-  VC_EXPECT_STATUS(h, vc_tune_int8_tiles(h, &q, &k_fake),
-                   VOXCONV_STATUS_SUCCESS);
+  VC_EXPECT_STATUS(h, vc_tune_int8_tiles(h, &q, be), VOXCONV_STATUS_SUCCESS);
   int64_t first;
   const int64_t bad = model_mismatches(y, exp, dt, ne, &first);
   VC_EXPECT(bad == 0, "%s: %lld of %lld outputs differ from the model", what,
@@ -187,8 +212,6 @@ static void tune_call(voxconv_handle_t *h, const fixture_t *f,
   voxconv_call_info_t ci;
   VC_EXPECT_STATUS(h, voxconv_get_last_call_info(h, &ci),
                    VOXCONV_STATUS_SUCCESS);
-  char want[32];
-  snprintf(want, sizeof want, "tile=%d", want_tile);
   VC_EXPECT(strcmp(ci.algo, "fake_i8") == 0 && strcmp(ci.params, want) == 0,
             "%s: ran %s %s, want fake_i8 %s", what, ci.algo, ci.params, want);
   VC_EXPECT(ci.from_cache == want_cached && ci.pass == VOXCONV_PASS_CONV_FWD,
@@ -196,6 +219,14 @@ static void tune_call(voxconv_handle_t *h, const fixture_t *f,
             want_cached, (int)ci.pass);
   free(y);
   free(exp);
+}
+
+static void tune_call(voxconv_handle_t *h, const fixture_t *f,
+                      voxconv_dtype_t dt, int want_tile, int want_cached,
+                      const char *what) {
+  char want[32];
+  snprintf(want, sizeof want, "tile=%d", want_tile);
+  tune_call_on(h, f, &k_fake, dt, want, want_cached, what);
 }
 
 /* The fake clock, 1 warm-up + 3 timed runs a tile, no forced tile. */
@@ -483,6 +514,121 @@ static void test_stand_in(voxconv_handle_t *h) {
   fixture_free(&f, h);
 }
 
+/* 9. split-K candidates: the split run of tile 2 is measured beside the
+ * unsplit tiles, wins, is cached as "tile=2,split=3" and replayed from the
+ * memo and from the cache with its split; VOXCONV_INT8_SPLIT forces one
+ * with VOXCONV_INT8_TILE and is refused alone or out of range; a cache row
+ * with a malformed split is passed over. */
+static void test_split(voxconv_handle_t *h) {
+  fixture_t f;
+  fixture_make(&f, h);
+  measured_setup();
+  unsetenv("VOXCONV_INT8_SPLIT");
+  /* bf16 output: a key no other part of this test tunes */
+  const voxconv_dtype_t dt = VOXCONV_DTYPE_BF16;
+  reset_runs();
+  tt_capture_begin();
+  tune_call_on(h, &f, &k_split, dt, "tile=2,split=3", 0, "split: first call");
+  char *err = tt_capture_end();
+  VC_EXPECT(tt_count(err, "best fake_i8 tile=2,split=3") == 1,
+            "the summary does not name the split winner:\n%s", err);
+  free(err);
+  /* tile 2 unsplit: check + 3 timed; split: check + 3 timed + final run */
+  VC_EXPECT(g_runs[2] == 4 && g_split_runs[2] == 5 && g_last_split == 3 &&
+                g_split_runs[1] + g_split_runs[5] == 0,
+            "split runs: tile 2 %d / %d (split %d), others %d", g_runs[2],
+            g_split_runs[2], g_last_split, g_split_runs[1] + g_split_runs[5]);
+  reset_runs();
+  tune_call_on(h, &f, &k_split, dt, "tile=2,split=3", 1, "split: memo");
+  VC_EXPECT(g_split_runs[2] == 1 && g_last_split == 3 && g_runs[2] == 0,
+            "the memo did not replay the split (%d runs, split %d)",
+            g_split_runs[2], g_last_split);
+  voxconv_handle_t *h2 = cpu_handle();
+  reset_runs();
+  tune_call_on(h2, &f, &k_split, dt, "tile=2,split=3", 1, "split: cache");
+  VC_EXPECT(g_split_runs[2] == 1 && g_last_split == 3,
+            "the cache did not replay the split");
+  vc_cache_key_t key;
+  const vc_int8_problem_t q = problem_of(&f, dt, NULL);
+  vc_tune_int8_key(h, &q, &key);
+  vc_cache_entry_t e;
+  if (vc_cache_get(VC_INT8_NS, &key, 0, &e)) {
+    int split_rows = 0, plain2 = 0;
+    for (int r = 0; r < e.n_rows; r++) {
+      split_rows += strstr(e.rows[r].params, "split") != NULL;
+      plain2 += strcmp(e.rows[r].params, "tile=2") == 0;
+    }
+    VC_EXPECT(split_rows == 1 && plain2 == 1 &&
+                  strcmp(e.rows[0].params, "tile=2,split=3") == 0,
+              "split entry: %d split rows, tile=2 %d, first %s", split_rows,
+              plain2, e.rows[0].params);
+    /* a malformed split row ranked first (faster) is passed over for the
+     * next */
+    static const char *bad_rows[] = {"tile=2,split=1", "tile=2,split=x",
+                                     "tile=2,split=65", "tile=2,splat=3"};
+    vc_cache_entry_t one = e;
+    one.n_rows = 1;
+    for (int b = 0; b < 4; b++) {
+      vc_cache_row_t row = e.rows[0];
+      snprintf(row.params, sizeof row.params, "%s", bad_rows[b]);
+      row.time_ms = 1e-3 * (4 - b); /* each ahead of the last */
+      one.rows = &row;
+      vc_cache_put(&one);
+      voxconv_destroy(h2);
+      h2 = cpu_handle();
+      reset_runs();
+      voxconv_call_info_t ci;
+      const size_t yb = (size_t)(f.p.n_out * f.p.cout) * 2;
+      void *y = dr_xmalloc(yb);
+      vc_int8_problem_t qy = problem_of(&f, dt, y);
+      VC_EXPECT_STATUS(h2, vc_tune_int8_tiles(h2, &qy, &k_split),
+                       VOXCONV_STATUS_SUCCESS);
+      voxconv_get_last_call_info(h2, &ci);
+      VC_EXPECT(ci.from_cache == 1 &&
+                    strcmp(ci.params, "tile=2,split=3") == 0 &&
+                    g_split_runs[2] + g_runs[1] + g_runs[2] + g_runs[5] == 1,
+                "cache row %s: ran %s (from_cache %d)", bad_rows[b],
+                ci.params, ci.from_cache);
+      free(y);
+    }
+    vc_cache_entry_free(&e);
+  } else {
+    VC_EXPECT(0, "no split entry cached");
+  }
+  /* forced */
+  setenv("VOXCONV_INT8_TILE", "5", 1);
+  setenv("VOXCONV_INT8_SPLIT", "7", 1);
+  reset_runs();
+  tune_call_on(h2, &f, &k_split, dt, "tile=5,split=7", 0, "forced split");
+  VC_EXPECT(g_split_runs[5] == 1 && g_last_split == 7, "forced split ran %d",
+            g_split_runs[5]);
+  setenv("VOXCONV_INT8_SPLIT", "1", 1);
+  reset_runs();
+  tune_call_on(h2, &f, &k_split, dt, "tile=5", 0, "forced split 1");
+  const size_t yb = (size_t)(f.p.n_out * f.p.cout) * 2;
+  void *y = dr_xmalloc(yb);
+  vc_int8_problem_t qy = problem_of(&f, dt, y);
+  static const char *bad[] = {"0", "65", "3x", "-2"};
+  for (int b = 0; b < 4; b++) {
+    setenv("VOXCONV_INT8_SPLIT", bad[b], 1);
+    VC_EXPECT_STATUS(h2, vc_tune_int8_tiles(h2, &qy, &k_split),
+                     VOXCONV_STATUS_INVALID_ARGUMENT);
+    VC_EXPECT(strstr(voxconv_get_last_error(h2), "VOXCONV_INT8_SPLIT") != NULL,
+              "VOXCONV_INT8_SPLIT=%s: %s", bad[b], voxconv_get_last_error(h2));
+  }
+  unsetenv("VOXCONV_INT8_TILE");
+  setenv("VOXCONV_INT8_SPLIT", "3", 1);
+  VC_EXPECT_STATUS(h2, vc_tune_int8_tiles(h2, &qy, &k_split),
+                   VOXCONV_STATUS_INVALID_ARGUMENT);
+  VC_EXPECT(strstr(voxconv_get_last_error(h2), "needs VOXCONV_INT8_TILE"),
+            "a split without a tile: %s", voxconv_get_last_error(h2));
+  unsetenv("VOXCONV_INT8_SPLIT");
+  free(y);
+  voxconv_destroy(h2);
+  vc_tune_test_clock_ms = NULL;
+  fixture_free(&f, h);
+}
+
 int main(void) {
   vc_test_init("test_tune_int8");
   tt_fresh_cache_dir();
@@ -491,6 +637,7 @@ int main(void) {
   test_cpu_op_records(h);
   test_no_memory_for_the_check();
   test_stand_in(h);
+  test_split(h);
   voxconv_destroy(h);
   tt_cleanup();
   return vc_test_finish();

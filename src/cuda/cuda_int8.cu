@@ -48,6 +48,13 @@ using namespace vc_mask_gemm;
 namespace {
 
 /* ---- the epilogue (voxconv.h, steps 2-5) -------------------------------- */
+/* I8Epilogue::dtype of a split block (split-K over kernel offsets, see
+ * i8_split_slice): its int32 partial sums are added into an int32 buffer
+ * (red.global.add), and i8_split_finish_kernel applies the epilogue once
+ * every slice is in. Integer addition is exact and associative, and each
+ * partial is bounded as the whole sum is (voxconv.h), so the sums, and the
+ * outputs, are the unsplit tile's bits whatever order the adds land in. */
+#define VC_I8_ACC_ADD 0x7ff0
 struct I8Epilogue {
   const float *w_scale; /* [cout], device */
   const float *bias;    /* [cout] or NULL */
@@ -73,7 +80,7 @@ __device__ __forceinline__ void i8_column(const I8Epilogue &e, int c, float &m,
 }
 
 __device__ __forceinline__ int i8_esz(int dtype) {
-  return dtype == VOXCONV_DTYPE_I8
+  return dtype == VC_I8_ACC_ADD ? 4 : dtype == VOXCONV_DTYPE_I8
              ? 1
              : (dtype == VOXCONV_DTYPE_F16 || dtype == VOXCONV_DTYPE_BF16 ? 2
                                                                          : 4);
@@ -119,12 +126,13 @@ template <> struct I8Out<VOXCONV_DTYPE_I32> {
   typedef int2 T2;
   static __device__ __forceinline__ T2 two(T a, T b) { return make_int2(a, b); }
 };
+template <> struct I8Out<VC_I8_ACC_ADD> : I8Out<VOXCONV_DTYPE_I32> {};
 
 /* Steps 3-5 for one element, as y's type DT. */
 template <int DT>
 __device__ __forceinline__ typename I8Out<DT>::T
 i8_typed(const I8Epilogue &e, int32_t acc, float m, float b) {
-  if constexpr (DT == VOXCONV_DTYPE_I32) {
+  if constexpr (DT == VOXCONV_DTYPE_I32 || DT == VC_I8_ACC_ADD) {
     return acc;
   } else {
     float v = __fmaf_rn(__int2float_rn(acc), m, b);
@@ -148,7 +156,7 @@ i8_typed(const I8Epilogue &e, int32_t acc, float m, float b) {
 template <int DT> struct I8ColPair {
   float m0 = 0.0f, b0 = 0.0f, m1 = 0.0f, b1 = 0.0f;
   __device__ __forceinline__ I8ColPair(const I8Epilogue &e, int c, int nb) {
-    if constexpr (DT != VOXCONV_DTYPE_I32) {
+    if constexpr (DT != VOXCONV_DTYPE_I32 && DT != VC_I8_ACC_ADD) {
       i8_column(e, c, m0, b0);
       if (c + 1 < nb)
         i8_column(e, c + 1, m1, b1);
@@ -167,6 +175,13 @@ __device__ __forceinline__ void i8_put2_direct(const I8Epilogue &e, void *out,
                                                int32_t a0, int32_t a1) {
   typedef I8Out<DT> O;
   typename O::T *y = static_cast<typename O::T *>(out) + row * nb + c;
+  if constexpr (DT == VC_I8_ACC_ADD) { /* a split's partial sums */
+    if (a0)
+      atomicAdd(y, a0);
+    if (a1 && c + 1 < nb)
+      atomicAdd(y + 1, a1);
+    return;
+  }
   const typename O::T y0 = i8_typed<DT>(e, a0, k.m0, k.b0);
   if (pair) {
     *reinterpret_cast<typename O::T2 *>(y) =
@@ -181,9 +196,17 @@ __device__ __forceinline__ void i8_put2_direct(const I8Epilogue &e, void *out,
 template <int DT> struct I8Dtype {
   static constexpr int value = DT;
 };
-/* f(I8Dtype<y's type>()): one branch on the type for a whole epilogue */
-template <typename F>
+/* f(I8Dtype<y's type>()): one branch on the type for a whole epilogue.
+ * SPLIT: the kernel runs split (VC_I8_ACC_ADD), the tile kernels only: an
+ * instance more in the first-layer kernel made it spill. */
+template <bool SPLIT = false, typename F>
 __device__ __forceinline__ void i8_by_dtype(int dtype, F &&f) {
+  if constexpr (SPLIT) {
+    if (dtype == VC_I8_ACC_ADD) {
+      f(I8Dtype<VC_I8_ACC_ADD>());
+      return;
+    }
+  }
   switch (dtype) {
   case VOXCONV_DTYPE_F16:
     f(I8Dtype<VOXCONV_DTYPE_F16>());
@@ -223,7 +246,8 @@ template <bool ENABLE> struct I8Staging {
   __device__ I8Staging(unsigned char *b, const FwdArgs &a, const I8Epilogue &e,
                        int bm, int bn, int bytes)
       : buf(b), esz(i8_esz(e.dtype)), pitch(bn * i8_esz(e.dtype) + 16),
-        on(ENABLE && bm * (bn * i8_esz(e.dtype) + 16) <= bytes &&
+        on(ENABLE && e.dtype != VC_I8_ACC_ADD &&
+           bm * (bn * i8_esz(e.dtype) + 16) <= bytes &&
            ((a.nb * i8_esz(e.dtype)) & 15) == 0 && vc_aligned(a.out, 16)) {}
   /* elements (tile row r, tile columns c and c + 1; c even) from sums a0
    * and a1, y of type DT. Staged, the pair is one store (the staged rows
@@ -260,6 +284,47 @@ template <bool ENABLE> struct I8Staging {
     }
   }
 };
+
+/* ---- split-K over kernel offsets -------------------------------------------
+ * A small problem (deep levels: a few thousand output rows) gives fewer
+ * blocks than the GPU runs at once, and each block walks every active
+ * offset of its tile in turn: ~0.5 us a step, latency-bound (workload A's
+ * levels 4-6 ran 40-60 us a conv, int8 no faster than f16). With a grid of
+ * gridDim.z > 1 slices, block z of a tile takes active offsets
+ * [n z / Z, n (z + 1) / Z) only and adds its partial sums (VC_I8_ACC_ADD).
+ * Called after begin_tile by every thread; returns the block's iterations
+ * and sets *a0 to its first active offset. tile.nact becomes the slice's
+ * end, which is where RowGather::fetch stops. */
+template <int BM>
+__device__ __forceinline__ int i8_split_slice(TileOffsets<BM> &tile,
+                                              int nchunk, int *a0) {
+  const int n = tile.nact, z = (int)blockIdx.z, nz = (int)gridDim.z;
+  const int lo = n * z / nz, hi = n * (z + 1) / nz; /* n <= 343, z < 64 */
+  __syncthreads(); /* every thread has read tile.nact */
+  if (threadIdx.x == 0)
+    tile.nact = hi;
+  __syncthreads();
+  *a0 = lo;
+  return (hi - lo) * nchunk;
+}
+
+/* y = epilogue(acc) for a split problem, once all its slices were added
+ * into acc [n][nb]: one thread a (row, column pair). */
+template <int DT>
+__global__ void i8_split_finish_kernel(const int32_t *__restrict__ acc,
+                                       void *out, int64_t n, int nb,
+                                       const I8Epilogue ep, bool pair) {
+  const int np = (nb + 1) / 2;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+       i < n * np; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t row = i / np;
+    const int c = (int)(i - row * np) * 2;
+    const int32_t *a = acc + row * nb + c;
+    const I8ColPair<DT> k(ep, c, nb);
+    i8_put2_direct<DT>(ep, out, row, nb, c, pair, k, a[0],
+                       c + 1 < nb ? a[1] : 0);
+  }
+}
 
 /* ---- the regular conv's tensor-core kernel ------------------------------- */
 /* BM x BN output tile, BK reduction bytes (channels) per stage, warp tile
@@ -308,14 +373,19 @@ __global__ void __launch_bounds__(TL::THREADS)
   const int kvol = args.kvol, ka = args.ka, nb = args.nb;
   const int64_t wsk = (int64_t)ka * nb;
   const TileSpan span = begin_tile<TL>(args, tile);
-  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
-            iters = span.iters;
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk;
+  int iters = span.iters, a0 = 0;
+  if (gridDim.z > 1) {
+    iters = i8_split_slice(tile, nchunk, &a0);
+    if (iters == 0)
+      return; /* nothing to add (uniform across the block) */
+  }
 
   constexpr int AV = TL::BK / 16; /* 16-byte vectors per row and stage */
   constexpr int AVPT = (TL::BM * AV + TL::THREADS - 1) / TL::THREADS;
   RowGather<AVPT> gather;
   gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
-  gather.fetch(args.nbr, tile, 0);
+  gather.fetch(args.nbr, tile, a0);
 
   /* B: BN rows (output channels) of BK bytes; a thread's vectors sit at
    * the same place of every stage. */
@@ -333,7 +403,7 @@ __global__ void __launch_bounds__(TL::THREADS)
     b_soff[j] = row * TL::PITCH + vec * 16;
   }
 
-  int ld_ai = 0, ld_chunk = 0;
+  int ld_ai = a0, ld_chunk = 0;
   auto load_stage = [&](int stage, int) {
     const int k = tile.act[ld_ai];
     const int c0 = ld_chunk * TL::BK;
@@ -413,7 +483,7 @@ __global__ void __launch_bounds__(TL::THREADS)
   if (stg.on)
     __syncthreads(); /* every warp is done reading the stages */
   const int g = lane >> 2, t4 = lane & 3;
-  i8_by_dtype(ep.dtype, [&](auto dt) {
+  i8_by_dtype<true>(ep.dtype, [&](auto dt) {
     constexpr int DT = decltype(dt)::value;
 #pragma unroll
     for (int ni = 0; ni < TL::NI; ni++) {
@@ -508,8 +578,13 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const int kvol = args.kvol, ka = args.ka, nb = args.nb;
   const int64_t wsk = (int64_t)ka * nb;
   const TileSpan span = begin_tile<TL>(args, tile);
-  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
-            iters = span.iters;
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk;
+  int iters = span.iters, a0 = 0;
+  if (gridDim.z > 1) {
+    iters = i8_split_slice(tile, nchunk, &a0);
+    if (iters == 0)
+      return; /* nothing to add (uniform across the block) */
+  }
 
   constexpr int AV = TL::BK / 16; /* 16-byte vectors per row */
   constexpr int AVPT = TL::BM * AV / TL::THREADS;
@@ -519,7 +594,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
                 "every thread copies whole vectors of each stage");
   RowGather<AVPT> gather;
   gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
-  gather.fetch(args.nbr, tile, 0);
+  gather.fetch(args.nbr, tile, a0);
   /* vector v = tid + j * THREADS is chunk cv of row v / AV in every stage
    * (the f16 wgmma kernel's layout): shared offsets computed once */
   const int cv = tid % AV;
@@ -539,7 +614,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const int8_t *a_src[AVPT];
   bool a_ok[AVPT];
 
-  int ld_ai = 0, ld_chunk = 0;
+  int ld_ai = a0, ld_chunk = 0;
   auto load_stage = [&](int stage, int) {
     if (ld_chunk == 0) {
 #pragma unroll
@@ -601,7 +676,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   if (stg.on)
     __syncthreads(); /* both warpgroups' wgmma are done with the stages */
   const int g = lane >> 2, t4 = lane & 3;
-  i8_by_dtype(ep.dtype, [&](auto dt) {
+  i8_by_dtype<true>(ep.dtype, [&](auto dt) {
     constexpr int DT = decltype(dt)::value;
 #pragma unroll
     for (int j = 0; j < TL::WN / 8; j++) {
@@ -854,14 +929,16 @@ template <typename TL> auto kernel_of() {
     return i8_fwd_kernel<TL>;
 }
 
+/* split: slices of the kernel offsets (grid z; 1 = none, see
+ * i8_split_slice; ep then adds partial sums) */
 template <typename TL>
 voxconv_status_t launch_i8(voxconv_handle_t *h, const FwdArgs &a,
-                           const I8Epilogue &ep) {
+                           const I8Epilogue &ep, int split) {
   auto kern = kernel_of<TL>();
   if (TL::SMEM > 48 * 1024)
     VC_CUDA_TRY(h, vc_cuda_smem_optin(h, (const void *)kern, TL::SMEM));
   const dim3 grid((unsigned)vc_ceil_div(a.nb, TL::BN),
-                  (unsigned)vc_ceil_div(a.n_dst, TL::BM));
+                  (unsigned)vc_ceil_div(a.n_dst, TL::BM), (unsigned)split);
   kern<<<grid, TL::THREADS, TL::SMEM, vc_cuda_stream(h)>>>(a, ep);
   VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 forward kernel");
   return VOXCONV_STATUS_SUCCESS;
@@ -872,7 +949,7 @@ voxconv_status_t launch_i8(voxconv_handle_t *h, const FwdArgs &a,
 struct TileRow {
   const void *fn;
   voxconv_status_t (*launch)(voxconv_handle_t *, const FwdArgs &,
-                             const I8Epilogue &);
+                             const I8Epilogue &, int);
   int bm, bn, bk, stages, threads, acc, smem;
   bool wg; /* wgmma: sm_90a only */
 };
@@ -1178,9 +1255,103 @@ extern "C" int vc_cuda_int8_default_tile(voxconv_handle_t *h,
   return pick_tile(h, p->cin, p->cout);
 }
 
+namespace {
+
+/* f(I8Dtype<dtype>()) on the host: the finishing kernel's instance */
+template <typename F> void i8_by_dtype_host(voxconv_dtype_t dtype, F &&f) {
+  switch (dtype) {
+  case VOXCONV_DTYPE_F16:
+    f(I8Dtype<VOXCONV_DTYPE_F16>());
+    break;
+  case VOXCONV_DTYPE_BF16:
+    f(I8Dtype<VOXCONV_DTYPE_BF16>());
+    break;
+  case VOXCONV_DTYPE_F32:
+    f(I8Dtype<VOXCONV_DTYPE_F32>());
+    break;
+  default:
+    f(I8Dtype<VOXCONV_DTYPE_I8>());
+  }
+}
+
+/* The tile's kernel on a, with the offsets split `split` ways when split
+ * > 1: partial sums added into a zeroed int32 buffer (y itself for an I32
+ * output), then the epilogue over it (i8_split_finish_kernel). */
+voxconv_status_t launch_split(voxconv_handle_t *h, const vc_int8_problem_t *p,
+                              int tile, FwdArgs a, const I8Epilogue &ep,
+                              int split, VcWorkspace &ws) {
+  if (split <= 1)
+    return tile_info(tile).launch(h, a, ep, 1);
+  const int64_t ne = (int64_t)a.n_dst * a.nb;
+  int32_t *acc = NULL;
+  if (p->y_dtype == VOXCONV_DTYPE_I32)
+    acc = static_cast<int32_t *>(p->y);
+  else
+    VC_CHECK(ws.get<int32_t>(ne, &acc, "int8 split-K sums"));
+  VC_CUDA_TRY(h, cudaMemsetAsync(acc, 0, (size_t)ne * sizeof(int32_t),
+                                 vc_cuda_stream(h)));
+  I8Epilogue add = ep;
+  add.dtype = VC_I8_ACC_ADD;
+  a.out = acc;
+  VC_CHECK(tile_info(tile).launch(h, a, add, split));
+  if (p->y_dtype == VOXCONV_DTYPE_I32)
+    return VOXCONV_STATUS_SUCCESS;
+  const bool pair = (a.nb & 1) == 0 &&
+                    vc_aligned(p->y, 2 * voxconv_dtype_size(p->y_dtype));
+  const int64_t work = (int64_t)a.n_dst * ((a.nb + 1) / 2);
+  const unsigned grid = vc_grid_1d(work, 256);
+  cudaStream_t st = vc_cuda_stream(h);
+  i8_by_dtype_host(p->y_dtype, [&](auto dt) {
+    constexpr int DT = decltype(dt)::value;
+    i8_split_finish_kernel<DT><<<grid, 256, 0, st>>>(acc, p->y, a.n_dst, a.nb,
+                                                     ep, pair);
+  });
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_split_finish_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+} // namespace
+
+extern "C" int vc_cuda_int8_split_of(voxconv_handle_t *h,
+                                     const vc_int8_problem_t *p, int tile) {
+  /* Worth trying where the tile's grid fills at most half of what the GPU
+   * runs at once: enough slices to fill it, at most 8 (each slice adds
+   * its partial sums once more) and at most the offsets. The tuner
+   * measures whether it pays. */
+  if (p->depthwise || tile < 0 || tile >= VC_I8_TILES ||
+      vc_cuda_int8_tile_runs_as(h, p, tile) != tile ||
+      tile == VC_I8_IM2COL_TILE || p->kmap->kvol < 2 ||
+      use_im2col((int)p->cin, (int)p->kmap->kvol, (int)(p->cin + 15) / 16 * 16,
+                 (int)((p->kmap->kvol * p->cin + 15) / 16 * 16), (int)p->cout))
+    return 1;
+  VcDeviceGuard guard(h); /* the occupancy of h's device */
+  const TileRow &r = tile_info(tile);
+  int per_sm = 0;
+  /* a kernel over 48 KB counts 0 blocks until its opt-in is set */
+  if (guard.error() != cudaSuccess ||
+      (r.smem > 48 * 1024 &&
+       vc_cuda_smem_optin(h, r.fn, r.smem) != cudaSuccess) ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, r.fn, r.threads,
+                                                    (size_t)r.smem) !=
+          cudaSuccess ||
+      per_sm < 1) {
+    cudaGetLastError();
+    return 1;
+  }
+  const int64_t resident = (int64_t)per_sm * vc_cuda_state(h)->sm_count;
+  const int64_t blocks = vc_ceil_div<int64_t>(p->cout, r.bn) *
+                         vc_ceil_div<int64_t>(p->kmap->n_out, r.bm);
+  if (blocks < 1 || 2 * blocks > resident)
+    return 1;
+  int64_t split = resident / blocks;
+  split = split < 8 ? split : 8;
+  split = split < p->kmap->kvol ? split : p->kmap->kvol;
+  return split >= 2 ? (int)split : 1;
+}
+
 extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
                                               const vc_int8_problem_t *p,
-                                              int tile) {
+                                              int tile, int split) {
   VC_CUDA_DEVICE_GUARD(h);
   const voxconv_kmap_t *m = p->kmap;
   const I8Epilogue ep = epilogue_of(p);
@@ -1201,6 +1372,10 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                    "mask_gemm_i8: tile %d outside 0..%d", tile,
                    VC_I8_TILES - 1);
+  if (split < 1 || split > VC_INT8_MAX_SPLIT)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "mask_gemm_i8: split %d outside 1..%d", split,
+                   VC_INT8_MAX_SPLIT);
   const char *why = NULL;
   if (!tile_usable(h, tile, &why))
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
@@ -1277,5 +1452,5 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
       p->w, wt, wk, cout, a.ka);
   VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 transpose_w_kernel");
   a.w = wt;
-  return tile_info(tile).launch(h, a, ep);
+  return launch_split(h, p, tile, a, ep, split, ws);
 }

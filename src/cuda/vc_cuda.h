@@ -164,11 +164,17 @@ voxconv_status_t vc_cuda_kernel_info(voxconv_handle_t *h, int index,
  * and its tensor-core tiles for `voxconv info --kernels` (listed after
  * the float kernels). */
 struct vc_int8_problem;
-/* Runs p: depthwise ignores `tile`; the regular conv runs mask_gemm_i8
- * tile `tile` (the int8 tuner's choice; UNSUPPORTED when this device
- * cannot run it). */
+/* Runs p: depthwise ignores `tile` and `split`; the regular conv runs
+ * mask_gemm_i8 tile `tile` (the int8 tuner's choice; UNSUPPORTED when this
+ * device cannot run it) with its kernel offsets split `split` ways (1..
+ * VC_INT8_MAX_SPLIT; 1 = none): the same bits either way. */
 voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
-                                   const struct vc_int8_problem *p, int tile);
+                                   const struct vc_int8_problem *p, int tile,
+                                   int split);
+/* The split worth trying for tile on p (its grid fills at most half of
+ * the GPU), or 1. */
+int vc_cuda_int8_split_of(voxconv_handle_t *h,
+                          const struct vc_int8_problem *p, int tile);
 /* 1 when tile runs on h's device (sm_90a for the wgmma tiles, shared
  * memory); the table's untuned choice for p (by channel counts). */
 int vc_cuda_int8_tile_usable(voxconv_handle_t *h, int tile);

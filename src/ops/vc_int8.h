@@ -16,6 +16,10 @@ extern "C" {
 
 /* kvol * cin above this could overflow an int32 accumulator (voxconv.h). */
 #define VC_INT8_MAX_KVOL_CIN 131071
+/* The most slices a regular conv's kernel offsets are split into (split-K,
+ * CUDA: partial int32 sums added, then the epilogue; the tuner's
+ * "tile=N,split=S" and VOXCONV_INT8_SPLIT). */
+#define VC_INT8_MAX_SPLIT 64
 
 typedef struct vc_int8_problem {
   int depthwise;            /* 1: w is [kvol][C], cin == cout == C */

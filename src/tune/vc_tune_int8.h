@@ -30,12 +30,17 @@ typedef struct vc_int8_tiles {
   int (*usable)(voxconv_handle_t *h, int t);
   /* the reference tile (the untuned choice, also used while capturing) */
   int (*default_tile)(voxconv_handle_t *h, const vc_int8_problem_t *p);
+  /* runs tile t with its kernel offsets split `split` ways (1: none) */
   voxconv_status_t (*run)(voxconv_handle_t *h, const vc_int8_problem_t *p,
-                          int t);
+                          int t, int split);
   /* The tile whose kernel runs tile t on p: t, or the tile t stands in for
    * where its own kernel does not apply (CUDA's tile 18 off first layers).
    * The tuner measures such a t only through that tile. NULL: always t. */
   int (*runs_as)(voxconv_handle_t *h, const vc_int8_problem_t *p, int t);
+  /* The split (split-K over the kernel offsets) worth measuring for tile t
+   * on p beside the unsplit tile, or 1 for none. Every split gives the
+   * unsplit tile's bits. NULL: no splits. */
+  int (*split_of)(voxconv_handle_t *h, const vc_int8_problem_t *p, int t);
 } vc_int8_tiles_t;
 
 /* Runs p (validated by src/ops/conv_int8.c) on h's backend: the CPU
