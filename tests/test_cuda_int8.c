@@ -727,6 +727,64 @@ static void test_max_pool(void) {
   free(c);
 }
 
+/* Tile 18's kernel runs at most 2 blocks a SM, each looping over row
+ * tiles of 128 with the next tile's gathers in the other buffer (item
+ * 133): only a first layer of more than 2 x SMs x 128 rows makes blocks
+ * loop, and the problems above are smaller. Tile 18 (and the default,
+ * which is tile 18 here) on such a layer, F16 and I8 outputs, against the
+ * model. `rows` is the number of random coordinates asked for. */
+static void test_first_layer_loop(int64_t rows) {
+  int64_t n;
+  int32_t *c = vc_random_coords(rows, 80, &n);
+  voxconv_kmap_t *km =
+      build(g_gpu, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1, NULL, 0, 0);
+  if (!km) {
+    free(c);
+    return;
+  }
+  prob_t p = model_prob(g_gpu, km, 0, 3, 64);
+  int64_t n_out;
+  int64_t *ref = naive_acc(g_gpu, p.km, p.x, p.w, p.cin, p.cout, 0, &n_out);
+  const int64_t ne = p.n_out * p.cout;
+  void *y = dr_xmalloc((size_t)ne * 2), *exp = dr_xmalloc((size_t)ne * 2);
+  void *yd = to_dev(NULL, (size_t)ne * 2);
+  dev_prob_t d = upload(&p);
+  static const voxconv_dtype_t dts[2] = {VOXCONV_DTYPE_F16, VOXCONV_DTYPE_I8};
+  for (int di = 0; di < 2; di++) {
+    const size_t bytes = (size_t)ne * esz(dts[di]);
+    model_expected(&p, ref, dts[di], exp);
+    for (int t = -1; t <= IM2COL_TILE; t += IM2COL_TILE + 1) {
+      set_tile(t);
+      memset(y, di ? 0xA5 : 0x5A, bytes);
+      voxconv_memcpy(g_gpu, yd, y, bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+      VC_EXPECT_STATUS(g_gpu,
+                       run_op(g_gpu, p.km, &p, d.x, d.w, d.ws, d.bias,
+                              dts[di], yd),
+                       VOXCONV_STATUS_SUCCESS);
+      voxconv_memcpy(g_gpu, y, yd, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST);
+      int64_t first;
+      const int64_t bad = model_mismatches(y, exp, dts[di], ne, &first);
+      VC_EXPECT(bad == 0,
+                "first layer, %lld rows, %s, tile %d: %lld of %lld outputs "
+                "differ from the model (first %lld)",
+                (long long)p.n_out, voxconv_dtype_name(dts[di]), t,
+                (long long)bad, (long long)ne, (long long)first);
+    }
+    set_tile(-1);
+  }
+  printf("first layer 3 -> 64 over %lld rows (tile 18's blocks loop over "
+         "row tiles)\n",
+         (long long)p.n_out);
+  release(&d);
+  voxconv_free(g_gpu, yd);
+  free(y);
+  free(exp);
+  free(ref);
+  model_prob_free(&p);
+  voxconv_kmap_destroy(g_gpu, km);
+  free(c);
+}
+
 static void test_race(void) {
   int64_t n;
   int32_t *c = vc_random_coords(200, 6, &n);
@@ -779,7 +837,10 @@ int main(int argc, char **argv) {
   test_max_pool();
   if (g_race) {
     test_race();
+    /* two or three row tiles a block on a 132-SM GPU */
+    test_first_layer_loop(80000);
   } else {
+    test_first_layer_loop(300000);
     test_division();
     test_tuner();
     test_extreme_acc();

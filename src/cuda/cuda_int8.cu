@@ -712,11 +712,13 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
  * pipeline fill and an epilogue for three k-steps (docs/perf-notes.md
  * items 81, 89). */
 struct I8Im2colTile {
-  static constexpr int BM = 128, BN = 64, BK = 128, STAGES = 1;
+  /* two A buffers: a tile's gathers fly while the previous tile's MMAs
+   * and epilogue run (docs/perf-notes.md item 133) */
+  static constexpr int BM = 128, BN = 64, BK = 128, STAGES = 2;
   static constexpr int THREADS = 256, CP = 4, MAX_KVOL = 28; /* K <= 112 */
   static constexpr int PITCH = BK + 16; /* 144 B: ldmatrix conflict-free */
   static constexpr int ACC = 32;        /* 8 n-tiles x 4 per thread */
-  static constexpr int SMEM = (BM + BN) * PITCH;
+  static constexpr int SMEM = (STAGES * BM + BN) * PITCH; /* 46,080 B */
   static constexpr bool WG = false;
 };
 
@@ -732,8 +734,8 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
     i8_im2col_fwd_kernel(const I8Im2colArgs args, const I8Epilogue ep) {
   using TL = I8Im2colTile;
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  int8_t *a_s = reinterpret_cast<int8_t *>(smem_raw);
-  int8_t *b_s = a_s + TL::BM * TL::PITCH;
+  int8_t *a_buf = reinterpret_cast<int8_t *>(smem_raw); /* STAGES x BM rows */
+  int8_t *b_s = a_buf + TL::STAGES * TL::BM * TL::PITCH;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kvol = args.kvol, nb = args.cout;
   const int K = kvol * TL::CP, KP = (K + 31) & ~31;
@@ -750,10 +752,11 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
       b = args.w[((int64_t)k * args.cin + c) * nb + n0 + n];
     b_s[n * TL::PITCH + kk] = b;
   }
-  /* A's columns K .. KP-1 are never gathered into: zeros, once. */
-  for (int v = tid; v < TL::BM * (KP - K); v += TL::THREADS) {
+  /* A's columns K .. KP-1 are never gathered into: zeros, once (rows of
+   * both buffers) */
+  for (int v = tid; v < TL::STAGES * TL::BM * (KP - K); v += TL::THREADS) {
     const int r = v / (KP - K);
-    a_s[r * TL::PITCH + K + (v - r * (KP - K))] = 0;
+    a_buf[r * TL::PITCH + K + (v - r * (KP - K))] = 0;
   }
 
   /* Gather sources of a tile, element v = tid + j * THREADS = (r, k), k
@@ -765,16 +768,14 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
     im2col_fetch<TL::BM, TL::THREADS, true>(src, args.nbr, NULL, tile, tiles,
                                             kvol, args.n_dst, tid);
   };
-  fetch(blockIdx.y);
-  const int g = lane >> 2, t4 = lane & 3;
-  for (int tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
-    const int m0 = tile * TL::BM;
+  /* the gathers of a tile (src holds its table entries) into a_dst */
+  auto gather = [&](int8_t *a_dst) {
 #pragma unroll
     for (int j = 0; j < GJ; j++) {
       const int v = tid + j * TL::THREADS;
       if (v < TL::BM * kvol) {
         const int r = v / kvol, k = v - r * kvol;
-        const unsigned dst = smem_addr(a_s + r * TL::PITCH + k * TL::CP);
+        const unsigned dst = smem_addr(a_dst + r * TL::PITCH + k * TL::CP);
         const void *srcp =
             src[j] >= 0 ? (const void *)(args.x + (int64_t)src[j] * TL::CP)
                         : (const void *)args.x;
@@ -783,10 +784,27 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
             "l"(srcp), "r"(src[j] >= 0 ? 4 : 0));
       }
     }
-    fetch(tile + gridDim.y); /* in flight during the wait and the MMAs */
-    cp_async_commit();
+  };
+  /* Two buffers: tile i's gathers were issued during tile i - 1's MMAs
+   * and epilogue; one barrier a tile both publishes tile i's rows and
+   * tells every thread is past tile i - 1's MMAs, whose buffer tile i + 1
+   * is then gathered into. */
+  fetch(blockIdx.y);
+  if (blockIdx.y < tiles)
+    gather(a_buf);
+  fetch(blockIdx.y + gridDim.y); /* in flight during the first wait */
+  cp_async_commit();
+  const int g = lane >> 2, t4 = lane & 3;
+  int buf = 0;
+  for (int tile = blockIdx.y; tile < tiles; tile += gridDim.y, buf ^= 1) {
+    const int m0 = tile * TL::BM;
+    const int8_t *a_s = a_buf + buf * TL::BM * TL::PITCH;
     cp_async_wait<0>();
     __syncthreads();
+    if (tile + gridDim.y < tiles)
+      gather(a_buf + (buf ^ 1) * TL::BM * TL::PITCH);
+    fetch(tile + 2 * gridDim.y); /* in flight during the MMAs */
+    cp_async_commit();
 
     /* warp w: rows 16 w .. 16 w + 15, all 64 columns (8 n-tiles) */
     int32_t acc[TL::BN / 8][4];
@@ -808,7 +826,6 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
         mma_s8(acc[nj + 1], af, r4[2], r4[3]);
       }
     }
-    __syncthreads(); /* a_s is gathered into again (next tile) */
     i8_by_dtype(ep.dtype, [&](auto dt) {
       constexpr int DT = decltype(dt)::value;
       /* a fragment's two adjacent columns as one store */
