@@ -21,13 +21,16 @@ it, the thread moved. A diagnostic; prints one table.
 
     python3 bench/debug/cold_host.py [--data-dir D] [--reps 60]
 """
-import argparse, os, statistics, sys, time
+import argparse, ctypes, os, statistics, sys, time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_bench as tb  # noqa: E402
 from call_latency import workload_c_layers  # noqa: E402
+
+
+_sched_getcpu = ctypes.CDLL(None).sched_getcpu  # glibc; not in Python's os
 
 
 def pure_python():
@@ -88,14 +91,14 @@ def main():
     rows = []
     for pinned in (False, True):
         if pinned:
-            os.sched_setaffinity(0, {os.sched_getcpu()})
+            os.sched_setaffinity(0, {_sched_getcpu()})
         for wname, w in waits.items():
             for fname, f in fns.items():
                 ts, cpus = [], set()
                 for _ in range(args.reps):
                     if w is not None:
                         w()
-                    cpus.add(os.sched_getcpu())
+                    cpus.add(_sched_getcpu())
                     t = time.perf_counter()
                     y = f()
                     ts.append(1e6 * (time.perf_counter() - t))
