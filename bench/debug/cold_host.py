@@ -17,9 +17,13 @@ right after each of these waits:
 with the thread free to move between cores and then pinned to the core it
 started on (os.sched_setaffinity). If `gpu` is slow and `spin` is not, the
 wait itself costs the next call (a core change, caches); if pinning fixes
-it, the thread moved. A diagnostic; prints one table.
+it, the thread moved. --stream side runs everything on a non-blocking
+torch stream instead of the legacy default stream torch_bench uses, and a
+second table gives what torch_bench's row measures there: CUDA-event ms
+of one module call after a synchronisation (median of --reps). A
+diagnostic.
 
-    python3 bench/debug/cold_host.py [--data-dir D] [--reps 60]
+    python3 bench/debug/cold_host.py [--data-dir D] [--reps 60] [--stream default|side]
 """
 import argparse, ctypes, os, statistics, sys, time
 import torch
@@ -49,7 +53,10 @@ def main():
     ap.add_argument("--data-dir", default=os.environ.get("VOXCONV_DATA_DIR", "../shared/data"))
     ap.add_argument("--reps", type=int, default=60)
     ap.add_argument("--wait-us", type=float, default=500.0)
+    ap.add_argument("--stream", choices=("default", "side"), default="default")
     args = ap.parse_args()
+    if args.stream == "side":
+        torch.cuda.set_stream(torch.cuda.Stream())
     conv, x = workload_c_layers(args.data_dir, [64])[0]
 
     def module():
@@ -107,6 +114,18 @@ def main():
                 ts.sort()
                 rows.append((pinned, wname, fname, ts[len(ts) // 10], statistics.median(ts),
                              ts[(9 * len(ts)) // 10], len(cpus)))
+    evs = []
+    for _ in range(args.reps):
+        torch.cuda.synchronize()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        y = module()
+        e.record()
+        e.synchronize()
+        evs.append(s.elapsed_time(e))
+        del y
+    print(f"{args.stream} stream: one module call after a sync, CUDA events: median "
+          f"{statistics.median(evs):.4f} ms (min {min(evs):.4f})")
     print(f"host probe {tb.host_probe_us():.0f} us; wait {args.wait_us:.0f} us; "
           f"{args.reps} reps; host us p10 / p50 / p90; cores seen")
     for pinned, wname, fname, p10, p50, p90, nc in rows:
