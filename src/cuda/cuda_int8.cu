@@ -198,9 +198,10 @@ template <int DT> struct I8Dtype {
 };
 /* f(I8Dtype<y's type>()): one branch on the type for a whole epilogue.
  * SPLIT: the kernel runs split (VC_I8_ACC_ADD), the tile kernels only: an
- * instance more in the first-layer kernel made it spill. */
+ * instance more in the first-layer kernel made it spill. Also on the host,
+ * to pick i8_split_finish_kernel's instance. */
 template <bool SPLIT = false, typename F>
-__device__ __forceinline__ void i8_by_dtype(int dtype, F &&f) {
+__host__ __device__ __forceinline__ void i8_by_dtype(int dtype, F &&f) {
   if constexpr (SPLIT) {
     if (dtype == VC_I8_ACC_ADD) {
       f(I8Dtype<VC_I8_ACC_ADD>());
@@ -1209,6 +1210,43 @@ voxconv_status_t run_im2col_fused(voxconv_handle_t *h,
   return VOXCONV_STATUS_SUCCESS;
 }
 
+/* The tile's kernel on a, with the offsets split `split` ways when split
+ * > 1: partial sums added into a zeroed int32 buffer (y itself for an I32
+ * output), then the epilogue over it (i8_split_finish_kernel). */
+voxconv_status_t launch_split(voxconv_handle_t *h, const vc_int8_problem_t *p,
+                              int tile, FwdArgs a, const I8Epilogue &ep,
+                              int split, VcWorkspace &ws) {
+  if (split <= 1)
+    return tile_info(tile).launch(h, a, ep, 1);
+  const int64_t ne = (int64_t)a.n_dst * a.nb;
+  int32_t *acc = NULL;
+  if (p->y_dtype == VOXCONV_DTYPE_I32)
+    acc = static_cast<int32_t *>(p->y);
+  else
+    VC_CHECK(ws.get<int32_t>(ne, &acc, "int8 split-K sums"));
+  VC_CUDA_TRY(h, cudaMemsetAsync(acc, 0, (size_t)ne * sizeof(int32_t),
+                                 vc_cuda_stream(h)));
+  I8Epilogue add = ep;
+  add.dtype = VC_I8_ACC_ADD;
+  a.out = acc;
+  VC_CHECK(tile_info(tile).launch(h, a, add, split));
+  if (p->y_dtype == VOXCONV_DTYPE_I32)
+    return VOXCONV_STATUS_SUCCESS;
+  const bool pair = (a.nb & 1) == 0 &&
+                    vc_aligned(p->y, 2 * voxconv_dtype_size(p->y_dtype));
+  const int64_t work = (int64_t)a.n_dst * ((a.nb + 1) / 2);
+  const unsigned grid = vc_grid_1d(work, 256);
+  cudaStream_t st = vc_cuda_stream(h);
+  i8_by_dtype((int)p->y_dtype, [&](auto dt) { /* picks the instance */
+    constexpr int DT = decltype(dt)::value;
+    i8_split_finish_kernel<DT><<<grid, 256, 0, st>>>(acc, p->y, a.n_dst, a.nb,
+                                                     ep, pair);
+  });
+  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_split_finish_kernel");
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+
 } // namespace
 
 extern "C" int vc_cuda_int8_tile_count(void) { return VC_I8_TILES; }
@@ -1272,62 +1310,6 @@ extern "C" int vc_cuda_int8_default_tile(voxconv_handle_t *h,
   return pick_tile(h, p->cin, p->cout);
 }
 
-namespace {
-
-/* f(I8Dtype<dtype>()) on the host: the finishing kernel's instance */
-template <typename F> void i8_by_dtype_host(voxconv_dtype_t dtype, F &&f) {
-  switch (dtype) {
-  case VOXCONV_DTYPE_F16:
-    f(I8Dtype<VOXCONV_DTYPE_F16>());
-    break;
-  case VOXCONV_DTYPE_BF16:
-    f(I8Dtype<VOXCONV_DTYPE_BF16>());
-    break;
-  case VOXCONV_DTYPE_F32:
-    f(I8Dtype<VOXCONV_DTYPE_F32>());
-    break;
-  default:
-    f(I8Dtype<VOXCONV_DTYPE_I8>());
-  }
-}
-
-/* The tile's kernel on a, with the offsets split `split` ways when split
- * > 1: partial sums added into a zeroed int32 buffer (y itself for an I32
- * output), then the epilogue over it (i8_split_finish_kernel). */
-voxconv_status_t launch_split(voxconv_handle_t *h, const vc_int8_problem_t *p,
-                              int tile, FwdArgs a, const I8Epilogue &ep,
-                              int split, VcWorkspace &ws) {
-  if (split <= 1)
-    return tile_info(tile).launch(h, a, ep, 1);
-  const int64_t ne = (int64_t)a.n_dst * a.nb;
-  int32_t *acc = NULL;
-  if (p->y_dtype == VOXCONV_DTYPE_I32)
-    acc = static_cast<int32_t *>(p->y);
-  else
-    VC_CHECK(ws.get<int32_t>(ne, &acc, "int8 split-K sums"));
-  VC_CUDA_TRY(h, cudaMemsetAsync(acc, 0, (size_t)ne * sizeof(int32_t),
-                                 vc_cuda_stream(h)));
-  I8Epilogue add = ep;
-  add.dtype = VC_I8_ACC_ADD;
-  a.out = acc;
-  VC_CHECK(tile_info(tile).launch(h, a, add, split));
-  if (p->y_dtype == VOXCONV_DTYPE_I32)
-    return VOXCONV_STATUS_SUCCESS;
-  const bool pair = (a.nb & 1) == 0 &&
-                    vc_aligned(p->y, 2 * voxconv_dtype_size(p->y_dtype));
-  const int64_t work = (int64_t)a.n_dst * ((a.nb + 1) / 2);
-  const unsigned grid = vc_grid_1d(work, 256);
-  cudaStream_t st = vc_cuda_stream(h);
-  i8_by_dtype_host(p->y_dtype, [&](auto dt) {
-    constexpr int DT = decltype(dt)::value;
-    i8_split_finish_kernel<DT><<<grid, 256, 0, st>>>(acc, p->y, a.n_dst, a.nb,
-                                                     ep, pair);
-  });
-  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_split_finish_kernel");
-  return VOXCONV_STATUS_SUCCESS;
-}
-
-} // namespace
 
 extern "C" int vc_cuda_int8_split_of(voxconv_handle_t *h,
                                      const vc_int8_problem_t *p, int tile) {
