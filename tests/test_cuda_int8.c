@@ -181,11 +181,9 @@ static void check_problem(prob_t *p, const voxconv_kmap_t *cpu_km,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_cpu));
     }
     /* each tile unsplit, then split (regular conv) */
-    for (int run = -2; run <= 2 * t_last + 1; run++) {
-      const int t = run < 0 ? -1 : run / 2;
+    for (int run = -1; run <= 2 * t_last + 1; run++) {
+      const int t = run < 0 ? -1 : run / 2; /* run -1: the default */
       const int split = run >= 0 && (run & 1) ? split_for(t, di) : 1;
-      if (run == -1)
-        continue;
       set_tile(t);
       set_split(split);
       /* Poison, alternating 0x5A / 0xA5 from run to run: an element left

@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.dirname(__file__))
 import torch_bench as tb  # noqa: E402
-from call_latency import workload_c_layers  # noqa: E402
+from call_latency import cold, workload_c_layers  # noqa: E402
 
 
 _sched_getcpu = ctypes.CDLL(None).sched_getcpu  # glibc; not in Python's os
@@ -114,18 +114,9 @@ def main():
                 ts.sort()
                 rows.append((pinned, wname, fname, ts[len(ts) // 10], statistics.median(ts),
                              ts[(9 * len(ts)) // 10], len(cpus)))
-    evs = []
-    for _ in range(args.reps):
-        torch.cuda.synchronize()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        y = module()
-        e.record()
-        e.synchronize()
-        evs.append(s.elapsed_time(e))
-        del y
+    host_us, gpu_ms = cold(module, args.reps)
     print(f"{args.stream} stream: one module call after a sync, CUDA events: median "
-          f"{statistics.median(evs):.4f} ms (min {min(evs):.4f})")
+          f"{gpu_ms:.4f} ms (host {host_us:.1f} us)")
     print(f"host probe {tb.host_probe_us():.0f} us; wait {args.wait_us:.0f} us; "
           f"{args.reps} reps; host us p10 / p50 / p90; cores seen")
     for pinned, wname, fname, p10, p50, p90, nc in rows:

@@ -309,6 +309,24 @@ __device__ __forceinline__ int i8_split_slice(TileOffsets<BM> &tile,
   return (hi - lo) * nchunk;
 }
 
+/* begin_tile, then the block's slice when the grid is split: *span's
+ * iters are the slice's, *a0 its first active offset (0 unsplit). false:
+ * a split block with nothing to add, which returns at once (the same in
+ * every thread of the block). */
+template <typename TL>
+__device__ __forceinline__ bool i8_begin_tile(const FwdArgs &args,
+                                              TileOffsets<TL::BM> &tile,
+                                              TileSpan *span, int *a0) {
+  *span = begin_tile<TL>(args, tile);
+  *a0 = 0;
+  if (gridDim.z > 1) {
+    span->iters = i8_split_slice(tile, span->nchunk, a0);
+    if (span->iters == 0)
+      return false;
+  }
+  return true;
+}
+
 /* y = epilogue(acc) for a split problem, once all its slices were added
  * into acc [n][nb]: one thread a (row, column pair). */
 template <int DT>
@@ -373,14 +391,12 @@ __global__ void __launch_bounds__(TL::THREADS)
   const int wm = warp / TL::WARPS_N, wn = warp % TL::WARPS_N;
   const int kvol = args.kvol, ka = args.ka, nb = args.nb;
   const int64_t wsk = (int64_t)ka * nb;
-  const TileSpan span = begin_tile<TL>(args, tile);
-  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk;
-  int iters = span.iters, a0 = 0;
-  if (gridDim.z > 1) {
-    iters = i8_split_slice(tile, nchunk, &a0);
-    if (iters == 0)
-      return; /* nothing to add (uniform across the block) */
-  }
+  TileSpan span;
+  int a0;
+  if (!i8_begin_tile<TL>(args, tile, &span, &a0))
+    return;
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
+            iters = span.iters;
 
   constexpr int AV = TL::BK / 16; /* 16-byte vectors per row and stage */
   constexpr int AVPT = (TL::BM * AV + TL::THREADS - 1) / TL::THREADS;
@@ -578,14 +594,12 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const int wg = warp >> 2, wq = warp & 3, wm = wg & 1, wn = wg >> 1;
   const int kvol = args.kvol, ka = args.ka, nb = args.nb;
   const int64_t wsk = (int64_t)ka * nb;
-  const TileSpan span = begin_tile<TL>(args, tile);
-  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk;
-  int iters = span.iters, a0 = 0;
-  if (gridDim.z > 1) {
-    iters = i8_split_slice(tile, nchunk, &a0);
-    if (iters == 0)
-      return; /* nothing to add (uniform across the block) */
-  }
+  TileSpan span;
+  int a0;
+  if (!i8_begin_tile<TL>(args, tile, &span, &a0))
+    return;
+  const int n0 = span.n0, rows = span.rows, nchunk = span.nchunk,
+            iters = span.iters;
 
   constexpr int AV = TL::BK / 16; /* 16-byte vectors per row */
   constexpr int AVPT = TL::BM * AV / TL::THREADS;
@@ -1142,13 +1156,24 @@ __global__ void i8_iota_kernel(int32_t *__restrict__ ids, int64_t n) {
     ids[i] = (int32_t)i;
 }
 
+/* The row widths of p (bytes): ka = cin rounded up to 16 (an offset's
+ * padded row), kcol = kvol * cin rounded up to 16 (an im2col row). */
+int padded_cin(const vc_int8_problem_t *p) {
+  return (int)((p->cin + 15) / 16 * 16);
+}
+int im2col_width(const vc_int8_problem_t *p) {
+  const int64_t kc = p->kmap->kvol * p->cin; /* <= VC_INT8_MAX_KVOL_CIN */
+  return (int)((kc + 15) / 16 * 16);
+}
+
 /* 1 when p runs as the one-offset im2col problem: few input channels (each
  * offset's row padded to 16 bytes would leave most of a 32-byte k-step
  * zero) and the im2col rows at most half the padded reduction. Workload
  * A's first layer (3 -> 64, kvol 27): 96 reduction bytes instead of 432. */
-bool use_im2col(int cin, int kvol, int ka, int kcol, int cout) {
-  return cin < 16 && (int64_t)kcol * 2 <= (int64_t)kvol * ka &&
-         (int64_t)cout * kcol <= INT32_MAX; /* 32-bit weight offsets */
+bool use_im2col(const vc_int8_problem_t *p) {
+  const int64_t ka = padded_cin(p), kcol = im2col_width(p);
+  return p->cin < 16 && kcol * 2 <= p->kmap->kvol * ka &&
+         p->cout * kcol <= INT32_MAX; /* 32-bit weight offsets */
 }
 
 /* 1 when tile 18 runs a regular conv with cin input channels and kvol
@@ -1319,9 +1344,7 @@ extern "C" int vc_cuda_int8_split_of(voxconv_handle_t *h,
    * measures whether it pays. */
   if (p->depthwise || tile < 0 || tile >= VC_I8_TILES ||
       vc_cuda_int8_tile_runs_as(h, p, tile) != tile ||
-      tile == VC_I8_IM2COL_TILE || p->kmap->kvol < 2 ||
-      use_im2col((int)p->cin, (int)p->kmap->kvol, (int)(p->cin + 15) / 16 * 16,
-                 (int)((p->kmap->kvol * p->cin + 15) / 16 * 16), (int)p->cout))
+      tile == VC_I8_IM2COL_TILE || p->kmap->kvol < 2 || use_im2col(p))
     return 1;
   VcDeviceGuard guard(h); /* the occupancy of h's device */
   const TileRow &r = tile_info(tile);
@@ -1386,7 +1409,7 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
   if (tile == VC_I8_IM2COL_TILE && im2col_fused_takes(cin, m->kvol))
     return run_im2col_fused(h, p, ep);
   tile = vc_cuda_int8_tile_runs_as(h, p, tile); /* tile 18 elsewhere */
-  const int ka = (cin + 15) / 16 * 16;
+  const int ka = padded_cin(p);
   /* the kernels address one offset's [cout][ka] weights with 32 bits */
   if ((int64_t)cout * ka > INT32_MAX)
     return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
@@ -1399,10 +1422,9 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
   a.out = p->y;
   a.n_dst = (int)m->n_out;
   a.nb = cout;
-  const int64_t kc = (int64_t)m->kvol * cin; /* <= VC_INT8_MAX_KVOL_CIN */
-  const int kcol = (int)((kc + 15) / 16 * 16);
+  const int kcol = im2col_width(p);
   int wk; /* the weights' reduction rows per offset, before padding */
-  if (use_im2col(cin, m->kvol, ka, kcol, cout)) {
+  if (use_im2col(p)) {
     /* the same int32 sums (exact, in any order) as a one-offset problem
      * over im2col rows: W viewed as [1][kvol * cin][cout] */
     int8_t *xc = NULL;
@@ -1420,7 +1442,7 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     a.nbr = ids; /* order, tile_mask, row_mask NULL: every row, one offset */
     a.kvol = 1;
     a.ka = kcol;
-    wk = (int)kc;
+    wk = (int)(m->kvol * cin); /* kvol * cin rows of W */
   } else {
     const int8_t *x = p->x;
     if (ka != cin || !vc_aligned(x, 16)) {

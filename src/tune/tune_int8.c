@@ -388,13 +388,15 @@ voxconv_status_t vc_tune_int8_tiles(voxconv_handle_t *h,
                    "VOXCONV_INT8_TILE=\"%s\": not a tile ID (0..%d) or auto",
                    vc_getenv("VOXCONV_INT8_TILE"), be->n_tiles - 1);
   const int forced_split = split_from_env();
-  if (forced_split == -2 || (forced_split > 1 && forced < 0))
+  if (forced_split == -2)
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
-                   "VOXCONV_INT8_SPLIT=\"%s\": %s",
-                   vc_getenv("VOXCONV_INT8_SPLIT"),
-                   forced_split == -2
-                       ? "not a split count 1..64"
-                       : "needs VOXCONV_INT8_TILE (the split of which tile?)");
+                   "VOXCONV_INT8_SPLIT=\"%s\": not a split count 1..%d",
+                   vc_getenv("VOXCONV_INT8_SPLIT"), VC_INT8_MAX_SPLIT);
+  if (forced_split > 1 && forced < 0)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "VOXCONV_INT8_SPLIT=\"%s\": needs VOXCONV_INT8_TILE (the "
+                   "split of which tile?)",
+                   vc_getenv("VOXCONV_INT8_SPLIT"));
   if (forced >= 0) {
     if (!be->usable(h, forced))
       return vc_fail(h, VOXCONV_STATUS_UNSUPPORTED,
