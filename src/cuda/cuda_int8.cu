@@ -735,6 +735,9 @@ struct I8Im2colTile {
   static constexpr int ACC = 32;        /* 8 n-tiles x 4 per thread */
   static constexpr int SMEM = (STAGES * BM + BN) * PITCH; /* 46,080 B */
   static constexpr bool WG = false;
+  /* offsets fastest: the rows-fastest order that sped the f16 kernel up
+   * gained nothing here (4-byte gathers; perf-notes item 135) */
+  static constexpr bool ROWS = false;
 };
 
 struct I8Im2colArgs {
@@ -780,8 +783,8 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
   const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
   int32_t src[GJ];
   auto fetch = [&](int tile) {
-    im2col_fetch<TL::BM, TL::THREADS, true>(src, args.nbr, NULL, tile, tiles,
-                                            kvol, args.n_dst, tid);
+    im2col_fetch<TL::BM, TL::THREADS, true, TL::ROWS>(
+        src, args.nbr, NULL, tile, tiles, kvol, args.n_dst, tid);
   };
   /* the gathers of a tile (src holds its table entries) into a_dst */
   auto gather = [&](int8_t *a_dst) {
@@ -789,7 +792,8 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
     for (int j = 0; j < GJ; j++) {
       const int v = tid + j * TL::THREADS;
       if (v < TL::BM * kvol) {
-        const int r = v / kvol, k = v - r * kvol;
+        int r, k;
+        im2col_element<TL::BM, TL::ROWS>(v, kvol, &r, &k);
         const unsigned dst = smem_addr(a_dst + r * TL::PITCH + k * TL::CP);
         const void *srcp =
             src[j] >= 0 ? (const void *)(args.x + (int64_t)src[j] * TL::CP)

@@ -596,6 +596,9 @@ __device__ __forceinline__ WgradSlice wgrad_slice(const WgradArgs &args, int k,
 struct Im2colTile {
   static constexpr int BM = 128, BN = 64, THREADS = 256, CP = 8;
   static constexpr int MAX_KVOL = 28;                 /* K <= 224 */
+  /* gathers rows fastest (im2col_element): 16-byte rows, two to a
+   * sector; workload A's 3 -> 64 0.268 -> 0.228 ms (perf-notes item 135) */
+  static constexpr bool ROWS = true;
   static constexpr int KMAX = MAX_KVOL * CP;          /* 224 */
   static constexpr int A_PITCH = KMAX + 8;            /* halves; 464 B rows */
   static constexpr int B_PITCH = BN + 8;              /* [k][n] rows */
@@ -603,9 +606,26 @@ struct Im2colTile {
       (BM * A_PITCH + KMAX * B_PITCH) * 2;            /* 91,648 B */
 };
 
+/* Element v of a whole-row im2col tile: (row r, offset k). k fastest
+ * (ROWS false): a warp's lanes take one row's offsets. r fastest (ROWS):
+ * a warp's lanes take one offset of 32 consecutive rows, whose
+ * neighbours there are mostly consecutive input rows too (sorted
+ * coordinates), so narrow gathers share 32-byte sectors. */
+template <int BM, bool ROWS>
+__device__ __forceinline__ void im2col_element(int v, int kvol, int *r,
+                                               int *k) {
+  if (ROWS) {
+    *k = v / BM;
+    *r = v - *k * BM;
+  } else {
+    *r = v / kvol;
+    *k = v - *r * kvol;
+  }
+}
+
 /* The whole-row im2col tiles' gather sources (this kernel and the int8
  * one, cuda_int8.cu): element v = tid + j * THREADS of row tile `tile` is
- * (r, k) = (v / kvol, v % kvol) of output row order[m0 + r] (m0 + r
+ * (r, k) = im2col_element<BM, ROWS>(v) of output row order[m0 + r] (m0 + r
  * without an order), src[j] its neighbour-table entry, -1 past the rows
  * or the tiles. LDG: read the table through the read-only path (__ldg).
  * Each kernel keeps the form it was measured fastest with, and they
@@ -614,7 +634,7 @@ struct Im2colTile {
  * with __ldg and 0.369 with plain loads; the cause was not looked into
  * (the SASS order of the loads against the tile's cp.async wait is the
  * first suspect). */
-template <int BM, int THREADS, bool LDG, int GJ>
+template <int BM, int THREADS, bool LDG, bool ROWS = false, int GJ>
 __device__ __forceinline__ void im2col_fetch(int32_t (&src)[GJ],
                                              const int32_t *nbr,
                                              const int32_t *order, int tile,
@@ -624,7 +644,8 @@ __device__ __forceinline__ void im2col_fetch(int32_t (&src)[GJ],
 #pragma unroll
   for (int j = 0; j < GJ; j++) {
     const int v = tid + j * THREADS;
-    const int r = v / kvol, k = v - r * kvol;
+    int r, k;
+    im2col_element<BM, ROWS>(v, kvol, &r, &k);
     src[j] = -1;
     if (tile < tiles && v < BM * kvol && m0 + r < n_dst) {
       const int row = order ? order[m0 + r] : m0 + r;
@@ -667,8 +688,8 @@ __global__ void __launch_bounds__(Im2colTile::THREADS, 2)
   }
 
   /* Gather sources of a tile: element v = tid + j * THREADS is (r, k) =
-   * (v / kvol, v % kvol), k fastest, so a warp reads a run of neighbour-
-   * table entries of consecutive rows. All GJ loads are independent and
+   * (v % BM, v / BM), rows fastest (im2col_element), so a warp gathers one
+   * offset of 32 consecutive rows. All GJ loads are independent and
    * the next tile's are issued before this tile's copies are waited for:
    * a thread's gathers no longer wait one after another on their table
    * entries (307 us at 3 -> 64 on workload A level 0 when they did). */
@@ -676,8 +697,8 @@ __global__ void __launch_bounds__(Im2colTile::THREADS, 2)
   const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
   int32_t src[GJ];
   auto fetch = [&](int tile) {
-    im2col_fetch<TL::BM, TL::THREADS, false>(src, args.nbr, args.order, tile,
-                                             tiles, kvol, args.n_dst, tid);
+    im2col_fetch<TL::BM, TL::THREADS, false, TL::ROWS>(
+        src, args.nbr, args.order, tile, tiles, kvol, args.n_dst, tid);
   };
   fetch(blockIdx.y);
   for (int tile = blockIdx.y; tile < tiles; tile += gridDim.y) {
@@ -686,7 +707,8 @@ __global__ void __launch_bounds__(Im2colTile::THREADS, 2)
     for (int j = 0; j < GJ; j++) {
       const int v = tid + j * TL::THREADS;
       if (v < TL::BM * kvol) {
-        const int r = v / kvol, k = v - r * kvol;
+        int r, k;
+        im2col_element<TL::BM, TL::ROWS>(v, kvol, &r, &k);
         cp_async16(a_s + r * TL::A_PITCH + k * TL::CP,
                    src[j] >= 0 ? (const void *)(A + (int64_t)src[j] * TL::CP)
                                : (const void *)A,
