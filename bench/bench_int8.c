@@ -51,9 +51,12 @@ static voxconv_status_t run(const bufs_t *b, const variant_t *v) {
   voxconv_feats_t x8 = {b->x8, b->n, b->C, VOXCONV_DTYPE_I8};
   voxconv_feats_t y = {v->kind == 0 || v->kind == 2 ? b->y16 : b->y8, b->n,
                        b->C, v->ydt};
-  voxconv_quant_params_t qp = {0.05f, (const float *)b->ws,
-                               (const float *)b->bias, 1,
-                               v->ydt == VOXCONV_DTYPE_I8 ? 0.2f : 0.0f};
+  /* the regular conv's random weights read as KOI ([kvol][cout][cin]),
+   * as a deployment stores them: no per-call reordering copy */
+  voxconv_quant_params_t qp = {
+      0.05f, (const float *)b->ws, (const float *)b->bias, 1,
+      v->ydt == VOXCONV_DTYPE_I8 ? 0.2f : 0.0f,
+      v->kind == 1 ? VOXCONV_INT8_WEIGHTS_KOI : VOXCONV_INT8_WEIGHTS_KIO};
   switch (v->kind) {
   case 0: {
     voxconv_weights_t w = {b->w16, b->kvol, b->C, b->C, VOXCONV_DTYPE_F16};

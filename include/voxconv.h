@@ -914,6 +914,21 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  * all others are exact. Depthwise sums (at most 343 products) never
  * overflow.
  *
+ * Weight layout (qp->w_layout; qp NULL: KIO). VOXCONV_INT8_WEIGHTS_KIO,
+ * the default, is [kvol][cin][cout] as every op takes weights. The CUDA
+ * tensor-core kernels read them K-major, [kvol][cout][cin] with each
+ * output channel's cin bytes contiguous, so with KIO every CUDA call first
+ * copies w into that order (one small kernel, 4-7 us on an H200 whatever
+ * the layer: 69 us of workload A's int8 forward). A deployment that
+ * quantises its weights once can store them that way instead,
+ * VOXCONV_INT8_WEIGHTS_KOI (e.g. from PyTorch's [K][cin][cout] tensor:
+ * w.permute(0, 2, 1).contiguous()), and the regular conv on CUDA reads
+ * them in place when cin is a multiple of 16 (other cin: one zero-padding
+ * copy; a first layer, cin < 16: tile 18 reads either layout in place,
+ * the im2col rows' weights are a reordered copy either way). The bits of
+ * y do not depend on the layout, on any backend (the CPU reads both).
+ * Depthwise weights ([kvol][C]) have one layout: KIO only.
+ *
  * Where the parameters live. x_scale and y_scale are values in the
  * struct. w_scale and bias point to fp32 arrays in backend memory, like
  * the weights (host memory on the CPU, device memory on CUDA), so that a
@@ -928,7 +943,9 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  *   NULL_POINTER       kmap, x, w, y, qp (unless y is I32), qp->w_scale
  *   INVALID_ARGUMENT   x_scale, w_scale[c] or (for I8 output) y_scale not
  *                      finite and > 0; x_scale * w_scale[c] not finite in
- *                      fp32; bias[c] not finite; relu not 0 or 1; qp given
+ *                      fp32; bias[c] not finite; relu not 0 or 1; w_layout
+ *                      not a voxconv_int8_weights_layout_t, or KOI for a
+ *                      depthwise conv; qp given
  *                      with an I32 output; a dtype that is not a
  *                      voxconv_dtype_t; a map built on another backend or
  *                      CUDA device than the handle's; shapes and rows as
@@ -982,7 +999,8 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  * channel counts), warned once, and is not cached. If no tile can run
  * (e.g. out of memory for every one) the call returns the last
  * failure's status and nothing is cached. Each call copies the weights once
- * into a K-major scratch copy (kvol * cout * ceil16(cin) bytes) and, when
+ * into a K-major scratch copy (kvol * cout * ceil16(cin) bytes; none with
+ * KOI weights and cin a multiple of 16: "Weight layout" above) and, when
  * cin is not a multiple of 16 or x is not 16-byte aligned, x into a
  * zero-padded one. With fewer than 16 input channels (a first layer) it
  * instead gathers every output's neighbours into one row of
@@ -1002,12 +1020,20 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  * CPU cannot run at all is INVALID_ARGUMENT as for the float ops).
  * Integer sums are exact, so every path, thread count and block size gives
  * the same bits: int8 results are always deterministic. */
+typedef enum voxconv_int8_weights_layout {
+  VOXCONV_INT8_WEIGHTS_KIO = 0, /* [kvol][cin][cout] (the default) */
+  VOXCONV_INT8_WEIGHTS_KOI = 1  /* [kvol][cout][cin]: K-major, no CUDA copy */
+} voxconv_int8_weights_layout_t;
+
 typedef struct voxconv_quant_params {
   float x_scale;        /* per-tensor activation scale, finite, > 0 */
   const float *w_scale; /* [cout] (depthwise [C]), backend memory, > 0 */
   const float *bias;    /* [cout] (depthwise [C]), backend memory; NULL: 0 */
   int32_t relu;         /* 1: max(v, 0) before the output conversion */
   float y_scale;        /* I8 output: its scale (finite, > 0); else 0 */
+  /* voxconv_int8_weights_layout_t of w (above, "Weight layout"); 0, KIO,
+   * for a struct zero-initialised before this field existed */
+  int32_t w_layout;
 } voxconv_quant_params_t;
 
 /* Checks qp's values for an op with `channels` output channels (w_scale
@@ -1019,8 +1045,10 @@ VOXCONV_API voxconv_status_t voxconv_quant_params_check(
     voxconv_dtype_t y_dtype);
 
 /* y[n_out][cout] = epilogue(sum over pairs (i,o,k) of qx[i] * qW[k]).
- * x: I8 [n_in][cin]; w: I8 [kvol][cin][cout]; y: I8, F32, F16, BF16 or
- * I32 [n_out][cout]. Shapes as voxconv_conv_forward. opt may be NULL. */
+ * x: I8 [n_in][cin]; w: I8 [kvol][cin][cout] (w->kvol, cin, cout give the
+ * shape; with qp->w_layout KOI its bytes are [kvol][cout][cin]); y: I8,
+ * F32, F16, BF16 or I32 [n_out][cout]. Shapes as voxconv_conv_forward.
+ * opt may be NULL. */
 VOXCONV_API voxconv_status_t voxconv_conv_forward_int8(
     voxconv_handle_t *h, const voxconv_kmap_t *kmap, const voxconv_feats_t *x,
     const voxconv_weights_t *w, const voxconv_quant_params_t *qp,

@@ -183,6 +183,7 @@ typedef struct prob {
   int depthwise;
   int64_t n_in, n_out, kvol, cin, cout;
   int8_t *x, *w;
+  int8_t *wkoi; /* regular conv: w as [kvol][cout][cin] (KOI layout) */
   float xs, ys, *ws, *bias;
   int relu;
 } prob_t;
@@ -286,6 +287,13 @@ static inline prob_t model_prob(voxconv_handle_t *h, const voxconv_kmap_t *km,
   p.w = (int8_t *)dr_xmalloc((size_t)wn);
   fill_i8(p.x, p.n_in * cin, (int)vc_rand_range(0, 1));
   fill_i8(p.w, wn, 1);
+  if (!depthwise) {
+    p.wkoi = (int8_t *)dr_xmalloc((size_t)wn);
+    for (int64_t k = 0; k < p.kvol; k++)
+      for (int64_t ci = 0; ci < cin; ci++)
+        for (int64_t co = 0; co < cout; co++)
+          p.wkoi[(k * cout + co) * cin + ci] = p.w[(k * cin + ci) * cout + co];
+  }
   random_qparams(&p);
   return p;
 }
@@ -293,6 +301,7 @@ static inline prob_t model_prob(voxconv_handle_t *h, const voxconv_kmap_t *km,
 static inline void model_prob_free(prob_t *p) {
   free(p->x);
   free(p->w);
+  free(p->wkoi);
   free(p->ws);
   free(p->bias);
 }

@@ -8,7 +8,9 @@
  *      tests/int8_model.h (int64 sums over the GPU map's own pairs, the
  *      epilogue as voxconv.h writes it), every map mode, channel counts
  *      that are not multiples of 16 or 32, random and real-scan coordinates;
- *      outputs poisoned before each call and checked fully written;
+ *      outputs poisoned before each call and checked fully written; F32
+ *      and I8 also with the weights in the KOI layout ([kvol][cout][cin]:
+ *      read in place, repadded, or reordered for im2col rows by cin);
  *   2. the same problems on a CPU handle with a CPU map (submanifold: the
  *      same row order): GPU == CPU bit for bit, the issue's "bitwise CPU-GPU
  *      agreement";
@@ -112,7 +114,7 @@ static void *to_dev(const void *src, size_t bytes) {
 
 /* p's operands in device memory (x, w, w_scale, bias). */
 typedef struct dev_prob {
-  int8_t *x, *w;
+  int8_t *x, *w, *wkoi; /* wkoi: regular conv's KOI weights, else NULL */
   float *ws, *bias;
 } dev_prob_t;
 
@@ -122,6 +124,7 @@ static dev_prob_t upload(const prob_t *p) {
                                   : p->kvol * p->cin * p->cout;
   d.x = (int8_t *)to_dev(p->x, (size_t)(p->n_in * p->cin));
   d.w = (int8_t *)to_dev(p->w, (size_t)wn);
+  d.wkoi = p->wkoi ? (int8_t *)to_dev(p->wkoi, (size_t)wn) : NULL;
   d.ws = (float *)to_dev(p->ws, sizeof(float) * (size_t)p->cout);
   d.bias = (float *)to_dev(p->bias, sizeof(float) * (size_t)p->cout);
   return d;
@@ -130,20 +133,23 @@ static dev_prob_t upload(const prob_t *p) {
 static void release(dev_prob_t *d) {
   voxconv_free(g_gpu, d->x);
   voxconv_free(g_gpu, d->w);
+  voxconv_free(g_gpu, d->wkoi);
   voxconv_free(g_gpu, d->ws);
   voxconv_free(g_gpu, d->bias);
 }
 
-/* Runs p on handle h with operands (x, w, ws, bias) in h's memory. */
-static voxconv_status_t run_op(voxconv_handle_t *h, const voxconv_kmap_t *km,
-                               const prob_t *p, const int8_t *x,
-                               const int8_t *w, const float *ws,
-                               const float *bias, voxconv_dtype_t ydt,
-                               void *y) {
+/* Runs p on handle h with operands (x, w, ws, bias) in h's memory; koi:
+ * w is in the KOI layout ([kvol][cout][cin]). */
+static voxconv_status_t run_op_w(voxconv_handle_t *h, const voxconv_kmap_t *km,
+                                 const prob_t *p, const int8_t *x,
+                                 const int8_t *w, int koi, const float *ws,
+                                 const float *bias, voxconv_dtype_t ydt,
+                                 void *y) {
   voxconv_feats_t xf = {(void *)x, p->n_in, p->cin, VOXCONV_DTYPE_I8};
   voxconv_feats_t yf = {y, p->n_out, p->cout, ydt};
-  voxconv_quant_params_t qp = {p->xs, ws, bias, p->relu,
-                               ydt == VOXCONV_DTYPE_I8 ? p->ys : 0.0f};
+  voxconv_quant_params_t qp = {
+      p->xs, ws, bias, p->relu, ydt == VOXCONV_DTYPE_I8 ? p->ys : 0.0f,
+      koi ? VOXCONV_INT8_WEIGHTS_KOI : VOXCONV_INT8_WEIGHTS_KIO};
   const voxconv_quant_params_t *q = ydt == VOXCONV_DTYPE_I32 ? NULL : &qp;
   if (p->depthwise) {
     voxconv_feats_t wf = {(void *)w, p->kvol, p->cout, VOXCONV_DTYPE_I8};
@@ -152,6 +158,14 @@ static voxconv_status_t run_op(voxconv_handle_t *h, const voxconv_kmap_t *km,
   voxconv_weights_t wf = {(void *)w, p->kvol, p->cin, p->cout,
                           VOXCONV_DTYPE_I8};
   return voxconv_conv_forward_int8(h, km, &xf, &wf, q, &yf, NULL);
+}
+
+static voxconv_status_t run_op(voxconv_handle_t *h, const voxconv_kmap_t *km,
+                               const prob_t *p, const int8_t *x,
+                               const int8_t *w, const float *ws,
+                               const float *bias, voxconv_dtype_t ydt,
+                               void *y) {
+  return run_op_w(h, km, p, x, w, 0, ws, bias, ydt, y);
 }
 
 /* ---- one problem on every tile and dtype ------------------------------ */
@@ -175,57 +189,61 @@ static void check_problem(prob_t *p, const voxconv_kmap_t *cpu_km,
     model_expected(p, ref, dt, exp);
     if (cpu_km) {
       memset(ycpu, 0x5A, bytes);
-      const voxconv_status_t st = run_op(g_cpu, cpu_km, p, p->x, p->w, p->ws,
-                                         p->bias, dt, ycpu);
+      const voxconv_status_t st =
+          run_op(g_cpu, cpu_km, p, p->x, p->w, p->ws, p->bias, dt, ycpu);
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s %s cpu: %s", what,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_cpu));
     }
-    /* each tile unsplit, then split (regular conv) */
-    for (int run = -1; run <= 2 * t_last + 1; run++) {
-      const int t = run < 0 ? -1 : run / 2; /* run -1: the default */
-      const int split = run >= 0 && (run & 1) ? split_for(t, di) : 1;
-      set_tile(t);
-      set_split(split);
-      /* Poison, alternating 0x5A / 0xA5 from run to run: an element left
-       * unwritten keeps it and differs from the model, unless the model's
-       * value is that pattern, which it cannot be for both. */
-      memset(y, (run & 1) ? 0xA5 : 0x5A, bytes);
-      voxconv_memcpy(g_gpu, yd, y, bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
-      const voxconv_status_t st =
-          run_op(g_gpu, p->km, p, d.x, d.w, d.ws, p->bias ? d.bias : NULL, dt,
-                 yd);
-      if (t >= 0 && !g_tile_ok[t]) {
-        VC_EXPECT(st == VOXCONV_STATUS_UNSUPPORTED,
-                  "%s tile %d (not eligible here): %s", what, t,
-                  voxconv_status_string(st));
-        continue;
+    /* each tile unsplit, then split (regular conv); for F32 and I8 each
+     * again with the weights in the KOI layout (the same bits) */
+    const int layouts = d.wkoi && (di == 1 || di == 4) ? 2 : 1;
+    for (int run = -1; run <= 2 * t_last + 1; run++)
+      for (int koi = 0; koi < layouts; koi++) {
+        const int t = run < 0 ? -1 : run / 2; /* run -1: the default */
+        const int split = run >= 0 && (run & 1) ? split_for(t, di) : 1;
+        set_tile(t);
+        set_split(split);
+        /* Poison, alternating 0x5A / 0xA5 from run to run: an element left
+         * unwritten keeps it and differs from the model, unless the model's
+         * value is that pattern, which it cannot be for both. */
+        memset(y, ((run ^ koi) & 1) ? 0xA5 : 0x5A, bytes);
+        voxconv_memcpy(g_gpu, yd, y, bytes, VOXCONV_MEMCPY_HOST_TO_BACKEND);
+        const voxconv_status_t st =
+            run_op_w(g_gpu, p->km, p, d.x, koi ? d.wkoi : d.w, koi, d.ws,
+                     p->bias ? d.bias : NULL, dt, yd);
+        if (t >= 0 && !g_tile_ok[t]) {
+          VC_EXPECT(st == VOXCONV_STATUS_UNSUPPORTED,
+                    "%s tile %d (not eligible here): %s", what, t,
+                    voxconv_status_string(st));
+          continue;
+        }
+        VC_EXPECT(st == VOXCONV_STATUS_SUCCESS,
+                  "%s %s tile %d split %d%s: %s: %s", what,
+                  voxconv_dtype_name(dt), t, split, koi ? " KOI" : "",
+                  voxconv_status_string(st), voxconv_get_last_error(g_gpu));
+        if (st != VOXCONV_STATUS_SUCCESS)
+          continue;
+        voxconv_memcpy(g_gpu, y, yd, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST);
+        int64_t bad;
+        const int64_t nbad = model_mismatches(y, exp, dt, ne, &bad);
+        VC_EXPECT(nbad == 0,
+                  "%s %s tile %d split %d%s: %lld of %lld elements differ from "
+                  "the model, first %lld (row %lld col %lld, acc %lld)",
+                  what, voxconv_dtype_name(dt), t, split, koi ? " KOI" : "",
+                  (long long)nbad, (long long)ne, (long long)bad,
+                  bad >= 0 ? (long long)(bad / p->cout) : -1LL,
+                  bad >= 0 ? (long long)(bad % p->cout) : -1LL,
+                  bad >= 0 ? (long long)ref[bad] : 0LL);
+        if (cpu_km)
+          VC_EXPECT(memcmp(y, ycpu, bytes) == 0,
+                    "%s %s tile %d split %d: GPU != CPU", what,
+                    voxconv_dtype_name(dt), t, split);
+        if (dt == VOXCONV_DTYPE_F32) {
+          const int64_t nb = model_f32_outside_bound(p, ref, (const float *)y);
+          VC_EXPECT(nb == 0, "%s tile %d: %lld F32 outputs outside the bound",
+                    what, t, (long long)nb);
+        }
       }
-      VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s %s tile %d split %d: %s: %s",
-                what, voxconv_dtype_name(dt), t, split,
-                voxconv_status_string(st), voxconv_get_last_error(g_gpu));
-      if (st != VOXCONV_STATUS_SUCCESS)
-        continue;
-      voxconv_memcpy(g_gpu, y, yd, bytes, VOXCONV_MEMCPY_BACKEND_TO_HOST);
-      int64_t bad;
-      const int64_t nbad = model_mismatches(y, exp, dt, ne, &bad);
-      VC_EXPECT(nbad == 0,
-                "%s %s tile %d split %d: %lld of %lld elements differ from "
-                "the model, first %lld (row %lld col %lld, acc %lld)",
-                what, voxconv_dtype_name(dt), t, split, (long long)nbad,
-                (long long)ne, (long long)bad,
-                bad >= 0 ? (long long)(bad / p->cout) : -1LL,
-                bad >= 0 ? (long long)(bad % p->cout) : -1LL,
-                bad >= 0 ? (long long)ref[bad] : 0LL);
-      if (cpu_km)
-        VC_EXPECT(memcmp(y, ycpu, bytes) == 0,
-                  "%s %s tile %d split %d: GPU != CPU", what,
-                  voxconv_dtype_name(dt), t, split);
-      if (dt == VOXCONV_DTYPE_F32) {
-        const int64_t nb = model_f32_outside_bound(p, ref, (const float *)y);
-        VC_EXPECT(nb == 0, "%s tile %d: %lld F32 outputs outside the bound",
-                  what, t, (long long)nb);
-      }
-    }
     set_tile(-1);
     set_split(1);
   }
@@ -382,7 +400,8 @@ static void test_ties_and_clamp(void) {
     for (int mode = 0; mode < 3; mode++) {
       /* 0: y_scale 2 (ties), 1: y_scale 0.5 (clamp), 2: 0.5 with relu */
       voxconv_quant_params_t qp = {1.0f, dws, NULL, mode == 2,
-                                   mode == 0 ? 2.0f : 0.5f};
+                                   mode == 0 ? 2.0f : 0.5f,
+                                   VOXCONV_INT8_WEIGHTS_KIO};
       int8_t y[16];
       memset(y, 0x5A, sizeof y);
       voxconv_memcpy(g_gpu, dy, y, (size_t)n, VOXCONV_MEMCPY_HOST_TO_BACKEND);
@@ -463,7 +482,8 @@ static void test_division(void) {
       for (int64_t k = 0; k < C; k++)
         model_store(want, VOXCONV_DTYPE_I8, i * C + k,
                     model_v(xv[i], 1.0f, ws[k], bias[k], 0), ys);
-    voxconv_quant_params_t qp = {1.0f, dws, db, 0, ys};
+    voxconv_quant_params_t qp = {1.0f, dws, db, 0, ys,
+                                 VOXCONV_INT8_WEIGHTS_KIO};
     for (int t = -1; t < N_TILES; t++) {
       if (t >= 0 && !g_tile_ok[t])
         continue;

@@ -11,8 +11,10 @@
  *   4. the extreme accumulator (all -128 at kvol * cin = 131071) exact, one
  *      more refused;
  *   5. every VOXCONV_CPU_ISA path (portable, avx2 = AVX-VNNI, avx512 =
- *      AVX-512 VNNI, auto) and 1 vs 2 threads give identical bits;
- *   6. bad input: each named status; float ops refuse I8;
+ *      AVX-512 VNNI, auto) and 1 vs 2 threads give identical bits, and
+ *      weights in the KOI layout ([kvol][cout][cin]) the KIO ones' bits;
+ *   6. bad input: each named status (a w_layout that is not KIO or KOI,
+ *      KOI for depthwise); float ops refuse I8;
  *   7. int8 max pooling (voxconv_pool_forward, I8 in and out, MAX only)
  *      bitwise against the model on five map modes; AVG, SUM, mixed
  *      dtypes and the backward refused.
@@ -45,18 +47,21 @@ static int use_isa(int s) {
   return g_isa_ok[s];
 }
 
-static voxconv_status_t run_op(const prob_t *p, voxconv_dtype_t ydt,
-                               void *y, int with_qp) {
+/* koi: the regular conv's weights as p->wkoi, qp->w_layout KOI. */
+static voxconv_status_t run_op(const prob_t *p, voxconv_dtype_t ydt, void *y,
+                               int with_qp, int koi) {
   voxconv_feats_t x = {p->x, p->n_in, p->cin, VOXCONV_DTYPE_I8};
   voxconv_feats_t y_ = {y, p->n_out, p->cout, ydt};
-  voxconv_quant_params_t qp = {p->xs, p->ws, p->bias, p->relu,
-                               ydt == VOXCONV_DTYPE_I8 ? p->ys : 0.0f};
+  voxconv_quant_params_t qp = {
+      p->xs, p->ws, p->bias, p->relu, ydt == VOXCONV_DTYPE_I8 ? p->ys : 0.0f,
+      koi ? VOXCONV_INT8_WEIGHTS_KOI : VOXCONV_INT8_WEIGHTS_KIO};
   const voxconv_quant_params_t *q = with_qp ? &qp : NULL;
   if (p->depthwise) {
     voxconv_feats_t w = {p->w, p->kvol, p->cout, VOXCONV_DTYPE_I8};
     return voxconv_depthwise_forward_int8(p->h, p->km, &x, &w, q, &y_, NULL);
   }
-  voxconv_weights_t w = {p->w, p->kvol, p->cin, p->cout, VOXCONV_DTYPE_I8};
+  voxconv_weights_t w = {koi ? p->wkoi : p->w, p->kvol, p->cin, p->cout,
+                         VOXCONV_DTYPE_I8};
   return voxconv_conv_forward_int8(p->h, p->km, &x, &w, q, &y_, NULL);
 }
 
@@ -80,7 +85,7 @@ static void check_problem(prob_t *p, const char *what) {
       if (!use_isa(s))
         continue;
       memset(y, 0x5A, bytes);
-      const voxconv_status_t st = run_op(p, dt, y, dt != VOXCONV_DTYPE_I32);
+      const voxconv_status_t st = run_op(p, dt, y, dt != VOXCONV_DTYPE_I32, 0);
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s %s isa=%s: %s: %s", what,
                 voxconv_dtype_name(dt), k_isas[s], voxconv_status_string(st),
                 voxconv_get_last_error(p->h));
@@ -99,6 +104,15 @@ static void check_problem(prob_t *p, const char *what) {
                 "%lld (acc %lld)",
                 what, voxconv_dtype_name(dt), k_isas[s], (long long)nbad,
                 (long long)bad, bad >= 0 ? (long long)ref[bad] : 0LL);
+      /* the KOI weight layout (qp needed): the same bits, on the portable
+       * loop and the auto-selected one (the VNNI packing on most CPUs) */
+      if (!p->depthwise && dt != VOXCONV_DTYPE_I32 && (s == 0 || s == 3)) {
+        memset(y, 0xA5, bytes);
+        VC_EXPECT_STATUS(p->h, run_op(p, dt, y, 1, 1), VOXCONV_STATUS_SUCCESS);
+        VC_EXPECT(memcmp(first, y, bytes) == 0,
+                  "%s %s isa=%s: KOI weights give other bits than KIO", what,
+                  voxconv_dtype_name(dt), k_isas[s]);
+      }
     }
     set_isa(NULL);
     if (dt == VOXCONV_DTYPE_F32) {
@@ -288,7 +302,8 @@ static void test_ties_and_clamp(voxconv_handle_t *h) {
   voxconv_feats_t x = {(void *)xv, n, 1, VOXCONV_DTYPE_I8};
   voxconv_weights_t w = {&w1, 1, 1, 1, VOXCONV_DTYPE_I8};
   voxconv_feats_t yf = {y, n, 1, VOXCONV_DTYPE_I8};
-  voxconv_quant_params_t qp = {1.0f, &ws, NULL, 0, 2.0f};
+  voxconv_quant_params_t qp = {1.0f, &ws, NULL, 0, 2.0f,
+                               VOXCONV_INT8_WEIGHTS_KIO};
   for (int s = 0; s < N_ISAS; s++) {
     if (!use_isa(s))
       continue;
@@ -377,7 +392,8 @@ static void test_bad_input(voxconv_handle_t *h) {
   voxconv_feats_t yf = {yf32, n, 2, VOXCONV_DTYPE_F32};
   voxconv_feats_t yi = {y8, n, 2, VOXCONV_DTYPE_I8};
   voxconv_feats_t yr = {y32, n, 2, VOXCONV_DTYPE_I32};
-  voxconv_quant_params_t qp = {0.1f, ws, bias, 0, 0.0f};
+  voxconv_quant_params_t qp = {0.1f, ws, bias, 0, 0.0f,
+                               VOXCONV_INT8_WEIGHTS_KIO};
 #define FWD(qq, yy) voxconv_conv_forward_int8(h, km, &xf, &wf, (qq), (yy), NULL)
   VC_EXPECT_STATUS(h, FWD(&qp, &yf), VOXCONV_STATUS_SUCCESS);
   VC_EXPECT_STATUS(h, FWD(NULL, &yr), VOXCONV_STATUS_SUCCESS);
@@ -416,6 +432,18 @@ static void test_bad_input(voxconv_handle_t *h) {
     q = qp;
     q.relu = 2;
     VC_EXPECT_STATUS(h, FWD(&q, &yf), VOXCONV_STATUS_INVALID_ARGUMENT);
+    /* weight layouts: KIO (0), KOI (1), nothing else */
+    const int32_t layouts[4] = {-1, 2, 0x7fffffff, 1};
+    for (int i = 0; i < 4; i++) {
+      q = qp;
+      q.w_layout = layouts[i];
+      VC_EXPECT_STATUS(h, FWD(&q, &yf),
+                       i < 3 ? VOXCONV_STATUS_INVALID_ARGUMENT
+                             : VOXCONV_STATUS_SUCCESS);
+      if (i < 3)
+        VC_EXPECT(strstr(voxconv_get_last_error(h), "w_layout") != NULL,
+                  "message names w_layout: %s", voxconv_get_last_error(h));
+    }
     q = qp;
     q.w_scale = NULL;
     VC_EXPECT_STATUS(h, FWD(&q, &yf), VOXCONV_STATUS_NULL_POINTER);
@@ -481,12 +509,17 @@ static void test_bad_input(voxconv_handle_t *h) {
   {
     /* depthwise: same rules */
     voxconv_feats_t wd = {w, 1, 2, VOXCONV_DTYPE_I8};
-    VC_EXPECT_STATUS(h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qp,
+    VC_EXPECT_STATUS(
+        h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qp, &yf, NULL),
+        VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(
+        h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qp, &yi, NULL),
+        VOXCONV_STATUS_DTYPE_MISMATCH);
+    voxconv_quant_params_t qk = qp; /* depthwise weights: KIO only */
+    qk.w_layout = VOXCONV_INT8_WEIGHTS_KOI;
+    VC_EXPECT_STATUS(h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qk,
                                                        &yf, NULL),
-                     VOXCONV_STATUS_SUCCESS);
-    VC_EXPECT_STATUS(h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qp,
-                                                       &yi, NULL),
-                     VOXCONV_STATUS_DTYPE_MISMATCH);
+                     VOXCONV_STATUS_INVALID_ARGUMENT);
     voxconv_feats_t wd3 = wd;
     wd3.rows = 3;
     VC_EXPECT_STATUS(h, voxconv_depthwise_forward_int8(h, km, &xf, &wd3, &qp,
@@ -550,10 +583,10 @@ static void test_threads(void) {
   voxconv_create(&h1, &d);
   d.num_threads = 2;
   voxconv_create(&h2, &d);
-  voxconv_kmap_t *k1 = build(h1, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1,
-                             NULL, 0, 0);
-  voxconv_kmap_t *k2 = build(h2, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1,
-                             NULL, 0, 0);
+  voxconv_kmap_t *k1 =
+      build(h1, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1, NULL, 0, 0);
+  voxconv_kmap_t *k2 =
+      build(h2, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1, NULL, 0, 0);
   if (k1 && k2) {
     const int64_t cin = 33, cout = 47;
     int8_t *x = (int8_t *)dr_xmalloc((size_t)(n * cin));
@@ -565,7 +598,8 @@ static void test_threads(void) {
     float ws[47];
     for (int i = 0; i < 47; i++)
       ws[i] = 0.01f * (float)(i + 1);
-    voxconv_quant_params_t qp = {0.05f, ws, NULL, 1, 0.0f};
+    voxconv_quant_params_t qp = {0.05f, ws, NULL, 1, 0.0f,
+                                 VOXCONV_INT8_WEIGHTS_KIO};
     voxconv_feats_t xf = {x, n, cin, VOXCONV_DTYPE_I8};
     voxconv_weights_t wf = {w, 27, cin, cout, VOXCONV_DTYPE_I8};
     voxconv_feats_t f1 = {y1, n, cout, VOXCONV_DTYPE_F32};

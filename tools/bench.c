@@ -191,10 +191,25 @@ static float to_bench_dtype(const bench_t *B, const float *src, void *dst,
   return 1.0f;
 }
 
+/* The int8 weights [kvol][cin][cout] in src reordered into dst as
+ * [kvol][cout][cin]: VOXCONV_INT8_WEIGHTS_KOI, which the CUDA int8 conv
+ * reads without a per-call copy (as a deployment stores them). */
+static void to_koi(const int8_t *src, int8_t *dst, int64_t n, int64_t cin,
+                   int64_t cout) {
+  const int64_t kvol = n / (cin * cout);
+  for (int64_t k = 0; k < kvol; k++)
+    for (int64_t ci = 0; ci < cin; ci++)
+      for (int64_t co = 0; co < cout; co++)
+        dst[(k * cout + co) * cin + ci] = src[(k * cin + ci) * cout + co];
+}
+
 /* Uploads n random values, uniform in [-scale, scale), as the bench dtype;
- * *qscale (may be NULL) gets the int8 scale. */
-static int upload_random(bench_t *B, void *dst, int64_t n, double scale,
-                         vt_rng_t *rng, float *qscale) {
+ * *qscale (may be NULL) gets the int8 scale. cin > 0: weights [n / (cin *
+ * cout)][cin][cout], which --dtype i8 uploads in the KOI layout (to_koi):
+ * the same values, so the same outputs. */
+static int upload_values(bench_t *B, void *dst, int64_t n, double scale,
+                         vt_rng_t *rng, float *qscale, int64_t cin,
+                         int64_t cout) {
   float *tmp = (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
   void *conv = malloc((size_t)(n > 0 ? n : 1) * B->esize);
   if (!tmp || !conv) {
@@ -208,12 +223,22 @@ static int upload_random(bench_t *B, void *dst, int64_t n, double scale,
   const float q = to_bench_dtype(B, tmp, conv, n);
   if (qscale)
     *qscale = q;
+  if (cin > 0 && B->dtype == VOXCONV_DTYPE_I8) {
+    /* tmp (n floats) has room for the n reordered bytes */
+    to_koi((const int8_t *)conv, (int8_t *)tmp, n, cin, cout);
+    memcpy(conv, tmp, (size_t)n);
+  }
   const voxconv_status_t st = voxconv_memcpy(
       B->h, dst, conv, (size_t)n * B->esize, VOXCONV_MEMCPY_HOST_TO_BACKEND);
   free(tmp);
   free(conv);
   TRY(B, "voxconv_memcpy (upload)", st);
   return 0;
+}
+
+static int upload_random(bench_t *B, void *dst, int64_t n, double scale,
+                         vt_rng_t *rng, float *qscale) {
+  return upload_values(B, dst, n, scale, rng, qscale, 0, 0);
 }
 
 static row_t *add_row(bench_t *B, const char *name, const char *op, int phase,
@@ -650,8 +675,8 @@ static voxconv_feats_t feats_of(const bench_t *B, void *data, int64_t rows,
   return f;
 }
 
-static voxconv_weights_t weights_of(const bench_t *B, void *data,
-                                    int64_t cin, int64_t cout) {
+static voxconv_weights_t weights_of(const bench_t *B, void *data, int64_t cin,
+                                    int64_t cout) {
   voxconv_weights_t w = {data, 27, cin, cout, B->dtype};
   return w;
 }
@@ -770,8 +795,9 @@ static int upload_scales(bench_t *B, int64_t c, float q, void **dst) {
 
 
 /* One convolution's forward: the float op, or with --dtype i8 the int8 op
- * with an int8 output at the activations' scale (ws: the weights' scales).
- * No bias, no ReLU: BENCHMARKS.md's network has neither. */
+ * with an int8 output at the activations' scale (ws: the weights' scales;
+ * the weights in the KOI layout, upload_values). No bias, no ReLU:
+ * BENCHMARKS.md's network has neither. */
 static voxconv_status_t conv_forward(bench_t *B, const voxconv_kmap_t *m,
                                      const voxconv_feats_t *x,
                                      const voxconv_weights_t *w,
@@ -779,8 +805,9 @@ static voxconv_status_t conv_forward(bench_t *B, const voxconv_kmap_t *m,
                                      const void *ws) {
   if (B->dtype != VOXCONV_DTYPE_I8)
     return voxconv_conv_forward(B->h, m, x, w, y, &B->conv_opt);
-  const voxconv_quant_params_t qp = {B->act_scale, (const float *)ws, NULL, 0,
-                                     B->act_scale};
+  const voxconv_quant_params_t qp = {B->act_scale, (const float *)ws,
+                                     NULL,         0,
+                                     B->act_scale, VOXCONV_INT8_WEIGHTS_KOI};
   return voxconv_conv_forward_int8(B->h, m, x, w, &qp, y, NULL);
 }
 
@@ -844,8 +871,10 @@ static int plan_network(bench_t *B) {
     const double s1 = sqrt(3.0 / (fmax(neigh, 1.0) * (double)L->cin));
     const double s2 = sqrt(3.0 / (fmax(neigh, 1.0) * (double)L->c));
     float q1, q2;
-    if ((rc = upload_random(B, L->w1, 27 * L->cin * L->c, s1, &rng, &q1)) ||
-        (rc = upload_random(B, L->w2, 27 * L->c * L->c, s2, &rng, &q2)))
+    if ((rc = upload_values(B, L->w1, 27 * L->cin * L->c, s1, &rng, &q1, L->cin,
+                            L->c)) ||
+        (rc = upload_values(B, L->w2, 27 * L->c * L->c, s2, &rng, &q2, L->c,
+                            L->c)))
       return rc;
     if (B->dtype == VOXCONV_DTYPE_I8 &&
         ((rc = upload_scales(B, L->c, q1, &L->ws1)) ||
@@ -870,8 +899,7 @@ static int plan_network(bench_t *B) {
                  L->pairs_subm))
       return VT_EXIT_FAIL;
     snprintf(name, sizeof name, "L%d.conv2", l);
-    if (!add_row(B, name, "conv_fwd", 0, L->n, L->n, L->c, L->c,
-                 L->pairs_subm))
+    if (!add_row(B, name, "conv_fwd", 0, L->n, L->n, L->c, L->c, L->pairs_subm))
       return VT_EXIT_FAIL;
     if (l + 1 < NET_LEVELS) {
       snprintf(name, sizeof name, "L%d.map_pool2", l);
@@ -1268,11 +1296,10 @@ static int run_workload_c(bench_t *B) {
     void *ws = NULL;
     if ((rc = upload_random(B, x, L->n * C, 1.0, &rng, &B->act_scale)) ||
         (rc = upload_random(B, dy, L->n * C, 1.0, &rng, NULL)) ||
-        (rc = upload_random(B, w, 27 * C * C,
+        (rc = upload_values(B, w, 27 * C * C,
                             sqrt(3.0 / (fmax(neigh, 1.0) * (double)C)), &rng,
-                            &qw)) ||
-        (B->dtype == VOXCONV_DTYPE_I8 &&
-         (rc = upload_scales(B, C, qw, &ws))))
+                            &qw, C, C)) ||
+        (B->dtype == VOXCONV_DTYPE_I8 && (rc = upload_scales(B, C, qw, &ws))))
       return rc;
     const c_layer_t cl = {L->subm,
                           feats_of(B, x, L->n, C),

@@ -114,12 +114,16 @@ class ConvOptions(ctypes.Structure):
                 ("inference", ctypes.c_int)]
 
 
+INT8_WEIGHTS_KIO, INT8_WEIGHTS_KOI = 0, 1  # voxconv_int8_weights_layout_t
+
+
 class QuantParams(ctypes.Structure):
     # voxconv_quant_params_t (int8 ops): w_scale and bias point to fp32
-    # arrays in backend memory; bias NULL = 0; y_scale 0 unless y is I8.
+    # arrays in backend memory; bias NULL = 0; y_scale 0 unless y is I8;
+    # w_layout: INT8_WEIGHTS_KIO ([K][cin][cout]) or _KOI ([K][cout][cin]).
     _fields_ = [("x_scale", ctypes.c_float), ("w_scale", ctypes.c_void_p),
                 ("bias", ctypes.c_void_p), ("relu", ctypes.c_int32),
-                ("y_scale", ctypes.c_float)]
+                ("y_scale", ctypes.c_float), ("w_layout", ctypes.c_int32)]
 
 
 class VoxelizeDesc(ctypes.Structure):

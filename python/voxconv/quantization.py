@@ -469,12 +469,31 @@ class _QuantizedConvBase(nn.Module):
         out_dtype = getattr(self, "out_dtype", torch.float32)
         if qx.is_cuda:
             self._check_on_device(qx, cout)
-        y = run_int8(km, qx, self.weight, self.weight_scale, self.bias, self.x_scale,
-                     self.relu, self.y_scale, self._depthwise, cout, out_dtype)
+        w, layout = self._weight_for(qx)
+        y = run_int8(km, qx, w, self.weight_scale, self.bias, self.x_scale,
+                     self.relu, self.y_scale, self._depthwise, cout, out_dtype, layout)
         # modules pickled before int8_out existed dequantise
         if y.dtype == torch.int8 and not getattr(self, "int8_out", False):
             y = dequantize_tensor(y, self.y_scale, out_dtype)
         return SparseTensor._wrap(y, out_set)
+
+    def _weight_for(self, qx):
+        """(weights, layout) the op reads. On CUDA the regular conv's weights
+        in the KOI layout ([K, Cout, Cin], voxconv.h "Weight layout"), made
+        once per device and version of ``weight``: the C op then reads them
+        in place instead of copying them on every call. Elsewhere, and for
+        depthwise, ``weight`` as stored (KIO). ``weight`` created under
+        torch.inference_mode() has no version counter: an in-place change
+        of it is not noticed (replace the buffer instead)."""
+        w = self.weight
+        if self._depthwise or not qx.is_cuda:
+            return w, _lib.INT8_WEIGHTS_KIO
+        key = (w.device, w.data_ptr(), None if w.is_inference() else w._version)
+        cached = getattr(self, "_koi", None)
+        if cached is None or cached[0] != key:
+            cached = (key, w.permute(0, 2, 1).contiguous())
+            self._koi = cached
+        return cached[1], _lib.INT8_WEIGHTS_KOI
 
     def _check_on_device(self, qx, cout):
         """The scales and bias checked once per device and buffer version
@@ -523,18 +542,19 @@ def _checked_out_dtype(out_dtype):
     return out_dtype
 
 
-def _quant_params(w_scale, bias, x_scale, relu, y_scale):
+def _quant_params(w_scale, bias, x_scale, relu, y_scale, w_layout=_lib.INT8_WEIGHTS_KIO):
     """voxconv_quant_params_t over the float32 tensors w_scale and bias."""
     return _lib.QuantParams(x_scale, w_scale.data_ptr(),
                             bias.data_ptr() if bias is not None else None, int(bool(relu)),
-                            y_scale if y_scale is not None else 0.0)
+                            y_scale if y_scale is not None else 0.0, w_layout)
 
 
 def run_int8(km, qx, qw, w_scale, bias, x_scale, relu, y_scale, depthwise, cout,
-             out_dtype=torch.float32):
+             out_dtype=torch.float32, w_layout=_lib.INT8_WEIGHTS_KIO):
     """One call of voxconv_conv_forward_int8 / voxconv_depthwise_forward_int8
     through kernel map ``km``: qx int8 [n_in, cin], qw int8 [K, cin, cout]
-    (depthwise [K, C]), w_scale / bias float32 [cout] on the same device.
+    (depthwise [K, C]; with ``w_layout`` _lib.INT8_WEIGHTS_KOI the regular
+    conv's [K, cout, cin]), w_scale / bias float32 [cout] on the same device.
     Returns [n_out, cout] in ``out_dtype`` (float32, float16 or bfloat16),
     or int8 when y_scale is given."""
     dt = torch.int8 if y_scale is not None else out_dtype
@@ -546,8 +566,10 @@ def run_int8(km, qx, qw, w_scale, bias, x_scale, relu, y_scale, depthwise, cout,
         name = "voxconv_depthwise_forward_int8"
     else:
         fw = _runtime.weights_struct(qw, "int8 weight")
+        if w_layout == _lib.INT8_WEIGHTS_KOI:  # the struct's shape is [K][cin][cout]
+            fw.cin, fw.cout = fw.cout, fw.cin
         name = "voxconv_conv_forward_int8"
-    qp = _quant_params(w_scale, bias, x_scale, relu, y_scale)
+    qp = _quant_params(w_scale, bias, x_scale, relu, y_scale, w_layout)
     h = _runtime.handle_for_tensor(qx)
     km.use_on(h)
     h.call(name, ctypes.c_void_p(km.ptr), ctypes.byref(fx), ctypes.byref(fw),

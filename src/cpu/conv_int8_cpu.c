@@ -157,6 +157,8 @@ static void offset_portable(const i8_ctx_t *c, i8_scratch_t *s, int64_t k,
   const vc_int8_problem_t *p = c->p;
   const int64_t cin = p->cin, cout = p->cout;
   const int8_t *wk = p->w + k * cin * cout;
+  /* element (ci, co) of offset k at wk[ci * sci + co * sco] */
+  const int64_t sci = p->w_koi ? 1 : cout, sco = p->w_koi ? cin : 1;
   for (int64_t q = 0; q < n; q++) {
     const int8_t *xr = p->x + (int64_t)src[q] * cin;
     int32_t *ar = s->acc + (int64_t)s->loc[q] * c->ldc;
@@ -164,9 +166,9 @@ static void offset_portable(const i8_ctx_t *c, i8_scratch_t *s, int64_t k,
       const int32_t xv = xr[ci];
       if (xv == 0)
         continue; /* exact sums: skipping zeros changes nothing */
-      const int8_t *wr = wk + ci * cout;
+      const int8_t *wr = wk + ci * sci;
       for (int64_t co = 0; co < cout; co++)
-        ar[co] += xv * (int32_t)wr[co];
+        ar[co] += xv * (int32_t)wr[co * sco];
     }
   }
 }
@@ -270,8 +272,8 @@ static void i8_task(void *vctx, int64_t b0, int64_t b1, int tid) {
 
 /* ---- weight packing for the VNNI tiles ---------------------------------- */
 typedef struct i8_pack_ctx {
-  const int8_t *w;
-  int64_t cin, cout, nr, kg, npanel;
+  const vc_int8_problem_t *p;
+  int64_t nr, kg, npanel;
   uint8_t *out;
 } i8_pack_ctx_t;
 
@@ -282,13 +284,12 @@ static void i8_pack_task(void *vctx, int64_t k0, int64_t k1, int tid) {
   for (int64_t k = k0; k < k1; k++) {
     uint8_t *bk = c->out + (size_t)k * per_k;
     memset(bk, 128, per_k); /* padding = weight 0 */
-    for (int64_t ci = 0; ci < c->cin; ci++) {
-      const int8_t *wr = c->w + (k * c->cin + ci) * c->cout;
+    for (int64_t ci = 0; ci < c->p->cin; ci++) {
       const int64_t g = ci / 4, bsub = ci % 4;
-      for (int64_t co = 0; co < c->cout; co++) {
+      for (int64_t co = 0; co < c->p->cout; co++) {
         const int64_t j = co / c->nr, t = co % c->nr;
         bk[((j * c->kg + g) * c->nr + t) * 4 + bsub] =
-            (uint8_t)((int32_t)wr[co] + 128);
+            (uint8_t)((int32_t)vc_int8_w_at(c->p, k, ci, co) + 128);
       }
     }
   }
@@ -334,8 +335,7 @@ voxconv_status_t vc_cpu_conv_int8(voxconv_handle_t *h,
     st = vc_host_alloc(h, bytes, &bpack, "int8 packed weights");
     if (st != VOXCONV_STATUS_SUCCESS)
       goto done;
-    i8_pack_ctx_t pc = {p->w,    p->cin,   p->cout,          c.simd->nr,
-                        c.kg,    c.npanel, (uint8_t *)bpack};
+    i8_pack_ctx_t pc = {p, c.simd->nr, c.kg, c.npanel, (uint8_t *)bpack};
     st = vc_parallel_for(h, km->kvol, 1, i8_pack_task, &pc);
     if (st != VOXCONV_STATUS_SUCCESS)
       goto done;

@@ -743,9 +743,10 @@ struct I8Im2colTile {
 struct I8Im2colArgs {
   const int8_t *x;    /* [n_in][4], zero-padded past cin */
   const int32_t *nbr; /* [n_out][kvol] */
-  const int8_t *w;    /* [kvol][cin][cout] as stored */
+  const int8_t *w;    /* [kvol][cin][cout] as stored, or KOI [kvol][cout][cin] */
   void *out;          /* [n_out][cout] in ep.dtype */
   int n_dst, kvol, cin, cout;
+  bool w_koi;
 };
 
 __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
@@ -767,7 +768,8 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
     const int k = kk >> 2, c = kk & 3;
     int8_t b = 0;
     if (kk < K && c < args.cin && n0 + n < nb)
-      b = args.w[((int64_t)k * args.cin + c) * nb + n0 + n];
+      b = args.w[args.w_koi ? ((int64_t)k * nb + n0 + n) * args.cin + c
+                            : ((int64_t)k * args.cin + c) * nb + n0 + n];
     b_s[n * TL::PITCH + kk] = b;
   }
   /* A's columns K .. KP-1 are never gathered into: zeros, once (rows of
@@ -1224,6 +1226,7 @@ voxconv_status_t run_im2col_fused(voxconv_handle_t *h,
   a.x = x;
   a.nbr = m->nbr_out;
   a.w = p->w;
+  a.w_koi = p->w_koi != 0;
   a.out = p->y;
   a.n_dst = (int)m->n_out;
   a.kvol = (int)m->kvol;
@@ -1375,6 +1378,66 @@ extern "C" int vc_cuda_int8_split_of(voxconv_handle_t *h,
   return split >= 2 ? (int)split : 1;
 }
 
+namespace {
+
+/* From KOI weights [kvol][cout][cin]: each row [cin] zero-padded to ka
+ * bytes, or (im2col) the one-offset weights [cout][ka] whose column j = k *
+ * cin + ci (zero past kvol * cin). One thread a byte of the result. */
+__global__ void i8_koi_weights_kernel(const int8_t *__restrict__ w,
+                                      int8_t *__restrict__ wt, int kvol,
+                                      int cout, int cin, int ka, bool im2col) {
+  const int64_t rows = im2col ? cout : (int64_t)kvol * cout;
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+       i < rows * ka; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / ka;
+    const int j = (int)(i - r * ka);
+    int8_t v = 0;
+    if (im2col) {
+      const int k = j / cin, ci = j - k * cin;
+      if (k < kvol)
+        v = w[((int64_t)k * cout + r) * cin + ci];
+    } else if (j < cin) {
+      v = w[r * cin + j];
+    }
+    wt[i] = v;
+  }
+}
+
+/* *wk_out = the weights K-major, [kvol][cout][ka] (kvol 1 and ka = the
+ * im2col width when the problem runs as im2col rows, wk = kvol * cin):
+ * p->w itself when it is KOI with cin == ka and not im2col, else a
+ * scratch copy in ws made by one kernel (transpose_w_kernel from KIO,
+ * seen as [kvol][wk][cout]; i8_koi_weights_kernel from KOI). */
+voxconv_status_t kmajor_weights(voxconv_handle_t *h,
+                                const vc_int8_problem_t *p, bool im2col,
+                                int kvol, int wk, int ka, VcWorkspace *ws,
+                                const void **wk_out) {
+  const int cout = (int)p->cout;
+  if (p->w_koi && !im2col && ka == p->cin) {
+    *wk_out = p->w;
+    return VOXCONV_STATUS_SUCCESS;
+  }
+  int8_t *wt = NULL;
+  VC_CHECK(ws->get<int8_t>((int64_t)kvol * cout * ka, &wt,
+                           "int8 K-major weights"));
+  if (p->w_koi) {
+    i8_koi_weights_kernel<<<vc_grid_1d((int64_t)kvol * cout * ka, 256), 256,
+                            0, vc_cuda_stream(h)>>>(
+        p->w, wt, (int)p->kmap->kvol, cout, (int)p->cin, ka, im2col);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 i8_koi_weights_kernel");
+  } else {
+    const dim3 grid((unsigned)vc_ceil_div(cout, 32),
+                    (unsigned)vc_ceil_div(ka, 32), (unsigned)kvol);
+    transpose_w_kernel<int8_t><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
+        p->w, wt, wk, cout, ka);
+    VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 transpose_w_kernel");
+  }
+  *wk_out = wt;
+  return VOXCONV_STATUS_SUCCESS;
+}
+
+} // namespace
+
 extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
                                               const vc_int8_problem_t *p,
                                               int tile, int split) {
@@ -1428,7 +1491,8 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
   a.nb = cout;
   const int kcol = im2col_width(p);
   int wk; /* the weights' reduction rows per offset, before padding */
-  if (use_im2col(p)) {
+  const bool im2col = use_im2col(p);
+  if (im2col) {
     /* the same int32 sums (exact, in any order) as a one-offset problem
      * over im2col rows: W viewed as [1][kvol * cin][cout] */
     int8_t *xc = NULL;
@@ -1467,15 +1531,6 @@ extern "C" voxconv_status_t vc_cuda_conv_int8(voxconv_handle_t *h,
     a.ka = ka;
     wk = cin;
   }
-  /* the weights K-major, [a.kvol][cout][a.ka] from W as [a.kvol][wk][cout] */
-  int8_t *wt = NULL;
-  VC_CHECK(ws.get<int8_t>((int64_t)a.kvol * cout * a.ka, &wt,
-                          "int8 K-major weights"));
-  const dim3 grid((unsigned)vc_ceil_div(cout, 32),
-                  (unsigned)vc_ceil_div(a.ka, 32), (unsigned)a.kvol);
-  transpose_w_kernel<int8_t><<<grid, dim3(32, 8), 0, vc_cuda_stream(h)>>>(
-      p->w, wt, wk, cout, a.ka);
-  VC_CUDA_LAUNCH_CHECK(h, "mask_gemm_i8 transpose_w_kernel");
-  a.w = wt;
+  VC_CHECK(kmajor_weights(h, p, im2col, a.kvol, wk, a.ka, &ws, &a.w));
   return launch_split(h, p, tile, a, ep, split, ws);
 }

@@ -131,6 +131,12 @@ static voxconv_status_t check_qp_scalars(voxconv_handle_t *h, const char *fn,
     return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
                    "%s: qp->relu=%d must be 0 or 1", fn, (int)qp->relu);
   NULL_ARG(qp->w_scale, "qp->w_scale");
+  if (qp->w_layout != VOXCONV_INT8_WEIGHTS_KIO &&
+      qp->w_layout != VOXCONV_INT8_WEIGHTS_KOI)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: qp->w_layout=%d is not a voxconv_int8_weights_layout_t "
+                   "(KIO=0: [kvol][cin][cout], KOI=1: [kvol][cout][cin])",
+                   fn, (int)qp->w_layout);
   return VOXCONV_STATUS_SUCCESS;
 }
 
@@ -261,6 +267,11 @@ static voxconv_status_t int8_op(voxconv_handle_t *h, const char *fn,
   VC_CHECK(check_dtypes(h, fn, x->dtype, w_dtype, y->dtype, qp));
   if (qp)
     VC_CHECK(check_qp_scalars(h, fn, qp, y->dtype));
+  if (depthwise && qp && qp->w_layout != VOXCONV_INT8_WEIGHTS_KIO)
+    return vc_fail(h, VOXCONV_STATUS_INVALID_ARGUMENT,
+                   "%s: qp->w_layout=%d (KOI): depthwise weights [kvol][C] "
+                   "have one layout, KIO (0)",
+                   fn, (int)qp->w_layout);
   VC_CHECK(check_backend(h, fn, kmap));
   VC_CHECK(check_feats(h, fn, "x", x, kmap->n_in, "input"));
   VC_CHECK(check_feats(h, fn, "y", y, kmap->n_out, "output"));
@@ -324,6 +335,7 @@ static voxconv_status_t int8_op(voxconv_handle_t *h, const char *fn,
     p.w_scale = qp->w_scale;
     p.bias = qp->bias;
     p.relu = qp->relu;
+    p.w_koi = qp->w_layout == VOXCONV_INT8_WEIGHTS_KOI;
   }
   return vc_tune_int8(h, &p);
 }

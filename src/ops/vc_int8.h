@@ -27,6 +27,7 @@ typedef struct vc_int8_problem {
   int64_t cin, cout;
   const int8_t *x;          /* [n_in][cin] */
   const int8_t *w;          /* [kvol][cin][cout] or [kvol][C] */
+  int w_koi;                /* 1: w is [kvol][cout][cin] (KOI; regular) */
   void *y;                  /* [n_out][cout] in y_dtype */
   voxconv_dtype_t y_dtype;  /* I8, F32, F16, BF16 or I32 */
   /* Epilogue (unused for I32): host pointers on the CPU. */
@@ -35,6 +36,13 @@ typedef struct vc_int8_problem {
   const float *bias;        /* [cout] or NULL */
   int relu;
 } vc_int8_problem_t;
+
+/* qW[k][ci][co] whatever w's layout. */
+static inline int8_t vc_int8_w_at(const vc_int8_problem_t *p, int64_t k,
+                                  int64_t ci, int64_t co) {
+  const int64_t base = k * p->cin * p->cout;
+  return p->w[base + (p->w_koi ? co * p->cin + ci : ci * p->cout + co)];
+}
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 import voxconv
-from voxconv import nn as vnn
+from voxconv import _lib, nn as vnn
 from voxconv import quantization as Q
 from voxconv import functional as F
 
@@ -184,6 +184,23 @@ def test_depthwise_int8_matches_epilogue_model(relu):
     q = Q.QuantizedSparseDepthwiseConv3d(conv, float(x.feats.abs().max()) / 127, relu=relu)
     assert q.weight.dtype == torch.int8 and q.weight.shape == (27, 11)
     assert _bits_equal(q(x).feats.numpy(), _reference(q, x))
+
+
+@pytest.mark.parametrize("cin", [32, 13])
+def test_koi_weight_layout_gives_the_same_bits(monkeypatch, cin):
+    """The layer's weights handed to the op as [K, Cout, Cin] with
+    w_layout KOI (what the module does on CUDA) give the KIO bits on the
+    CPU too; a layout that is neither is InvalidArgumentError."""
+    x = _sparse(600, 10, cin, seed=61)
+    q = Q.QuantizedSparseConv3d(vnn.SparseConv3d(cin, 20),
+                                float(x.feats.abs().max()) / 127, relu=True)
+    ref = q(x).feats
+    koi = q.weight.permute(0, 2, 1).contiguous()
+    monkeypatch.setattr(q, "_weight_for", lambda qx: (koi, _lib.INT8_WEIGHTS_KOI))
+    assert _bits_equal(q(x).feats.numpy(), ref.numpy())
+    monkeypatch.setattr(q, "_weight_for", lambda qx: (q.weight, 7))
+    with pytest.raises(voxconv.InvalidArgumentError, match="w_layout"):
+        q(x)
 
 
 def test_int8_output_requantized_matches_model():
@@ -977,6 +994,28 @@ def test_cuda_matches_cpu_bitwise(output, out_dtype):
     assert y_gpu.dtype == y_cpu.dtype == out_dtype and y_gpu.shape == y_cpu.shape
     bits = torch.int32 if out_dtype == torch.float32 else torch.int16
     assert torch.equal(y_gpu.view(bits), y_cpu.view(bits))
+
+
+@pytest.mark.skipif(not cuda_usable(), reason="no CUDA")
+def test_cuda_koi_weights_follow_in_place_changes():
+    """On CUDA the layer hands the op its weights in the KOI layout, made
+    once per version of ``weight`` (read in place at cin 32 and 64): the
+    CPU's bits, before and after an in-place change of the weights."""
+    x = _sparse(3000, 14, 32, seed=71)
+    m = vnn.Sequential(vnn.SparseConv3d(32, 64), vnn.SparseConv3d(64, 48))
+    qm = Q.quantize(m.eval(), [x])
+    qg = copy.deepcopy(qm).cuda()
+    xg = x.to("cuda")
+    outs = []
+    for step in range(2):
+        out_cpu, out_gpu = qm(x).feats, qg(xg).feats.cpu()
+        assert torch.equal(out_gpu.view(torch.int32), out_cpu.view(torch.int32))
+        assert qg[1]._koi[1].shape == (27, 48, 64)
+        outs.append(out_cpu)
+        with torch.no_grad():  # both copies change alike
+            qm[1].weight.neg_()
+            qg[1].weight.neg_()
+    assert not torch.equal(outs[0], outs[1])  # the change reached the output
 
 
 @pytest.mark.skipif(not cuda_usable(), reason="no CUDA")
