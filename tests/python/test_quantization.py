@@ -426,7 +426,10 @@ def test_equalisation_folds_into_the_layer_before_and_chains():
     has its d moved into that layer's weight scales and bias (float64
     products rounded once, re-stated here) and drops its multiply pass;
     the result is the unfolded model's up to float32 rounding of the
-    folded epilogue (a level flip now and then: >= 60 dB between them;
+    folded epilogue: on the same input, the next layer's int8 codes agree
+    to one level (a value within rounding of a half level may round either
+    way; end to end such a flip propagates: seed 894725959 gave 352 of
+    1,080 outputs different, 47.9 dB, so the outputs are not compared);
     omitting the bias's factor leaves under 10 dB), sqnr_report undoes the
     factors (per-layer SQNR as unfolded within 0.5 dB), and chain=True then
     hands the equalised layers int8 with the folded model's bits."""
@@ -447,9 +450,24 @@ def test_equalisation_folds_into_the_layer_before_and_chains():
         assert torch.equal(pb.bias, (pa.bias.double() * d.double()).float())
         assert eb.x_scale == ea.x_scale and torch.equal(eb.weight, ea.weight)
     assert qb.get_submodule("0.0").in_scale is None  # nothing before it to fold into
+    pairs = (("0.0", "1.0"), ("1.0", "3.0"), ("3.0", "4"))
+    seen, between = {}, {"1.0": qa.get_submodule("2")}  # max pooling
+    hooks = [qa.get_submodule(p).register_forward_pre_hook(
+        lambda mod, inp, p=p: seen.__setitem__(p, inp[0])) for p, _ in pairs]
     with torch.no_grad():
         ya, yb = qa(x).feats, qb(x).feats
-        assert Q.sqnr_db(ya, yb) >= 60
+        for h in hooks:
+            h.remove()
+        for p, e in pairs:  # each folded layer on the unfolded model's input
+            pa_in = qa.get_submodule(p).in_scale  # qb's p expects it folded in
+            xb = seen[p] if pa_in is None else seen[p].replace_feature(seen[p].feats * pa_in)
+            oa, ob = qa.get_submodule(p)(seen[p]), qb.get_submodule(p)(xb)
+            if p in between:
+                oa, ob = between[p](oa), between[p](ob)
+            ea = qa.get_submodule(e)
+            ca = Q.quantize_tensor(oa.feats * ea.in_scale, ea.x_scale).int()
+            cb = Q.quantize_tensor(ob.feats, ea.x_scale).int()
+            assert (ca - cb).abs().max() <= 1, (p, e)
         pb = qb.get_submodule("1.0")
         wrong = copy.deepcopy(qb)
         wrong.get_submodule("1.0").bias = pb.bias / pb.output_factor
