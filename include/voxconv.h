@@ -969,7 +969,7 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  *
  * CUDA. The regular conv runs on the tensor cores (src/cuda/cuda_int8.cu,
  * docs/tiles.md "mask_gemm_i8"): int8 mma.sync on any sm_80+ GPU, int8
- * wgmma on sm_90a; tile IDs 0-22 in voxconv_kernel_get_info (algo
+ * wgmma on sm_90a; tile IDs 0-20 in voxconv_kernel_get_info (algo
  * "mask_gemm_i8"; tile 18 runs first layers, cin <= 4 and kernel volume
  * <= 28, as one whole-row im2col kernel, and any other problem as the
  * default tile). The tile is VOXCONV_INT8_TILE when set (an ID; a test

@@ -32,7 +32,7 @@
 
 #include <stdio.h>
 
-#define N_TILES 23 /* cuda_int8.cu VC_I8_TILES */
+#define N_TILES 21 /* cuda_int8.cu VC_I8_TILES */
 #define IM2COL_TILE 18 /* cuda_int8.cu VC_I8_IM2COL_TILE */
 
 static voxconv_handle_t *g_cpu, *g_gpu;

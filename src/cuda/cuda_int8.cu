@@ -533,18 +533,14 @@ __global__ void __launch_bounds__(TL::THREADS)
  * 32 bytes as an f16 k-step (16 halves), so the f16 descriptors and
  * swizzle helpers (cuda_mask_gemm_sm90.cuh) apply unchanged. Each stage
  * carries twice the multiply-adds of an f16 stage of the same bytes. */
-template <int BN_, int STAGES_, int BK_, int MIN_BLOCKS_ = 1, int WGN_ = 1,
-          int BM_ = 128>
+template <int BN_, int STAGES_, int BK_, int MIN_BLOCKS_ = 1, int WGN_ = 1>
 struct I8WgTile {
-  static constexpr int BM = BM_, BN = BN_, BK = BK_, STAGES = STAGES_;
+  static constexpr int BM = 128, BN = BN_, BK = BK_, STAGES = STAGES_;
   /* warpgroups along N: WGN = 2 gives each of the 4 warpgroups 64 rows x
    * BN / 2 columns, so a block's gathered rows feed BN columns with 64
-   * accumulators a thread (tiles 19-20; item 114). Along M, BM / 64: a
-   * 256-row tile's stage is twice a 128-row one's bytes for the same
-   * per-stage costs (tiles 21-22; item 138) */
-  static constexpr int WGM = BM_ / 64, WGN = WGN_, WN = BN / WGN_;
-  static constexpr int THREADS = 128 * WGM * WGN_, MIN_BLOCKS = MIN_BLOCKS_;
-  static_assert(BM_ == 128 || BM_ == 256, "2 or 4 warpgroups along M");
+   * accumulators a thread (tiles 19-20; item 114) */
+  static constexpr int WGN = WGN_, WN = BN / WGN_;
+  static constexpr int THREADS = 256 * WGN_, MIN_BLOCKS = MIN_BLOCKS_;
   static constexpr int A_STAGE = BM * BK, B_STAGE = BN * BK;
   /* + 1024: the stages start 1024-aligned (the swizzle reads address bits
    * 4-9) */
@@ -595,8 +591,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
   const int8_t *W = static_cast<const int8_t *>(args.w);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   /* warpgroup wg: rows 64 wm.., columns WN wn.. of the tile */
-  const int wg = warp >> 2, wq = warp & 3, wm = wg % TL::WGM,
-            wn = wg / TL::WGM;
+  const int wg = warp >> 2, wq = warp & 3, wm = wg & 1, wn = wg >> 1;
   const int kvol = args.kvol, ka = args.ka, nb = args.nb;
   const int64_t wsk = (int64_t)ka * nb;
   TileSpan span;
@@ -608,12 +603,9 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
 
   constexpr int AV = TL::BK / 16; /* 16-byte vectors per row */
   constexpr int AVPT = TL::BM * AV / TL::THREADS;
-  /* B: whole vectors a thread too, or (a 256-row tile's 512 threads over
-   * 64 columns) one vector for the first BN * AV threads */
-  constexpr int B_VECS = TL::BN * AV;
-  constexpr int BVPT = (B_VECS + TL::THREADS - 1) / TL::THREADS;
+  constexpr int BVPT = TL::BN * AV / TL::THREADS;
   static_assert(TL::BM * AV % TL::THREADS == 0 &&
-                    (B_VECS % TL::THREADS == 0 || BVPT == 1),
+                    TL::BN * AV % TL::THREADS == 0,
                 "every thread copies whole vectors of each stage");
   RowGather<AVPT> gather;
   gather.template init<TL::THREADS, AV>(tid, rows, tile.rows, kvol);
@@ -629,9 +621,9 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     a_soff[j] = swz<TL::SWZ>((tid + j * TL::THREADS) / AV, cv);
 #pragma unroll
   for (int j = 0; j < BVPT; j++) {
-    const int v = tid + j * TL::THREADS, n = v < B_VECS ? v / AV : 0;
+    const int n = (tid + j * TL::THREADS) / AV;
     b_soff[j] = swz<TL::SWZ>(n, cv);
-    b_ok[j] = v < B_VECS && n0 + n < nb;
+    b_ok[j] = n0 + n < nb;
     b_src[j] = W + (b_ok[j] ? (n0 + n) * ka + cv * 16 : 0);
   }
   const int8_t *a_src[AVPT];
@@ -657,8 +649,7 @@ __global__ void __launch_bounds__(TL::THREADS, TL::MIN_BLOCKS)
     const unsigned b_dst = sb_base + stage * TL::B_STAGE;
 #pragma unroll
     for (int j = 0; j < BVPT; j++)
-      if (B_VECS % TL::THREADS == 0 || tid + j * TL::THREADS < B_VECS)
-        cp_async16_s(b_dst + b_soff[j], b_src[j] + b_off, b_ok[j] && col_ok);
+      cp_async16_s(b_dst + b_soff[j], b_src[j] + b_off, b_ok[j] && col_ok);
     if (++ld_chunk == nchunk) {
       ld_chunk = 0;
       gather.fetch(args.nbr, tile, ++ld_ai);
@@ -967,12 +958,7 @@ typedef I8WgTile<256, 4, 128> Q17;    /* 2 in flight of 48 KB */
  * one block a SM of 16 warps (item 114) */
 typedef I8WgTile<256, 4, 128, 1, 2> Q19; /* 193 KB */
 typedef I8WgTile<256, 6, 64, 1, 2> Q20;  /* 145 KB, 4 stages in flight */
-/* 256 x BN tiles of 4 warpgroups along M (16 warps): 64-byte stage rows
- * (cin 64 / 96 / 128: levels 0-2 of a backbone) of 16 KB a stage, where
- * 128-row tiles move 8 KB a stage for the same waits (item 138) */
-typedef I8WgTile<64, 4, 64, 2, 1, 256> Q21;  /* 32 acc, 81 KB, 2 blocks */
-typedef I8WgTile<128, 4, 64, 1, 1, 256> Q22; /* 64 acc, 97 KB */
-#define VC_I8_TILES 23
+#define VC_I8_TILES 21
 
 template <typename TL> auto kernel_of() {
   if constexpr (TL::WG)
@@ -1022,7 +1008,7 @@ const TileRow &tile_info(int t) {
       tile_row<Q8>(), tile_row<Q9>(), tile_row<Q10>(), tile_row<Q11>(),
       tile_row<Q12>(), tile_row<Q13>(), tile_row<Q14>(), tile_row<Q15>(),
       tile_row<Q16>(), tile_row<Q17>(), im2col_row(),  tile_row<Q19>(),
-      tile_row<Q20>(), tile_row<Q21>(), tile_row<Q22>()};
+      tile_row<Q20>()};
   return rows[t];
 }
 

@@ -278,8 +278,7 @@ template <int BM> struct TileOffsets {
 };
 
 /* Fills s for the tile at m0 (rows valid rows); ends with a barrier. With
- * precomputed masks of the 128-row tiles (BM a multiple of 128) that is
- * the OR of the tile's BM / 128 words; else
+ * a precomputed mask of the tile (128-row tiles) that is one word; else
  * each row's slice of the neighbour table is read (contiguous per row, and
  * with the natural order the whole tile's is, so these reads coalesce). */
 template <int THREADS, int BM>
@@ -287,15 +286,9 @@ __device__ __forceinline__ void scan_tile_offsets(const FwdArgs &args, int m0,
                                                   int rows,
                                                   TileOffsets<BM> &s) {
   const int tid = threadIdx.x, kvol = args.kvol;
-  const bool given =
-      BM % VC_MG_MASK_TILE_ROWS == 0 && args.tile_mask != NULL;
+  const bool given = BM == VC_MG_MASK_TILE_ROWS && args.tile_mask != NULL;
   /* issued first, so its latency overlaps the row-index loads */
-  unsigned tm = 0u;
-  if (given && tid == 0)
-#pragma unroll
-    for (int j = 0; j < BM / VC_MG_MASK_TILE_ROWS; j++)
-      if (j == 0 || j * VC_MG_MASK_TILE_ROWS < rows)
-        tm |= __ldg(args.tile_mask + m0 / VC_MG_MASK_TILE_ROWS + j);
+  const unsigned tm = given && tid == 0 ? __ldg(args.tile_mask + m0 / BM) : 0u;
   for (int r = tid; r < BM; r += THREADS)
     s.rows[r] = r < rows ? (args.order ? args.order[m0 + r] : m0 + r) : -1;
   if (given) {
