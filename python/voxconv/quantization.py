@@ -495,6 +495,12 @@ class _QuantizedConvBase(nn.Module):
             self._koi = cached
         return cached[1], _lib.INT8_WEIGHTS_KOI
 
+    def __getstate__(self):
+        # the KOI copy is a cache (_weight_for): not saved, not deep-copied
+        state = self.__dict__.copy()
+        state.pop("_koi", None)
+        return state
+
     def _check_on_device(self, qx, cout):
         """The scales and bias checked once per device and buffer version
         (a CUDA op reads them without checking them). Buffers created under

@@ -203,6 +203,16 @@ def test_koi_weight_layout_gives_the_same_bits(monkeypatch, cin):
         q(x)
 
 
+def test_koi_cache_is_not_saved():
+    """The layer's KOI copy of its weights is a cache: pickling and
+    deep-copying leave it out (it is rebuilt from ``weight``)."""
+    import pickle
+    q = Q.QuantizedSparseConv3d(vnn.SparseConv3d(4, 6), 0.1)
+    q._koi = ("key", q.weight.permute(0, 2, 1).contiguous())
+    for r in (pickle.loads(pickle.dumps(q)), copy.deepcopy(q)):
+        assert not hasattr(r, "_koi") and torch.equal(r.weight, q.weight)
+
+
 def test_int8_output_requantized_matches_model():
     x = _sparse(400, 8, 6, seed=7)
     conv = vnn.SparseConv3d(6, 10)
