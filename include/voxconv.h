@@ -917,10 +917,10 @@ VOXCONV_API voxconv_status_t voxconv_depthwise_wgrad(
  * Weight layout (qp->w_layout; qp NULL: KIO). VOXCONV_INT8_WEIGHTS_KIO,
  * the default, is [kvol][cin][cout] as every op takes weights. The CUDA
  * tensor-core kernels read them K-major, [kvol][cout][cin] with each
- * output channel's cin bytes contiguous, so with KIO every CUDA call first
- * copies w into that order (one small kernel, 4-7 us on an H200 whatever
- * the layer: 69 us of workload A's int8 forward). A deployment that
- * quantises its weights once can store them that way instead,
+ * output channel's cin bytes contiguous, so with KIO every call of a CUDA
+ * tile kernel first copies w into that order (one small kernel, 4-7 us on
+ * an H200 whatever the layer: 69 us of workload A's int8 forward). A
+ * deployment that quantises its weights once can store them that way,
  * VOXCONV_INT8_WEIGHTS_KOI (e.g. from PyTorch's [K][cin][cout] tensor:
  * w.permute(0, 2, 1).contiguous()), and the regular conv on CUDA reads
  * them in place when cin is a multiple of 16 (other cin: one zero-padding
