@@ -189,8 +189,8 @@ static void check_problem(prob_t *p, const voxconv_kmap_t *cpu_km,
     model_expected(p, ref, dt, exp);
     if (cpu_km) {
       memset(ycpu, 0x5A, bytes);
-      const voxconv_status_t st =
-          run_op(g_cpu, cpu_km, p, p->x, p->w, p->ws, p->bias, dt, ycpu);
+      const voxconv_status_t st = run_op(g_cpu, cpu_km, p, p->x, p->w, p->ws,
+                                         p->bias, dt, ycpu);
       VC_EXPECT(st == VOXCONV_STATUS_SUCCESS, "%s %s cpu: %s", what,
                 voxconv_dtype_name(dt), voxconv_get_last_error(g_cpu));
     }

@@ -509,12 +509,12 @@ static void test_bad_input(voxconv_handle_t *h) {
   {
     /* depthwise: same rules */
     voxconv_feats_t wd = {w, 1, 2, VOXCONV_DTYPE_I8};
-    VC_EXPECT_STATUS(
-        h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qp, &yf, NULL),
-        VOXCONV_STATUS_SUCCESS);
-    VC_EXPECT_STATUS(
-        h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qp, &yi, NULL),
-        VOXCONV_STATUS_DTYPE_MISMATCH);
+    VC_EXPECT_STATUS(h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qp,
+                                                       &yf, NULL),
+                     VOXCONV_STATUS_SUCCESS);
+    VC_EXPECT_STATUS(h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qp,
+                                                       &yi, NULL),
+                     VOXCONV_STATUS_DTYPE_MISMATCH);
     voxconv_quant_params_t qk = qp; /* depthwise weights: KIO only */
     qk.w_layout = VOXCONV_INT8_WEIGHTS_KOI;
     VC_EXPECT_STATUS(h, voxconv_depthwise_forward_int8(h, km, &xf, &wd, &qk,
@@ -583,10 +583,10 @@ static void test_threads(void) {
   voxconv_create(&h1, &d);
   d.num_threads = 2;
   voxconv_create(&h2, &d);
-  voxconv_kmap_t *k1 =
-      build(h1, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1, NULL, 0, 0);
-  voxconv_kmap_t *k2 =
-      build(h2, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1, NULL, 0, 0);
+  voxconv_kmap_t *k1 = build(h1, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1,
+                             NULL, 0, 0);
+  voxconv_kmap_t *k2 = build(h2, VOXCONV_KMAP_SUBMANIFOLD, 3, 1, c, n, 1,
+                             NULL, 0, 0);
   if (k1 && k2) {
     const int64_t cin = 33, cout = 47;
     int8_t *x = (int8_t *)dr_xmalloc((size_t)(n * cin));

@@ -675,8 +675,8 @@ static voxconv_feats_t feats_of(const bench_t *B, void *data, int64_t rows,
   return f;
 }
 
-static voxconv_weights_t weights_of(const bench_t *B, void *data, int64_t cin,
-                                    int64_t cout) {
+static voxconv_weights_t weights_of(const bench_t *B, void *data,
+                                    int64_t cin, int64_t cout) {
   voxconv_weights_t w = {data, 27, cin, cout, B->dtype};
   return w;
 }
@@ -805,8 +805,7 @@ static voxconv_status_t conv_forward(bench_t *B, const voxconv_kmap_t *m,
                                      const void *ws) {
   if (B->dtype != VOXCONV_DTYPE_I8)
     return voxconv_conv_forward(B->h, m, x, w, y, &B->conv_opt);
-  const voxconv_quant_params_t qp = {B->act_scale, (const float *)ws,
-                                     NULL,         0,
+  const voxconv_quant_params_t qp = {B->act_scale, (const float *)ws, NULL, 0,
                                      B->act_scale, VOXCONV_INT8_WEIGHTS_KOI};
   return voxconv_conv_forward_int8(B->h, m, x, w, &qp, y, NULL);
 }
@@ -899,7 +898,8 @@ static int plan_network(bench_t *B) {
                  L->pairs_subm))
       return VT_EXIT_FAIL;
     snprintf(name, sizeof name, "L%d.conv2", l);
-    if (!add_row(B, name, "conv_fwd", 0, L->n, L->n, L->c, L->c, L->pairs_subm))
+    if (!add_row(B, name, "conv_fwd", 0, L->n, L->n, L->c, L->c,
+                 L->pairs_subm))
       return VT_EXIT_FAIL;
     if (l + 1 < NET_LEVELS) {
       snprintf(name, sizeof name, "L%d.map_pool2", l);
@@ -1299,7 +1299,8 @@ static int run_workload_c(bench_t *B) {
         (rc = upload_values(B, w, 27 * C * C,
                             sqrt(3.0 / (fmax(neigh, 1.0) * (double)C)), &rng,
                             &qw, C, C)) ||
-        (B->dtype == VOXCONV_DTYPE_I8 && (rc = upload_scales(B, C, qw, &ws))))
+        (B->dtype == VOXCONV_DTYPE_I8 &&
+         (rc = upload_scales(B, C, qw, &ws))))
       return rc;
     const c_layer_t cl = {L->subm,
                           feats_of(B, x, L->n, C),
