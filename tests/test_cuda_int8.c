@@ -24,6 +24,8 @@
  *   test_cuda_int8 --race    the ties and one small problem of each op on
  *                            every tile (compute-sanitizer racecheck, whose
  *                            cost grows with every shared-memory access)
+ *   test_cuda_int8 --pool    the max-pooling cases alone (memcheck of the
+ *                            pooling kernels)
  * Fresh random inputs per run (seed printed; VOXCONV_TEST_SEED replays). */
 #include "int8_model.h"
 
@@ -36,7 +38,7 @@
 #define IM2COL_TILE 18 /* cuda_int8.cu VC_I8_IM2COL_TILE */
 
 static voxconv_handle_t *g_cpu, *g_gpu;
-static int g_quick, g_race;
+static int g_quick, g_race, g_pool_only;
 /* tiles this GPU runs (voxconv_kernel_get_info: the wgmma tiles need
  * sm_90a); the others are checked to be refused by name */
 static int g_tile_ok[N_TILES];
@@ -723,9 +725,10 @@ static void test_tuner(void) {
     fprintf(stderr, "could not remove %s\n", dir);
 }
 
-/* int8 max pooling on the GPU (the pool kernel's int8 instantiation)
- * against the model over the GPU map's own pairs, 16-byte lanes (C % 16
- * == 0) and single channels. */
+/* int8 max pooling on the GPU against the model over the GPU map's own
+ * pairs: packed 16-channel lanes (C % 16 == 0, vc_pool_max_i8_kernel) and
+ * single channels (the float kernel's int8 instantiation), a 2^3 map (the
+ * unrolled K = 8 loop) and a 3^3 one (the runtime-K loop). */
 static void test_max_pool(void) {
   int64_t n;
   int32_t *c = vc_random_coords(g_quick ? 300 : 3000, 9, &n);
@@ -737,7 +740,7 @@ static void test_max_pool(void) {
   for (int i = 0; i < 4; i++) {
     if (st)
       model_check_max_pool(g_gpu, st, chans[i], "GPU strided k2 s2");
-    if (sub && !g_quick)
+    if (sub) /* 27 offsets: the kernels' runtime-K loops */
       model_check_max_pool(g_gpu, sub, chans[i], "GPU submanifold");
   }
   voxconv_kmap_destroy(g_gpu, st);
@@ -823,6 +826,8 @@ int main(int argc, char **argv) {
       g_quick = 1;
     if (strcmp(argv[i], "--race") == 0)
       g_race = g_quick = 1;
+    if (strcmp(argv[i], "--pool") == 0) /* the pooling cases alone */
+      g_pool_only = 1;
   }
   vc_test_init("test_cuda_int8");
   /* the default-tile cases tune: one timed run per tile keeps the
@@ -850,14 +855,19 @@ int main(int argc, char **argv) {
       g_sm90 = di.cc_major == 9 && di.cc_minor == 0;
   }
   find_tiles();
-  test_bad_input();
-  test_ties_and_clamp();
-  test_max_pool();
-  if (g_race) {
+  if (g_pool_only) {
+    test_max_pool();
+  } else if (g_race) {
+    test_bad_input();
+    test_ties_and_clamp();
+    test_max_pool();
     test_race();
     /* two or three row tiles a block on a 132-SM GPU */
     test_first_layer_loop(80000);
   } else {
+    test_bad_input();
+    test_ties_and_clamp();
+    test_max_pool();
     test_first_layer_loop(300000);
     test_division();
     test_tuner();
