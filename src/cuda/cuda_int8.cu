@@ -740,6 +740,29 @@ struct I8Im2colTile {
   static constexpr bool ROWS = false;
 };
 
+/* Elements v = tid, tid + THREADS, tid + 2 THREADS, ... of a whole-row
+ * im2col tile in turn as (row r, offset k), offsets fastest, with one
+ * division by kvol a walk: stepping v by THREADS moves r by THREADS / kvol
+ * and k by THREADS % kvol, carrying a row when k passes kvol. */
+struct Im2colWalk {
+  int r, k, kvol, dr, dk;
+  __device__ __forceinline__ Im2colWalk(int tid, int threads, int kv)
+      : kvol(kv) {
+    r = tid / kvol;
+    k = tid - r * kvol;
+    dr = threads / kvol;
+    dk = threads - dr * kvol;
+  }
+  __device__ __forceinline__ void next() {
+    r += dr;
+    k += dk;
+    if (k >= kvol) {
+      k -= kvol;
+      r++;
+    }
+  }
+};
+
 struct I8Im2colArgs {
   const int8_t *x;    /* [n_in][4], zero-padded past cin */
   const int32_t *nbr; /* [n_out][kvol] */
@@ -780,39 +803,51 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
   }
 
   /* Gather sources of a tile, element v = tid + j * THREADS = (r, k), k
-   * fastest; fetched one tile ahead, as the f16 kernel does. */
+   * fastest, fetched one tile ahead, as the f16 kernel does. Row m0 + r's
+   * entry k is entry m0 * kvol + v of the table: one bound and one load an
+   * element, none past the rows (a tile past the last has none). */
   constexpr int GJ = (TL::BM * TL::MAX_KVOL + TL::THREADS - 1) / TL::THREADS;
   const int tiles = (args.n_dst + TL::BM - 1) / TL::BM;
   int32_t src[GJ];
   auto fetch = [&](int tile) {
-    im2col_fetch<TL::BM, TL::THREADS, true, TL::ROWS>(
-        src, args.nbr, NULL, tile, tiles, kvol, args.n_dst, tid);
-  };
-  /* the gathers of a tile (src holds its table entries) into a_dst */
-  auto gather = [&](int8_t *a_dst) {
+    const int64_t first = (int64_t)tile * TL::BM * kvol + tid;
+    const int64_t end =
+        (int64_t)min(tile * TL::BM + TL::BM, args.n_dst) * kvol;
+    const int32_t *e = args.nbr + first;
 #pragma unroll
-    for (int j = 0; j < GJ; j++) {
-      const int v = tid + j * TL::THREADS;
-      if (v < TL::BM * kvol) {
-        int r, k;
-        im2col_element<TL::BM, TL::ROWS>(v, kvol, &r, &k);
-        const unsigned dst = smem_addr(a_dst + r * TL::PITCH + k * TL::CP);
-        const void *srcp =
-            src[j] >= 0 ? (const void *)(args.x + (int64_t)src[j] * TL::CP)
-                        : (const void *)args.x;
-        asm volatile(
-            "cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst),
-            "l"(srcp), "r"(src[j] >= 0 ? 4 : 0));
-      }
+    for (int j = 0; j < GJ; j++)
+      src[j] = first + j * TL::THREADS < end ? __ldg(e + j * TL::THREADS) : -1;
+  };
+  /* The gathers of a tile (src holds its table entries) into the buffer
+   * at shared address a_dst, one 4-byte cp.async an element (zero-filling
+   * absent neighbours), predicated rather than branched: per element the
+   * compiler had made a branch, a convergence barrier and a generic-to-
+   * shared conversion around each copy, ~24 instructions for one
+   * (docs/perf-notes.md item 140). */
+  static_assert(!TL::ROWS, "the gathers walk offsets fastest");
+  const int n_el = TL::BM * kvol;
+  auto gather = [&](unsigned a_dst) {
+    Im2colWalk walk(tid, TL::THREADS, kvol);
+#pragma unroll
+    for (int j = 0; j < GJ; j++, walk.next()) {
+      const unsigned dst = a_dst + walk.r * TL::PITCH + walk.k * TL::CP;
+      const int s = src[j];
+      const int8_t *from = args.x + (s >= 0 ? (int64_t)s * TL::CP : 0);
+      asm volatile("{\n\t.reg .pred p;\n\t"
+                   "setp.lt.s32 p, %3, %4;\n\t"
+                   "@p cp.async.ca.shared.global [%0], [%1], 4, %2;\n\t}\n"
+                   ::"r"(dst), "l"(from), "r"(s >= 0 ? 4 : 0),
+                   "r"(tid + j * TL::THREADS), "r"(n_el));
     }
   };
+  const unsigned a_sh = smem_addr(a_buf);
   /* Two buffers: tile i's gathers were issued during tile i - 1's MMAs
    * and epilogue; one barrier a tile both publishes tile i's rows and
    * tells every thread is past tile i - 1's MMAs, whose buffer tile i + 1
    * is then gathered into. */
   fetch(blockIdx.y);
   if (blockIdx.y < tiles)
-    gather(a_buf);
+    gather(a_sh);
   fetch(blockIdx.y + gridDim.y); /* in flight during the first wait */
   cp_async_commit();
   const int g = lane >> 2, t4 = lane & 3;
@@ -823,7 +858,7 @@ __global__ void __launch_bounds__(I8Im2colTile::THREADS, 2)
     cp_async_wait<0>();
     __syncthreads();
     if (tile + gridDim.y < tiles)
-      gather(a_buf + (buf ^ 1) * TL::BM * TL::PITCH);
+      gather(a_sh + (buf ^ 1) * TL::BM * TL::PITCH);
     fetch(tile + 2 * gridDim.y); /* in flight during the MMAs */
     cp_async_commit();
 

@@ -623,8 +623,10 @@ __device__ __forceinline__ void im2col_element(int v, int kvol, int *r,
   }
 }
 
-/* The whole-row im2col tiles' gather sources (this kernel and the int8
- * one, cuda_int8.cu): element v = tid + j * THREADS of row tile `tile` is
+/* The whole-row im2col tile's gather sources (the int8 tile 18,
+ * cuda_int8.cu, used this too until it read its table by flat index,
+ * docs/perf-notes.md item 140): element v = tid + j * THREADS of row tile
+ * `tile` is
  * (r, k) = im2col_element<BM, ROWS>(v) of output row order[m0 + r] (m0 + r
  * without an order), src[j] its neighbour-table entry, -1 past the rows
  * or the tiles. LDG: read the table through the read-only path (__ldg).
