@@ -6,10 +6,12 @@
  * CPU; every per-layer row is a run of its own op between syncs, and the
  * forward/backward totals are measured separately end to end with one
  * synchronisation at the end, so the per-layer syncs do not inflate them.
- * On CUDA the end-to-end forward builds the kernel maps on a second handle
- * and stream (--maps overlap, the default): a map build waits for its own
- * stream once, which on the convolutions' stream would drain their queue
- * at every level. */
+ * On CUDA the end-to-end forward builds the kernel maps on side handles
+ * and streams (--maps overlap, the default): the submanifold maps on one,
+ * the pooled levels' strided maps, queued without waiting for their output
+ * counts, on another, so that the host waits for a count only once the
+ * level's convolutions are queued; on the convolutions' stream those
+ * waits would drain their queue at every level. */
 #include "bench.h"
 #include "bench_state.h"
 
@@ -691,11 +693,6 @@ static void release_maps(bench_t *B) {
   }
 }
 
-/* Builds one map of level l on coords (n rows) through handle h: the
- * submanifold map, or (pool) the 2/2 pool map, which also gives the next
- * level's size. Timed into *ms when `timed` (else *ms = 0); checks the size
- * against the plan when `check` (maps are deterministic, so a change is a
- * bug). */
 /* An on-by-default switch: off when the variable reads 0, false, off or
  * no (any case), the words the Python package's switches take. */
 static int env_on(const char *name) {
@@ -707,9 +704,28 @@ static int env_on(const char *name) {
   return 1;
 }
 
+static int pool_map_sizes(bench_t *B, voxconv_handle_t *h, int l, int check);
+static int build_map_ex(bench_t *B, voxconv_handle_t *h, int l,
+                        const int32_t *coords, int64_t n, int pool, int check,
+                        int timed, int defer, double *ms);
+
+/* Builds one map of level l on coords (n rows) through handle h: the
+ * submanifold map, or (pool) the 2/2 pool map, which also gives the next
+ * level's size. Timed into *ms when `timed` (else *ms = 0); checks the size
+ * against the plan when `check` (maps are deterministic, so a change is a
+ * bug). */
 static int build_map(bench_t *B, voxconv_handle_t *h, int l,
                      const int32_t *coords, int64_t n, int pool, int check,
                      int timed, double *ms) {
+  return build_map_ex(B, h, l, coords, n, pool, check, timed, 0, ms);
+}
+
+/* build_map; defer (a pool map): queued without waiting for its output
+ * count (voxconv_kmap_build_bounded's defer), which pool_map_sizes then
+ * waits for. */
+static int build_map_ex(bench_t *B, voxconv_handle_t *h, int l,
+                        const int32_t *coords, int64_t n, int pool, int check,
+                        int timed, int defer, double *ms) {
   net_level_t *L = &B->lv[l];
   const voxconv_coords_t c = level_coords(coords, n, l);
   const voxconv_kmap_desc_t d = pool ? pool2_desc() : subm3_desc();
@@ -734,10 +750,14 @@ static int build_map(bench_t *B, voxconv_handle_t *h, int l,
   if (timed && (rc = clock_start(B, &B->t_op)))
     return rc;
   TRY_ON(h, what,
-         bounded ? voxconv_kmap_build_bounded(h, &d, &c, &bounds, 0, map)
-                 : voxconv_kmap_build(h, &d, &c, NULL, map));
+         bounded || defer
+             ? voxconv_kmap_build_bounded(h, &d, &c, bounded ? &bounds : NULL,
+                                          defer, map)
+             : voxconv_kmap_build(h, &d, &c, NULL, map));
   if (timed && (rc = clock_stop(B, &B->t_op, ms)))
     return rc;
+  if (pool)
+    return defer ? 0 : pool_map_sizes(B, h, l, check);
   voxconv_kmap_info_t info;
   TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(*map, &info));
   /* A CUDA submanifold build does not wait for the GPU, so its pair count
@@ -750,16 +770,27 @@ static int build_map(bench_t *B, voxconv_handle_t *h, int l,
     TRY_ON(h, "voxconv_kmap_wait", voxconv_kmap_wait(h, *map));
     TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(*map, &info));
   }
-  if (!pool) {
-    if (check && info.n_pairs != L->pairs_subm) {
-      fprintf(stderr,
-              "voxconv bench: level %d map has %lld pairs, %lld before: maps "
-              "are not deterministic\n",
-              l, (long long)info.n_pairs, (long long)L->pairs_subm);
-      return VT_EXIT_FAIL;
-    }
-    L->pairs_subm = info.n_pairs;
-    return 0;
+  if (check && info.n_pairs != L->pairs_subm) {
+    fprintf(stderr,
+            "voxconv bench: level %d map has %lld pairs, %lld before: maps "
+            "are not deterministic\n",
+            l, (long long)info.n_pairs, (long long)L->pairs_subm);
+    return VT_EXIT_FAIL;
+  }
+  L->pairs_subm = info.n_pairs;
+  return 0;
+}
+
+/* A pool map's sizes, waiting for a deferred build's count first: the
+ * next level's row count; checked against the plan when `check`. */
+static int pool_map_sizes(bench_t *B, voxconv_handle_t *h, int l,
+                          int check) {
+  net_level_t *L = &B->lv[l];
+  voxconv_kmap_info_t info;
+  TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->pool, &info));
+  if (info.n_out < 0) {
+    TRY_ON(h, "voxconv_kmap_wait", voxconv_kmap_wait(h, L->pool));
+    TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->pool, &info));
   }
   if (check && (info.n_pairs != L->pairs_pool || info.n_out != L->n_next)) {
     fprintf(stderr,
@@ -970,13 +1001,60 @@ static int level_convs(bench_t *B, int l, int *r_io, int rec, int per_layer) {
   return 0;
 }
 
+/* VOXCONV_BENCH_TRACE=1 (a diagnostic, not a documented option): each
+ * overlapped end-to-end forward prints on stderr the host clock, in ms
+ * from its start event, at every step it issues -- when the host got past
+ * each map build (the pooled levels' builds wait for their output count)
+ * and queued each level's work -- to be read beside the per-layer rows:
+ * a level's convolutions queued later than the GPU could have started
+ * them mean the GPU waited on the host (docs/perf-notes.md item 141). */
+enum { k_trace_max = 64 };
+static struct {
+  int on, n;
+  double t0, at[k_trace_max];
+  const char *what[k_trace_max];
+  int level[k_trace_max];
+} g_trace;
+
+static void trace_mark(const char *what, int level) {
+  if (!g_trace.on || g_trace.n >= k_trace_max)
+    return;
+  g_trace.what[g_trace.n] = what;
+  g_trace.level[g_trace.n] = level;
+  g_trace.at[g_trace.n++] = vt_now_ms() - g_trace.t0;
+}
+
+static void trace_begin(int overlap, const double *total) {
+  static int checked;
+  if (!checked) {
+    const char *v = getenv("VOXCONV_BENCH_TRACE");
+    g_trace.on = v && strcmp(v, "1") == 0;
+    checked = 1;
+  }
+  g_trace.n = 0;
+  g_trace.t0 = vt_now_ms();
+  if (!overlap || !total) /* only the overlapped end-to-end runs */
+    g_trace.n = k_trace_max;
+}
+
+static void trace_print(double total) {
+  if (!g_trace.on || g_trace.n >= k_trace_max)
+    return;
+  fprintf(stderr, "[trace] forward %.3f ms:", total);
+  for (int i = 0; i < g_trace.n; i++)
+    fprintf(stderr, " L%d.%s %.3f", g_trace.level[i], g_trace.what[i],
+            g_trace.at[i]);
+  fputc('\n', stderr);
+}
+
 /* Forward from coordinates + features. per_layer: sync after every op and
  * record rows into run rep; otherwise only the end-to-end time (total
  * NULL: the caller times the run). overlap
- * (end to end only): maps are built on B->hm, on B->map_stream, and the
- * convolution stream waits for each map just before its first use, so a
- * level's pool map and the next level's submanifold map are built while
- * this level's convolutions run. */
+ * (end to end only): submanifold maps are built on B->hm (B->map_stream),
+ * pool maps deferred on B->hq (B->pool_stream), and the convolution
+ * stream waits for each map just before its first use, so a level's pool
+ * map and the next level's submanifold map are built while this level's
+ * convolutions run. */
 static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
                        double *total) {
   const int rec = per_layer ? rep : -1;
@@ -985,11 +1063,14 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
   int r = 0, rc;
   if (total && (rc = clock_start(B, &B->t_total)))
     return rc;
+  trace_begin(overlap, total);
   /* Map work starts after the start event (and after the last run's use of
    * the map stream's memory). */
-  if (overlap)
+  if (overlap) {
     TRY_ON(hm, "voxconv_stream_wait",
            voxconv_stream_wait(hm, NULL)); /* B->h: legacy stream */
+    TRY_ON(B->hq, "voxconv_stream_wait", voxconv_stream_wait(B->hq, NULL));
+  }
   const int32_t *coords = B->coords;
   for (int l = 0; l < NET_LEVELS; l++) {
     net_level_t *L = &B->lv[l];
@@ -997,12 +1078,29 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
     double ms_subm = 0, ms_pool = 0;
     const int r_subm = r++;
     /* Per-layer runs build the level's pool map here too, so its row sits
-     * before the convolutions' as in the table; overlapped runs build it
-     * after they are queued. */
+     * before the convolutions' as in the table. Overlapped runs queue it
+     * deferred on the pool stream (level 0's after the submanifold build,
+     * which the first convolution waits for; the others beside it) and
+     * wait for its count once the level's convolutions are queued. This
+     * level's rows are the last pool map's outputs, written on the pool
+     * stream. */
+    if (overlap && l > 0)
+      TRY_ON(hm, "voxconv_stream_wait",
+             voxconv_stream_wait(hm, B->pool_stream));
     if ((rc = build_map(B, hm, l, coords, L->n, 0, 1, per_layer, &ms_subm)) ||
         (has_pool && !overlap &&
          (rc = build_map(B, hm, l, coords, L->n, 1, 1, per_layer, &ms_pool))))
       return rc;
+    trace_mark("subm", l);
+    if (overlap && has_pool) {
+      if (l == 0)
+        TRY_ON(B->hq, "voxconv_stream_wait",
+               voxconv_stream_wait(B->hq, B->map_stream));
+      if ((rc = build_map_ex(B, B->hq, l, coords, L->n, 1, 1, 0, 1,
+                             &ms_pool)))
+        return rc;
+      trace_mark("pool_queued", l);
+    }
     if (overlap) {
       TRY(B, "voxconv_stream_wait", voxconv_stream_wait(B->h, B->map_stream));
       /* On the preparation stream, after the build: the sort runs beside
@@ -1017,15 +1115,17 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
     }
     if ((rc = level_convs(B, l, &r, rec, per_layer)))
       return rc;
+    trace_mark("convs", l);
     const voxconv_feats_t b = feats_of(B, L->b, L->n, L->c);
     if (rec >= 0)
       B->rows[r_subm].ms[rec] = ms_subm;
     if (has_pool) {
       if (overlap) {
-        if ((rc = build_map(B, hm, l, coords, L->n, 1, 1, 0, &ms_pool)))
+        if ((rc = pool_map_sizes(B, B->hq, l, 1)))
           return rc;
+        trace_mark("pool_map", l);
         TRY(B, "voxconv_stream_wait",
-            voxconv_stream_wait(B->h, B->map_stream));
+            voxconv_stream_wait(B->h, B->pool_stream));
       }
       if (rec >= 0)
         B->rows[r].ms[rec] = ms_pool;
@@ -1035,9 +1135,17 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
                voxconv_pool_forward(B->h, L->pool, VOXCONV_POOL_MAX, &b, &y));
       TRY(B, "voxconv_kmap_out_coords",
           voxconv_kmap_out_coords(L->pool, &coords));
+      trace_mark("maxpool", l);
     }
   }
-  return total ? clock_stop(B, &B->t_total, total) : 0;
+  if (!total)
+    return 0;
+  trace_mark("end", NET_LEVELS - 1);
+  if ((rc = clock_stop(B, &B->t_total, total)))
+    return rc;
+  trace_mark("synced", NET_LEVELS - 1);
+  trace_print(*total);
+  return 0;
 }
 
 /* Backward through the maps the forward of this run built (total NULL:
@@ -1398,6 +1506,8 @@ static void bench_cleanup(bench_t *B) {
     voxconv_stream_destroy(B->h, B->map_stream);
     voxconv_destroy(B->hp);
     voxconv_stream_destroy(B->h, B->prep_stream);
+    voxconv_destroy(B->hq);
+    voxconv_stream_destroy(B->h, B->pool_stream);
     voxconv_destroy(B->h);
   }
 }
@@ -1444,7 +1554,9 @@ static int bench_setup(bench_t *B) {
     int rc;
     if ((rc = side_stream(B, &hd, &B->map_stream, &B->hm, "map handle")) ||
         (rc = side_stream(B, &hd, &B->prep_stream, &B->hp,
-                          "map preparation handle")))
+                          "map preparation handle")) ||
+        (rc = side_stream(B, &hd, &B->pool_stream, &B->hq,
+                          "pool map handle")))
       return rc;
   }
   if (cuda) {

@@ -61,6 +61,14 @@ typedef struct bench {
    * the host waits for; item 130). */
   voxconv_handle_t *hp;
   void *prep_stream;
+  /* ... and the handle and stream of the pooled levels' strided maps,
+   * built deferred (voxconv_kmap_build_bounded, defer = 1) before the
+   * level's convolutions are queued: on a stream of their own they do not
+   * queue behind the level's submanifold build, and the host waits for a
+   * pool map's count only after it has queued the level's convolutions
+   * (item 141). */
+  voxconv_handle_t *hq;
+  void *pool_stream;
   voxconv_backend_t backend;
   char device_name[300];
   int n_threads_shown;
