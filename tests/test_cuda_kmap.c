@@ -402,6 +402,39 @@ static void all_modes(const char *name, const int32_t *c, int64_t n,
   spconv_modes(name, c, n, gpu, expect_retry);
 }
 
+/* Rows at the coordinate limits: x near VOXCONV_COORD_MAX, y near
+ * VOXCONV_COORD_MIN, z around 0, so some partners of a row fall outside the
+ * limits on one axis and some on two: the GPU query's per-axis range
+ * checks (and any shortcut for rows whose every partner is in range, as
+ * tried in docs/perf-notes.md item 142) must give the CPU builder's
+ * tables. */
+static void edge_cases(voxconv_handle_t *gpu) {
+  int64_t n = 0;
+  int32_t *c = vc_random_coords(g_quick ? 300 : 3000, 6, &n);
+  for (int64_t i = 0; i < n; i++) {
+    c[4 * i + 1] = VOXCONV_COORD_MAX - 6 + (c[4 * i + 1] + 6) / 2; /* ..MAX */
+    c[4 * i + 2] = VOXCONV_COORD_MIN + (c[4 * i + 2] + 6) / 2;     /* MIN.. */
+  }
+  n = vc_sort_unique_coords(c, n);
+  shuffle_rows(c, n);
+  static const int subm[][4] = {
+      {3, 3, 3, 1}, {5, 5, 5, 2}, {2, 2, 2, 1}, {4, 3, 2, 3}};
+  char label[96];
+  for (int t = 0; t < 4; t++) {
+    voxconv_kmap_desc_t d = make_desc(VOXCONV_KMAP_SUBMANIFOLD, subm[t][0],
+                                      subm[t][1], subm[t][2], 1, subm[t][3]);
+    snprintf(label, sizeof label, "edges subm k%dx%dx%d d%d", subm[t][0],
+             subm[t][1], subm[t][2], subm[t][3]);
+    run_case(label, &d, c, n, 1, NULL, 0, 0, gpu, 0, 0);
+  }
+  voxconv_kmap_desc_t d = make_desc(VOXCONV_KMAP_STRIDED, 3, 3, 3, 2, 1);
+  voxconv_kmap_t *mc = run_case("edges strided k3x3x3 s2", &d, c, n, 1, NULL,
+                                0, 0, gpu, 0, 1);
+  if (mc)
+    voxconv_kmap_destroy(g_cpu, mc);
+  free(c);
+}
+
 /* ---- spconv's sets (issue 21): padding, EXPANDING, out_shape, inverse --- */
 static voxconv_kmap_desc_t padded_desc(voxconv_kmap_mode_t mode, int kx,
                                        int ky, int kz, int s, int d, int p) {
@@ -1353,6 +1386,7 @@ int main(int argc, char **argv) {
     g_order = VOXCONV_OFFSET_ORDER_X_SLOWEST;
     free(c);
   }
+  edge_cases(g_gpu);
   small_step_cases(&dg);
   error_cases();
   spconv_error_cases();

@@ -1079,11 +1079,12 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
     const int r_subm = r++;
     /* Per-layer runs build the level's pool map here too, so its row sits
      * before the convolutions' as in the table. Overlapped runs queue it
-     * deferred on the pool stream (level 0's after the submanifold build,
-     * which the first convolution waits for; the others beside it) and
-     * wait for its count once the level's convolutions are queued. This
-     * level's rows are the last pool map's outputs, written on the pool
-     * stream. */
+     * deferred on the pool stream right after the level's convolutions
+     * (on the GPU it runs beside the submanifold build and them) and then
+     * wait for its count. This level's rows are the last pool map's
+     * outputs, written on the pool stream. Measured against queuing it
+     * before the convolutions, and level 0's after the submanifold build:
+     * A int8 3.07-3.09 against 3.12-3.28 ms (docs/perf-notes.md item 141). */
     if (overlap && l > 0)
       TRY_ON(hm, "voxconv_stream_wait",
              voxconv_stream_wait(hm, B->pool_stream));
@@ -1092,15 +1093,6 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
          (rc = build_map(B, hm, l, coords, L->n, 1, 1, per_layer, &ms_pool))))
       return rc;
     trace_mark("subm", l);
-    if (overlap && has_pool) {
-      if (l == 0)
-        TRY_ON(B->hq, "voxconv_stream_wait",
-               voxconv_stream_wait(B->hq, B->map_stream));
-      if ((rc = build_map_ex(B, B->hq, l, coords, L->n, 1, 1, 0, 1,
-                             &ms_pool)))
-        return rc;
-      trace_mark("pool_queued", l);
-    }
     if (overlap) {
       TRY(B, "voxconv_stream_wait", voxconv_stream_wait(B->h, B->map_stream));
       /* On the preparation stream, after the build: the sort runs beside
@@ -1116,6 +1108,12 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
     if ((rc = level_convs(B, l, &r, rec, per_layer)))
       return rc;
     trace_mark("convs", l);
+    if (overlap && has_pool) {
+      if ((rc = build_map_ex(B, B->hq, l, coords, L->n, 1, 1, 0, 1,
+                             &ms_pool)))
+        return rc;
+      trace_mark("pool_queued", l);
+    }
     const voxconv_feats_t b = feats_of(B, L->b, L->n, L->c);
     if (rec >= 0)
       B->rows[r_subm].ms[rec] = ms_subm;

@@ -62,10 +62,10 @@ typedef struct bench {
   voxconv_handle_t *hp;
   void *prep_stream;
   /* ... and the handle and stream of the pooled levels' strided maps,
-   * built deferred (voxconv_kmap_build_bounded, defer = 1) before the
+   * built deferred (voxconv_kmap_build_bounded, defer = 1) right after the
    * level's convolutions are queued: on a stream of their own they do not
    * queue behind the level's submanifold build, and the host waits for a
-   * pool map's count only after it has queued the level's convolutions
+   * pool map's count only once it has queued the level's convolutions
    * (item 141). */
   voxconv_handle_t *hq;
   void *pool_stream;
