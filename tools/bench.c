@@ -1084,23 +1084,26 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
      * wait for its count. This level's rows are the last pool map's
      * outputs, written on the pool stream. Measured against queuing it
      * before the convolutions, and level 0's after the submanifold build:
-     * A int8 3.07-3.09 against 3.12-3.28 ms (docs/perf-notes.md item 141). */
+     * A int8 3.07-3.09 against 3.12-3.28 ms; with both map handles' builds
+     * issued by build workers (voxconv_handle_set_build_worker) and each
+     * pool map queued first, int8 3.10-3.16 and f16 0.09 ms slower
+     * (docs/perf-notes.md item 141). */
     if (overlap && l > 0)
-      TRY_ON(hm, "voxconv_stream_wait",
-             voxconv_stream_wait(hm, B->pool_stream));
+      TRY_ON(hm, "voxconv_kmap_order",
+             voxconv_kmap_order(hm, B->lv[l - 1].pool));
     if ((rc = build_map(B, hm, l, coords, L->n, 0, 1, per_layer, &ms_subm)) ||
         (has_pool && !overlap &&
          (rc = build_map(B, hm, l, coords, L->n, 1, 1, per_layer, &ms_pool))))
       return rc;
     trace_mark("subm", l);
     if (overlap) {
-      TRY(B, "voxconv_stream_wait", voxconv_stream_wait(B->h, B->map_stream));
+      TRY(B, "voxconv_kmap_order", voxconv_kmap_order(B->h, L->subm));
       /* On the preparation stream, after the build: the sort runs beside
        * the level's first convs and the map stream's next builds, and only
        * the first conv that tiles over the order waits for it (item 130). */
       if (B->prepare) {
-        TRY_ON(B->hp, "voxconv_stream_wait",
-               voxconv_stream_wait(B->hp, B->map_stream));
+        TRY_ON(B->hp, "voxconv_kmap_order",
+               voxconv_kmap_order(B->hp, L->subm));
         TRY_ON(B->hp, "voxconv_kmap_prepare",
                voxconv_kmap_prepare(B->hp, L->subm, B->prepare));
       }
@@ -1122,8 +1125,7 @@ static int net_forward(bench_t *B, int rep, int per_layer, int overlap,
         if ((rc = pool_map_sizes(B, B->hq, l, 1)))
           return rc;
         trace_mark("pool_map", l);
-        TRY(B, "voxconv_stream_wait",
-            voxconv_stream_wait(B->h, B->pool_stream));
+        TRY(B, "voxconv_kmap_order", voxconv_kmap_order(B->h, L->pool));
       }
       if (rec >= 0)
         B->rows[r].ms[rec] = ms_pool;
@@ -1556,6 +1558,7 @@ static int bench_setup(bench_t *B) {
         (rc = side_stream(B, &hd, &B->pool_stream, &B->hq,
                           "pool map handle")))
       return rc;
+
   }
   if (cuda) {
     voxconv_device_info_t di;
