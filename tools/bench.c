@@ -1001,7 +1001,7 @@ static int level_convs(bench_t *B, int l, int *r_io, int rec, int per_layer) {
   return 0;
 }
 
-/* VOXCONV_BENCH_TRACE=1 (a diagnostic, not a documented option): each
+/* VOXCONV_BENCH_TRACE=1 (a diagnostic; the usage text names it): each
  * overlapped end-to-end forward prints on stderr the host clock, in ms
  * from its start event, at every step it issues -- when the host got past
  * each map build (the pooled levels' builds wait for their output count)

@@ -92,9 +92,12 @@ void vt_bench_usage(FILE *out) {
       "bounds (compact sort keys; the same maps): VOXCONV_STRIDED_BOUNDS=0\n"
       "(or false, off, no) builds them without.\n"
       "Overlapped runs prepare each submanifold map (its row order, and for\n"
-      "a forward + backward dgrad's and its pair lists) on a third stream\n"
+      "a forward + backward dgrad's and its pair lists) on a stream of its own\n"
       "once built (voxconv_kmap_prepare): VOXCONV_MAP_PREPARE=0 leaves them\n"
       "to the convolutions.\n"
+      "VOXCONV_BENCH_TRACE=1 prints on stderr, for each overlapped end-to-end\n"
+      "forward, the host clock (ms from its start) at every step it issues:\n"
+      "whether the GPU waited on the host.\n"
       "Data folder: $VOXCONV_DATA_DIR, else %s\n",
       VOXCONV_DEFAULT_DATA_DIR);
 }
