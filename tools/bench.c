@@ -704,25 +704,30 @@ static int env_on(const char *name) {
   return 1;
 }
 
-static int pool_map_sizes(bench_t *B, voxconv_handle_t *h, int l, int check);
-static int build_map_ex(bench_t *B, voxconv_handle_t *h, int l,
-                        const int32_t *coords, int64_t n, int pool, int check,
-                        int timed, int defer, double *ms);
-
-/* Builds one map of level l on coords (n rows) through handle h: the
- * submanifold map, or (pool) the 2/2 pool map, which also gives the next
- * level's size. Timed into *ms when `timed` (else *ms = 0); checks the size
- * against the plan when `check` (maps are deterministic, so a change is a
- * bug). */
-static int build_map(bench_t *B, voxconv_handle_t *h, int l,
-                     const int32_t *coords, int64_t n, int pool, int check,
-                     int timed, double *ms) {
-  return build_map_ex(B, h, l, coords, n, pool, check, timed, 0, ms);
+/* A pool map's sizes, waiting for a deferred build's count first: the
+ * next level's row count; checked against the plan when `check`. */
+static int pool_map_sizes(bench_t *B, voxconv_handle_t *h, int l,
+                          int check) {
+  net_level_t *L = &B->lv[l];
+  voxconv_kmap_info_t info;
+  TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->pool, &info));
+  if (info.n_out < 0) {
+    TRY_ON(h, "voxconv_kmap_wait", voxconv_kmap_wait(h, L->pool));
+    TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->pool, &info));
+  }
+  if (check && (info.n_pairs != L->pairs_pool || info.n_out != L->n_next)) {
+    fprintf(stderr,
+            "voxconv bench: level %d pool map changed size between runs\n", l);
+    return VT_EXIT_FAIL;
+  }
+  L->pairs_pool = info.n_pairs;
+  L->n_next = info.n_out;
+  return 0;
 }
 
-/* build_map; defer (a pool map): queued without waiting for its output
- * count (voxconv_kmap_build_bounded's defer), which pool_map_sizes then
- * waits for. */
+/* build_map (below) with `defer`: a pool map queued without waiting for
+ * its output count (voxconv_kmap_build_bounded's defer), which
+ * pool_map_sizes then waits for. */
 static int build_map_ex(bench_t *B, voxconv_handle_t *h, int l,
                         const int32_t *coords, int64_t n, int pool, int check,
                         int timed, int defer, double *ms) {
@@ -781,25 +786,15 @@ static int build_map_ex(bench_t *B, voxconv_handle_t *h, int l,
   return 0;
 }
 
-/* A pool map's sizes, waiting for a deferred build's count first: the
- * next level's row count; checked against the plan when `check`. */
-static int pool_map_sizes(bench_t *B, voxconv_handle_t *h, int l,
-                          int check) {
-  net_level_t *L = &B->lv[l];
-  voxconv_kmap_info_t info;
-  TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->pool, &info));
-  if (info.n_out < 0) {
-    TRY_ON(h, "voxconv_kmap_wait", voxconv_kmap_wait(h, L->pool));
-    TRY(B, "voxconv_kmap_get_info", voxconv_kmap_get_info(L->pool, &info));
-  }
-  if (check && (info.n_pairs != L->pairs_pool || info.n_out != L->n_next)) {
-    fprintf(stderr,
-            "voxconv bench: level %d pool map changed size between runs\n", l);
-    return VT_EXIT_FAIL;
-  }
-  L->pairs_pool = info.n_pairs;
-  L->n_next = info.n_out;
-  return 0;
+/* Builds one map of level l on coords (n rows) through handle h: the
+ * submanifold map, or (pool) the 2/2 pool map, which also gives the next
+ * level's size. Timed into *ms when `timed` (else *ms = 0); checks the size
+ * against the plan when `check` (maps are deterministic, so a change is a
+ * bug). */
+static int build_map(bench_t *B, voxconv_handle_t *h, int l,
+                     const int32_t *coords, int64_t n, int pool, int check,
+                     int timed, double *ms) {
+  return build_map_ex(B, h, l, coords, n, pool, check, timed, 0, ms);
 }
 
 /* --dtype i8: a weight tensor's scale q as the per-channel array [c] the
@@ -1010,14 +1005,16 @@ static int level_convs(bench_t *B, int l, int *r_io, int rec, int per_layer) {
  * them mean the GPU waited on the host (docs/perf-notes.md item 141). */
 enum { k_trace_max = 64 };
 static struct {
-  int on, n;
+  int on;     /* VOXCONV_BENCH_TRACE=1 */
+  int active; /* in an overlapped end-to-end forward */
+  int n;
   double t0, at[k_trace_max];
   const char *what[k_trace_max];
   int level[k_trace_max];
 } g_trace;
 
 static void trace_mark(const char *what, int level) {
-  if (!g_trace.on || g_trace.n >= k_trace_max)
+  if (!g_trace.active || g_trace.n >= k_trace_max)
     return;
   g_trace.what[g_trace.n] = what;
   g_trace.level[g_trace.n] = level;
@@ -1031,14 +1028,13 @@ static void trace_begin(int overlap, const double *total) {
     g_trace.on = v && strcmp(v, "1") == 0;
     checked = 1;
   }
+  g_trace.active = g_trace.on && overlap && total;
   g_trace.n = 0;
   g_trace.t0 = vt_now_ms();
-  if (!overlap || !total) /* only the overlapped end-to-end runs */
-    g_trace.n = k_trace_max;
 }
 
 static void trace_print(double total) {
-  if (!g_trace.on || g_trace.n >= k_trace_max)
+  if (!g_trace.active)
     return;
   fprintf(stderr, "[trace] forward %.3f ms:", total);
   for (int i = 0; i < g_trace.n; i++)
@@ -1558,7 +1554,6 @@ static int bench_setup(bench_t *B) {
         (rc = side_stream(B, &hd, &B->pool_stream, &B->hq,
                           "pool map handle")))
       return rc;
-
   }
   if (cuda) {
     voxconv_device_info_t di;

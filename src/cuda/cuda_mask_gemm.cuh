@@ -626,10 +626,9 @@ __device__ __forceinline__ void im2col_element(int v, int kvol, int *r,
 /* The whole-row im2col tile's gather sources (the int8 tile 18,
  * cuda_int8.cu, used this too until it read its table by flat index,
  * docs/perf-notes.md item 140): element v = tid + j * THREADS of row tile
- * `tile` is
- * (r, k) = im2col_element<BM, ROWS>(v) of output row order[m0 + r] (m0 + r
- * without an order), src[j] its neighbour-table entry, -1 past the rows
- * or the tiles. LDG: read the table through the read-only path (__ldg).
+ * `tile` is (r, k) = im2col_element<BM, ROWS>(v) of output row
+ * order[m0 + r] (m0 + r without an order), src[j] its neighbour-table
+ * entry, -1 past the rows or the tiles. LDG: read the table through the read-only path (__ldg).
  * Each kernel keeps the form it was measured fastest with, and they
  * differ (H200, workload A's 3 -> 64, s24 calls 6, 8, 9): the f16 kernel
  * 0.278 ms with plain loads and 0.408 with __ldg, the int8 tile 18 0.307

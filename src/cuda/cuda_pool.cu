@@ -175,9 +175,10 @@ __global__ void vc_pool_reduce_kernel(const int32_t *__restrict__ nbr,
  * where vc_pool_reduce_kernel converts every byte to float and back (16
  * conversions a clock per SM against 128 FP32 operations: workload A's
  * int8 level-0 pool moved half the bytes of the f16 one in nine tenths of
- * its time, docs/perf-notes.md item 139). Integers have no NaN and their maximum is exact, so the bits
- * are the float path's: the maximum of the present rows, 0 for a row with
- * none. An absent pair gathers nothing and counts as -128, max's identity.
+ * its time, docs/perf-notes.md item 139). Integers have no NaN and their
+ * maximum is exact, so the bits are the float path's: the maximum of the
+ * present rows, 0 for a row with none. An absent pair gathers nothing and
+ * counts as -128, max's identity.
  * KT > 0: the K known at compile time, all KT index loads, then all
  * gathers, then the reduction (loads in flight, as the float kernel). */
 template <int KT>
