@@ -15,7 +15,8 @@ rows pay), median of N:
   geometry functional._geometry: the cached kernel-map lookup
   C call   _ops._launch of voxconv_conv_forward on a preallocated output
   op       _ops._conv_fwd (allocation + C call)
-  _ops.conv, conv_geom, fwd raw (the module forward without its
+  _ops.conv, conv_geom, cached (functional.conv_cached, the modules' path once
+           the map is cached), fwd raw (the module forward without its
            torch.compiler.disable wrapper), forward, module: each layer
            above the last, under no_grad
   op grad, geom grad, autograd: _ops.conv, conv_geometry and the module
@@ -154,6 +155,8 @@ def main():
 
     ks, st, dl = conv.kernel_size, conv.stride, conv.dilation
     raw_forward = getattr(type(conv).forward, "__wrapped__", None)
+    # the cached-map path of the module forwards (functional.conv_cached)
+    plan = vnn._call_plan(conv) if hasattr(F, "conv_cached") else None
 
     def no_grad(fn):
         def run():
@@ -173,6 +176,8 @@ def main():
         ("_ops.conv", no_grad(lambda: _ops.conv(feats, conv.weight, km, *cfg))),
         ("conv_geom", no_grad(lambda: F.conv_geometry(x, conv.weight, None, ks, st, dl, False,
                                                       False, None, cfg, False))),
+        ("cached", no_grad(lambda: F.conv_cached(x, conv.weight, None, cfg, plan[1], plan[2],
+                                                 False)) if plan else None),
         ("fwd raw", no_grad(lambda: raw_forward(conv, x)) if raw_forward else None),
         ("forward", no_grad(lambda: conv.forward(x))),
         ("module", module_no_grad),

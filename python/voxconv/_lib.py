@@ -89,6 +89,13 @@ class Weights(ctypes.Structure):
                 ("dtype", ctypes.c_int)]
 
 
+class ArgBlock(ctypes.Structure):
+    """A handle's scratch arguments of the fast paths in one buffer
+    (voxconv/_ops.py fills the ones a call passes with one
+    struct.pack_into instead of a ctypes field assignment per member)."""
+    _fields_ = [("fa", Feats), ("fb", Feats), ("fc", Feats), ("wt", Weights)]
+
+
 class KmapDesc(ctypes.Structure):
     # voxconv_kmap_desc_t; fields after dilation are 0 unless set: padded
     # (0 centred offsets, 1 padding[]), padding, out_shape (EXPANDING and

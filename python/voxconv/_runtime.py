@@ -88,9 +88,11 @@ class Handle:
         # gone by then and the process is ending anyway.
         self._finalizer.atexit = False
         # Scratch argument structs of the fast paths (_ops), filled under
-        # self.lock; the byref objects are made once.
-        self.fa, self.fb, self.fc = _lib.Feats(), _lib.Feats(), _lib.Feats()
-        self.wt = _lib.Weights()
+        # self.lock; the byref objects are made once. fa, fb, fc and wt are
+        # views of one block, which _ops fills with one struct.pack_into.
+        self.args = _lib.ArgBlock()
+        self.fa, self.fb, self.fc = self.args.fa, self.args.fb, self.args.fc
+        self.wt = self.args.wt
         self.ra, self.rb, self.rc = (ctypes.byref(self.fa), ctypes.byref(self.fb),
                                      ctypes.byref(self.fc))
         # pooling's backward takes four feature arrays

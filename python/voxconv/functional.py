@@ -250,6 +250,14 @@ _CASTABLE = (torch.float32, torch.float16, torch.bfloat16)
 _any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None)
 
 
+def _autocast_on_old():  # torch < 2: no single call for every device
+    return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
+
+
+# whether autocast is on for any device (conv_cached)
+_autocast_on = _any_autocast if _any_autocast is not None else _autocast_on_old
+
+
 def _autocast(feats, weight, bias):
     if _any_autocast is not None and not _any_autocast():
         return feats, weight, bias
@@ -342,6 +350,59 @@ def conv_geometry(input, weight, bias, ks, st, dl, transposed, generative, out_c
     else:
         km, out_set = _geometry_ext(input, ks, st, dl, transposed, generative, out_coords, geo)
     y = _ops.weighted("depthwise" if depthwise else "conv", feats, weight, km, cfg)
+    if bias is not None:
+        y = y + bias
+    return SparseTensor._wrap(y, out_set)
+
+
+def conv_cached(input, weight, bias, cfg, mkey, kvol, depthwise):
+    """conv_geometry's common case in one frame, or None when it is not
+    that case: a SparseTensor whose coordinate set has the map ``mkey``
+    (kmap.plain_map_key of a centred submanifold or strided geometry) in
+    its cache, autocast off, and weight (``[kvol, C, C_out]``; depthwise
+    ``[kvol, C]``) and bias a valid pair for the features (dtype, device,
+    shape). The module forwards try it first and otherwise call
+    conv_geometry, which checks the same things and raises what fails: no
+    error is raised here, and every condition is a plain comparison, so
+    the call does what conv_geometry would (test_nn's fast-path tests run
+    both on the same inputs). Host time per layer call, the issue-20
+    target (docs/perf-notes.md item 143): conv_geometry's general
+    branches, its helper frames and nn.Module's attribute lookup of the
+    parameters cost more than the launch itself."""
+    if type(input) is not SparseTensor or _autocast_on():
+        return None
+    feats = input.feats
+    if not isinstance(feats, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        return None
+    dt = feats.dtype
+    dev = feats.get_device()
+    cuda = feats.is_cuda
+    if weight.dtype is not dt or weight.get_device() != dev or weight.is_cuda is not cuda:
+        return None
+    ws = weight.shape
+    C = feats.shape[1] if feats.dim() == 2 else -1
+    if depthwise:
+        if len(ws) != 2 or ws[0] != kvol or ws[1] != C:
+            return None
+        cout = C
+    else:
+        if len(ws) != 3 or ws[0] != kvol or ws[1] != C:
+            return None
+        cout = ws[2]
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dtype is not dt
+                             or bias.get_device() != dev or bias.is_cuda is not cuda
+                             or bias.shape != (cout,)):
+        return None
+    cs = input._set
+    if cs.version is not None and cs.coords._version != cs.version:
+        return None
+    entry = cs.kmaps.get(mkey)
+    if entry is None:
+        return None
+    out_set = entry[1]()
+    if out_set is None:
+        return None
+    y = _ops.weighted("depthwise" if depthwise else "conv", feats, weight, entry[0], cfg)
     if bias is not None:
         y = y + bias
     return SparseTensor._wrap(y, out_set)

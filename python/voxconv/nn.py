@@ -96,28 +96,68 @@ def _cfg(module):
             F.tristate(module.deterministic, "deterministic"))
 
 
+# The attributes a conv module's call plan is made from.
+_PLAN_ATTRS = frozenset(("fwd_algo", "bwd_algo", "use_fp16_accum", "deterministic",
+                         "kernel_size", "stride", "dilation", "transposed", "generative",
+                         "_geo"))
+
+
 def _call_plan(module):
-    """(cfg, mkey) of a conv module's forward: cfg as _cfg, mkey the
+    """(cfg, mkey, kvol) of a conv module's forward: cfg as _cfg, mkey the
     kmap.plain_map_key of its geometry (None when transposed, generative
-    or with keyword geometry). Remembered with the attribute values it was
-    made from and made again when any of them changed, so that setting
-    e.g. ``layer.use_fp16_accum`` or ``layer.stride`` after construction
-    still takes effect; making it on every call cost ~1-2 us of host time
-    (two tristates, the map key through three calls; perf-notes item 83)."""
-    raw = (module.fwd_algo, module.bwd_algo, module.use_fp16_accum, module.deterministic,
-           module.kernel_size, module.stride, module.dilation, module.transposed,
-           module.generative, module._geo)
-    memo = module.__dict__.get("_plan_memo")
-    if memo is not None and memo[0] == raw:
-        return memo[1]
-    plain = not (module.transposed or module.generative) and module._geo is None
-    plan = (_cfg(module), plain_map_key(module.kernel_size, module.stride, module.dilation)
-            if plain else None)
-    module.__dict__["_plan_memo"] = (raw, plan)
+    or with keyword geometry), kvol its kernel volume. Made on first use
+    and kept until an attribute it is made from is set or deleted
+    (_ConvModule), so that setting e.g. ``layer.use_fp16_accum`` or
+    ``layer.stride`` after construction still takes effect. Making it on
+    every call cost ~1-2 us of host time (perf-notes item 83), comparing
+    the attributes with the ones it was made from ~0.5 us (item 143)."""
+    plan = module.__dict__.get("_plan")
+    if plan is None:
+        plain = not (module.transposed or module.generative) and module._geo is None
+        ks = module.kernel_size
+        plan = (_cfg(module),
+                plain_map_key(ks, module.stride, module.dilation) if plain else None,
+                ks[0] * ks[1] * ks[2])
+        module.__dict__["_plan"] = plan
     return plan
 
 
-class SparseConv3d(nn.Module):
+class _ConvModule(nn.Module):
+    """Base of the conv modules: drops the call plan (_call_plan) when an
+    attribute it is made from is set or deleted."""
+
+    def __setattr__(self, name, value):
+        if name in _PLAN_ATTRS:
+            self.__dict__.pop("_plan", None)
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if name in _PLAN_ATTRS:
+            self.__dict__.pop("_plan", None)
+        super().__delattr__(name)
+
+
+def _conv_forward(module, input, out_coords, depthwise):
+    """A conv module's forward: F.conv_cached when its map is cached (the
+    parameters read from _parameters: nn.Module.__getattr__ is a Python
+    call per read), else F.conv_geometry, which builds the map, handles
+    every other case and validates."""
+    cfg, mkey, kvol = _call_plan(module)
+    if mkey is not None and out_coords is None:
+        p = module._parameters
+        # bias: a parameter, or None as a plain attribute (bias=False); as
+        # anything else (a buffer, a replaced attribute) module.bias decides
+        if "bias" in p or module.__dict__.get("bias", 0) is None:
+            y = F.conv_cached(input, p.get("weight"), p.get("bias"), cfg, mkey, kvol,
+                              depthwise)
+            if y is not None:
+                return y
+    return F.conv_geometry(input, module.weight, module.bias, module.kernel_size, module.stride,
+                           module.dilation, module.transposed, module.generative, out_coords,
+                           cfg, depthwise, geo=module._geo, mkey=mkey)
+
+
+class SparseConv3d(_ConvModule):
     """Sparse 3-D convolution (see :func:`voxconv.spatially_sparse_conv`).
 
     stride 1: submanifold; stride > 1: strided downsampling;
@@ -162,10 +202,7 @@ class SparseConv3d(nn.Module):
     @_ops.outside_compile
     def forward(self, input, out_coords=None):
         # Arguments were validated at construction: the normalised core.
-        cfg, mkey = _call_plan(self)
-        return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
-                               self.dilation, self.transposed, self.generative, out_coords,
-                               cfg, False, geo=self._geo, mkey=mkey)
+        return _conv_forward(self, input, out_coords, False)
 
     def extra_repr(self):
         s = (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
@@ -197,7 +234,7 @@ class SparseConvTranspose3d(SparseConv3d):
                          transposed=True, generative=generative, **kwargs)
 
 
-class SparseDepthwiseConv3d(nn.Module):
+class SparseDepthwiseConv3d(_ConvModule):
     """Depthwise sparse convolution, weight ``[K, channels]``."""
 
     def __init__(self, channels, kernel_size=3, stride=1, dilation=1, bias=True,
@@ -225,10 +262,7 @@ class SparseDepthwiseConv3d(nn.Module):
 
     @_ops.outside_compile
     def forward(self, input, out_coords=None):
-        cfg, mkey = _call_plan(self)
-        return F.conv_geometry(input, self.weight, self.bias, self.kernel_size, self.stride,
-                               self.dilation, self.transposed, self.generative, out_coords,
-                               cfg, True, geo=self._geo, mkey=mkey)
+        return _conv_forward(self, input, out_coords, True)
 
     def extra_repr(self):
         return (f"{self.channels}, kernel_size={self.kernel_size}, stride={self.stride}, "

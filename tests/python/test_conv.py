@@ -380,3 +380,111 @@ def test_nan_propagates_without_crash():
     x[0, 0] = float("nan")
     y = voxconv.spatially_sparse_conv(voxconv.SparseTensor(x, coords), torch.randn(27, 2, 2))
     assert torch.isnan(y.feats).any()
+
+
+# ---- the modules' cached-map path (functional.conv_cached) ---------------------
+# A conv module whose map is in its input's cache skips conv_geometry's
+# general path (host time per call, issue 20). These tests pin what it must
+# keep: the same results and gradients, the same errors, and that it is
+# taken at all (a change that silently sends every call back through
+# conv_geometry would lose the gain without failing anything else).
+
+def _module(depthwise, stride, bias, dtype, device):
+    if depthwise:
+        return voxconv.nn.SparseDepthwiseConv3d(4, 3, stride=stride, bias=bias, dtype=dtype,
+                                                device=device)
+    return voxconv.nn.SparseConv3d(4, 5, 3, stride=stride, bias=bias, dtype=dtype,
+                                   device=device)
+
+
+def _functional(depthwise, inp, m, stride):
+    fn = voxconv.spatially_sparse_depthwise_conv if depthwise else voxconv.spatially_sparse_conv
+    return fn(inp, m.weight, 3, stride, bias=m.bias)
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("bias", [False, True])
+def test_cached_map_path_taken_and_exact(device, depthwise, stride, bias, monkeypatch):
+    """Second call of a module on the same coordinates: conv_cached runs
+    (conv_geometry is not called), the output is the brute-force fp64
+    reference's and the functional API's, on the same output coordinates,
+    and so are the input, weight and bias gradients: bit for bit on the
+    CPU (fp64, one algorithm), within fp32's bound on CUDA (the tuner may
+    run another algorithm for the second call)."""
+    def same(a, b):
+        if device.type == "cpu":
+            assert torch.equal(a, b)
+        else:
+            _assert_close(a, b.double().cpu(), dtype)
+    from voxconv import functional as F
+    dtype = torch.float64 if device.type == "cpu" else torch.float32
+    coords = ref.rand_coords(150, 8, 2)
+    feats = torch.randn(len(coords), 4, dtype=dtype, device=device, requires_grad=True)
+    inp = voxconv.SparseTensor(feats, coords.to(device))
+    m = _module(depthwise, stride, bias, dtype, device)
+    # builds the map through conv_geometry; the cache keeps a strided map
+    # while its output coordinates live (kmap._live), so they are kept
+    first = m(inp)  # noqa: F841
+    general = F.conv_geometry
+    seen = []
+    monkeypatch.setattr(F, "conv_geometry", lambda *a, **k: seen.append(1) or general(*a, **k))
+    y = m(inp)
+    assert seen == [], "the cached map's call went through conv_geometry"
+    monkeypatch.setattr(F, "conv_geometry", general)
+    want = _functional(depthwise, inp, m, stride)
+    assert y.coordinate_set is want.coordinate_set
+    same(y.feats, want.feats)
+    out_ref, pairs = ref.kernel_pairs("submanifold" if stride == 1 else "strided", coords,
+                                      (3, 3, 3), (stride,) * 3, (1, 1, 1))
+    expect = (ref.depthwise if depthwise else ref.conv)(feats.detach(), m.weight.detach(),
+                                                          len(out_ref), pairs)
+    if bias:
+        expect = expect + m.bias.detach().double().cpu()
+    assert torch.equal(y.coords.cpu(), out_ref)
+    _assert_close(y.feats, expect, dtype)
+    g = torch.randn_like(y.feats)
+    params = [feats, m.weight] + ([m.bias] if bias else [])
+    got = torch.autograd.grad(y.feats, params, g)
+    exp = torch.autograd.grad(want.feats, params, g)
+    for a, b in zip(got, exp):
+        same(a, b)
+
+
+def test_cached_map_path_keeps_the_errors():
+    """With the map cached, what conv_geometry rejects is still rejected
+    with its error: a weight of another dtype, features with other
+    channels or rows, coordinates written in place."""
+    coords = ref.rand_coords(100, 7, 2)
+    inp = voxconv.SparseTensor(torch.randn(len(coords), 4, dtype=torch.float64), coords)
+    m = voxconv.nn.SparseConv3d(4, 5, 3, bias=False, dtype=torch.float64)
+    m(inp)
+    with pytest.raises(voxconv.errors.DtypeMismatchError):
+        m.float()(inp)
+    m.double()
+    with pytest.raises(voxconv.errors.ShapeMismatchError):
+        m(inp.replace_feature(torch.randn(len(coords), 6, dtype=torch.float64)))
+    bad_rows = inp.replace_feature(inp.feats)
+    bad_rows.feats = torch.randn(len(coords) + 1, 4, dtype=torch.float64)
+    with pytest.raises(voxconv.errors.VoxconvError):
+        m(bad_rows)
+    m.bias = torch.nn.Parameter(torch.randn(4, dtype=torch.float64))  # wrong length
+    with pytest.raises(voxconv.errors.ShapeMismatchError):
+        m(inp)
+    m.bias = None
+    assert m(inp).feats.shape == (len(coords), 5)
+    inp.coordinate_set.coords.add_(0)  # an in-place write: the maps are stale
+    with pytest.raises(voxconv.errors.KmapMismatchError):
+        m(inp)
+
+
+def test_cached_map_path_sees_a_bias_buffer():
+    """A bias registered as a buffer (not a parameter) after construction
+    is added on the cached-map path too: the module's attribute decides."""
+    coords = ref.rand_coords(80, 6, 1)
+    inp = voxconv.SparseTensor(torch.randn(len(coords), 4, dtype=torch.float64), coords)
+    m = voxconv.nn.SparseConv3d(4, 5, 3, bias=False, dtype=torch.float64)
+    plain = m(inp).feats
+    del m.bias
+    m.register_buffer("bias", torch.randn(5, dtype=torch.float64))
+    assert torch.equal(m(inp).feats, plain + m.bias)
