@@ -187,8 +187,7 @@ def _block_packer(layout):
         if slot.offset != pos:
             raise RuntimeError("voxconv: unexpected ArgBlock layout")
         body = {"f": "Pqqi", "w": "Pqqqi", "-": ""}[what]
-        used = struct.calcsize("@" + body) if body else 0
-        fmt += body + (f"{slot.size - used}x" if slot.size > used else "")
+        fmt += body + f"{slot.size - struct.calcsize('@' + body)}x"  # the padding
         pos += slot.size
     packer = struct.Struct(fmt)
     if packer.size != ctypes.sizeof(blk):

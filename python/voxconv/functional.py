@@ -254,12 +254,12 @@ def _autocast_on_old():  # torch < 2: no single call for every device
     return torch.is_autocast_enabled() or torch.is_autocast_cpu_enabled()
 
 
-# whether autocast is on for any device (conv_cached)
+# whether autocast is on for any device (_autocast, conv_cached)
 _autocast_on = _any_autocast if _any_autocast is not None else _autocast_on_old
 
 
 def _autocast(feats, weight, bias):
-    if _any_autocast is not None and not _any_autocast():
+    if not _autocast_on():
         return feats, weight, bias
     on, dt = _autocast_state("cuda" if feats.is_cuda else "cpu")
     if not on:
@@ -364,8 +364,8 @@ def conv_cached(input, weight, bias, cfg, mkey, kvol, depthwise):
     shape). The module forwards try it first and otherwise call
     conv_geometry, which checks the same things and raises what fails: no
     error is raised here, and every condition is a plain comparison, so
-    the call does what conv_geometry would (test_nn's fast-path tests run
-    both on the same inputs). Host time per layer call, the issue-20
+    the call does what conv_geometry would (test_conv's cached-map tests
+    run both on the same inputs). Host time per layer call, the issue-20
     target (docs/perf-notes.md item 143): conv_geometry's general
     branches, its helper frames and nn.Module's attribute lookup of the
     parameters cost more than the launch itself."""

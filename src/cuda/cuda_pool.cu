@@ -181,6 +181,14 @@ __global__ void vc_pool_reduce_kernel(const int32_t *__restrict__ nbr,
  * counts as -128, max's identity.
  * KT > 0: the K known at compile time, all KT index loads, then all
  * gathers, then the reduction (loads in flight, as the float kernel). */
+__device__ __forceinline__ void vc_vmax16(uint4 &acc, const uint4 x) {
+  /* acc = the signed bytewise maximum of acc and x, 16 int8 channels */
+  acc.x = __vmaxs4(acc.x, x.x);
+  acc.y = __vmaxs4(acc.y, x.y);
+  acc.z = __vmaxs4(acc.z, x.z);
+  acc.w = __vmaxs4(acc.w, x.w);
+}
+
 template <int KT>
 __global__ void vc_pool_max_i8_kernel(const int32_t *__restrict__ nbr,
                                       int64_t n_rows, int K, int64_t C,
@@ -210,10 +218,7 @@ __global__ void vc_pool_max_i8_kernel(const int32_t *__restrict__ nbr,
 #pragma unroll
       for (int k = 0; k < KK; k++) {
         any = any || s[k] >= 0;
-        acc.x = __vmaxs4(acc.x, x[k].x);
-        acc.y = __vmaxs4(acc.y, x[k].y);
-        acc.z = __vmaxs4(acc.z, x[k].z);
-        acc.w = __vmaxs4(acc.w, x[k].w);
+        vc_vmax16(acc, x[k]);
       }
     } else {
       for (int k = 0; k < K; k++) {
@@ -223,10 +228,7 @@ __global__ void vc_pool_max_i8_kernel(const int32_t *__restrict__ nbr,
         const uint4 x =
             __ldg(reinterpret_cast<const uint4 *>(src + (int64_t)s * C + c));
         any = true;
-        acc.x = __vmaxs4(acc.x, x.x);
-        acc.y = __vmaxs4(acc.y, x.y);
-        acc.z = __vmaxs4(acc.z, x.z);
-        acc.w = __vmaxs4(acc.w, x.w);
+        vc_vmax16(acc, x);
       }
     }
     *reinterpret_cast<uint4 *>(dst + r * C + c) =
