@@ -273,22 +273,36 @@ def _dw_wgrad(x, dy, km, cfg):
     return dw
 
 
+def _feats_packer(n):
+    """A struct.Struct that writes n consecutive voxconv_feats_t (a
+    handle's pool_args) in one call; padding from ctypes, as
+    _block_packer's."""
+    body, one = "Pqqi", ctypes.sizeof(_lib.Feats)
+    packer = struct.Struct("@" + (body + f"{one - struct.calcsize('@' + body)}x") * n)
+    if packer.size != n * one:
+        raise RuntimeError("voxconv: unexpected voxconv_feats_t size")
+    return packer
+
+
+_PACK_FEATS = {2: _feats_packer(2), 4: _feats_packer(4)}
+
+
 def _launch_feats(fn, name, km, mode, ts):
-    """fn(h, map, [mode,] *ts) with ts feature tensors (None passes NULL):
-    pooling and unpooling on the handle's scratch structs, as _launch."""
+    """fn(h, map, [mode,] *ts) with ts two or four feature tensors (None
+    passes NULL): pooling and unpooling on the handle's pool_args, written
+    with one struct.pack_into as _launch writes its block."""
     h = _runtime.handle_for_tensor(ts[-1])
     if h.stream != km._last_user:
         km.use_on(h)
+    vals, refs = [], h.pool_refs[:len(ts)]
+    for i, t in enumerate(ts):
+        if t is None:  # NULL pointer: its slot is zeroed and not passed
+            vals += (0, 0, 0, 0)
+            refs = refs[:i] + (None,) + refs[i + 1:]
+        else:  # a t of the wrong rank gives the wrong item count: struct.error
+            vals += (t.data_ptr(), *t.shape, _DT[t.dtype])
     with h.lock:
-        refs = []
-        for (f, r), t in zip(h.feats4, ts):
-            if t is None:
-                refs.append(None)
-                continue
-            f.data = t.data_ptr() or None
-            f.rows, f.channels = t.shape
-            f.dtype = _DT[t.dtype]
-            refs.append(r)
+        _PACK_FEATS[len(ts)].pack_into(h.pool_args, 0, *vals)
         st = fn(h.ptr, km.ptr, mode, *refs) if mode is not None else fn(h.ptr, km.ptr, *refs)
         _runtime._last_handle = h
         if st:

@@ -95,10 +95,10 @@ class Handle:
         self.wt = self.args.wt
         self.ra, self.rb, self.rc = (ctypes.byref(self.fa), ctypes.byref(self.fb),
                                      ctypes.byref(self.fc))
-        # pooling's backward takes four feature arrays
-        self.fd = _lib.Feats()
-        self.feats4 = ((self.fa, self.ra), (self.fb, self.rb), (self.fc, self.rc),
-                       (self.fd, ctypes.byref(self.fd)))
+        # pooling and unpooling: up to four feature arrays in a row, filled
+        # with one struct.pack_into too (_ops._launch_feats)
+        self.pool_args = (_lib.Feats * 4)()
+        self.pool_refs = tuple(ctypes.byref(self.pool_args[i]) for i in range(4))
         self.rw = ctypes.byref(self.wt)
 
     def call(self, name, *args):
