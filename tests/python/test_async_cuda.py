@@ -195,6 +195,77 @@ def test_build_worker_matches_inline_builds(cuda, monkeypatch):
     _assert_same_results(*results)
 
 
+def test_strided_maps_on_their_own_stream_match_one_stream(cuda, monkeypatch):
+    """VOXCONV_MAP_STREAMS=2 (kmap._strided_own_stream): strided maps are
+    built on a second map stream with its own build worker, submanifold
+    ones on the first; three prefetched forward + backward passes give the
+    bits of the one-stream passes, and the maps really came from two
+    streams."""
+    from voxconv import kmap as vkmap
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
+    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "1")
+    coords = ref.rand_coords(30000, 64, 2).to(cuda)
+    feats = torch.randn(len(coords), 16, device=cuda, dtype=torch.float16)
+    results = []
+    for own in (True, False):
+        monkeypatch.setattr(vkmap, "_strided_own_stream", own)
+        vkmap._plan.plans.clear()
+        net = _pool_net(cuda)
+        for i in range(3):
+            pre, t, res = _forward_backward(net, coords, feats)
+            if i > 0:
+                by_mode = {km.mode: km.handle.stream for km in pre.values()}
+                assert len(by_mode) == 2
+                apart = by_mode[voxconv._lib.KMAP_STRIDED] != \
+                    by_mode[voxconv._lib.KMAP_SUBMANIFOLD]
+                assert apart == own
+        results.append(res)
+    _assert_same_results(*results)
+
+
+def test_pooled_set_is_ordered_for_the_other_map_stream(cuda, monkeypatch):
+    """With two map streams a pooled set's coordinates are written on the
+    strided maps' stream and read by its submanifold build on the other
+    one, which must wait for them. The write is delayed by a ~25 ms spin
+    queued where the rows are copied, and the block the copy lands in was
+    filled with other rows just before (torch's pool hands the same block
+    back): a build that did not wait reads those, and its pairs differ
+    from a map built in line on the true coordinates."""
+    from voxconv import kmap as vkmap
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "1")
+    monkeypatch.setenv("VOXCONV_MAP_PREFETCH", "0")
+    monkeypatch.setattr(vkmap, "_strided_own_stream", True)
+    orig = vkmap.KernelMap.out_coords
+
+    def late_copy(self):
+        torch.cuda._sleep(50_000_000)  # on the current (strided map) stream
+        return orig(self)
+
+    monkeypatch.setattr(vkmap.KernelMap, "out_coords", late_copy)
+    fine = ref.rand_coords(6000, 32, 2)
+    want, _ = ref.kernel_pairs("strided", fine, (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    ms2 = vkmap.map_stream(torch.device(cuda), True)
+    assert ms2 is not vkmap.map_stream(torch.device(cuda))
+    with torch.cuda.stream(ms2.stream):  # poison the block the copy will get
+        junk = torch.empty((len(want), 4), dtype=torch.int32, device=cuda)
+        junk.copy_(want.flip(0).to(cuda) + 1)
+        del junk
+    torch.cuda.synchronize()
+    x = voxconv.SparseTensor(torch.zeros(len(fine), 1, device=cuda), fine.to(cuda))
+    _, coarse = x.manager.kernel_map(x.coordinate_set, voxconv._lib.KMAP_STRIDED,
+                                     (2, 2, 2), (2, 2, 2), (1, 1, 1))
+    subm = (voxconv._lib.KMAP_SUBMANIFOLD, (3, 3, 3), (1, 1, 1), (1, 1, 1))
+    km, _ = x.manager.kernel_map(coarse, *subm)
+    assert km.handle.stream != ms2.handle.stream
+    got = km.pairs()
+    monkeypatch.setenv("VOXCONV_MAP_STREAM", "0")
+    r = voxconv.SparseTensor(torch.zeros(len(want), 1, device=cuda), want.to(cuda))
+    exp = r.manager.kernel_map(r.coordinate_set, *subm)[0].pairs()
+    assert torch.equal(coarse.coords.cpu(), want)
+    assert torch.equal(got[0], exp[0])
+    assert torch.equal(got[1].cpu(), exp[1].cpu()) and torch.equal(got[2].cpu(), exp[2].cpu())
+
+
 def _forward_backward(net, coords, feats):
     x = feats.clone().requires_grad_()
     net.zero_grad()
