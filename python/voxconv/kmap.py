@@ -516,7 +516,6 @@ class CoordinateSet:
         self.children = weakref.WeakValueDictionary()
         self.stream = stream
         self.ready = None  # event after which the coordinates are valid
-        self.read_across = False  # read on the map stream it was not made on
         # How the set was made (its map-plan key, see _MapPlan), and the
         # maps built for it ahead of their first request (key -> (KernelMap,
         # the plan entry's stamp then))
@@ -703,11 +702,10 @@ def _set_map_worker(device, on):
     """Turns the map stream's build worker of `device` on or off (tests and
     A/B benchmarks; VOXCONV_MAP_WORKER sets it when the stream is made).
     Maps built before keep their ordering."""
-    for strided in (False, True):
-        ms = map_stream(torch.device(device), strided)
-        if ms is not None:
-            ms.handle.call("voxconv_handle_set_build_worker", 1 if on else 0)
-            ms.handle.worker = bool(on)
+    ms = map_stream(torch.device(device))
+    if ms is not None:
+        ms.handle.call("voxconv_handle_set_build_worker", 1 if on else 0)
+        ms.handle.worker = bool(on)
 
 
 def _stop_worker(handle):
@@ -728,31 +726,20 @@ def _map_stream_enabled():
     return _env_on("VOXCONV_MAP_STREAM")
 
 
-def _strided_stream_enabled():
-    """VOXCONV_MAP_STREAMS=2: strided maps on a second map stream with a
-    build worker of its own, so that a level's submanifold build is not
-    issued behind its strided one (docs/perf-notes.md item 146). Not with
-    VOXCONV_DERIVED_ROWS=view: a set's rows are then the strided map's own
-    memory, which the other map stream's reads would not keep alive."""
-    return os.environ.get("VOXCONV_MAP_STREAMS", "1") == "2" and not _rows_view
-
-
-def map_stream(device, strided=False):
+def map_stream(device):
     """The map stream of a CUDA device (None on the CPU, when disabled, or
-    while the current stream is being captured); with ``strided`` the one
-    strided maps are built on (the same stream unless VOXCONV_MAP_STREAMS=2)."""
+    while the current stream is being captured)."""
     if device.type != "cuda" or not _map_stream_enabled():
         return None
     if torch.cuda.is_current_stream_capturing():
         return None
     index = device.index if device.index is not None else torch.cuda.current_device()
-    key = (index, 1) if strided and _strided_own_stream else index
-    ms = _map_streams.get(key)
+    ms = _map_streams.get(index)
     if ms is None:
         with _map_streams_lock:
-            ms = _map_streams.get(key)
+            ms = _map_streams.get(index)
             if ms is None:
-                ms = _map_streams[key] = _MapStream(torch.device("cuda", index))
+                ms = _map_streams[index] = _MapStream(torch.device("cuda", index))
     return ms
 
 
@@ -826,7 +813,6 @@ def _rows_view_enabled():
 
 
 _rows_view = _rows_view_enabled()
-_strided_own_stream = _strided_stream_enabled()
 
 
 class _MapRows:
@@ -942,7 +928,7 @@ class CoordinateManager:
             hit = _live(in_set.kmaps.get(key))
             if hit is not None:
                 return hit
-            ms = map_stream(self.device, mode == _lib.KMAP_STRIDED)
+            ms = map_stream(self.device)
             pre = in_set.prefetched.pop(key, None)
             if ms is None:
                 hit = self._build(_runtime.handle_for(self.device), None, in_set, mode,
@@ -983,7 +969,7 @@ class CoordinateManager:
             hit = _live(in_set.kmaps.get(key))
             if hit is not None:
                 return hit
-            ms = map_stream(self.device, mode == _lib.KMAP_STRIDED)  # the forward's
+            ms = map_stream(self.device)
             # No tensor is allocated (the outputs are in_set): no stream
             # switch; on the map stream it follows the forward's build.
             handle = ms.handle if ms is not None else _runtime.handle_for(self.device)
@@ -1001,11 +987,7 @@ class CoordinateManager:
         consumer = _handle_stream(_runtime.handle_for(self.device))
         for s in (in_set, out_set):
             if s is not None and s.stream != ms.handle.stream:
-                if s.stream is not None:  # made on the other map stream
-                    if not s.read_across:  # its pool must not reuse them early
-                        s.coords.record_stream(ms.stream)
-                        s.read_across = True
-                elif s.ready is None:  # made on the caller's stream, before now
+                if s.ready is None:  # made on the caller's stream, before now
                     s.ready = torch.cuda.Event()
                     s.ready.record(consumer)
                     # The map stream reads these coordinates: their block
@@ -1016,8 +998,7 @@ class CoordinateManager:
                     # allocator orders the free after everything the map
                     # stream queued until then.
                     s.coords.record_stream(ms.stream)
-                if s.ready is not None:
-                    ms.stream.wait_event(s.ready)
+                ms.stream.wait_event(s.ready)
         return consumer
 
     def _build_on_map_stream(self, ms, in_set, mode, kernel_size, stride, dilation,
@@ -1051,15 +1032,14 @@ class CoordinateManager:
         worker = ms.handle.worker
         plan = sorted(plan, key=lambda kv: _prefetch_rank(kv[1][0], worker))
         with self.lock:
-            ordered = set()  # the map streams ordered after the set's making
+            ordered = False
             for key, (mode, kernel_size, stride, dilation, padding, out_shape, order), stamp \
                     in plan:
                 if key in s.prefetched or _live(s.kmaps.get(key)) is not None:
                     continue
-                ms = map_stream(self.device, mode == _lib.KMAP_STRIDED)
-                if ms not in ordered:
+                if not ordered:
                     self._map_stream_waits(ms, s)
-                    ordered.add(ms)
+                    ordered = True
                 try:
                     km = KernelMap(ms.handle, mode, kernel_size, stride, dilation, s.coords,
                                    s.tensor_stride, padding=padding, out_shape=out_shape,
@@ -1118,30 +1098,25 @@ class CoordinateManager:
             ckey = ("strided", tuple(stride))
             out_set = in_set.children.get(ckey)
             if out_set is None:
-                coords, written = self._derived_coords(km, consumer)
-                out_set = self.add(coords, km.out_tensor_stride, stream=made_on,
-                                   _parent=in_set, _path=path)
-                out_set.ready = written
+                out_set = self.add(self._derived_coords(km, consumer),
+                                   km.out_tensor_stride, stream=made_on, _parent=in_set,
+                                   _path=path)
                 if _pass_bounds:
                     out_set.bounds = km.out_bounds()
                 in_set.children[ckey] = out_set
             return out_set
-        coords, written = self._derived_coords(km, consumer)
+        if mode == _lib.KMAP_GENERATIVE:
+            return self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
+                            register=False, stream=made_on, _parent=in_set, _path=path)
         # EXPANDING: outputs depend on kernel, padding and out_shape too: one
         # set per map (the map cache key). Registered at its stride when it
         # is the first there, as the encoder level a transposed convolution
         # finds (a strided level is registered the same way).
-        out_set = self.add(coords, km.out_tensor_stride,
-                           register=mode != _lib.KMAP_GENERATIVE, stream=made_on,
-                           _parent=in_set, _path=path)
-        out_set.ready = written
-        return out_set
+        return self.add(self._derived_coords(km, consumer), km.out_tensor_stride,
+                        stream=made_on, _parent=in_set, _path=path)
 
     @staticmethod
     def _derived_coords(km, consumer):
-        """(coordinates, event after their writing on the map stream, or
-        None when built on the caller's stream)."""
-        written = None
         if consumer is not None and _rows_view:
             c = _MapRows.tensor(km, consumer)
         else:
@@ -1159,4 +1134,4 @@ class CoordinateManager:
             written = torch.cuda.Event()
             written.record()  # the current stream: the map stream here
             consumer.wait_event(written)
-        return c, written
+        return c
