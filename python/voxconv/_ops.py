@@ -173,6 +173,17 @@ def _opt_ref(cfg, inference):
 _DT = _runtime._DTYPES
 
 
+# struct formats of voxconv_feats_t (data, rows, channels, dtype) and
+# voxconv_weights_t (data, kvol, cin, cout, dtype), without their tail padding
+_FEATS_FMT, _WEIGHTS_FMT = "Pqqi", "Pqqqi"
+
+
+def _padded(body, size):
+    """``body`` followed by the padding bytes that make it ``size`` long
+    (the ctypes struct's size, so the bytes are the struct's own)."""
+    return body + f"{size - struct.calcsize('@' + body)}x"
+
+
 def _block_packer(layout):
     """A struct.Struct that writes a handle's ArgBlock (fa, fb, fc, wt) in
     one call: ``layout`` names what each of the four slots gets, "f"
@@ -186,8 +197,7 @@ def _block_packer(layout):
     for slot, what in zip(fields, layout):
         if slot.offset != pos:
             raise RuntimeError("voxconv: unexpected ArgBlock layout")
-        body = {"f": "Pqqi", "w": "Pqqqi", "-": ""}[what]
-        fmt += body + f"{slot.size - struct.calcsize('@' + body)}x"  # the padding
+        fmt += _padded({"f": _FEATS_FMT, "w": _WEIGHTS_FMT, "-": ""}[what], slot.size)
         pos += slot.size
     packer = struct.Struct(fmt)
     if packer.size != ctypes.sizeof(blk):
@@ -277,8 +287,8 @@ def _feats_packer(n):
     """A struct.Struct that writes n consecutive voxconv_feats_t (a
     handle's pool_args) in one call; padding from ctypes, as
     _block_packer's."""
-    body, one = "Pqqi", ctypes.sizeof(_lib.Feats)
-    packer = struct.Struct("@" + (body + f"{one - struct.calcsize('@' + body)}x") * n)
+    one = ctypes.sizeof(_lib.Feats)
+    packer = struct.Struct("@" + _padded(_FEATS_FMT, one) * n)
     if packer.size != n * one:
         raise RuntimeError("voxconv: unexpected voxconv_feats_t size")
     return packer
