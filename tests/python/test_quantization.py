@@ -258,14 +258,11 @@ _U32 = 2.0 ** -24
 _HALF_STEP = 0.5 + 2.0 ** -14
 
 
-def _conv64(conv, x, weight, feats):
-    """conv's geometry on x's coordinates with ``weight`` and no bias, in
-    float64, on ``feats``: the sums over the map's pairs of feats * weight."""
-    c = copy.deepcopy(conv).double()
-    with torch.no_grad():
-        c.weight = torch.nn.Parameter(weight.double(), requires_grad=False)
-        c.bias = None
-        return c(x.replace_feature(feats.double())).feats
+def _pair_sums(c64, x, weight, feats):
+    """The sums over the map's pairs of feats * weight: float64 conv c64
+    (a bias-less copy of the layer) with ``weight`` on x's coordinates."""
+    c64.weight = torch.nn.Parameter(weight.double(), requires_grad=False)
+    return c64(x.replace_feature(feats.double())).feats
 
 
 def _int8_layer_bound(q, conv, bn, relu, x):
@@ -295,8 +292,9 @@ def _int8_layer_bound(q, conv, bn, relu, x):
         ew = (q.weight_scale.double() * _HALF_STEP).expand_as(w_hat)
         x_hat = Q.quantize_tensor(x.feats, sx).double() * sx
         b = q.bias.double().abs() if q.bias is not None else 0.0
-        bound = (_conv64(conv, x, w_hat.abs(), ex) + _conv64(conv, x, ew, x.feats.abs())
-                 + 8 * _U32 * (_conv64(conv, x, w_hat.abs(), x_hat.abs()) + b))
+        c64.bias = None  # the same copy sums the error terms
+        bound = (_pair_sums(c64, x, w_hat.abs(), ex) + _pair_sums(c64, x, ew, x.feats.abs())
+                 + 8 * _U32 * (_pair_sums(c64, x, w_hat.abs(), x_hat.abs()) + b))
         if q.y_scale is not None:
             bound = bound + q.y_scale * _HALF_STEP
     return y64, bound
